@@ -1,0 +1,409 @@
+//! Backing stores: a regular file or a block device holding a LUN's blocks, opened with
+//! O_DIRECT (falling back to buffered I/O, with a warning, where the file system refuses it or
+//! needs a coarser alignment than the LUN's block size). Every call here blocks: run them on
+//! an [`crate::IoPool`] worker, never on an event thread.
+
+use std::fs::{File, OpenOptions as StdOpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::aligned::AlignedBuf;
+
+/// Errors opening or creating a backing store, each naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum BackingError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: not a regular file or block device")]
+    NotFileOrDevice { path: PathBuf },
+    #[error("{path}: size {size} bytes is not a multiple of the {block_size}-byte block size")]
+    Unaligned {
+        path: PathBuf,
+        size: u64,
+        block_size: u32,
+    },
+    #[error("{path}: is empty (0 bytes)")]
+    Empty { path: PathBuf },
+    #[error(
+        "{path}: device logical sector size {sector} is larger than the LUN block size {block_size}"
+    )]
+    SectorTooLarge {
+        path: PathBuf,
+        sector: u32,
+        block_size: u32,
+    },
+}
+
+/// How to open a backing store.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub block_size: u32,
+    pub readonly: bool,
+    /// Try O_DIRECT (default true). `false` gives buffered I/O through the page cache.
+    pub direct: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            block_size: 512,
+            readonly: false,
+            direct: true,
+        }
+    }
+}
+
+/// An open backing store. Thread-safe: positional I/O only (pread/pwrite), no shared cursor.
+#[derive(Debug)]
+pub struct BackingStore {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    block_size: u32,
+    direct: bool,
+    block_device: bool,
+    readonly: bool,
+}
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKSSZGET: libc::c_ulong = 0x1268;
+
+/// Create `path` as a sparse file of `size` bytes if it does not exist yet. Returns whether it
+/// created the file.
+pub fn create_sparse(path: &Path, size: u64) -> Result<bool, BackingError> {
+    let err = |source| BackingError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if path.exists() {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    match StdOpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(f) => {
+            f.set_len(size).map_err(err)?;
+            f.sync_all().map_err(err)?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(err(e)),
+    }
+}
+
+impl BackingStore {
+    /// Open `path` (regular file or block device) for a LUN with `opts.block_size` blocks.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Self, BackingError> {
+        let err = |source| BackingError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(err)?;
+        let block_device = meta.file_type().is_block_device();
+        if !block_device && !meta.is_file() {
+            return Err(BackingError::NotFileOrDevice {
+                path: path.to_owned(),
+            });
+        }
+        let open = |direct: bool| {
+            let mut o = StdOpenOptions::new();
+            o.read(true).write(!opts.readonly);
+            if direct {
+                o.custom_flags(libc::O_DIRECT);
+            }
+            o.open(path)
+        };
+        let (file, mut direct) = if opts.direct {
+            match open(true) {
+                Ok(f) => (f, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::warn!(path = %path.display(), "O_DIRECT refused by the file system; using buffered I/O");
+                    (open(false).map_err(err)?, false)
+                }
+                Err(e) => return Err(err(e)),
+            }
+        } else {
+            (open(false).map_err(err)?, false)
+        };
+        let size = if block_device {
+            let sector = ioctl_u32(&file, BLKSSZGET).map_err(err)?;
+            if sector > opts.block_size {
+                return Err(BackingError::SectorTooLarge {
+                    path: path.to_owned(),
+                    sector,
+                    block_size: opts.block_size,
+                });
+            }
+            ioctl_u64(&file, BLKGETSIZE64).map_err(err)?
+        } else {
+            meta.len()
+        };
+        if size == 0 {
+            return Err(BackingError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        if size % u64::from(opts.block_size) != 0 {
+            return Err(BackingError::Unaligned {
+                path: path.to_owned(),
+                size,
+                block_size: opts.block_size,
+            });
+        }
+        let mut store = BackingStore {
+            file,
+            path: path.to_owned(),
+            size,
+            block_size: opts.block_size,
+            direct,
+            block_device,
+            readonly: opts.readonly,
+        };
+        if direct && !store.direct_alignment_ok() {
+            tracing::warn!(path = %path.display(), block_size = opts.block_size,
+                "O_DIRECT needs a coarser alignment than the LUN block size here; using buffered I/O");
+            store.file = open(false).map_err(err)?;
+            direct = false;
+            store.direct = direct;
+        }
+        Ok(store)
+    }
+
+    /// Probe one block-sized O_DIRECT read at a block-aligned (not page-aligned) offset.
+    fn direct_alignment_ok(&self) -> bool {
+        let bs = self.block_size as usize;
+        let offset = if self.size >= 2 * bs as u64 {
+            bs as u64
+        } else {
+            0
+        };
+        let mut buf = AlignedBuf::new(bs);
+        !matches!(self.read_at(buf.as_mut_slice(), offset), Err(e) if e.raw_os_error() == Some(libc::EINVAL))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    pub fn num_blocks(&self) -> u64 {
+        self.size / u64::from(self.block_size)
+    }
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+    pub fn is_readonly(&self) -> bool {
+        self.readonly
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+        let end = offset.checked_add(len as u64);
+        match end {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+    }
+
+    /// Read exactly `buf.len()` bytes at `offset`. With O_DIRECT, `buf` must be 4096-aligned
+    /// (an [`AlignedBuf`]) and `offset`/length multiples of the block size.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            // SAFETY: rest is a valid writable slice of rest.len() bytes; the fd is open.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                // file shrank under us: the rest reads as zeroes would hide it; report EIO
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Write all of `data` at `offset`. `durable` makes this one write reach stable storage
+    /// before returning (RWF_DSYNC: FUA or write cache disabled).
+    pub fn write_at(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
+        if self.readonly {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check_range(offset, data.len())?;
+        let flags = if durable { libc::RWF_DSYNC } else { 0 };
+        let mut done = 0usize;
+        while done < data.len() {
+            let rest = &data[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            // SAFETY: iov points to rest.len() readable bytes that outlive the call; one iovec.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    (offset + done as u64) as libc::off_t,
+                    flags,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Make every completed write durable (fdatasync).
+    pub fn sync(&self) -> io::Result<()> {
+        if self.readonly {
+            return Ok(());
+        }
+        nix::unistd::fdatasync(self.file.as_raw_fd()).map_err(io::Error::from)
+    }
+}
+
+fn ioctl_u64(file: &File, req: libc::c_ulong) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: the request writes one u64 into v, which is valid and writable.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), req, &mut v as *mut u64) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+fn ioctl_u32(file: &File, req: libc::c_ulong) -> io::Result<u32> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: the request writes one int into v, which is valid and writable.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), req, &mut v as *mut libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v.max(0) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(size: u64, bs: u32) -> (tempfile::TempDir, BackingStore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("lun.img");
+        assert!(create_sparse(&p, size).expect("create"));
+        assert!(!create_sparse(&p, size).expect("exists"));
+        let s = BackingStore::open(
+            &p,
+            &OpenOptions {
+                block_size: bs,
+                ..Default::default()
+            },
+        )
+        .expect("open");
+        (dir, s)
+    }
+
+    #[test]
+    fn write_read_roundtrip() {
+        for bs in [512u32, 4096] {
+            let (_d, s) = store(1 << 20, bs);
+            assert_eq!(s.num_blocks(), (1 << 20) / u64::from(bs));
+            let mut data = AlignedBuf::new(3 * bs as usize);
+            for (i, b) in data.as_mut_slice().iter_mut().enumerate() {
+                *b = (i % 251) as u8;
+            }
+            s.write_at(data.as_slice(), u64::from(bs) * 5, false)
+                .expect("write");
+            s.write_at(data.as_slice(), u64::from(bs) * 9, true)
+                .expect("durable write");
+            s.sync().expect("sync");
+            let mut back = AlignedBuf::new(3 * bs as usize);
+            s.read_at(back.as_mut_slice(), u64::from(bs) * 5)
+                .expect("read");
+            assert_eq!(back.as_slice(), data.as_slice());
+            let mut zero = AlignedBuf::new(bs as usize);
+            s.read_at(zero.as_mut_slice(), 0).expect("read hole");
+            assert!(zero.as_slice().iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn out_of_range_is_einval() {
+        let (_d, s) = store(8192, 512);
+        let mut b = AlignedBuf::new(1024);
+        let e = s
+            .read_at(b.as_mut_slice(), 8192 - 512)
+            .expect_err("past end");
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn rejects_unaligned_size_and_dirs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("odd.img");
+        std::fs::write(&p, vec![0u8; 1000]).expect("write");
+        let e = BackingStore::open(&p, &OpenOptions::default()).expect_err("unaligned");
+        assert!(e.to_string().contains("not a multiple"), "{e}");
+        let e = BackingStore::open(dir.path(), &OpenOptions::default()).expect_err("dir");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = BackingStore::open(&dir.path().join("missing"), &OpenOptions::default())
+            .expect_err("missing");
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn readonly_refuses_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("ro.img");
+        create_sparse(&p, 4096).expect("create");
+        let s = BackingStore::open(
+            &p,
+            &OpenOptions {
+                readonly: true,
+                ..Default::default()
+            },
+        )
+        .expect("open");
+        let b = AlignedBuf::new(512);
+        let e = s.write_at(b.as_slice(), 0, false).expect_err("ro");
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    }
+}

@@ -1,0 +1,44 @@
+//! numatgt's configuration: the YAML file format, its validation and the
+//! model the daemon runs from.
+//!
+//! [`parse`] takes the text of a configuration file (the caller reads the
+//! file) and the file's name for messages, and returns a validated [`Config`]
+//! or the first problem as a [`ConfigError`] that names the file, line,
+//! column and field path:
+//!
+//! ```text
+//! demo.yaml:14:9: targets[0].luns[1].block_size: must be 512 or 4096 (got 1000)
+//! ```
+//!
+//! This crate does no I/O: it opens no files, starts nothing and reads no
+//! clock. See `docs/configuration.md` for the file format.
+
+mod error;
+mod locate;
+mod model;
+mod names;
+mod net;
+mod raw;
+mod size;
+mod validate;
+
+pub use error::ConfigError;
+pub use model::{
+    AddressRule, Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest,
+    IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, TargetConfig,
+    ThreadConfig,
+};
+pub use names::{MAX_NAME_LEN, validate_iscsi_name};
+pub use net::{ISCSI_PORT, parse_portal_addr};
+pub use size::{format_size, parse_size};
+pub use validate::limits;
+
+/// Parses and validates a configuration file's text. `source` is the file
+/// name used in error messages. An empty (or comments-only) text is the
+/// default configuration: portal `0.0.0.0:3260`, no targets.
+pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
+    let raw: Option<raw::RawConfig> =
+        serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(text, source, &e))?;
+    let ctx = validate::Ctx { text, file: source };
+    validate::build(&ctx, raw.unwrap_or_default())
+}

@@ -1,0 +1,419 @@
+//! The validated configuration model handed to the daemon: portals, NUMA and
+//! thread sizing, iSCSI negotiation defaults, targets with their ACLs and LUNs.
+//! Owns the defaults and the small decisions the daemon asks of it (does this
+//! initiator pass a target's ACL, what are a target's effective iSCSI values,
+//! the `--demo` configuration). Values here have already passed validation
+//! when they come from [`crate::parse`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+pub use crate::net::AddressRule;
+
+/// Default portal when the file lists none: all IPv4 addresses, port 3260.
+pub const DEFAULT_PORTAL: &str = "0.0.0.0:3260";
+/// Portal of `numatgtd --demo` when no `--iscsi` option is given.
+pub const DEMO_PORTAL: &str = "127.0.0.1:3260";
+/// Target name exported by `numatgtd --demo`.
+pub const DEMO_IQN: &str = "iqn.2026-11.org.numatgt:demo";
+/// Backing file name (inside the state directory) of the demo LUN.
+pub const DEMO_IMAGE: &str = "demo.img";
+/// Size of the demo LUN's backing file.
+pub const DEMO_SIZE: u64 = 1 << 30;
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Listening portals; never empty after parsing (default `0.0.0.0:3260`).
+    pub portals: Vec<PortalConfig>,
+    pub numa: NumaConfig,
+    pub threads: ThreadConfig,
+    /// Global iSCSI negotiation values; a target may override some of them.
+    pub iscsi: IscsiParams,
+    pub targets: Vec<TargetConfig>,
+}
+
+impl Default for Config {
+    /// No targets, one portal `0.0.0.0:3260`, everything else default.
+    fn default() -> Self {
+        Config {
+            portals: vec![PortalConfig::new(default_portal_addr())],
+            numa: NumaConfig::default(),
+            threads: ThreadConfig::default(),
+            iscsi: IscsiParams::default(),
+            targets: Vec::new(),
+        }
+    }
+}
+
+pub(crate) fn default_portal_addr() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], crate::net::ISCSI_PORT))
+}
+
+impl Config {
+    /// The configuration of `numatgtd --demo`: target `iqn.2026-11.org.numatgt:demo`
+    /// with LUN 1 backed by `STATE_DIR/demo.img` (created sparse, 1 GiB, if
+    /// missing), 512-byte blocks, write cache on, open to every initiator.
+    /// `portals` empty means `127.0.0.1:3260`. The target has no fixed tid
+    /// (`None`), so it can be added to a parsed configuration without clashing.
+    pub fn demo(state_dir: &Path, portals: &[SocketAddr]) -> Config {
+        let portals = if portals.is_empty() {
+            vec![PortalConfig::new(SocketAddr::from((
+                [127, 0, 0, 1],
+                crate::net::ISCSI_PORT,
+            )))]
+        } else {
+            portals.iter().map(|&a| PortalConfig::new(a)).collect()
+        };
+        Config {
+            portals,
+            numa: NumaConfig::default(),
+            threads: ThreadConfig::default(),
+            iscsi: IscsiParams::default(),
+            targets: vec![TargetConfig {
+                iqn: DEMO_IQN.to_string(),
+                tid: None,
+                alias: None,
+                allow_initiators: Vec::new(),
+                allow_addresses: Vec::new(),
+                iscsi: None,
+                luns: vec![LunConfig {
+                    create_size: Some(DEMO_SIZE),
+                    ..LunConfig::new(1, state_dir.join(DEMO_IMAGE))
+                }],
+            }],
+        }
+    }
+
+    /// The target named `iqn` (iSCSI names compare case-insensitively).
+    pub fn target(&self, iqn: &str) -> Option<&TargetConfig> {
+        self.targets
+            .iter()
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+    }
+
+    /// Serialises the configuration back to the YAML format [`crate::parse`] reads
+    /// (defaults written out explicitly). `parse(&c.to_yaml(), ..)` gives back `c`.
+    pub fn to_yaml(&self) -> String {
+        crate::raw::to_yaml(self)
+    }
+}
+
+/// One listening portal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortalConfig {
+    pub addr: SocketAddr,
+    /// Seconds between NOP-In pings on this portal's connections (0 = off);
+    /// `None` = the global `iscsi.NopInterval`.
+    pub nop_interval: Option<u32>,
+    /// Unanswered pings before a connection is dropped; `None` = global `iscsi.NopCount`.
+    pub nop_count: Option<u32>,
+}
+
+impl PortalConfig {
+    /// A portal at `addr` with the global NOP settings.
+    pub fn new(addr: SocketAddr) -> Self {
+        PortalConfig {
+            addr,
+            nop_interval: None,
+            nop_count: None,
+        }
+    }
+
+    /// Parses tgtd's `--iscsi` option value:
+    /// `portal=IP:PORT[,nop_interval=S][,nop_count=N]` (IPv6 as `[addr]:port`;
+    /// a bare IP means port 3260). The `source` of errors is `--iscsi`.
+    pub fn from_tgtd_option(text: &str) -> Result<PortalConfig, crate::ConfigError> {
+        crate::validate::portal_from_option(text)
+    }
+}
+
+/// NUMA layout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NumaConfig {
+    /// `None` (`auto`) = the machine's real topology; `Some(n)` = split the
+    /// CPUs into `n` virtual nodes (1..=256).
+    pub nodes: Option<usize>,
+}
+
+/// Thread counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadConfig {
+    /// Event (network) threads in total, spread over the nodes; `None`
+    /// (`auto`) = one per CPU. 1..=4096.
+    pub event_threads: Option<usize>,
+    /// Backing-store I/O threads per node; `None` = the daemon's default
+    /// (or its `-t/--nr_iothreads` option). 1..=256.
+    pub io_threads: Option<usize>,
+}
+
+/// A digest algorithm an iSCSI connection may use (RFC 7143 §13.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Digest {
+    /// `None`
+    None,
+    /// `CRC32C`
+    Crc32c,
+}
+
+impl Digest {
+    /// The RFC 7143 key value: `None` or `CRC32C`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Digest::None => "None",
+            Digest::Crc32c => "CRC32C",
+        }
+    }
+
+    /// Parses `None` / `CRC32C` (any case).
+    pub fn parse(text: &str) -> Option<Digest> {
+        let t = text.trim();
+        if t.eq_ignore_ascii_case("none") {
+            Some(Digest::None)
+        } else if t.eq_ignore_ascii_case("crc32c") {
+            Some(Digest::Crc32c)
+        } else {
+            None
+        }
+    }
+}
+
+/// iSCSI negotiation values (RFC 7143 §13), with tgtd's key names in YAML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiParams {
+    /// `MaxRecvDataSegmentLength`: what the target accepts. 512..=16777215, default 262144.
+    pub max_recv_data_segment_length: u32,
+    /// `MaxBurstLength`: 512..=16777215, default 262144.
+    pub max_burst_length: u32,
+    /// `FirstBurstLength`: 512..=16777215 and <= MaxBurstLength, default 65536.
+    pub first_burst_length: u32,
+    /// `ImmediateData`, default true.
+    pub immediate_data: bool,
+    /// `InitialR2T`, default true.
+    pub initial_r2t: bool,
+    /// `MaxOutstandingR2T`: 1..=65535, default 1.
+    pub max_outstanding_r2t: u32,
+    /// `HeaderDigest`: allowed, in order of preference; default [None, CRC32C].
+    pub header_digest: Vec<Digest>,
+    /// `DataDigest`: allowed, in order of preference; default [None, CRC32C].
+    pub data_digest: Vec<Digest>,
+    /// `MaxQueueCmd`: commands queued per session (CmdSN window). 1..=2048, default 128.
+    pub max_queued_commands: u32,
+    /// `NopInterval`: seconds between NOP-In pings, 0 = off (default). 0..=86400.
+    pub nop_interval: u32,
+    /// `NopCount`: unanswered pings before dropping the connection, 0 = never (default). 0..=65535.
+    pub nop_count: u32,
+}
+
+impl Default for IscsiParams {
+    fn default() -> Self {
+        IscsiParams {
+            max_recv_data_segment_length: 262_144,
+            max_burst_length: 262_144,
+            first_burst_length: 65_536,
+            immediate_data: true,
+            initial_r2t: true,
+            max_outstanding_r2t: 1,
+            header_digest: vec![Digest::None, Digest::Crc32c],
+            data_digest: vec![Digest::None, Digest::Crc32c],
+            max_queued_commands: 128,
+            nop_interval: 0,
+            nop_count: 0,
+        }
+    }
+}
+
+impl IscsiParams {
+    /// These values with every field that `o` sets replaced.
+    pub fn merged_with(&self, o: &IscsiParamsOverride) -> IscsiParams {
+        IscsiParams {
+            max_recv_data_segment_length: o
+                .max_recv_data_segment_length
+                .unwrap_or(self.max_recv_data_segment_length),
+            max_burst_length: o.max_burst_length.unwrap_or(self.max_burst_length),
+            first_burst_length: o.first_burst_length.unwrap_or(self.first_burst_length),
+            immediate_data: o.immediate_data.unwrap_or(self.immediate_data),
+            initial_r2t: o.initial_r2t.unwrap_or(self.initial_r2t),
+            max_outstanding_r2t: o.max_outstanding_r2t.unwrap_or(self.max_outstanding_r2t),
+            header_digest: o
+                .header_digest
+                .clone()
+                .unwrap_or_else(|| self.header_digest.clone()),
+            data_digest: o
+                .data_digest
+                .clone()
+                .unwrap_or_else(|| self.data_digest.clone()),
+            max_queued_commands: o.max_queued_commands.unwrap_or(self.max_queued_commands),
+            nop_interval: o.nop_interval.unwrap_or(self.nop_interval),
+            nop_count: o.nop_count.unwrap_or(self.nop_count),
+        }
+    }
+}
+
+/// Per-target overrides of [`IscsiParams`]; `None` = use the global value.
+/// Same keys, ranges and meaning as the global `iscsi` section.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IscsiParamsOverride {
+    pub max_recv_data_segment_length: Option<u32>,
+    pub max_burst_length: Option<u32>,
+    pub first_burst_length: Option<u32>,
+    pub immediate_data: Option<bool>,
+    pub initial_r2t: Option<bool>,
+    pub max_outstanding_r2t: Option<u32>,
+    pub header_digest: Option<Vec<Digest>>,
+    pub data_digest: Option<Vec<Digest>>,
+    pub max_queued_commands: Option<u32>,
+    pub nop_interval: Option<u32>,
+    pub nop_count: Option<u32>,
+}
+
+/// One exported target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetConfig {
+    /// The target's iSCSI name (iqn./eui./naa.).
+    pub iqn: String,
+    /// tgtadm target id (1..), unique; `None` = the daemon assigns one.
+    pub tid: Option<u32>,
+    /// `TargetAlias` sent at login.
+    pub alias: Option<String>,
+    /// Initiator names allowed to log in; empty or containing `ALL` = any.
+    pub allow_initiators: Vec<String>,
+    /// Initiator addresses allowed; empty or containing [`AddressRule::All`] = any.
+    pub allow_addresses: Vec<AddressRule>,
+    /// Overrides of the global `iscsi` values for this target.
+    pub iscsi: Option<IscsiParamsOverride>,
+    pub luns: Vec<LunConfig>,
+}
+
+impl TargetConfig {
+    /// True when an initiator called `initiator_name` connecting from `addr`
+    /// passes both ACL lists (names compare ASCII-case-insensitively; an
+    /// IPv4-mapped IPv6 address matches IPv4 rules).
+    pub fn allows(&self, initiator_name: &str, addr: IpAddr) -> bool {
+        let name_ok = self.allow_initiators.is_empty()
+            || self
+                .allow_initiators
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case(initiator_name));
+        let addr_ok =
+            self.allow_addresses.is_empty() || self.allow_addresses.iter().any(|r| r.matches(addr));
+        name_ok && addr_ok
+    }
+
+    /// The iSCSI values in force for this target: the global ones with this
+    /// target's overrides applied.
+    pub fn effective_iscsi(&self, global: &IscsiParams) -> IscsiParams {
+        match &self.iscsi {
+            Some(o) => global.merged_with(o),
+            None => global.clone(),
+        }
+    }
+
+    /// The LUN numbered `lun`.
+    pub fn lun(&self, lun: u64) -> Option<&LunConfig> {
+        self.luns.iter().find(|l| l.lun == lun)
+    }
+}
+
+/// One logical unit of a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LunConfig {
+    /// LUN number, 0..=16383.
+    pub lun: u64,
+    /// Backing file or block device; always absolute.
+    pub path: PathBuf,
+    /// 512 or 4096 (default 512).
+    pub block_size: u32,
+    /// Default of the Caching mode page WCE bit (default true).
+    pub write_cache: bool,
+    /// Export write-protected (default false).
+    pub readonly: bool,
+    /// `size:` create a sparse file of this many bytes if `path` does not
+    /// exist; a positive multiple of `block_size`.
+    pub create_size: Option<u64>,
+    /// INQUIRY T10 vendor id override, 1..=8 printable ASCII.
+    pub vendor_id: Option<String>,
+    /// INQUIRY product id override, 1..=16 printable ASCII.
+    pub product_id: Option<String>,
+    /// INQUIRY product revision override, 1..=4 printable ASCII.
+    pub product_rev: Option<String>,
+    /// Unit serial number override, 1..=36 printable ASCII.
+    pub serial: Option<String>,
+}
+
+impl LunConfig {
+    /// LUN `lun` on `path` with every other field at its default.
+    pub fn new(lun: u64, path: PathBuf) -> Self {
+        LunConfig {
+            lun,
+            path,
+            block_size: 512,
+            write_cache: true,
+            readonly: false,
+            create_size: None,
+            vendor_id: None,
+            product_id: None,
+            product_rev: None,
+            serial: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn demo_config() {
+        let c = Config::demo(Path::new("/var/lib/numatgt"), &[]);
+        assert_eq!(
+            c.portals,
+            vec![PortalConfig::new("127.0.0.1:3260".parse().unwrap())]
+        );
+        let t = c.target(DEMO_IQN).unwrap();
+        let l = t.lun(1).unwrap();
+        assert_eq!(l.path, Path::new("/var/lib/numatgt/demo.img"));
+        assert_eq!(l.create_size, Some(1 << 30));
+        assert_eq!(l.block_size, 512);
+        assert!(l.write_cache && !l.readonly);
+        assert!(t.allows("iqn.1993-08.org.debian:01:x", ip("10.0.0.1")));
+        let a: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let c = Config::demo(Path::new("/tmp"), &[a]);
+        assert_eq!(c.portals, vec![PortalConfig::new(a)]);
+    }
+
+    #[test]
+    fn acl() {
+        let mut t = Config::demo(Path::new("/x"), &[]).targets.remove(0);
+        t.allow_initiators = vec!["iqn.1993-08.org.debian:01:a".into()];
+        t.allow_addresses = vec![AddressRule::parse("10.0.0.0/8").unwrap()];
+        assert!(t.allows("iqn.1993-08.org.debian:01:a", ip("10.1.1.1")));
+        assert!(t.allows("IQN.1993-08.org.debian:01:A", ip("::ffff:10.1.1.1")));
+        assert!(!t.allows("iqn.1993-08.org.debian:01:b", ip("10.1.1.1")));
+        assert!(!t.allows("iqn.1993-08.org.debian:01:a", ip("192.168.1.1")));
+        t.allow_initiators = vec!["ALL".into()];
+        assert!(t.allows("iqn.1993-08.org.debian:01:b", ip("10.1.1.1")));
+        t.allow_addresses.push(AddressRule::All);
+        assert!(t.allows("iqn.1993-08.org.debian:01:b", ip("192.168.1.1")));
+    }
+
+    #[test]
+    fn merge() {
+        let g = IscsiParams::default();
+        assert_eq!(g.merged_with(&IscsiParamsOverride::default()), g);
+        let o = IscsiParamsOverride {
+            max_recv_data_segment_length: Some(65536),
+            data_digest: Some(vec![Digest::Crc32c]),
+            ..Default::default()
+        };
+        let m = g.merged_with(&o);
+        assert_eq!(m.max_recv_data_segment_length, 65536);
+        assert_eq!(m.data_digest, vec![Digest::Crc32c]);
+        assert_eq!(m.header_digest, g.header_digest);
+        assert_eq!(m.max_burst_length, g.max_burst_length);
+    }
+}

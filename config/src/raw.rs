@@ -1,0 +1,404 @@
+//! The YAML file as serde sees it: structures that mirror the file format
+//! one-to-one (`deny_unknown_fields` everywhere, tgtd's key names in `iscsi`),
+//! with loose scalar types so that range and format checks happen in
+//! [`crate::validate`] with our own messages. Also the reverse mapping used by
+//! [`crate::Config::to_yaml`].
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Config, Digest, IscsiParams, IscsiParamsOverride, LunConfig, PortalConfig, TargetConfig,
+};
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub portals: Option<Vec<RawPortal>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<RawNuma>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<RawThreads>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iscsi: Option<RawIscsi>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<RawTarget>>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPortal {
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nop_interval: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nop_count: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNuma {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Scalar>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawThreads {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_threads: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_threads: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIscsi {
+    #[serde(
+        rename = "MaxRecvDataSegmentLength",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_recv_data_segment_length: Option<u64>,
+    #[serde(
+        rename = "MaxBurstLength",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_burst_length: Option<u64>,
+    #[serde(
+        rename = "FirstBurstLength",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub first_burst_length: Option<u64>,
+    #[serde(
+        rename = "ImmediateData",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub immediate_data: Option<YesNo>,
+    #[serde(
+        rename = "InitialR2T",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub initial_r2t: Option<YesNo>,
+    #[serde(
+        rename = "MaxOutstandingR2T",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_outstanding_r2t: Option<u64>,
+    #[serde(
+        rename = "HeaderDigest",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub header_digest: Option<List>,
+    #[serde(
+        rename = "DataDigest",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data_digest: Option<List>,
+    #[serde(
+        rename = "MaxQueueCmd",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_queued_commands: Option<u64>,
+    #[serde(
+        rename = "NopInterval",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub nop_interval: Option<u64>,
+    #[serde(rename = "NopCount", default, skip_serializing_if = "Option::is_none")]
+    pub nop_count: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTarget {
+    pub iqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<RawAllow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iscsi: Option<RawIscsi>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub luns: Option<Vec<RawLun>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAllow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initiators: Option<List>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<List>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLun {
+    pub lun: u64,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_cache: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readonly: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_rev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+}
+
+/// A scalar that may be written as a number or a word (`auto`, `1G`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Scalar {
+    Int(i128),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or a word")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v.into()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v.into()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for Scalar {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Scalar::Int(v) => match u64::try_from(*v) {
+                Ok(u) => s.serialize_u64(u),
+                Err(_) => s.serialize_str(&v.to_string()),
+            },
+            Scalar::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+/// A boolean that also accepts tgtd's `Yes`/`No` (and `on`/`off`), any case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct YesNo(pub bool);
+
+impl<'de> Deserialize<'de> for YesNo {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = YesNo;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true/false or Yes/No")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<YesNo, E> {
+                Ok(YesNo(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<YesNo, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "yes" | "on" | "true" => Ok(YesNo(true)),
+                    "no" | "off" | "false" => Ok(YesNo(false)),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for YesNo {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(self.0)
+    }
+}
+
+/// A list of words: a YAML sequence, or one string (`ALL`, `None,CRC32C`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct List {
+    pub items: Vec<String>,
+    /// Written as one string rather than a sequence.
+    pub single: bool,
+}
+
+impl<'de> Deserialize<'de> for List {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = List;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of strings or one string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<List, E> {
+                Ok(List {
+                    items: vec![v.to_string()],
+                    single: true,
+                })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List, A::Error> {
+                let mut items = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    items.push(s);
+                }
+                Ok(List {
+                    items,
+                    single: false,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for List {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.items.serialize(s)
+    }
+}
+
+fn list(items: impl IntoIterator<Item = String>) -> List {
+    List {
+        items: items.into_iter().collect(),
+        single: false,
+    }
+}
+
+fn digests(d: &[Digest]) -> List {
+    list(d.iter().map(|d| d.as_str().to_string()))
+}
+
+fn raw_iscsi(p: &IscsiParams) -> RawIscsi {
+    raw_override(&IscsiParamsOverride {
+        max_recv_data_segment_length: Some(p.max_recv_data_segment_length),
+        max_burst_length: Some(p.max_burst_length),
+        first_burst_length: Some(p.first_burst_length),
+        immediate_data: Some(p.immediate_data),
+        initial_r2t: Some(p.initial_r2t),
+        max_outstanding_r2t: Some(p.max_outstanding_r2t),
+        header_digest: Some(p.header_digest.clone()),
+        data_digest: Some(p.data_digest.clone()),
+        max_queued_commands: Some(p.max_queued_commands),
+        nop_interval: Some(p.nop_interval),
+        nop_count: Some(p.nop_count),
+    })
+}
+
+fn raw_override(o: &IscsiParamsOverride) -> RawIscsi {
+    RawIscsi {
+        max_recv_data_segment_length: o.max_recv_data_segment_length.map(u64::from),
+        max_burst_length: o.max_burst_length.map(u64::from),
+        first_burst_length: o.first_burst_length.map(u64::from),
+        immediate_data: o.immediate_data.map(YesNo),
+        initial_r2t: o.initial_r2t.map(YesNo),
+        max_outstanding_r2t: o.max_outstanding_r2t.map(u64::from),
+        header_digest: o.header_digest.as_deref().map(digests),
+        data_digest: o.data_digest.as_deref().map(digests),
+        max_queued_commands: o.max_queued_commands.map(u64::from),
+        nop_interval: o.nop_interval.map(u64::from),
+        nop_count: o.nop_count.map(u64::from),
+    }
+}
+
+fn raw_portal(p: &PortalConfig) -> RawPortal {
+    RawPortal {
+        address: p.addr.to_string(),
+        nop_interval: p.nop_interval.map(u64::from),
+        nop_count: p.nop_count.map(u64::from),
+    }
+}
+
+fn raw_lun(l: &LunConfig) -> RawLun {
+    RawLun {
+        lun: l.lun,
+        path: l.path.to_string_lossy().into_owned(),
+        size: l
+            .create_size
+            .map(|s| Scalar::Text(crate::size::format_size(s))),
+        block_size: Some(l.block_size.into()),
+        write_cache: Some(YesNo(l.write_cache)),
+        readonly: Some(YesNo(l.readonly)),
+        vendor_id: l.vendor_id.clone(),
+        product_id: l.product_id.clone(),
+        product_rev: l.product_rev.clone(),
+        serial: l.serial.clone(),
+    }
+}
+
+fn raw_target(t: &TargetConfig) -> RawTarget {
+    let all = || list(["ALL".to_string()]);
+    RawTarget {
+        iqn: t.iqn.clone(),
+        tid: t.tid.map(u64::from),
+        alias: t.alias.clone(),
+        allow: Some(RawAllow {
+            initiators: Some(if t.allow_initiators.is_empty() {
+                all()
+            } else {
+                list(t.allow_initiators.iter().cloned())
+            }),
+            addresses: Some(if t.allow_addresses.is_empty() {
+                all()
+            } else {
+                list(t.allow_addresses.iter().map(|a| a.to_string()))
+            }),
+        }),
+        iscsi: t.iscsi.as_ref().map(raw_override),
+        luns: Some(t.luns.iter().map(raw_lun).collect()),
+    }
+}
+
+fn auto_or(n: Option<usize>) -> Scalar {
+    match n {
+        Some(n) => Scalar::Int(n as i128),
+        None => Scalar::Text("auto".into()),
+    }
+}
+
+pub(crate) fn to_yaml(c: &Config) -> String {
+    let raw = RawConfig {
+        portals: Some(c.portals.iter().map(raw_portal).collect()),
+        numa: Some(RawNuma {
+            nodes: Some(auto_or(c.numa.nodes)),
+        }),
+        threads: Some(RawThreads {
+            event_threads: Some(auto_or(c.threads.event_threads)),
+            io_threads: c.threads.io_threads.map(|n| n as u64),
+        }),
+        iscsi: Some(raw_iscsi(&c.iscsi)),
+        targets: Some(c.targets.iter().map(raw_target).collect()),
+    };
+    // Serialising these plain structures cannot fail; keep a readable fallback anyway.
+    serde_yaml::to_string(&raw)
+        .unwrap_or_else(|e| format!("# cannot serialise configuration: {e}\n"))
+}

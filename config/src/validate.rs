@@ -1,0 +1,549 @@
+//! Turns the raw YAML structures into the validated [`Config`]: applies the
+//! defaults and checks every rule (names, ranges, duplicates, sizes, paths),
+//! reporting the first problem as a [`ConfigError`] located in the text.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::error::ConfigError;
+use crate::model::{
+    AddressRule, Config, Digest, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig,
+    PortalConfig, TargetConfig, ThreadConfig, default_portal_addr,
+};
+use crate::names::validate_iscsi_name;
+use crate::net::parse_portal_addr;
+use crate::raw::{List, RawConfig, RawIscsi, RawLun, RawPortal, RawTarget, Scalar};
+use crate::size::parse_size;
+
+/// Bounds of the configurable values.
+pub mod limits {
+    /// iSCSI data lengths (RFC 7143 §13.12-13.14): 512 ..= 2^24 - 1.
+    pub const DATA_LEN: (u64, u64) = (512, 16_777_215);
+    pub const MAX_OUTSTANDING_R2T: (u64, u64) = (1, 65_535);
+    pub const MAX_QUEUE_CMD: (u64, u64) = (1, 2048);
+    pub const NOP_INTERVAL: (u64, u64) = (0, 86_400);
+    pub const NOP_COUNT: (u64, u64) = (0, 65_535);
+    pub const NUMA_NODES: (u64, u64) = (1, 256);
+    pub const EVENT_THREADS: (u64, u64) = (1, 4096);
+    pub const IO_THREADS: (u64, u64) = (1, 256);
+    pub const LUN: (u64, u64) = (0, 16_383);
+    pub const TID: (u64, u64) = (1, 2_147_483_647);
+    pub const VENDOR_ID: usize = 8;
+    pub const PRODUCT_ID: usize = 16;
+    pub const PRODUCT_REV: usize = 4;
+    pub const SERIAL: usize = 36;
+    pub const ALIAS: usize = 255;
+}
+
+pub(crate) struct Ctx<'a> {
+    pub text: &'a str,
+    pub file: &'a str,
+}
+
+type R<T> = Result<T, ConfigError>;
+
+impl Ctx<'_> {
+    fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
+        ConfigError::at_path(self.text, self.file, path, msg)
+    }
+
+    fn range(&self, path: &str, v: u64, (lo, hi): (u64, u64)) -> R<u64> {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(self.err(path, format!("must be in {lo}..={hi} (got {v})")))
+        }
+    }
+
+    fn range32(&self, path: &str, v: u64, r: (u64, u64)) -> R<u32> {
+        let v = self.range(path, v, r)?;
+        u32::try_from(v).map_err(|_| self.err(path, format!("too large (got {v})")))
+    }
+
+    fn auto_or(&self, path: &str, s: &Scalar, (lo, hi): (u64, u64)) -> R<Option<usize>> {
+        let n = match s {
+            Scalar::Text(t) if t.trim().eq_ignore_ascii_case("auto") => return Ok(None),
+            Scalar::Text(t) => t.trim().parse::<i128>().ok(),
+            Scalar::Int(i) => Some(*i),
+        };
+        match n {
+            Some(n) if n >= i128::from(lo) && n <= i128::from(hi) => usize::try_from(n)
+                .map(Some)
+                .map_err(|_| self.err(path, "too large")),
+            _ => Err(self.err(
+                path,
+                format!("must be auto or a number in {lo}..={hi} (got {})", show(s)),
+            )),
+        }
+    }
+}
+
+fn show(s: &Scalar) -> String {
+    match s {
+        Scalar::Int(i) => i.to_string(),
+        Scalar::Text(t) => format!("{t:?}"),
+    }
+}
+
+pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
+    let portals = match raw.portals {
+        None => vec![PortalConfig::new(default_portal_addr())],
+        Some(list) => portals(ctx, &list)?,
+    };
+    let numa = NumaConfig {
+        nodes: match raw.numa.and_then(|n| n.nodes) {
+            Some(s) => ctx.auto_or("numa.nodes", &s, limits::NUMA_NODES)?,
+            None => None,
+        },
+    };
+    let mut threads = ThreadConfig::default();
+    if let Some(t) = raw.threads {
+        if let Some(s) = &t.event_threads {
+            threads.event_threads =
+                ctx.auto_or("threads.event_threads", s, limits::EVENT_THREADS)?;
+        }
+        if let Some(n) = t.io_threads {
+            threads.io_threads =
+                Some(ctx.range("threads.io_threads", n, limits::IO_THREADS)? as usize);
+        }
+    }
+    let defaults = IscsiParams::default();
+    let iscsi = match &raw.iscsi {
+        Some(ri) => {
+            let o = iscsi_override(ctx, "iscsi", ri)?;
+            let p = defaults.merged_with(&o);
+            check_bursts(ctx, "iscsi", &p, Some(ri), None)?;
+            p
+        }
+        None => defaults,
+    };
+    let mut targets = Vec::new();
+    for (i, rt) in raw.targets.unwrap_or_default().into_iter().enumerate() {
+        targets.push(target(ctx, &format!("targets[{i}]"), rt, &iscsi)?);
+    }
+    cross_checks(ctx, &targets)?;
+    Ok(Config {
+        portals,
+        numa,
+        threads,
+        iscsi,
+        targets,
+    })
+}
+
+fn portals(ctx: &Ctx<'_>, list: &[RawPortal]) -> R<Vec<PortalConfig>> {
+    if list.is_empty() {
+        return Err(ctx.err(
+            "portals",
+            "must list at least one portal (leave the key out for 0.0.0.0:3260)",
+        ));
+    }
+    let mut out: Vec<PortalConfig> = Vec::new();
+    for (i, rp) in list.iter().enumerate() {
+        let path = format!("portals[{i}]");
+        let addr =
+            parse_portal_addr(&rp.address).map_err(|m| ctx.err(&format!("{path}.address"), m))?;
+        for (j, prev) in out.iter().enumerate() {
+            if let Some(why) = portal_clash(prev.addr, addr) {
+                return Err(ctx.err(
+                    &format!("{path}.address"),
+                    format!("{addr} {why} portals[{j}] ({})", prev.addr),
+                ));
+            }
+        }
+        let nop_interval = rp
+            .nop_interval
+            .map(|v| ctx.range32(&format!("{path}.nop_interval"), v, limits::NOP_INTERVAL))
+            .transpose()?;
+        let nop_count = rp
+            .nop_count
+            .map(|v| ctx.range32(&format!("{path}.nop_count"), v, limits::NOP_COUNT))
+            .transpose()?;
+        out.push(PortalConfig {
+            addr,
+            nop_interval,
+            nop_count,
+        });
+    }
+    Ok(out)
+}
+
+/// Why two portals cannot both be bound, if they cannot. Port 0 (any free
+/// port) never clashes.
+fn portal_clash(a: SocketAddr, b: SocketAddr) -> Option<&'static str> {
+    if a.port() != b.port() || a.port() == 0 {
+        return None;
+    }
+    if a.ip() == b.ip() {
+        return Some("duplicates");
+    }
+    if a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified()) {
+        return Some("overlaps the wildcard address of");
+    }
+    None
+}
+
+fn digest_list(ctx: &Ctx<'_>, path: &str, l: &List) -> R<Vec<Digest>> {
+    let mut out = Vec::new();
+    for (j, item) in l.items.iter().enumerate() {
+        let ipath = if l.single {
+            path.to_string()
+        } else {
+            format!("{path}[{j}]")
+        };
+        for word in item.split(',') {
+            let d = Digest::parse(word).ok_or_else(|| {
+                ctx.err(
+                    &ipath,
+                    format!("must be None or CRC32C (got {:?})", word.trim()),
+                )
+            })?;
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(ctx.err(path, "must list at least one of None, CRC32C"));
+    }
+    Ok(out)
+}
+
+fn iscsi_override(ctx: &Ctx<'_>, base: &str, r: &RawIscsi) -> R<IscsiParamsOverride> {
+    let p = |k: &str| format!("{base}.{k}");
+    let len = |k: &str, v: Option<u64>| {
+        v.map(|v| ctx.range32(&p(k), v, limits::DATA_LEN))
+            .transpose()
+    };
+    Ok(IscsiParamsOverride {
+        max_recv_data_segment_length: len(
+            "MaxRecvDataSegmentLength",
+            r.max_recv_data_segment_length,
+        )?,
+        max_burst_length: len("MaxBurstLength", r.max_burst_length)?,
+        first_burst_length: len("FirstBurstLength", r.first_burst_length)?,
+        immediate_data: r.immediate_data.map(|b| b.0),
+        initial_r2t: r.initial_r2t.map(|b| b.0),
+        max_outstanding_r2t: r
+            .max_outstanding_r2t
+            .map(|v| ctx.range32(&p("MaxOutstandingR2T"), v, limits::MAX_OUTSTANDING_R2T))
+            .transpose()?,
+        header_digest: r
+            .header_digest
+            .as_ref()
+            .map(|l| digest_list(ctx, &p("HeaderDigest"), l))
+            .transpose()?,
+        data_digest: r
+            .data_digest
+            .as_ref()
+            .map(|l| digest_list(ctx, &p("DataDigest"), l))
+            .transpose()?,
+        max_queued_commands: r
+            .max_queued_commands
+            .map(|v| ctx.range32(&p("MaxQueueCmd"), v, limits::MAX_QUEUE_CMD))
+            .transpose()?,
+        nop_interval: r
+            .nop_interval
+            .map(|v| ctx.range32(&p("NopInterval"), v, limits::NOP_INTERVAL))
+            .transpose()?,
+        nop_count: r
+            .nop_count
+            .map(|v| ctx.range32(&p("NopCount"), v, limits::NOP_COUNT))
+            .transpose()?,
+    })
+}
+
+/// FirstBurstLength <= MaxBurstLength (RFC 7143 §13.14), reported at the key
+/// that was written in `local` (the section being checked), else in `global`.
+fn check_bursts(
+    ctx: &Ctx<'_>,
+    base: &str,
+    p: &IscsiParams,
+    local: Option<&RawIscsi>,
+    global: Option<&str>,
+) -> R<()> {
+    if p.first_burst_length <= p.max_burst_length {
+        return Ok(());
+    }
+    let key = match local {
+        Some(r) if r.first_burst_length.is_some() => format!("{base}.FirstBurstLength"),
+        Some(r) if r.max_burst_length.is_some() => format!("{base}.MaxBurstLength"),
+        _ => format!("{}.FirstBurstLength", global.unwrap_or(base)),
+    };
+    Err(ctx.err(
+        &key,
+        format!(
+            "FirstBurstLength ({}) must not exceed MaxBurstLength ({})",
+            p.first_burst_length, p.max_burst_length
+        ),
+    ))
+}
+
+fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<TargetConfig> {
+    validate_iscsi_name(&rt.iqn).map_err(|m| ctx.err(&format!("{path}.iqn"), m))?;
+    let tid = rt
+        .tid
+        .map(|v| ctx.range32(&format!("{path}.tid"), v, limits::TID))
+        .transpose()?;
+    if let Some(a) = &rt.alias {
+        if a.is_empty() || a.len() > limits::ALIAS || a.chars().any(char::is_control) {
+            return Err(ctx.err(
+                &format!("{path}.alias"),
+                format!(
+                    "must be 1..={} bytes without control characters",
+                    limits::ALIAS
+                ),
+            ));
+        }
+    }
+    let mut allow_initiators = Vec::new();
+    let mut allow_addresses = Vec::new();
+    if let Some(allow) = &rt.allow {
+        if let Some(l) = &allow.initiators {
+            let p = format!("{path}.allow.initiators");
+            check_nonempty(ctx, &p, l)?;
+            for (j, name) in l.items.iter().enumerate() {
+                let ip = item_path(&p, l, j);
+                if name.trim().eq_ignore_ascii_case("all") {
+                    allow_initiators.push("ALL".to_string());
+                } else {
+                    validate_iscsi_name(name).map_err(|m| ctx.err(&ip, m))?;
+                    allow_initiators.push(name.clone());
+                }
+            }
+            if allow_initiators.iter().any(|n| n == "ALL") {
+                allow_initiators.clear();
+            }
+        }
+        if let Some(l) = &allow.addresses {
+            let p = format!("{path}.allow.addresses");
+            check_nonempty(ctx, &p, l)?;
+            for (j, a) in l.items.iter().enumerate() {
+                let rule = AddressRule::parse(a).map_err(|m| ctx.err(&item_path(&p, l, j), m))?;
+                allow_addresses.push(rule);
+            }
+            if allow_addresses.contains(&AddressRule::All) {
+                allow_addresses.clear();
+            }
+        }
+    }
+    let iscsi = match &rt.iscsi {
+        Some(ri) => {
+            let base = format!("{path}.iscsi");
+            let o = iscsi_override(ctx, &base, ri)?;
+            check_bursts(ctx, &base, &global.merged_with(&o), Some(ri), None)?;
+            Some(o)
+        }
+        None => None,
+    };
+    let mut luns: Vec<LunConfig> = Vec::new();
+    for (j, rl) in rt.luns.unwrap_or_default().into_iter().enumerate() {
+        let lp = format!("{path}.luns[{j}]");
+        let l = lun(ctx, &lp, rl)?;
+        if let Some(k) = luns.iter().position(|o| o.lun == l.lun) {
+            return Err(ctx.err(
+                &format!("{lp}.lun"),
+                format!("LUN {} is already used by {path}.luns[{k}]", l.lun),
+            ));
+        }
+        luns.push(l);
+    }
+    Ok(TargetConfig {
+        iqn: rt.iqn,
+        tid,
+        alias: rt.alias,
+        allow_initiators,
+        allow_addresses,
+        iscsi,
+        luns,
+    })
+}
+
+fn item_path(p: &str, l: &List, j: usize) -> String {
+    if l.single {
+        p.to_string()
+    } else {
+        format!("{p}[{j}]")
+    }
+}
+
+fn check_nonempty(ctx: &Ctx<'_>, p: &str, l: &List) -> R<()> {
+    if l.items.is_empty() {
+        return Err(ctx.err(
+            p,
+            "empty list; write [ALL] to allow any, or leave the key out",
+        ));
+    }
+    Ok(())
+}
+
+fn ident(ctx: &Ctx<'_>, path: &str, v: Option<String>, max: usize) -> R<Option<String>> {
+    if let Some(s) = &v {
+        if s.is_empty() || s.len() > max || !s.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            return Err(ctx.err(
+                path,
+                format!("must be 1 to {max} printable ASCII characters (got {s:?})"),
+            ));
+        }
+    }
+    Ok(v)
+}
+
+fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
+    let lun = ctx.range(&format!("{p}.lun"), rl.lun, limits::LUN)?;
+    if rl.path.is_empty() {
+        return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
+    }
+    let path = PathBuf::from(&rl.path);
+    if !path.is_absolute() {
+        return Err(ctx.err(
+            &format!("{p}.path"),
+            format!(
+                "must be an absolute path (got {:?}); relative paths are not resolved",
+                rl.path
+            ),
+        ));
+    }
+    let block_size = match rl.block_size {
+        None => 512,
+        Some(b @ (512 | 4096)) => b as u32,
+        Some(b) => {
+            return Err(ctx.err(
+                &format!("{p}.block_size"),
+                format!("must be 512 or 4096 (got {b})"),
+            ));
+        }
+    };
+    let create_size = match &rl.size {
+        None => None,
+        Some(s) => {
+            let sp = format!("{p}.size");
+            let bytes = match s {
+                Scalar::Int(i) => u64::try_from(*i)
+                    .map_err(|_| ctx.err(&sp, format!("must be a positive size (got {i})")))?,
+                Scalar::Text(t) => parse_size(t).map_err(|m| ctx.err(&sp, m))?,
+            };
+            if bytes == 0 {
+                return Err(ctx.err(&sp, "must be greater than 0"));
+            }
+            if bytes % u64::from(block_size) != 0 {
+                return Err(ctx.err(
+                    &sp,
+                    format!("{bytes} bytes is not a multiple of the block size {block_size}"),
+                ));
+            }
+            Some(bytes)
+        }
+    };
+    Ok(LunConfig {
+        lun,
+        path,
+        block_size,
+        write_cache: rl.write_cache.is_none_or(|b| b.0),
+        readonly: rl.readonly.is_some_and(|b| b.0),
+        create_size,
+        vendor_id: ident(
+            ctx,
+            &format!("{p}.vendor_id"),
+            rl.vendor_id,
+            limits::VENDOR_ID,
+        )?,
+        product_id: ident(
+            ctx,
+            &format!("{p}.product_id"),
+            rl.product_id,
+            limits::PRODUCT_ID,
+        )?,
+        product_rev: ident(
+            ctx,
+            &format!("{p}.product_rev"),
+            rl.product_rev,
+            limits::PRODUCT_REV,
+        )?,
+        serial: ident(ctx, &format!("{p}.serial"), rl.serial, limits::SERIAL)?,
+    })
+}
+
+/// Rules across targets: unique names and tids; a backing file is used by one
+/// writable LUN only (two writable views of one file would corrupt it).
+fn cross_checks(ctx: &Ctx<'_>, targets: &[TargetConfig]) -> R<()> {
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut tids: HashMap<u32, usize> = HashMap::new();
+    let mut files: HashMap<&std::path::Path, (usize, usize, bool)> = HashMap::new();
+    for (i, t) in targets.iter().enumerate() {
+        if let Some(k) = names.insert(t.iqn.to_ascii_lowercase(), i) {
+            return Err(ctx.err(
+                &format!("targets[{i}].iqn"),
+                format!(
+                    "duplicate target name {:?}, already used by targets[{k}]",
+                    t.iqn
+                ),
+            ));
+        }
+        if let Some(tid) = t.tid {
+            if let Some(k) = tids.insert(tid, i) {
+                return Err(ctx.err(
+                    &format!("targets[{i}].tid"),
+                    format!("duplicate tid {tid}, already used by targets[{k}]"),
+                ));
+            }
+        }
+        for (j, l) in t.luns.iter().enumerate() {
+            if let Some(&(ti, lj, ro)) = files.get(l.path.as_path()) {
+                if !(ro && l.readonly) {
+                    return Err(ctx.err(
+                        &format!("targets[{i}].luns[{j}].path"),
+                        format!(
+                            "{} is already the backing file of targets[{ti}].luns[{lj}]; \
+                             a file can back several LUNs only if all are readonly",
+                            l.path.display()
+                        ),
+                    ));
+                }
+            } else {
+                files.insert(l.path.as_path(), (i, j, l.readonly));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// tgtd's `--iscsi portal=IP:PORT[,nop_interval=S][,nop_count=N]`.
+pub(crate) fn portal_from_option(text: &str) -> R<PortalConfig> {
+    const SRC: &str = "--iscsi";
+    let err = |path: &str, m: String| ConfigError::new(SRC, None, None, path, m);
+    let mut addr = None;
+    let mut nop_interval = None;
+    let mut nop_count = None;
+    for (i, part) in text.split(',').enumerate() {
+        let (k, v) = match part.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None if i == 0 => ("portal", part.trim()),
+            None => return Err(err("", format!("expected key=value, got {part:?}"))),
+        };
+        let num = |r: (u64, u64)| -> R<u32> {
+            match v.parse::<u64>() {
+                Ok(n) if (r.0..=r.1).contains(&n) => Ok(n as u32),
+                _ => Err(err(k, format!("must be in {}..={} (got {v:?})", r.0, r.1))),
+            }
+        };
+        match k {
+            "portal" => addr = Some(parse_portal_addr(v).map_err(|m| err(k, m))?),
+            "nop_interval" => nop_interval = Some(num(limits::NOP_INTERVAL)?),
+            "nop_count" => nop_count = Some(num(limits::NOP_COUNT)?),
+            _ => {
+                return Err(err(
+                    k,
+                    "unknown option (expected portal, nop_interval or nop_count)".into(),
+                ));
+            }
+        }
+    }
+    let addr = addr.ok_or_else(|| err("portal", "missing portal=IP:PORT".into()))?;
+    Ok(PortalConfig {
+        addr,
+        nop_interval,
+        nop_count,
+    })
+}

@@ -1,0 +1,1117 @@
+//! Connection-level scenarios: an open-iscsi style login, READ with Data-In splitting and
+//! residuals, WRITE with immediate data + R2T + Data-Out, CmdSN ordering, malformed PDUs,
+//! NOP pings and timeout, text/SendTargets, task management and logout.
+
+use super::*;
+use crate::pdu::*;
+use std::sync::Arc;
+
+type Buf = Arc<[u8]>;
+
+struct Dir;
+impl Directory for Dir {
+    fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
+        match req.target_name {
+            None | Some("iqn.2026-11.org.numatgt:disk1") => Ok(LoginGrant {
+                tsih: 0x11,
+                target_portal_group_tag: 1,
+                target_alias: Some("disk1".into()),
+            }),
+            Some("iqn.2026-11.org.numatgt:acl") => Err(LoginReject::NotAuthorized),
+            _ => Err(LoginReject::TargetNotFound),
+        }
+    }
+    fn send_targets(
+        &self,
+        _i: &str,
+        _p: SocketAddr,
+        _l: SocketAddr,
+        scope: Option<&str>,
+    ) -> Vec<TargetRecord> {
+        let all = vec![
+            TargetRecord {
+                name: "iqn.2026-11.org.numatgt:disk1".into(),
+                addresses: vec!["127.0.0.1:3260,1".into()],
+            },
+            TargetRecord {
+                name: "iqn.2026-11.org.numatgt:disk2".into(),
+                addresses: vec!["127.0.0.1:3260,1".into(), "[::1]:3260,1".into()],
+            },
+        ];
+        all.into_iter()
+            .filter(|t| scope.is_none_or(|s| s == t.name))
+            .collect()
+    }
+}
+
+const TARGET: &str = "iqn.2026-11.org.numatgt:disk1";
+const ISID: [u8; 6] = [0x00, 0x02, 0x3d, 0x00, 0x00, 0x01];
+
+struct Ini {
+    c: Connection<Buf>,
+    dg: Digests,
+    cmd_sn: u32,
+    exp_stat_sn: u32,
+    now: u64,
+}
+
+impl Ini {
+    fn new(cfg: ConnConfig) -> Self {
+        let a: SocketAddr = "127.0.0.1:3260".parse().unwrap();
+        let p: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+        Ini {
+            c: Connection::new(cfg, p, a),
+            dg: Digests::default(),
+            cmd_sn: 1,
+            exp_stat_sn: 0,
+            now: 1000,
+        }
+    }
+
+    /// Feeds bytes in chunks of at most `chunk`.
+    fn feed_chunked(&mut self, bytes: &[u8], chunk: usize) {
+        let mut off = 0;
+        while off < bytes.len() && !self.c.is_closing() {
+            let space = self.c.rx_space();
+            assert!(space.len() >= 48 || space.len() >= bytes.len() - off);
+            let n = space.len().min(bytes.len() - off).min(chunk);
+            space[..n].copy_from_slice(&bytes[off..off + n]);
+            self.c.rx_commit(n, &Dir, self.now);
+            off += n;
+        }
+    }
+    fn feed(&mut self, bytes: &[u8]) {
+        self.feed_chunked(bytes, usize::MAX);
+    }
+    fn send(&mut self, bhs: Bhs, ahs: Vec<Ahs>, data: &[u8]) {
+        let b = Pdu {
+            bhs,
+            ahs,
+            data: data.to_vec(),
+        }
+        .encode(self.dg)
+        .unwrap();
+        self.feed(&b);
+    }
+    /// Drains transmitted bytes (in small writev steps) and decodes them.
+    fn recv(&mut self) -> Vec<Pdu> {
+        let mut bytes = Vec::new();
+        while self.c.has_tx() {
+            let mut v = Vec::new();
+            self.c.gather_tx(&mut v, 3);
+            let mut n = 0;
+            for s in &v {
+                bytes.extend_from_slice(s);
+                n += s.len();
+            }
+            self.c.tx_consumed(n);
+        }
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < bytes.len() {
+            let f = match check_frame(&bytes[off..], 1 << 24, self.dg).unwrap() {
+                Decoded::Complete(f) => f,
+                Decoded::Incomplete(_) => panic!("truncated tx"),
+            };
+            let p = match Pdu::decode(&bytes[off..], 1 << 24, self.dg).unwrap() {
+                Decoded::Complete(p) => p,
+                Decoded::Incomplete(_) => unreachable!(),
+            };
+            off += f.total;
+            out.push(p);
+        }
+        out
+    }
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.c.poll_event()).collect()
+    }
+    fn login_pdu(&self, csg: u8, nsg: u8, t: bool, text: &str) -> (Bhs, Vec<u8>) {
+        (
+            Bhs::LoginRequest(LoginRequest {
+                transit: t,
+                cont: false,
+                csg,
+                nsg,
+                version_max: 0,
+                version_min: 0,
+                isid: ISID,
+                tsih: 0,
+                itt: 0,
+                cid: 0,
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: self.exp_stat_sn,
+            }),
+            text.replace(';', "\0").into_bytes(),
+        )
+    }
+
+    /// The login open-iscsi performs: security stage then operational stage.
+    fn login_with(&mut self, op_text: &str) -> SessionInfo {
+        let (b, d) = self.login_pdu(
+            0,
+            1,
+            true,
+            &format!(
+                "InitiatorName=iqn.2004-10.com.ubuntu:01:abcdef;InitiatorAlias=host;\
+                 SessionType=Normal;TargetName={TARGET};AuthMethod=None;"
+            ),
+        );
+        self.send(b, vec![], &d);
+        let r = self.recv();
+        assert_eq!(r.len(), 1);
+        let Bhs::LoginResponse(lr) = r[0].bhs else {
+            panic!()
+        };
+        assert_eq!((lr.status_class, lr.status_detail), (0, 0));
+        assert!(lr.transit && lr.csg == 0 && lr.nsg == 1);
+        self.exp_stat_sn = lr.stat_sn + 1;
+        let txt = String::from_utf8(r[0].data.clone()).unwrap();
+        assert!(txt.contains("AuthMethod=None\0"), "{txt}");
+        assert!(txt.contains("TargetPortalGroupTag=1\0"));
+        assert!(txt.contains("TargetAlias=disk1\0"));
+        let (b, d) = self.login_pdu(1, 3, true, op_text);
+        self.send(b, vec![], &d);
+        let r = self.recv();
+        let Bhs::LoginResponse(lr) = r[0].bhs else {
+            panic!()
+        };
+        assert_eq!((lr.status_class, lr.status_detail), (0, 0), "{:?}", r[0]);
+        assert!(lr.transit && lr.nsg == 3);
+        assert_eq!(lr.tsih, 0x11);
+        assert_eq!(lr.exp_cmd_sn, self.cmd_sn);
+        self.exp_stat_sn = lr.stat_sn + 1;
+        let ev = self.events();
+        let Some(Event::LoggedIn(info)) = ev.into_iter().next() else {
+            panic!()
+        };
+        self.dg = Digests {
+            header: info.params.header_digest == crate::Digest::Crc32c,
+            data: info.params.data_digest == crate::Digest::Crc32c,
+        };
+        info
+    }
+
+    fn login(&mut self) -> SessionInfo {
+        self.login_with(OPEN_ISCSI_OP)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scsi(
+        &mut self,
+        itt: u32,
+        read: bool,
+        write: bool,
+        edtl: u32,
+        cdb0: u8,
+        imm: &[u8],
+        final_: bool,
+    ) {
+        let mut cdb = [0u8; 16];
+        cdb[0] = cdb0;
+        let h = Bhs::ScsiCommand(ScsiCommandHdr {
+            immediate: false,
+            final_,
+            read,
+            write,
+            attr: 1,
+            lun: fields::lun_encode(1),
+            itt,
+            edtl,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            cdb,
+        });
+        self.cmd_sn += 1;
+        self.send(h, vec![], imm);
+    }
+
+    fn data_out(&mut self, itt: u32, ttt: u32, data_sn: u32, off: u32, data: &[u8], final_: bool) {
+        let h = Bhs::DataOut(DataOut {
+            final_,
+            lun: fields::lun_encode(1),
+            itt,
+            ttt,
+            exp_stat_sn: self.exp_stat_sn,
+            data_sn,
+            buffer_offset: off,
+        });
+        self.send(h, vec![], data);
+    }
+}
+
+const OPEN_ISCSI_OP: &str = "HeaderDigest=None,CRC32C;DataDigest=None;\
+    DefaultTime2Wait=2;DefaultTime2Retain=0;IFMarker=No;OFMarker=No;ErrorRecoveryLevel=0;\
+    InitialR2T=No;ImmediateData=Yes;MaxBurstLength=16776192;FirstBurstLength=262144;\
+    MaxOutstandingR2T=1;MaxConnections=1;DataPDUInOrder=Yes;DataSequenceInOrder=Yes;\
+    MaxRecvDataSegmentLength=262144;";
+
+fn cmd_events(ev: Vec<Event>) -> Vec<ScsiCommand> {
+    ev.into_iter()
+        .map(|e| match e {
+            Event::Command(c) => c,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn open_iscsi_login_negotiates() {
+    let mut i = Ini::new(ConnConfig::default());
+    let (b, d) = i.login_pdu(
+        0,
+        1,
+        true,
+        &format!("InitiatorName=iqn.x;SessionType=Normal;TargetName={TARGET};AuthMethod=None;"),
+    );
+    i.send(b, vec![], &d);
+    let _ = i.recv();
+    let (b, d) = i.login_pdu(1, 3, true, OPEN_ISCSI_OP);
+    i.send(b, vec![], &d);
+    let r = i.recv();
+    let txt = String::from_utf8(r[0].data.clone()).unwrap();
+    for want in [
+        "HeaderDigest=None\0",
+        "DataDigest=None\0",
+        "InitialR2T=Yes\0",
+        "ImmediateData=Yes\0",
+        "MaxBurstLength=262144\0",
+        "FirstBurstLength=65536\0",
+        "DefaultTime2Retain=0\0",
+        "ErrorRecoveryLevel=0\0",
+        "MaxRecvDataSegmentLength=262144\0",
+        "IFMarker=No\0",
+    ] {
+        assert!(txt.contains(want), "{want} missing in {txt}");
+    }
+    let Some(Event::LoggedIn(info)) = i.c.poll_event() else {
+        panic!()
+    };
+    assert_eq!(info.params.initiator_max_recv_data_segment_length, 262144);
+    assert_eq!(info.isid, ISID);
+    assert_eq!(info.target_name.as_deref(), Some(TARGET));
+    assert!(i.c.session().is_some());
+}
+
+#[test]
+fn login_failures_close() {
+    for (target, detail) in [("iqn.nope", 0x03), ("iqn.2026-11.org.numatgt:acl", 0x02)] {
+        let mut i = Ini::new(ConnConfig::default());
+        let (b, d) = i.login_pdu(
+            0,
+            1,
+            true,
+            &format!("InitiatorName=iqn.x;TargetName={target};"),
+        );
+        i.send(b, vec![], &d);
+        let r = i.recv();
+        let Bhs::LoginResponse(lr) = r[0].bhs else {
+            panic!()
+        };
+        assert_eq!((lr.status_class, lr.status_detail), (2, detail));
+        assert!(matches!(
+            i.c.poll_event(),
+            Some(Event::Close(ConnError::LoginFailed { .. }))
+        ));
+        assert!(i.c.is_closing());
+    }
+    // A non-login PDU during login closes.
+    let mut i = Ini::new(ConnConfig::default());
+    i.send(
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 1,
+            ttt: RESERVED_TAG,
+            cmd_sn: 0,
+            exp_stat_sn: 0,
+        }),
+        vec![],
+        &[],
+    );
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::Protocol(_)))
+    ));
+}
+
+#[test]
+fn read_split_and_phase_collapse() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login_with("MaxRecvDataSegmentLength=8192;MaxBurstLength=16384;");
+    i.scsi(0x10, true, false, 20000, 0x28, &[], true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].lun, 1);
+    assert_eq!(cmds[0].expected_read_len, 20000);
+    let payload: Vec<u8> = (0..20000u32).map(|x| x as u8).collect();
+    i.c.complete_command(
+        0x10,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(payload.clone())),
+            write_transfer_len: None,
+        },
+    );
+    assert_eq!(i.c.tasks_in_flight(), 0);
+    let r = i.recv();
+    assert_eq!(r.len(), 3);
+    let mut got = Vec::new();
+    let lens = [8192, 8192, 3616];
+    for (n, p) in r.iter().enumerate() {
+        let Bhs::DataIn(d) = p.bhs else { panic!() };
+        assert_eq!(d.data_sn, n as u32);
+        assert_eq!(d.buffer_offset as usize, got.len());
+        assert_eq!(p.data.len(), lens[n]);
+        // burst of 16384 ends after the second PDU
+        assert_eq!(d.final_, n >= 1);
+        assert_eq!(d.status.is_some(), n == 2);
+        got.extend_from_slice(&p.data);
+    }
+    assert_eq!(got, payload);
+    let Bhs::DataIn(last) = r[2].bhs else {
+        panic!()
+    };
+    assert_eq!(last.status, Some(0));
+    assert!(!last.underflow && !last.overflow);
+    assert_eq!(last.stat_sn, i.exp_stat_sn);
+}
+
+#[test]
+fn read_residuals_and_sense() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    // Underflow
+    i.scsi(1, true, false, 4096, 0x28, &[], true);
+    i.c.complete_command(
+        1,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(vec![1; 1000])),
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+    assert!(d.underflow && d.residual == 3096 && d.status == Some(0));
+    // Overflow
+    i.scsi(2, true, false, 512, 0x12, &[], true);
+    i.c.complete_command(
+        2,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(vec![1; 600])),
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    assert_eq!(r[0].data.len(), 512);
+    let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+    assert!(d.overflow && d.residual == 88);
+    // CHECK CONDITION with sense: separate response, no data
+    i.scsi(3, true, false, 512, 0x28, &[], true);
+    let sense = vec![0x70, 0, 5, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x21, 0, 0, 0, 0, 0];
+    i.c.complete_command(
+        3,
+        CommandResult::<Buf> {
+            status: 2,
+            sense: sense.clone(),
+            data: None,
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    assert_eq!(r.len(), 1);
+    let Bhs::ScsiResponse(s) = r[0].bhs else {
+        panic!()
+    };
+    assert_eq!(s.status, 2);
+    assert!(s.underflow && s.residual == 512);
+    assert_eq!(&r[0].data[..2], &[0, 18]);
+    assert_eq!(&r[0].data[2..], &sense[..]);
+    let _ = i.events();
+}
+
+#[test]
+fn write_immediate_then_r2t() {
+    let mut i = Ini::new(ConnConfig::default());
+    let info = i.login();
+    assert!(info.params.initial_r2t);
+    let edtl = 200_000u32;
+    let payload: Vec<u8> = (0..edtl).map(|x| (x * 7) as u8).collect();
+    i.scsi(5, false, true, edtl, 0x2a, &payload[..8192], true);
+    assert!(i.events().is_empty());
+    let r = i.recv();
+    assert_eq!(r.len(), 1);
+    let Bhs::R2t(r2t) = r[0].bhs else {
+        panic!("{:?}", r[0])
+    };
+    assert_eq!(
+        (r2t.buffer_offset, r2t.desired_len, r2t.r2t_sn),
+        (8192, edtl - 8192, 0)
+    );
+    let mut off = 8192u32;
+    let mut sn = 0;
+    while off < edtl {
+        let len = (edtl - off).min(65536);
+        i.data_out(
+            5,
+            r2t.ttt,
+            sn,
+            off,
+            &payload[off as usize..(off + len) as usize],
+            off + len == edtl,
+        );
+        off += len;
+        sn += 1;
+    }
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].data_out, payload);
+    assert_eq!(cmds[0].expected_write_len, edtl);
+    i.c.complete_command(
+        5,
+        CommandResult::<Buf> {
+            status: 0,
+            sense: vec![],
+            data: None,
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    let Bhs::ScsiResponse(s) = r[0].bhs else {
+        panic!()
+    };
+    assert_eq!((s.status, s.residual, s.underflow), (0, 0, false));
+    assert_eq!(s.exp_data_sn, 1);
+}
+
+#[test]
+fn write_unsolicited_and_multiple_r2ts() {
+    let cfg = ConnConfig {
+        initial_r2t: false,
+        max_burst_length: 65536,
+        first_burst_length: 16384,
+        max_outstanding_r2t: 2,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    let info = i.login_with(&OPEN_ISCSI_OP.replace("MaxOutstandingR2T=1", "MaxOutstandingR2T=4"));
+    assert!(!info.params.initial_r2t);
+    assert_eq!(info.params.first_burst_length, 16384);
+    let edtl = 200_000u32;
+    let payload: Vec<u8> = (0..edtl).map(|x| (x * 3) as u8).collect();
+    i.scsi(9, false, true, edtl, 0x2a, &payload[..4096], false);
+    assert!(i.recv().is_empty(), "no R2T during the unsolicited burst");
+    i.data_out(9, RESERVED_TAG, 0, 4096, &payload[4096..12288], false);
+    i.data_out(9, RESERVED_TAG, 1, 12288, &payload[12288..16384], true);
+    let r = i.recv();
+    assert_eq!(r.len(), 2, "MaxOutstandingR2T=2");
+    let mut r2ts: Vec<R2t> = r
+        .iter()
+        .map(|p| match p.bhs {
+            Bhs::R2t(x) => x,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(r2ts[0].buffer_offset, 16384);
+    assert_eq!(r2ts[0].desired_len, 65536);
+    assert_eq!(r2ts[1].buffer_offset, 16384 + 65536);
+    let mut next_sn = 2;
+    while let Some(r2t) = (!r2ts.is_empty()).then(|| r2ts.remove(0)) {
+        let mut off = r2t.buffer_offset;
+        let end = off + r2t.desired_len;
+        let mut sn = 0;
+        while off < end {
+            let len = (end - off).min(32768);
+            i.data_out(
+                9,
+                r2t.ttt,
+                sn,
+                off,
+                &payload[off as usize..(off + len) as usize],
+                off + len == end,
+            );
+            off += len;
+            sn += 1;
+        }
+        for p in i.recv() {
+            let Bhs::R2t(x) = p.bhs else { panic!() };
+            assert_eq!(x.r2t_sn, next_sn);
+            next_sn += 1;
+            r2ts.push(x);
+        }
+    }
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds[0].data_out, payload);
+}
+
+#[test]
+fn bad_data_out_is_rejected_and_closes() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(5, false, true, 4096, 0x2a, &[], true);
+    let r = i.recv();
+    let Bhs::R2t(r2t) = r[0].bhs else { panic!() };
+    // Wrong offset.
+    i.data_out(5, r2t.ttt, 0, 512, &[0; 512], false);
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, 0x09);
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::Protocol(_)))
+    ));
+    // Data-Out for an unknown task is ignored.
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.data_out(77, 5, 0, 0, &[0; 512], true);
+    assert!(i.recv().is_empty());
+    assert_eq!(i.c.stats().dropped_unknown_data_out, 1);
+}
+
+#[test]
+fn cmdsn_ordering_and_window() {
+    let cfg = ConnConfig {
+        max_queued_commands: 4,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    i.login();
+    let base = i.cmd_sn;
+    // Send CmdSN base+1 first, then base.
+    i.cmd_sn = base + 1;
+    i.scsi(0x21, true, false, 512, 0x28, &[], true);
+    assert!(i.events().is_empty());
+    i.cmd_sn = base;
+    i.scsi(0x20, true, false, 512, 0x28, &[], true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(
+        cmds.iter().map(|c| c.itt).collect::<Vec<_>>(),
+        vec![0x20, 0x21]
+    );
+    // Beyond MaxCmdSN (base+3): dropped silently.
+    i.cmd_sn = base + 9;
+    i.scsi(0x30, true, false, 512, 0x28, &[], true);
+    assert!(i.events().is_empty() && i.recv().is_empty());
+    assert_eq!(i.c.stats().dropped_out_of_window, 1);
+    assert!(i.c.take_drop_reason().unwrap().contains("MaxCmdSN"));
+    // Duplicate / stale.
+    i.cmd_sn = base;
+    i.scsi(0x31, true, false, 512, 0x28, &[], true);
+    assert!(i.events().is_empty());
+    // Window opens as tasks complete.
+    i.c.complete_command(
+        0x20,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(vec![0; 512])),
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+    assert_eq!(d.exp_cmd_sn, base + 2);
+    assert_eq!(d.max_cmd_sn, base + 4);
+}
+
+#[test]
+fn malformed_pdus() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    // Unknown opcode -> Reject "command not supported"
+    let mut raw = [0u8; 48];
+    raw[0] = 0x1d;
+    i.feed(&raw);
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, 0x05);
+    assert_eq!(&r[0].data[..], &raw[..]);
+    // SNACK at ERL 0 -> Reject protocol error
+    i.send(
+        Bhs::Snack(Snack {
+            snack_type: 0,
+            lun: 0,
+            itt: 1,
+            ttt: 0,
+            exp_stat_sn: 0,
+            beg_run: 0,
+            run_length: 0,
+        }),
+        vec![],
+        &[],
+    );
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, 0x04);
+    assert!(!i.c.is_closing());
+    // Data segment longer than our MaxRecvDataSegmentLength -> Reject + close.
+    let mut raw = Bhs::NopOut(NopOut {
+        immediate: true,
+        lun: 0,
+        itt: 1,
+        ttt: RESERVED_TAG,
+        cmd_sn: 0,
+        exp_stat_sn: 0,
+    })
+    .encode(0, 300_000);
+    raw[0] |= 0x40;
+    i.feed(&raw);
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::Protocol(_)))
+    ));
+    assert!(i.c.is_closing());
+}
+
+#[test]
+fn digests_after_login() {
+    let mut i = Ini::new(ConnConfig::default());
+    let info = i.login_with("HeaderDigest=CRC32C;DataDigest=CRC32C;");
+    assert_eq!(info.params.header_digest, crate::Digest::Crc32c);
+    assert!(i.dg.header && i.dg.data);
+    // NOP-Out ping with data is echoed with digests.
+    i.send(
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 7,
+            ttt: RESERVED_TAG,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        vec![],
+        b"hello",
+    );
+    let r = i.recv();
+    assert_eq!(r[0].data, b"hello");
+    // Corrupt data digest on a NOP-Out: Reject 0x02, connection stays.
+    let mut b = Pdu::new(
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 8,
+            ttt: RESERVED_TAG,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        b"abcd".to_vec(),
+    )
+    .encode(i.dg)
+    .unwrap();
+    let n = b.len();
+    b[n - 1] ^= 0xff;
+    i.feed(&b);
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, 0x02);
+    assert!(!i.c.is_closing());
+    // Corrupt header digest: close.
+    b[50] ^= 0xff;
+    i.feed(&b);
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::HeaderDigest))
+    ));
+}
+
+#[test]
+fn nop_ping_and_timeout() {
+    let cfg = ConnConfig {
+        nop_interval_ms: 1000,
+        nop_count: 2,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    i.login();
+    assert_eq!(i.c.next_deadline_ms(), Some(2000));
+    i.c.on_tick(2000);
+    let r = i.recv();
+    let Bhs::NopIn(p) = r[0].bhs else { panic!() };
+    assert_eq!(p.itt, RESERVED_TAG);
+    // Answer it.
+    i.send(
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: RESERVED_TAG,
+            ttt: p.ttt,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        vec![],
+        &[],
+    );
+    assert!(i.recv().is_empty());
+    i.c.on_tick(3000);
+    assert_eq!(i.recv().len(), 1);
+    i.c.on_tick(4000); // one missed
+    assert_eq!(i.recv().len(), 1);
+    assert!(i.c.poll_event().is_none());
+    i.c.on_tick(5000); // two missed -> drop
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::NopTimeout(2)))
+    ));
+}
+
+#[test]
+fn logout_waits_for_tasks() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(1, true, false, 512, 0x28, &[], true);
+    let _ = i.events();
+    i.send(
+        Bhs::LogoutRequest(LogoutRequest {
+            immediate: true,
+            reason: 0,
+            itt: 2,
+            cid: 0,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        vec![],
+        &[],
+    );
+    assert!(i.recv().is_empty());
+    i.c.complete_command(
+        1,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(vec![0; 512])),
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    assert!(matches!(r[0].bhs, Bhs::DataIn(_)));
+    let Bhs::LogoutResponse(l) = r[1].bhs else {
+        panic!()
+    };
+    assert_eq!(l.response, 0);
+    assert!(matches!(i.c.poll_event(), Some(Event::LoggedOut)));
+    assert!(i.c.is_closing());
+    // Late completions are dropped.
+    i.c.complete_command(
+        1,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: None,
+            write_transfer_len: None,
+        },
+    );
+    assert!(!i.c.has_tx());
+
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.send(
+        Bhs::LogoutRequest(LogoutRequest {
+            immediate: true,
+            reason: 2,
+            itt: 2,
+            cid: 0,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        vec![],
+        &[],
+    );
+    let r = i.recv();
+    let Bhs::LogoutResponse(l) = r[0].bhs else {
+        panic!()
+    };
+    assert_eq!(l.response, 2);
+    assert!(!i.c.is_closing());
+}
+
+#[test]
+fn discovery_send_targets() {
+    let mut i = Ini::new(ConnConfig::default());
+    let (b, d) = i.login_pdu(
+        1,
+        3,
+        true,
+        "InitiatorName=iqn.x;SessionType=Discovery;MaxRecvDataSegmentLength=512;",
+    );
+    i.send(b, vec![], &d);
+    let r = i.recv();
+    let Bhs::LoginResponse(lr) = r[0].bhs else {
+        panic!()
+    };
+    assert!(lr.transit);
+    let Some(Event::LoggedIn(info)) = i.c.poll_event() else {
+        panic!()
+    };
+    assert_eq!(info.session_type, SessionType::Discovery);
+    // Make the answer longer than 512 bytes by asking many times via a long X- key list.
+    let mut text = b"SendTargets=All\0".to_vec();
+    for n in 0..20 {
+        text.extend_from_slice(format!("X-vendor.key{n}=1\0").as_bytes());
+    }
+    let tr = |ttt, cmd_sn| {
+        Bhs::TextRequest(TextRequest {
+            immediate: false,
+            final_: true,
+            cont: false,
+            lun: 0,
+            itt: 3,
+            ttt,
+            cmd_sn,
+            exp_stat_sn: 0,
+        })
+    };
+    let sn = i.cmd_sn;
+    i.send(tr(RESERVED_TAG, sn), vec![], &text);
+    let mut all = Vec::new();
+    let mut sn = sn + 1;
+    loop {
+        let r = i.recv();
+        let Bhs::TextResponse(t) = r[0].bhs else {
+            panic!()
+        };
+        assert!(r[0].data.len() <= 512);
+        all.extend_from_slice(&r[0].data);
+        if t.final_ {
+            break;
+        }
+        assert!(t.cont);
+        i.send(tr(t.ttt, sn), vec![], &[]);
+        sn += 1;
+    }
+    let s = String::from_utf8(all).unwrap();
+    assert!(
+        s.contains("TargetName=iqn.2026-11.org.numatgt:disk1\0TargetAddress=127.0.0.1:3260,1\0")
+    );
+    assert!(s.contains("TargetAddress=[::1]:3260,1\0"));
+    assert!(s.contains("X-vendor.key19=NotUnderstood\0"));
+}
+
+#[test]
+fn abort_task_waiting_for_data() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(5, false, true, 4096, 0x2a, &[], true);
+    let _ = i.recv();
+    assert_eq!(i.c.tasks_in_flight(), 1);
+    i.send(
+        Bhs::TaskMgmtRequest(TaskMgmtRequest {
+            immediate: true,
+            function: 1,
+            lun: fields::lun_encode(1),
+            itt: 6,
+            rtt: 5,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+            ref_cmd_sn: i.cmd_sn - 1,
+            exp_data_sn: 0,
+        }),
+        vec![],
+        &[],
+    );
+    assert_eq!(i.c.tasks_in_flight(), 0);
+    let Some(Event::TaskMgmt(t)) = i.c.poll_event() else {
+        panic!()
+    };
+    assert_eq!(
+        (t.function, t.referenced_itt, t.lun),
+        (TmfFunction::AbortTask, 5, 1)
+    );
+    i.c.complete_tmf(6, TmfResponse::TaskNotExist);
+    let r = i.recv();
+    let Bhs::TaskMgmtResponse(tr) = r[0].bhs else {
+        panic!()
+    };
+    assert_eq!(tr.response, 0);
+    // Data still in flight for the aborted task is ignored.
+    i.data_out(5, 1, 0, 0, &[0; 512], true);
+    assert!(i.recv().is_empty());
+    assert!(!i.c.is_closing());
+}
+
+#[test]
+fn byte_at_a_time_and_batched_input() {
+    let mut i = Ini::new(ConnConfig::default());
+    let (b, d) = i.login_pdu(
+        1,
+        3,
+        true,
+        &format!("InitiatorName=iqn.x;SessionType=Normal;TargetName={TARGET};"),
+    );
+    let bytes = Pdu::new(b, d).encode(Digests::default()).unwrap();
+    i.feed_chunked(&bytes, 1);
+    assert!(matches!(i.c.poll_event(), Some(Event::LoggedIn(_))));
+    let _ = i.recv();
+    // Many commands in one commit.
+    let mut all = Vec::new();
+    for n in 0..50u32 {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x28;
+        let h = Bhs::ScsiCommand(ScsiCommandHdr {
+            immediate: false,
+            final_: true,
+            read: true,
+            write: false,
+            attr: 1,
+            lun: 0,
+            itt: n,
+            edtl: 512,
+            cmd_sn: i.cmd_sn + n,
+            exp_stat_sn: 0,
+            cdb,
+        });
+        all.extend(Pdu::new(h, vec![]).encode(Digests::default()).unwrap());
+    }
+    i.feed(&all);
+    assert_eq!(cmd_events(i.events()).len(), 50);
+}
+
+#[test]
+fn extended_cdb_and_bidi_ahs() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x7f;
+    let h = Bhs::ScsiCommand(ScsiCommandHdr {
+        immediate: true,
+        final_: true,
+        read: true,
+        write: true,
+        attr: 1,
+        lun: 0,
+        itt: 1,
+        edtl: 512,
+        cmd_sn: i.cmd_sn,
+        exp_stat_sn: 0,
+        cdb,
+    });
+    i.send(
+        h,
+        vec![Ahs::extended_cdb(&[9u8; 16]), Ahs::bidi_read_len(1024)],
+        &[7u8; 512],
+    );
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds[0].cdb.len(), 32);
+    assert_eq!(cmds[0].expected_read_len, 1024);
+    assert_eq!(cmds[0].data_out, vec![7u8; 512]);
+    assert!(cmds[0].immediate);
+}
+
+#[test]
+fn discovery_refuses_scsi_and_immediate_bound() {
+    let mut i = Ini::new(ConnConfig::default());
+    let (b, d) = i.login_pdu(1, 3, true, "InitiatorName=iqn.x;SessionType=Discovery;");
+    i.send(b, vec![], &d);
+    let _ = i.recv();
+    let _ = i.events();
+    i.scsi(1, true, false, 512, 0x28, &[], true);
+    let r = i.recv();
+    assert!(matches!(r[0].bhs, Bhs::Reject(_)));
+    assert!(i.events().is_empty());
+
+    let cfg = ConnConfig {
+        max_queued_commands: 2,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    i.login();
+    for itt in 0..3u32 {
+        let h = Bhs::ScsiCommand(ScsiCommandHdr {
+            immediate: true,
+            final_: true,
+            read: true,
+            write: false,
+            attr: 1,
+            lun: 0,
+            itt,
+            edtl: 512,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: 0,
+            cdb: [0; 16],
+        });
+        i.send(h, vec![], &[]);
+    }
+    assert_eq!(cmd_events(i.events()).len(), 2);
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, reason::IMMEDIATE_REJECT);
+}
+
+#[test]
+fn write_command_data_is_not_sent_back() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(1, false, true, 512, 0x2a, &[1u8; 512], true);
+    let _ = i.events();
+    i.c.complete_command(
+        1,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Arc::from(vec![0u8; 64])),
+            write_transfer_len: None,
+        },
+    );
+    let r = i.recv();
+    assert_eq!(r.len(), 1);
+    let Bhs::ScsiResponse(s) = r[0].bhs else {
+        panic!()
+    };
+    assert!(!s.overflow && !s.underflow && s.residual == 0);
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn random_input_never_panics(chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..200), 0..8),
+                                     login_first in any::<bool>()) {
+            let mut i = Ini::new(ConnConfig { nop_interval_ms: 10, nop_count: 1, ..ConnConfig::default() });
+            if login_first {
+                i.login();
+            }
+            for c in &chunks {
+                i.feed(c);
+                i.c.on_tick(i.now + 100);
+                let _ = i.events();
+                let mut v = Vec::new();
+                i.c.gather_tx(&mut v, 16);
+                let n: usize = v.iter().map(|s| s.len()).sum();
+                drop(v);
+                i.c.tx_consumed(n);
+            }
+        }
+
+        #[test]
+        fn random_commands_after_login(ops in prop::collection::vec((0u8..4, 0u32..8, 0u32..3, any::<bool>()), 0..40)) {
+            let mut i = Ini::new(ConnConfig { max_queued_commands: 8, ..ConnConfig::default() });
+            i.login();
+            for (kind, itt, sn_off, flag) in ops {
+                match kind {
+                    0 => {
+                        i.cmd_sn = i.cmd_sn.wrapping_add(sn_off).wrapping_sub(1);
+                        i.scsi(itt, flag, !flag, 1024, 0x28, &[], true);
+                    }
+                    1 => i.data_out(itt, if flag { RESERVED_TAG } else { 1 }, 0, 0, &[0; 512], true),
+                    2 => i.c.complete_command(itt, CommandResult { status: 0, sense: vec![], data: Some(Arc::from(vec![0u8; 700])), write_transfer_len: None }),
+                    _ => {
+                        i.send(Bhs::TaskMgmtRequest(TaskMgmtRequest {
+                            immediate: true, function: 1 + (itt % 7) as u8, lun: 0, itt: 100 + itt, rtt: itt,
+                            cmd_sn: i.cmd_sn, exp_stat_sn: 0, ref_cmd_sn: 0, exp_data_sn: 0,
+                        }), vec![], &[]);
+                        i.c.complete_tmf(100 + itt, TmfResponse::Complete);
+                    }
+                }
+                let _ = i.events();
+                let _ = i.recv();
+                prop_assert!(i.c.tasks_in_flight() <= 8 + 8);
+            }
+        }
+    }
+}

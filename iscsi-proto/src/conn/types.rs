@@ -1,0 +1,243 @@
+//! Public types exchanged between a [`super::Connection`] and the server: configuration,
+//! commands, results, task management, events and errors.
+
+use crate::DataBuf;
+use crate::Digest;
+use crate::text::negotiate::Offer;
+
+/// Target-side values and limits used in negotiation and for bounding resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnConfig {
+    /// What we accept per PDU (declared to the initiator).
+    pub max_recv_data_segment_length: u32,
+    pub max_burst_length: u32,
+    pub first_burst_length: u32,
+    pub immediate_data: bool,
+    pub initial_r2t: bool,
+    pub max_outstanding_r2t: u32,
+    /// Allowed digests in preference order.
+    pub header_digest: Vec<Digest>,
+    pub data_digest: Vec<Digest>,
+    /// CmdSN window / task limit per session.
+    pub max_queued_commands: u32,
+    /// 0 = no NOP-In pings.
+    pub nop_interval_ms: u64,
+    /// Missed pings before the connection is dropped (0 = never drop).
+    pub nop_count: u32,
+    pub default_time2wait: u16,
+    pub default_time2retain: u16,
+    /// Bound on the number of login PDUs.
+    pub max_login_pdus: u32,
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            max_recv_data_segment_length: 262_144,
+            max_burst_length: 262_144,
+            first_burst_length: 65_536,
+            immediate_data: true,
+            initial_r2t: true,
+            max_outstanding_r2t: 1,
+            header_digest: vec![Digest::None, Digest::Crc32c],
+            data_digest: vec![Digest::None, Digest::Crc32c],
+            max_queued_commands: 128,
+            nop_interval_ms: 0,
+            nop_count: 0,
+            default_time2wait: 2,
+            default_time2retain: 20,
+            max_login_pdus: 16,
+        }
+    }
+}
+
+impl ConnConfig {
+    /// The negotiation offer derived from this configuration (values clamped to the
+    /// ranges RFC 7143 allows).
+    pub fn offer(&self) -> Offer {
+        let clamp24 = |v: u32| v.clamp(512, 0xff_ffff);
+        Offer {
+            header_digest: self.header_digest.clone(),
+            data_digest: self.data_digest.clone(),
+            auth_methods: vec!["None".to_string()],
+            max_connections: 1,
+            initial_r2t: self.initial_r2t,
+            immediate_data: self.immediate_data,
+            max_recv_data_segment_length: clamp24(self.max_recv_data_segment_length),
+            max_burst_length: clamp24(self.max_burst_length),
+            first_burst_length: clamp24(self.first_burst_length),
+            default_time2wait: self.default_time2wait.min(3600),
+            default_time2retain: self.default_time2retain.min(3600),
+            max_outstanding_r2t: self.max_outstanding_r2t.clamp(1, 65535),
+            data_pdu_in_order: true,
+            data_sequence_in_order: true,
+            error_recovery_level: 0,
+        }
+    }
+}
+
+/// A SCSI command, delivered with all of its write data collected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScsiCommand {
+    pub itt: u32,
+    /// Decoded LUN number (peripheral / flat addressing).
+    pub lun: u64,
+    /// CDB including the extended CDB AHS.
+    pub cdb: Vec<u8>,
+    /// Task attribute (0 untagged, 1 simple, 2 ordered, 3 head of queue, 4 ACA).
+    pub attr: u8,
+    pub read: bool,
+    pub write: bool,
+    /// EDTL for reads, or the bidirectional read length AHS.
+    pub expected_read_len: u32,
+    pub expected_write_len: u32,
+    /// Write payload received (immediate + Data-Out); equals `expected_write_len`.
+    pub data_out: Vec<u8>,
+    pub immediate: bool,
+}
+
+/// The server's answer to a command.
+#[derive(Debug, Clone)]
+pub struct CommandResult<B: DataBuf> {
+    /// SCSI status (0 GOOD, 2 CHECK CONDITION, 0x18 RESERVATION CONFLICT, ...).
+    pub status: u8,
+    /// Raw sense bytes (the connection adds the 2-byte SenseLength).
+    pub sense: Vec<u8>,
+    /// Data-In payload (bytes the command produced).
+    pub data: Option<B>,
+    /// For commands with a write part: the number of bytes the SCSI command itself describes
+    /// (SPDTL, e.g. WRITE's transfer length in bytes). The connection compares it with the
+    /// initiator's Expected Data Transfer Length and reports residual overflow / underflow
+    /// (RFC 7143 11.4.5). `None`: no write residual.
+    pub write_transfer_len: Option<u32>,
+}
+
+impl<B: DataBuf> CommandResult<B> {
+    /// GOOD status, no data.
+    pub fn good() -> Self {
+        CommandResult {
+            status: 0,
+            sense: Vec::new(),
+            data: None,
+            write_transfer_len: None,
+        }
+    }
+}
+
+/// Task management function (RFC 7143 §11.5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TmfFunction {
+    AbortTask,
+    AbortTaskSet,
+    ClearAca,
+    ClearTaskSet,
+    LogicalUnitReset,
+    TargetWarmReset,
+    TargetColdReset,
+    TaskReassign,
+    /// Any other (reserved / vendor) function code.
+    Other(u8),
+}
+
+impl TmfFunction {
+    /// From the 7-bit function code.
+    pub fn from_code(c: u8) -> Self {
+        match c {
+            1 => TmfFunction::AbortTask,
+            2 => TmfFunction::AbortTaskSet,
+            3 => TmfFunction::ClearAca,
+            4 => TmfFunction::ClearTaskSet,
+            5 => TmfFunction::LogicalUnitReset,
+            6 => TmfFunction::TargetWarmReset,
+            7 => TmfFunction::TargetColdReset,
+            8 => TmfFunction::TaskReassign,
+            n => TmfFunction::Other(n),
+        }
+    }
+    /// The 7-bit function code.
+    pub fn code(self) -> u8 {
+        match self {
+            TmfFunction::AbortTask => 1,
+            TmfFunction::AbortTaskSet => 2,
+            TmfFunction::ClearAca => 3,
+            TmfFunction::ClearTaskSet => 4,
+            TmfFunction::LogicalUnitReset => 5,
+            TmfFunction::TargetWarmReset => 6,
+            TmfFunction::TargetColdReset => 7,
+            TmfFunction::TaskReassign => 8,
+            TmfFunction::Other(n) => n,
+        }
+    }
+}
+
+/// A task management request for the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmfRequest {
+    pub itt: u32,
+    pub function: TmfFunction,
+    pub lun: u64,
+    pub referenced_itt: u32,
+    pub ref_cmd_sn: u32,
+}
+
+/// The server's answer to a task management request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TmfResponse {
+    Complete,
+    TaskNotExist,
+    LunNotExist,
+    TaskStillAllegiant,
+    NotSupported,
+    AuthFailed,
+    Rejected,
+}
+
+impl TmfResponse {
+    /// The Response field code (RFC 7143 §11.6.1).
+    pub fn code(self) -> u8 {
+        match self {
+            TmfResponse::Complete => 0,
+            TmfResponse::TaskNotExist => 1,
+            TmfResponse::LunNotExist => 2,
+            TmfResponse::TaskStillAllegiant => 3,
+            TmfResponse::NotSupported => 5,
+            TmfResponse::AuthFailed => 6,
+            TmfResponse::Rejected => 255,
+        }
+    }
+}
+
+/// Why a connection must be closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
+    #[error("login failed (status {class:#04x}/{detail:#04x}): {reason}")]
+    LoginFailed {
+        class: u8,
+        detail: u8,
+        reason: String,
+    },
+    #[error("login did not complete in time")]
+    LoginTimeout,
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("header digest error")]
+    HeaderDigest,
+    #[error("data digest error on a PDU carrying task data")]
+    DataDigest,
+    #[error("{0} NOP-In pings unanswered")]
+    NopTimeout(u32),
+}
+
+/// What the connection asks of the server.
+#[derive(Debug)]
+pub enum Event {
+    /// Entered full feature phase.
+    LoggedIn(crate::login::SessionInfo),
+    Command(ScsiCommand),
+    /// The server answers with `complete_tmf`.
+    TaskMgmt(TmfRequest),
+    /// Logout response queued; close after output drains.
+    LoggedOut,
+    /// Protocol error: flush output (e.g. a Reject) then close; log the reason.
+    Close(ConnError),
+}

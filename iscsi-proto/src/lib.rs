@@ -1,0 +1,61 @@
+//! `iscsi-proto`: a sans-I/O implementation of the target side of iSCSI (RFC 7143).
+//!
+//! Bytes and events go in, bytes and events come out; this crate never touches sockets,
+//! threads, clocks or files. The server feeds received bytes into a [`Connection`]
+//! (`rx_space` / `rx_commit`), drains [`Event`]s (`poll_event`), answers commands
+//! (`complete_command`, `complete_tmf`) and writes the bytes offered by `gather_tx`.
+//!
+//! Modules:
+//! - [`pdu`]: encode/decode of every RFC 7143 PDU, AHS, padding, CRC32C digests, framing.
+//! - [`text`]: `key=value` text encoding and the negotiation rules of RFC 7143 §13.
+//! - [`login`]: the login phase state machine (security / operational stages).
+//! - [`seq`]: CmdSN window and serial-number arithmetic (RFC 1982).
+//! - [`conn`]: the full connection state machine (ERL 0, one connection per session).
+
+pub mod conn;
+pub mod login;
+pub mod pdu;
+pub mod seq;
+pub mod text;
+
+pub use conn::{
+    CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant, LoginReject,
+    LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord, TmfFunction, TmfRequest,
+    TmfResponse,
+};
+pub use text::negotiate::SessionParams;
+
+/// A buffer of Data-In payload that the connection may hold until it is sent.
+/// Cheap to clone (Arc-backed in the server).
+pub trait DataBuf: AsRef<[u8]> + Clone + Send + 'static {}
+impl<T: AsRef<[u8]> + Clone + Send + 'static> DataBuf for T {}
+
+/// A header or data digest algorithm (RFC 7143 §13.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Digest {
+    /// No digest.
+    None,
+    /// CRC32C (Castagnoli), as used by iSCSI.
+    Crc32c,
+}
+
+impl Digest {
+    /// The text-key spelling of this digest ("None" / "CRC32C").
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Digest::None => "None",
+            Digest::Crc32c => "CRC32C",
+        }
+    }
+
+    /// Parses a text-key value (case-sensitive per RFC 7143, but tolerant of case).
+    pub fn parse(s: &str) -> Option<Digest> {
+        if s.eq_ignore_ascii_case("None") {
+            Some(Digest::None)
+        } else if s.eq_ignore_ascii_case("CRC32C") {
+            Some(Digest::Crc32c)
+        } else {
+            None
+        }
+    }
+}

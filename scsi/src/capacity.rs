@@ -1,0 +1,89 @@
+//! READ CAPACITY(10) and READ CAPACITY(16) (SBC-3 5.15, 5.16): last LBA and block length.
+
+use crate::cdb::{be32, be64, truncate};
+use crate::sense::Sense;
+use crate::{Action, CmdCtx, LogicalUnit};
+
+fn last_lba(lu: &LogicalUnit) -> u64 {
+    lu.params().num_blocks.saturating_sub(1)
+}
+
+/// READ CAPACITY(10): returned LBA FFFFFFFFh when the capacity needs READ CAPACITY(16).
+pub(crate) fn read_capacity_10(
+    lu: &LogicalUnit,
+    cdb: &[u8],
+    _: &CmdCtx<'_>,
+) -> Result<Action, Sense> {
+    // PMI (obsolete) = 0 requires LBA (obsolete) = 0.
+    if cdb[8] & 0x01 == 0 && be32(cdb, 2) != 0 {
+        return Err(Sense::invalid_field_in_cdb(2, Some(7)));
+    }
+    let lba = u32::try_from(last_lba(lu)).unwrap_or(u32::MAX);
+    let mut d = Vec::with_capacity(8);
+    d.extend_from_slice(&lba.to_be_bytes());
+    d.extend_from_slice(&lu.params().block_size.to_be_bytes());
+    Ok(Action::data(d))
+}
+
+/// READ CAPACITY(16): 32 bytes, no protection, LBPME = 0, one logical block per physical.
+pub(crate) fn read_capacity_16(
+    lu: &LogicalUnit,
+    cdb: &[u8],
+    _: &CmdCtx<'_>,
+) -> Result<Action, Sense> {
+    if cdb[14] & 0x01 == 0 && be64(cdb, 2) != 0 {
+        return Err(Sense::invalid_field_in_cdb(2, Some(7)));
+    }
+    let alloc = be32(cdb, 10) as usize;
+    let mut d = vec![0u8; 32];
+    d[0..8].copy_from_slice(&last_lba(lu).to_be_bytes());
+    d[8..12].copy_from_slice(&lu.params().block_size.to_be_bytes());
+    Ok(Action::data(truncate(d, alloc)))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::*;
+
+    #[test]
+    fn capacity_10() {
+        let lu = lu();
+        let c = complete(&lu, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(c.data, vec![0, 0, 0x07, 0xFF, 0, 0, 2, 0]);
+        let big = lu_with(|p| p.num_blocks = 1 << 33);
+        let c = complete(&big, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&c.data[..4], &[0xFF; 4]);
+        let edge = lu_with(|p| p.num_blocks = 1 << 32);
+        let c = complete(&edge, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&c.data[..4], &[0xFF; 4]);
+        let fits = lu_with(|p| p.num_blocks = u64::from(u32::MAX));
+        let c = complete(&fits, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&c.data[..4], &[0xFF, 0xFF, 0xFF, 0xFE]);
+        // LBA without PMI
+        let c = complete(&lu, &[0x25, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
+        assert_eq!(check(&c), (5, 0x24, 0));
+    }
+
+    #[test]
+    fn capacity_16() {
+        let lu = lu_with(|p| {
+            p.num_blocks = 1 << 33;
+            p.block_size = 4096;
+        });
+        let cdb = [0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+        let c = complete(&lu, &cdb);
+        assert_eq!(c.data.len(), 32);
+        assert_eq!(&c.data[..8], &((1u64 << 33) - 1).to_be_bytes());
+        assert_eq!(&c.data[8..12], &4096u32.to_be_bytes());
+        assert!(c.data[12..].iter().all(|&b| b == 0));
+        let mut short = cdb;
+        short[13] = 12;
+        assert_eq!(complete(&lu, &short).data.len(), 12);
+        // unknown service action of 9Eh
+        let mut bad = cdb;
+        bad[1] = 0x11;
+        let c = complete(&lu, &bad);
+        assert_eq!(check(&c), (5, 0x24, 0));
+        assert_eq!(&c.sense[15..18], &[0xCC, 0, 1]);
+    }
+}

@@ -1,0 +1,263 @@
+//! Sans-I/O SPC-4 / SBC-3 direct-access block device emulation.
+//!
+//! The server hands each SCSI command to [`LogicalUnit::execute`] (or to
+//! [`execute_unmapped`] for a LUN without a logical unit) and gets back an [`Action`]:
+//! either a finished [`Completion`] (status, sense, Data-In bytes) or a typed block
+//! operation (`Read`, `Write`, `Sync`) that the server performs against its cache / backing
+//! store before building the completion itself ([`Completion::good_with`],
+//! [`io_error_completion`]). Nothing here does I/O, spawns threads or reads clocks.
+//!
+//! Module map: [`ops`] opcode table and CDB validation, [`sense`] sense data,
+//! `inquiry` standard INQUIRY and VPD pages, `mode` mode pages (MODE SENSE / SELECT),
+//! `capacity` READ CAPACITY, `rw` READ / WRITE / VERIFY / SYNCHRONIZE CACHE,
+//! [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE, `unmapped` LUNs
+//! without a logical unit.
+
+mod capacity;
+mod cdb;
+mod inquiry;
+mod mode;
+pub mod ops;
+pub mod report_luns;
+mod request_sense;
+mod rw;
+pub mod sense;
+mod unmapped;
+
+pub use inquiry::{NAA_COMPANY_ID, naa6};
+pub use report_luns::encode_lun;
+pub use rw::{data_out_len, verify_compare};
+pub use sense::Sense;
+pub use unmapped::{PQ_NOT_SUPPORTED, execute_unmapped};
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// SCSI status codes (SAM-5 5.3).
+pub mod status {
+    pub const GOOD: u8 = 0x00;
+    pub const CHECK_CONDITION: u8 = 0x02;
+    pub const BUSY: u8 = 0x08;
+    pub const RESERVATION_CONFLICT: u8 = 0x18;
+    pub const TASK_SET_FULL: u8 = 0x28;
+    pub const TASK_ABORTED: u8 = 0x40;
+}
+
+/// Largest data transfer of one READ / WRITE / VERIFY, in bytes; reported in the Block
+/// Limits VPD page (as blocks) and enforced (INVALID FIELD IN CDB beyond it).
+pub const MAX_TRANSFER_BYTES: u32 = 8 * 1024 * 1024;
+/// Optimal transfer length reported in the Block Limits VPD page, in bytes.
+pub const OPTIMAL_TRANSFER_BYTES: u32 = 1024 * 1024;
+/// Optimal transfer length granularity reported in the Block Limits VPD page, in bytes.
+pub const OPTIMAL_GRANULARITY_BYTES: u32 = 4096;
+
+/// Identity and geometry of one logical unit, fixed for its lifetime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LuParams {
+    /// LUN number (as reported by REPORT LUNS).
+    pub lun: u64,
+    /// Logical block length in bytes (512 or 4096).
+    pub block_size: u32,
+    /// Capacity in logical blocks.
+    pub num_blocks: u64,
+    /// T10 vendor identification (8 ASCII characters, space padded / truncated).
+    pub vendor_id: String,
+    /// Product identification (16 characters).
+    pub product_id: String,
+    /// Product revision level (4 characters).
+    pub product_rev: String,
+    /// Unit serial number (VPD page 80h).
+    pub serial: String,
+    /// Low bits of the NAA-6 designator: stable per LU, unique within the target system.
+    pub naa_id: u64,
+    /// Default (and initial) value of the Caching mode page WCE bit.
+    pub write_cache: bool,
+    /// The medium is write protected.
+    pub readonly: bool,
+    /// iSCSI target name (SCSI target name designator).
+    pub target_name: String,
+    /// Relative target port identifier.
+    pub rel_port_id: u16,
+    /// Target port group.
+    pub tpg: u16,
+}
+
+/// Mutable state of an LU, changed by MODE SELECT; read lock-free by every command.
+#[derive(Debug)]
+pub(crate) struct LuState {
+    /// Caching mode page WCE.
+    pub wce: AtomicBool,
+    /// Control mode page D_SENSE: sense data in descriptor format.
+    pub d_sense: AtomicBool,
+    /// Serialises MODE SELECT so that a multi-page parameter list applies as a whole.
+    pub select_lock: Mutex<()>,
+}
+
+/// One logical unit: direct-access block device emulation over a backing store the server
+/// owns. `Send + Sync`: several event threads execute commands on it concurrently.
+#[derive(Debug)]
+pub struct LogicalUnit {
+    params: LuParams,
+    state: LuState,
+}
+
+/// The inputs of one command.
+#[derive(Clone, Copy, Debug)]
+pub struct CmdCtx<'a> {
+    /// CDB bytes (may be longer than the opcode needs, e.g. iSCSI's 16-byte zero padding).
+    pub cdb: &'a [u8],
+    /// Data-Out payload received for the command (write data, mode parameter list).
+    pub data_out: &'a [u8],
+    /// LUNs of the target visible to this initiator (for REPORT LUNS).
+    pub luns: &'a [u64],
+}
+
+/// What the server must do for a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Finished: send this status / sense / Data-In.
+    Complete(Completion),
+    /// Read `blocks` blocks at `lba` and answer [`Completion::good_with`] the bytes
+    /// (`blocks * block_size` of them). `fua`: bypass a volatile cache (may be ignored for
+    /// reads served from a coherent cache).
+    Read { lba: u64, blocks: u32, fua: bool },
+    /// Write `data_out[data_offset..data_offset + blocks * block_size]` at `lba`; `fua`: the
+    /// data must be on stable storage before GOOD.
+    Write {
+        lba: u64,
+        blocks: u32,
+        fua: bool,
+        data_offset: usize,
+    },
+    /// Make `blocks` blocks from `lba` durable (`blocks == 0`: through the last LBA).
+    Sync { lba: u64, blocks: u32 },
+    /// VERIFY with a byte check: read `blocks` blocks at `lba` and compare them with
+    /// `data_out` (or, with `same_block`, each block with the first block of `data_out`)
+    /// using [`verify_compare`]; GOOD when equal, else CHECK CONDITION MISCOMPARE.
+    Verify {
+        lba: u64,
+        blocks: u32,
+        same_block: bool,
+    },
+}
+
+impl Action {
+    pub(crate) fn good() -> Self {
+        Action::Complete(Completion::good())
+    }
+
+    pub(crate) fn data(data: Vec<u8>) -> Self {
+        Action::Complete(Completion::good_with(data))
+    }
+}
+
+/// Final outcome of a command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// SCSI status ([`status`]).
+    pub status: u8,
+    /// Sense data (non-empty with CHECK CONDITION).
+    pub sense: Vec<u8>,
+    /// Data-In bytes the command produced (already cut to the allocation length).
+    pub data: Vec<u8>,
+}
+
+impl Completion {
+    /// GOOD, no data.
+    pub fn good() -> Self {
+        Completion::default()
+    }
+
+    /// GOOD with Data-In bytes.
+    pub fn good_with(data: Vec<u8>) -> Self {
+        Completion {
+            status: status::GOOD,
+            sense: Vec::new(),
+            data,
+        }
+    }
+
+    /// CHECK CONDITION with `sense` encoded in descriptor or fixed format.
+    pub fn check_condition(sense: &Sense, descriptor: bool) -> Self {
+        Completion {
+            status: status::CHECK_CONDITION,
+            sense: sense.encode(descriptor),
+            data: Vec::new(),
+        }
+    }
+}
+
+impl LogicalUnit {
+    /// A logical unit with power-on mode state (WCE from `p.write_cache`, D_SENSE = 0).
+    pub fn new(p: LuParams) -> Self {
+        let state = LuState {
+            wce: AtomicBool::new(p.write_cache),
+            d_sense: AtomicBool::new(false),
+            select_lock: Mutex::new(()),
+        };
+        LogicalUnit { params: p, state }
+    }
+
+    /// The LU's fixed parameters.
+    pub fn params(&self) -> &LuParams {
+        &self.params
+    }
+
+    /// Current Caching mode page WCE (write-back allowed).
+    pub fn write_cache_enabled(&self) -> bool {
+        self.state.wce.load(Ordering::Relaxed)
+    }
+
+    /// Current Control mode page D_SENSE (sense data in descriptor format).
+    pub fn descriptor_sense(&self) -> bool {
+        self.state.d_sense.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn state(&self) -> &LuState {
+        &self.state
+    }
+
+    /// CHECK CONDITION completion for `sense`, in the format the control page selects.
+    pub fn check_condition(&self, sense: &Sense) -> Completion {
+        Completion::check_condition(sense, self.descriptor_sense())
+    }
+
+    /// Decodes and executes one command. Never panics, whatever the CDB and data bytes.
+    pub fn execute(&self, cmd: &CmdCtx<'_>) -> Action {
+        match ops::lookup(cmd.cdb).and_then(|(op, cdb)| (op.handler)(self, cdb, cmd)) {
+            Ok(a) => a,
+            Err(s) => Action::Complete(self.check_condition(&s)),
+        }
+    }
+
+    /// Largest transfer length of one command, in logical blocks.
+    pub(crate) fn max_transfer_blocks(&self) -> u32 {
+        (MAX_TRANSFER_BYTES / self.params.block_size.max(1)).max(1)
+    }
+}
+
+/// Linux errno values the mapping below distinguishes (the crate avoids a libc dependency).
+mod errno {
+    pub const EIO: i32 = 5;
+    pub const ENOSPC: i32 = 28;
+    pub const EROFS: i32 = 30;
+    pub const EDQUOT: i32 = 122;
+}
+
+/// CHECK CONDITION for a failed backing-store operation at `lba`: EIO → MEDIUM ERROR /
+/// UNRECOVERED READ ERROR or WRITE ERROR, ENOSPC / EDQUOT → DATA PROTECT / SPACE
+/// ALLOCATION FAILED WRITE PROTECT, EROFS → DATA PROTECT / WRITE PROTECTED, anything else
+/// → HARDWARE ERROR / INTERNAL TARGET FAILURE. `errno` is a positive Linux errno.
+pub fn io_error_completion(lu: &LogicalUnit, errno: i32, write: bool, lba: u64) -> Completion {
+    let sense = match errno.checked_abs().unwrap_or(0) {
+        errno::EIO if write => Sense::write_error(lba),
+        errno::EIO => Sense::unrecovered_read_error(lba),
+        errno::ENOSPC | errno::EDQUOT => Sense::space_allocation_failed(lba),
+        errno::EROFS => Sense::write_protected(),
+        _ => Sense::internal_target_failure(),
+    };
+    lu.check_condition(&sense)
+}
+
+#[cfg(test)]
+pub(crate) mod test_util;

@@ -1,0 +1,349 @@
+//! The opcode table: for every supported command its operation code, service action, CDB
+//! length, CDB usage map (SPC-4 6.35.3 style: which bits may be set) and handler. Lookup
+//! turns an unknown opcode into INVALID COMMAND OPERATION CODE, an unknown service action
+//! into INVALID FIELD IN CDB, a too-short CDB into INVALID FIELD IN CDB, and reserved bits
+//! into INVALID FIELD IN CDB with a field pointer. New commands are added here.
+
+use crate::cdb::check_usage;
+use crate::sense::Sense;
+use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{capacity, inquiry, mode, report_luns, request_sense, rw};
+
+/// A command handler: receives the CDB cut to its table length, already usage-checked.
+pub(crate) type Handler = fn(&LogicalUnit, &[u8], &CmdCtx<'_>) -> Result<Action, Sense>;
+
+/// One supported command.
+pub(crate) struct OpInfo {
+    pub opcode: u8,
+    /// Service action in byte 1 bits 4-0, for opcodes that have one.
+    pub service_action: Option<u8>,
+    #[allow(dead_code)] // used by logging / REPORT SUPPORTED OPERATION CODES later
+    pub name: &'static str,
+    /// CDB usage map; its length is the CDB length.
+    pub usage: &'static [u8],
+    pub handler: Handler,
+}
+
+/// Operation codes.
+pub mod opcode {
+    pub const TEST_UNIT_READY: u8 = 0x00;
+    pub const REQUEST_SENSE: u8 = 0x03;
+    pub const READ_6: u8 = 0x08;
+    pub const WRITE_6: u8 = 0x0A;
+    pub const INQUIRY: u8 = 0x12;
+    pub const MODE_SELECT_6: u8 = 0x15;
+    pub const MODE_SENSE_6: u8 = 0x1A;
+    pub const READ_CAPACITY_10: u8 = 0x25;
+    pub const READ_10: u8 = 0x28;
+    pub const WRITE_10: u8 = 0x2A;
+    pub const VERIFY_10: u8 = 0x2F;
+    pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
+    pub const MODE_SELECT_10: u8 = 0x55;
+    pub const MODE_SENSE_10: u8 = 0x5A;
+    pub const READ_16: u8 = 0x88;
+    pub const WRITE_16: u8 = 0x8A;
+    pub const VERIFY_16: u8 = 0x8F;
+    pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
+    pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
+    pub const REPORT_LUNS: u8 = 0xA0;
+    pub const READ_12: u8 = 0xA8;
+    pub const WRITE_12: u8 = 0xAA;
+    pub const VERIFY_12: u8 = 0xAF;
+    /// SERVICE ACTION IN(16) service action READ CAPACITY(16).
+    pub const SA_READ_CAPACITY_16: u8 = 0x10;
+}
+
+/// Control byte: vendor-specific bits 7-6 are accepted and ignored; NACA and LINK are not
+/// supported.
+const C: u8 = 0xC0;
+
+/// Usage maps shared with the unmapped-LUN path.
+pub(crate) const USAGE_INQUIRY: &[u8] = &[0xFF, 0x01, 0xFF, 0xFF, 0xFF, C];
+pub(crate) const USAGE_REQUEST_SENSE: &[u8] = &[0xFF, 0x01, 0, 0, 0xFF, C];
+pub(crate) const USAGE_REPORT_LUNS: &[u8] = &[0xFF, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C];
+
+/// RD/WRPROTECT (7-5), DPO, FUA, FUA_NV (obsolete, ignored).
+const RW_FLAGS: u8 = 0xFA;
+/// VRPROTECT (7-5), DPO, BYTCHK (2-1).
+const VERIFY_FLAGS: u8 = 0xF6;
+
+use opcode::*;
+
+static TABLE: &[OpInfo] = &[
+    OpInfo {
+        opcode: TEST_UNIT_READY,
+        service_action: None,
+        name: "TEST UNIT READY",
+        usage: &[0xFF, 0, 0, 0, 0, C],
+        handler: test_unit_ready,
+    },
+    OpInfo {
+        opcode: REQUEST_SENSE,
+        service_action: None,
+        name: "REQUEST SENSE",
+        usage: USAGE_REQUEST_SENSE,
+        handler: request_sense::request_sense,
+    },
+    OpInfo {
+        opcode: READ_6,
+        service_action: None,
+        name: "READ(6)",
+        usage: &[0xFF, 0x1F, 0xFF, 0xFF, 0xFF, C],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: WRITE_6,
+        service_action: None,
+        name: "WRITE(6)",
+        usage: &[0xFF, 0x1F, 0xFF, 0xFF, 0xFF, C],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: INQUIRY,
+        service_action: None,
+        name: "INQUIRY",
+        usage: USAGE_INQUIRY,
+        handler: inquiry::inquiry,
+    },
+    OpInfo {
+        opcode: MODE_SELECT_6,
+        service_action: None,
+        name: "MODE SELECT(6)",
+        usage: &[0xFF, 0x10, 0, 0, 0xFF, C],
+        handler: mode::mode_select,
+    },
+    OpInfo {
+        opcode: MODE_SENSE_6,
+        service_action: None,
+        name: "MODE SENSE(6)",
+        usage: &[0xFF, 0x08, 0xFF, 0xFF, 0xFF, C],
+        handler: mode::mode_sense,
+    },
+    OpInfo {
+        opcode: READ_CAPACITY_10,
+        service_action: None,
+        name: "READ CAPACITY(10)",
+        usage: &[0xFF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C],
+        handler: capacity::read_capacity_10,
+    },
+    OpInfo {
+        opcode: READ_10,
+        service_action: None,
+        name: "READ(10)",
+        usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: WRITE_10,
+        service_action: None,
+        name: "WRITE(10)",
+        usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: VERIFY_10,
+        service_action: None,
+        name: "VERIFY(10)",
+        usage: &[
+            0xFF,
+            VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            0xFF,
+            0xFF,
+            C,
+        ],
+        handler: rw::verify,
+    },
+    OpInfo {
+        opcode: SYNCHRONIZE_CACHE_10,
+        service_action: None,
+        name: "SYNCHRONIZE CACHE(10)",
+        usage: &[0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+        handler: rw::synchronize_cache,
+    },
+    OpInfo {
+        opcode: MODE_SELECT_10,
+        service_action: None,
+        name: "MODE SELECT(10)",
+        usage: &[0xFF, 0x10, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: mode::mode_select,
+    },
+    OpInfo {
+        opcode: MODE_SENSE_10,
+        service_action: None,
+        name: "MODE SENSE(10)",
+        usage: &[0xFF, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: mode::mode_sense,
+    },
+    OpInfo {
+        opcode: READ_16,
+        service_action: None,
+        name: "READ(16)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: WRITE_16,
+        service_action: None,
+        name: "WRITE(16)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: VERIFY_16,
+        service_action: None,
+        name: "VERIFY(16)",
+        usage: &[
+            0xFF,
+            VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            C,
+        ],
+        handler: rw::verify,
+    },
+    OpInfo {
+        opcode: SYNCHRONIZE_CACHE_16,
+        service_action: None,
+        name: "SYNCHRONIZE CACHE(16)",
+        usage: &[
+            0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: rw::synchronize_cache,
+    },
+    OpInfo {
+        opcode: SERVICE_ACTION_IN_16,
+        service_action: Some(SA_READ_CAPACITY_16),
+        name: "READ CAPACITY(16)",
+        usage: &[
+            0xFF, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x01, C,
+        ],
+        handler: capacity::read_capacity_16,
+    },
+    OpInfo {
+        opcode: REPORT_LUNS,
+        service_action: None,
+        name: "REPORT LUNS",
+        usage: USAGE_REPORT_LUNS,
+        handler: report_luns::report_luns,
+    },
+    OpInfo {
+        opcode: VERIFY_12,
+        service_action: None,
+        name: "VERIFY(12)",
+        usage: &[
+            0xFF,
+            VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            C,
+        ],
+        handler: rw::verify,
+    },
+    OpInfo {
+        opcode: READ_12,
+        service_action: None,
+        name: "READ(12)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
+        ],
+        handler: rw::read_write,
+    },
+    OpInfo {
+        opcode: WRITE_12,
+        service_action: None,
+        name: "WRITE(12)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
+        ],
+        handler: rw::read_write,
+    },
+];
+
+fn test_unit_ready(_: &LogicalUnit, _: &[u8], _: &CmdCtx<'_>) -> Result<Action, Sense> {
+    Ok(Action::good())
+}
+
+/// Finds the table entry for `cdb` and returns it with the CDB cut to its length, after
+/// the length and usage-map checks.
+pub(crate) fn lookup(cdb: &[u8]) -> Result<(&'static OpInfo, &[u8]), Sense> {
+    let Some(&op) = cdb.first() else {
+        return Err(Sense::invalid_opcode());
+    };
+    let mut candidates = TABLE.iter().filter(|e| e.opcode == op).peekable();
+    if candidates.peek().is_none() {
+        return Err(Sense::invalid_opcode());
+    }
+    let sa = cdb.get(1).map(|b| b & 0x1F);
+    let entry = candidates
+        .find(|e| e.service_action.is_none() || e.service_action == sa)
+        .ok_or_else(|| {
+            if sa.is_none() {
+                Sense::invalid_field_in_cdb_unspecified()
+            } else {
+                Sense::invalid_field_in_cdb(1, Some(4))
+            }
+        })?;
+    let cdb = validate(cdb, entry.usage)?;
+    Ok((entry, cdb))
+}
+
+/// Length and usage-map checks for a CDB whose opcode is known to be `usage`'s.
+pub(crate) fn validate<'c>(cdb: &'c [u8], usage: &[u8]) -> Result<&'c [u8], Sense> {
+    let cdb = cdb
+        .get(..usage.len())
+        .ok_or_else(Sense::invalid_field_in_cdb_unspecified)?;
+    check_usage(cdb, usage)?;
+    Ok(cdb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_maps_have_standard_lengths() {
+        for e in TABLE {
+            let expected = match e.opcode >> 5 {
+                0 => 6,
+                1 | 2 => 10,
+                4 => 16,
+                5 => 12,
+                _ => 0,
+            };
+            assert_eq!(e.usage.len(), expected, "{}", e.name);
+            assert_eq!(e.usage[0], 0xFF, "{}", e.name);
+            assert_eq!(e.usage[e.usage.len() - 1], C, "{}", e.name);
+        }
+    }
+}

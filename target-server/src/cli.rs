@@ -1,0 +1,162 @@
+//! numatgtd's command line: tgtd's options (`-f`, `-C`, `-t`, `-d`, `--iscsi portal=…`) plus
+//! numatgt's own (`--config`, `--state-dir`, `--demo`, NUMA and thread sizing).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "numatgtd",
+    version,
+    about = "NUMA-aware iSCSI target daemon (tgtd-compatible)"
+)]
+pub struct Cli {
+    /// Stay in the foreground (do not daemonize); logs go to stderr.
+    #[arg(short = 'f', long = "foreground")]
+    pub foreground: bool,
+
+    /// Control port: the management socket is /var/run/tgtd/socket.N (as tgtd).
+    #[arg(short = 'C', long = "control-port", default_value_t = 0)]
+    pub control_port: u16,
+
+    /// I/O worker threads per NUMA node (tgtd: per LUN).
+    #[arg(short = 't', long = "nr_iothreads")]
+    pub nr_iothreads: Option<usize>,
+
+    /// Debug level: 0 = info, 1 = debug, 2+ = trace.
+    #[arg(short = 'd', long = "debug")]
+    pub debug: Option<u32>,
+
+    /// iSCSI driver options, as tgtd: portal=IP:PORT[,nop_interval=S][,nop_count=N]. Repeatable.
+    #[arg(long = "iscsi", value_name = "OPTIONS")]
+    pub iscsi: Vec<String>,
+
+    /// YAML configuration file.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Directory for numatgt's state (demo LUN, persistent data).
+    #[arg(
+        long = "state-dir",
+        value_name = "DIR",
+        default_value = "/var/lib/numatgt"
+    )]
+    pub state_dir: PathBuf,
+
+    /// Serve a demo LUN: STATE_DIR/demo.img (1 GiB sparse) as LUN 1 of
+    /// iqn.2026-11.org.numatgt:demo on 127.0.0.1:3260 (or the --iscsi portals).
+    #[arg(long = "demo")]
+    pub demo: bool,
+
+    /// Split the CPUs into N virtual NUMA nodes (default: the host's real nodes).
+    #[arg(long = "numa-nodes", value_name = "N")]
+    pub numa_nodes: Option<usize>,
+
+    /// Total number of event threads (default: one per CPU).
+    #[arg(long = "event-threads", value_name = "N")]
+    pub event_threads: Option<usize>,
+}
+
+/// One `--iscsi` option set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IscsiOpts {
+    pub portal: Option<SocketAddr>,
+    pub nop_interval: Option<u32>,
+    pub nop_count: Option<u32>,
+}
+
+/// Parse tgtd's `--iscsi` value: comma-separated key=value pairs.
+pub fn parse_iscsi_opts(s: &str) -> Result<IscsiOpts, String> {
+    let mut o = IscsiOpts::default();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--iscsi: '{part}' is not key=value"))?;
+        match k {
+            "portal" => {
+                let addr = parse_portal(v).map_err(|e| format!("--iscsi portal={v}: {e}"))?;
+                o.portal = Some(addr);
+            }
+            "nop_interval" => {
+                o.nop_interval = Some(
+                    v.parse()
+                        .map_err(|_| format!("--iscsi nop_interval={v}: not a number"))?,
+                )
+            }
+            "nop_count" => {
+                o.nop_count = Some(
+                    v.parse()
+                        .map_err(|_| format!("--iscsi nop_count={v}: not a number"))?,
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "--iscsi: unknown option '{k}' (portal, nop_interval, nop_count)"
+                ));
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260).
+pub fn parse_portal(v: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = v.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(ip) = v
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        return Ok(SocketAddr::new(ip, 3260));
+    }
+    Err("expected IP:PORT (IPv6 as [addr]:port)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iscsi_options() {
+        let o = parse_iscsi_opts("portal=127.0.0.1:3270,nop_interval=5,nop_count=3").expect("ok");
+        assert_eq!(o.portal, Some("127.0.0.1:3270".parse().expect("addr")));
+        assert_eq!(o.nop_interval, Some(5));
+        assert_eq!(o.nop_count, Some(3));
+        assert_eq!(
+            parse_iscsi_opts("portal=[::1]:3261").expect("v6").portal,
+            Some("[::1]:3261".parse().expect("addr"))
+        );
+        assert_eq!(
+            parse_iscsi_opts("portal=10.0.0.1").expect("no port").portal,
+            Some("10.0.0.1:3260".parse().expect("addr"))
+        );
+        assert!(parse_iscsi_opts("portal=nonsense").is_err());
+        assert!(parse_iscsi_opts("bogus=1").is_err());
+        assert!(parse_iscsi_opts("nop_count=x").is_err());
+    }
+
+    #[test]
+    fn tgtd_flags_parse() {
+        let c = Cli::try_parse_from([
+            "numatgtd",
+            "-f",
+            "-C",
+            "7",
+            "-t",
+            "4",
+            "-d",
+            "1",
+            "--iscsi",
+            "portal=127.0.0.1:3270",
+        ])
+        .expect("parse");
+        assert!(c.foreground);
+        assert_eq!(c.control_port, 7);
+        assert_eq!(c.nr_iothreads, Some(4));
+        assert_eq!(c.iscsi.len(), 1);
+    }
+}

@@ -1,0 +1,545 @@
+//! One event thread: a mio poll loop, bound to its NUMA node's CPUs, that owns a set of TCP
+//! connections for their whole life. Each wakeup reads every PDU that has arrived, hands
+//! SCSI commands to `dispatch`, and sends everything ready on a connection with one writev.
+//! Backing-store results come back through the thread's [`Inbox`] (channel + coalesced waker).
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use cache::IoPool;
+use iscsi_proto::{CommandResult, ConnConfig, Connection, Event, SessionType, TmfResponse};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::dispatch;
+use crate::payload::Payload;
+use crate::registry::{ConnControl, ConnId, LoginContext, Registry, Target};
+
+const WAKER: Token = Token(usize::MAX);
+const LISTENER_BASE: usize = usize::MAX / 2;
+/// Reads per connection per wakeup before other connections get their turn.
+const READS_PER_WAKEUP: usize = 32;
+/// Slices per writev.
+const IOV_MAX: usize = 64;
+const TICK: Duration = Duration::from_millis(500);
+
+/// Messages to an event thread.
+pub enum Msg {
+    /// A freshly accepted connection to adopt.
+    NewConn(TcpStream, SocketAddr),
+    /// A backing-store job finished.
+    IoDone {
+        conn: ConnId,
+        itt: u32,
+        result: CommandResult<Payload>,
+    },
+    /// Close one connection.
+    Close(ConnId, &'static str),
+    /// Stop: close every connection and leave the loop.
+    Shutdown,
+}
+
+/// An event thread's mailbox: anyone may send; the thread is woken at most once per batch.
+pub struct Inbox {
+    tx: Sender<Msg>,
+    waker: Waker,
+    wake_pending: AtomicBool,
+}
+
+impl Inbox {
+    pub fn send(&self, msg: Msg) {
+        if self.tx.send(msg).is_err() {
+            return; // the thread has stopped
+        }
+        if !self.wake_pending.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.waker.wake() {
+                tracing::error!("cannot wake event thread: {e}");
+            }
+        }
+    }
+}
+
+/// State every event thread shares.
+pub struct Shared {
+    pub registry: Arc<Registry>,
+    /// One I/O pool per NUMA node.
+    pub pools: Vec<IoPool>,
+    /// Every thread's inbox, indexed by thread number (set once all threads exist).
+    pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
+    pub conn_config: ConnConfig,
+    pub next_thread: AtomicUsize,
+    pub started: Instant,
+}
+
+impl Shared {
+    fn inbox(&self, thread: usize) -> Option<&Arc<Inbox>> {
+        self.inboxes.get().and_then(|v| v.get(thread))
+    }
+    fn thread_count(&self) -> usize {
+        self.inboxes.get().map_or(1, |v| v.len())
+    }
+}
+
+impl ConnControl for Shared {
+    fn close(&self, id: ConnId, reason: &'static str) {
+        if let Some(inbox) = self.inbox(id.thread) {
+            inbox.send(Msg::Close(id, reason));
+        }
+    }
+}
+
+struct Slot {
+    sock: TcpStream,
+    conn: Connection<Payload>,
+    generation: u64,
+    peer: SocketAddr,
+    target: Option<Arc<Target>>,
+    /// Commands handed to the I/O pool and not completed yet.
+    inflight: usize,
+    /// Task management requests waiting for in-flight commands to finish.
+    pending_tmf: Vec<u32>,
+    /// Close once the output has drained.
+    closing: bool,
+    /// More input may be waiting (read budget ran out).
+    more_input: bool,
+}
+
+/// The poll objects of a thread, created before the thread starts so that the inbox exists.
+pub struct EventThreadSetup {
+    pub poll: Poll,
+    pub inbox: Arc<Inbox>,
+    pub rx: Receiver<Msg>,
+}
+
+impl EventThreadSetup {
+    pub fn new() -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        Ok(EventThreadSetup {
+            poll,
+            inbox: Arc::new(Inbox {
+                tx,
+                waker,
+                wake_pending: AtomicBool::new(false),
+            }),
+            rx,
+        })
+    }
+}
+
+pub struct EventThread {
+    index: usize,
+    node: usize,
+    poll: Poll,
+    inbox: Arc<Inbox>,
+    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    next_generation: u64,
+    stopping: bool,
+}
+
+impl EventThread {
+    pub fn new(
+        index: usize,
+        node: usize,
+        setup: EventThreadSetup,
+        shared: Arc<Shared>,
+        listeners: Vec<TcpListener>,
+    ) -> Self {
+        EventThread {
+            index,
+            node,
+            poll: setup.poll,
+            inbox: setup.inbox,
+            rx: setup.rx,
+            shared,
+            listeners,
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_generation: 1,
+            stopping: false,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.shared.started.elapsed().as_millis() as u64
+    }
+
+    pub fn run(mut self) {
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(l, Token(LISTENER_BASE + i), Interest::READABLE)
+            {
+                tracing::error!("cannot poll listener: {e}");
+            }
+        }
+        let mut events = Events::with_capacity(256);
+        let mut last_tick = Instant::now();
+        let mut busy: Vec<usize> = Vec::new();
+        loop {
+            let timeout = if busy.is_empty() {
+                TICK
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("poll failed: {e}");
+                }
+            }
+            busy.clear();
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(s) => {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.on_readable(s);
+                        }
+                        if ev.is_writable() {
+                            self.flush(s);
+                        }
+                    }
+                }
+            }
+            self.drain_inbox();
+            for s in 0..self.slots.len() {
+                if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
+                    self.on_readable(s);
+                    if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
+                        busy.push(s);
+                    }
+                }
+            }
+            if last_tick.elapsed() >= TICK {
+                last_tick = Instant::now();
+                self.tick();
+            }
+            if self.stopping && self.slots.iter().all(Option::is_none) {
+                break;
+            }
+        }
+        tracing::debug!(thread = self.index, "event thread stopped");
+    }
+
+    fn accept(&mut self, i: usize) {
+        loop {
+            let Some(l) = self.listeners.get(i) else {
+                return;
+            };
+            match l.accept() {
+                Ok((sock, peer)) => {
+                    if self.stopping {
+                        continue; // dropped: refuse new work while stopping
+                    }
+                    let n = self.shared.thread_count();
+                    let t = self.shared.next_thread.fetch_add(1, Ordering::Relaxed) % n;
+                    if t == self.index {
+                        self.adopt(sock, peer);
+                    } else if let Some(inbox) = self.shared.inbox(t) {
+                        inbox.send(Msg::NewConn(sock, peer));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: log and retry at the next readiness event
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn adopt(&mut self, mut sock: TcpStream, peer: SocketAddr) {
+        if let Err(e) = sock.set_nodelay(true) {
+            tracing::debug!(%peer, "TCP_NODELAY: {e}");
+        }
+        let local = match sock.local_addr() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(%peer, "connection lost before adoption: {e}");
+                return;
+            }
+        };
+        let s = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        if let Err(e) = self.poll.registry().register(
+            &mut sock,
+            Token(s),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::error!(%peer, "cannot poll connection: {e}");
+            self.free.push(s);
+            return;
+        }
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
+        self.slots[s] = Some(Slot {
+            sock,
+            conn: Connection::new(self.shared.conn_config.clone(), peer, local),
+            generation,
+            peer,
+            target: None,
+            inflight: 0,
+            pending_tmf: Vec::new(),
+            closing: false,
+            more_input: false,
+        });
+    }
+
+    fn id(&self, s: usize) -> Option<ConnId> {
+        self.slots.get(s).and_then(|o| o.as_ref()).map(|sl| ConnId {
+            thread: self.index,
+            slot: s,
+            generation: sl.generation,
+        })
+    }
+
+    fn on_readable(&mut self, s: usize) {
+        let Some(id) = self.id(s) else { return };
+        let now = self.now_ms();
+        let shared = Arc::clone(&self.shared);
+        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
+            return;
+        };
+        slot.more_input = false;
+        let ctx = LoginContext {
+            registry: &shared.registry,
+            me: id,
+            control: &*shared,
+        };
+        let mut reads = 0;
+        let mut eof = false;
+        loop {
+            if slot.closing {
+                break;
+            }
+            let space = slot.conn.rx_space();
+            let cap = space.len();
+            match slot.sock.read(space) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    slot.conn.rx_commit(n, &ctx, now);
+                    if n < cap {
+                        break; // drained: the next arrival raises a new edge
+                    }
+                    reads += 1;
+                    if reads >= READS_PER_WAKEUP {
+                        slot.more_input = true;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(peer = %slot.peer, "read failed: {e}");
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        self.process_events(s);
+        if eof {
+            self.close(s, "connection closed by the initiator");
+            return;
+        }
+        self.flush(s);
+    }
+
+    fn process_events(&mut self, s: usize) {
+        let Some(id) = self.id(s) else { return };
+        let shared = Arc::clone(&self.shared);
+        let pool = &shared.pools[self.node.min(shared.pools.len().saturating_sub(1))];
+        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
+            return;
+        };
+        while let Some(ev) = slot.conn.poll_event() {
+            match ev {
+                Event::LoggedIn(info) => {
+                    if let (SessionType::Normal, Some(name)) =
+                        (&info.session_type, &info.target_name)
+                    {
+                        slot.target = shared.registry.target(name);
+                    }
+                    tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
+                        target = info.target_name.as_deref().unwrap_or("(discovery)"),
+                        tsih = info.tsih, thread = self.index, node = self.node, "login complete");
+                }
+                Event::Command(cmd) => {
+                    let itt = cmd.itt;
+                    let Some(target) = slot.target.as_ref() else {
+                        // not reachable: the protocol layer refuses commands in discovery sessions
+                        slot.conn.complete_command(
+                            itt,
+                            dispatch::to_result(scsi::execute_unmapped(&cmd.cdb, &[], false)),
+                        );
+                        continue;
+                    };
+                    match dispatch::execute(cmd, target, pool, &self.inbox, id) {
+                        Some(result) => slot.conn.complete_command(itt, result),
+                        None => slot.inflight += 1,
+                    }
+                }
+                Event::TaskMgmt(req) => {
+                    use iscsi_proto::TmfFunction as F;
+                    match req.function {
+                        F::AbortTask
+                        | F::AbortTaskSet
+                        | F::ClearTaskSet
+                        | F::LogicalUnitReset
+                        | F::TargetWarmReset => {
+                            // backing-store jobs cannot be cancelled: the abort takes effect when
+                            // the commands already running have completed (RFC 7143 11.6.1 b)
+                            if slot.inflight == 0 {
+                                slot.conn.complete_tmf(req.itt, TmfResponse::Complete);
+                            } else {
+                                slot.pending_tmf.push(req.itt);
+                            }
+                        }
+                        _ => slot.conn.complete_tmf(req.itt, TmfResponse::NotSupported),
+                    }
+                }
+                Event::LoggedOut => {
+                    tracing::info!(peer = %slot.peer, "logout");
+                    slot.closing = true;
+                }
+                Event::Close(err) => {
+                    tracing::warn!(peer = %slot.peer, "closing connection: {err}");
+                    slot.closing = true;
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self, s: usize) {
+        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
+            return;
+        };
+        let mut failed = None;
+        while slot.conn.has_tx() {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(IOV_MAX);
+            slot.conn.gather_tx(&mut iov, IOV_MAX);
+            if iov.is_empty() {
+                break;
+            }
+            match slot.sock.write_vectored(&iov) {
+                Ok(0) => {
+                    failed = Some("socket closed for writing");
+                    break;
+                }
+                Ok(n) => {
+                    drop(iov);
+                    slot.conn.tx_consumed(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(peer = %slot.peer, "write failed: {e}");
+                    failed = Some("write to the initiator failed");
+                    break;
+                }
+            }
+        }
+        let done = slot.closing && !slot.conn.has_tx();
+        if let Some(reason) = failed {
+            self.close(s, reason);
+        } else if done || slot.conn.is_closing() && !slot.conn.has_tx() {
+            self.close(s, "connection finished");
+        }
+    }
+
+    fn drain_inbox(&mut self) {
+        self.inbox.wake_pending.store(false, Ordering::Release);
+        let mut touched: Vec<usize> = Vec::new();
+        loop {
+            let msg = match self.rx.try_recv() {
+                Ok(m) => m,
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            };
+            match msg {
+                Msg::NewConn(sock, peer) => {
+                    if !self.stopping {
+                        self.adopt(sock, peer);
+                    }
+                }
+                Msg::IoDone { conn, itt, result } => {
+                    if self.id(conn.slot) != Some(conn) {
+                        continue; // the connection is gone; the result is dropped
+                    }
+                    if let Some(slot) = self.slots[conn.slot].as_mut() {
+                        slot.inflight = slot.inflight.saturating_sub(1);
+                        slot.conn.complete_command(itt, result);
+                        if slot.inflight == 0 {
+                            for tmf in std::mem::take(&mut slot.pending_tmf) {
+                                slot.conn.complete_tmf(tmf, TmfResponse::Complete);
+                            }
+                        }
+                        if !touched.contains(&conn.slot) {
+                            touched.push(conn.slot);
+                        }
+                    }
+                }
+                Msg::Close(conn, reason) => {
+                    if self.id(conn.slot) == Some(conn) {
+                        self.close(conn.slot, reason);
+                    }
+                }
+                Msg::Shutdown => {
+                    self.stopping = true;
+                    for l in &mut self.listeners {
+                        let _ = self.poll.registry().deregister(l);
+                    }
+                    self.listeners.clear();
+                    for s in 0..self.slots.len() {
+                        if self.slots[s].is_some() {
+                            self.flush(s);
+                            self.close(s, "target shutting down");
+                        }
+                    }
+                }
+            }
+        }
+        for s in touched {
+            self.process_events(s);
+            self.flush(s);
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = self.now_ms();
+        for s in 0..self.slots.len() {
+            if let Some(slot) = self.slots[s].as_mut() {
+                slot.conn.on_tick(now);
+                self.process_events(s);
+                self.flush(s);
+            }
+        }
+    }
+
+    fn close(&mut self, s: usize, reason: &str) {
+        let Some(id) = self.id(s) else { return };
+        if let Some(mut slot) = self.slots[s].take() {
+            let _ = self.poll.registry().deregister(&mut slot.sock);
+            tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
+            self.shared.registry.connection_closed(id);
+            self.free.push(s);
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! numatgtd as a library: the pieces of the daemon, so that `main.rs` stays a thin shell and
+//! tests can start a daemon in-process.
+
+pub mod cli;
+pub mod dispatch;
+pub mod event_loop;
+pub mod payload;
+pub mod registry;
+pub mod runtime;

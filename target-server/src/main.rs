@@ -1,0 +1,148 @@
+//! numatgtd: parse the command line, load the configuration, start the daemon, and stop it
+//! cleanly on SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use nix::sys::signal::{SigSet, Signal};
+use target_server::cli::{Cli, parse_iscsi_opts};
+use target_server::runtime::{Daemon, RuntimeConfig};
+
+const DEMO_IQN: &str = "iqn.2026-11.org.numatgt:demo";
+
+fn init_logging(debug: Option<u32>) {
+    let level = match debug.unwrap_or(0) {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NUMATGT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
+    let mut iscsi = Vec::new();
+    for s in &cli.iscsi {
+        iscsi.push(parse_iscsi_opts(s)?);
+    }
+    let cli_portals: Vec<std::net::SocketAddr> = iscsi.iter().filter_map(|o| o.portal).collect();
+    let mut cfg = match (&cli.config, cli.demo) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+            let mut cfg =
+                config::parse(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
+            if cli.demo {
+                let demo = config::Config::demo(&cli.state_dir, &[]);
+                cfg.targets.extend(demo.targets);
+            }
+            cfg
+        }
+        (None, true) => {
+            let portals = if cli_portals.is_empty() {
+                vec!["127.0.0.1:3260".parse().map_err(|e| format!("{e}"))?]
+            } else {
+                cli_portals.clone()
+            };
+            config::Config::demo(&cli.state_dir, &portals)
+        }
+        (None, false) => {
+            return Err(
+                "nothing to serve: give --config FILE or --demo (see numatgtd --help)".into(),
+            );
+        }
+    };
+    if !cli_portals.is_empty() {
+        cfg.portals = cli_portals
+            .iter()
+            .map(|&addr| config::PortalConfig {
+                addr,
+                nop_interval: None,
+                nop_count: None,
+            })
+            .collect();
+    }
+    for o in &iscsi {
+        if let Some(v) = o.nop_interval {
+            cfg.iscsi.nop_interval = v;
+        }
+        if let Some(v) = o.nop_count {
+            cfg.iscsi.nop_count = v;
+        }
+    }
+    let _ = DEMO_IQN;
+    Ok(RuntimeConfig {
+        numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
+        event_threads: cli.event_threads.or(cfg.threads.event_threads),
+        io_threads: cli
+            .nr_iothreads
+            .or(cfg.threads.io_threads)
+            .unwrap_or(8)
+            .max(1),
+        config: cfg,
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.debug);
+    let rc = match load(&cli) {
+        Ok(rc) => rc,
+        Err(e) => {
+            eprintln!("numatgtd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if !cli.foreground {
+        // as tgtd: detach unless -f; stderr stays where it was pointed
+        if let Err(e) = nix::unistd::daemon(true, true) {
+            eprintln!("numatgtd: cannot daemonize: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    // block the stop signals in every thread; the main thread waits for them
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    if let Err(e) = sigs.thread_block() {
+        eprintln!("numatgtd: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+    if cli.control_port != 0 {
+        tracing::info!(
+            control_port = cli.control_port,
+            "management socket arrives with issue 4"
+        );
+    }
+    let daemon = match Daemon::start(rc) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("numatgtd: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    loop {
+        match sigs.wait() {
+            Ok(Signal::SIGHUP) => {
+                tracing::warn!("SIGHUP: configuration reload is not implemented yet")
+            }
+            Ok(sig) => {
+                tracing::info!("{sig:?}: stopping");
+                break;
+            }
+            Err(e) => {
+                tracing::error!("sigwait failed: {e}");
+                break;
+            }
+        }
+    }
+    daemon.stop();
+    tracing::info!("numatgtd stopped");
+    ExitCode::SUCCESS
+}

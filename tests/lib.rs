@@ -1,0 +1,1 @@
+//! Integration-test harness (see tests/README.md).
