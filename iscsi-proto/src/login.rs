@@ -38,6 +38,9 @@ pub struct LoginGrant {
     pub tsih: u16,
     pub target_portal_group_tag: u16,
     pub target_alias: Option<String>,
+    /// The target's own limits and offers (per-target iSCSI parameters), replacing the
+    /// connection's defaults from this login on. `None`: keep the defaults.
+    pub config: Option<crate::conn::ConnConfig>,
 }
 
 /// Why the server refused a login.
@@ -252,6 +255,75 @@ impl LoginMachine {
     }
 
     /// Processes one login request PDU and its data segment.
+    /// First login text: ask the server whether this initiator may log in to the named
+    /// target (and with which limits). `Some(step)` ends the login.
+    fn ask_directory(
+        &mut self,
+        req: &LoginRequest,
+        out: &mut Vec<u8>,
+        dir: &dyn Directory,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> Option<LoginStep> {
+        let Some(iname) = self.initiator_name.clone() else {
+            return Some(self.fail(req, status::MISSING_PARAMETER, "InitiatorName missing"));
+        };
+        if self.session_type == SessionType::Normal && self.target_name.is_none() {
+            return Some(self.fail(req, status::MISSING_PARAMETER, "TargetName missing"));
+        }
+        let tname = match self.session_type {
+            SessionType::Normal => self.target_name.as_deref(),
+            SessionType::Discovery => None,
+        };
+        let info = LoginRequestInfo {
+            initiator_name: &iname,
+            initiator_alias: self.neg.params.initiator_alias.as_deref(),
+            target_name: tname,
+            session_type: self.session_type,
+            isid: self.isid,
+            tsih: self.tsih,
+            peer,
+            local,
+        };
+        match dir.login(&info) {
+            Ok(g) => {
+                if self.session_type == SessionType::Normal {
+                    kv::push(
+                        out,
+                        "TargetPortalGroupTag",
+                        &g.target_portal_group_tag.to_string(),
+                    );
+                    if let Some(a) = &g.target_alias {
+                        kv::push(out, "TargetAlias", a);
+                    }
+                }
+                self.neg.params.target_portal_group_tag = g.target_portal_group_tag;
+                self.neg.params.target_alias = g.target_alias.clone();
+                if let Some(c) = &g.config {
+                    // the target's own limits: negotiate with them from here on
+                    let offer = c.offer();
+                    let params = self.neg.params.clone();
+                    let discovery = self.neg.discovery;
+                    self.neg = Negotiator::new(offer.clone());
+                    self.neg.params = params;
+                    self.neg.discovery = discovery;
+                    self.cfg.offer = offer;
+                    self.cfg.max_login_pdus = c.max_login_pdus.max(1);
+                }
+                self.grant = Some(g);
+            }
+            Err(r) => {
+                return Some(self.fail(req, reject_status(r), format!("login refused: {r:?}")));
+            }
+        }
+        None
+    }
+
+    /// The per-target configuration granted at login, if the server gave one.
+    pub fn granted_config(&self) -> Option<&crate::conn::ConnConfig> {
+        self.grant.as_ref().and_then(|g| g.config.as_ref())
+    }
+
     pub fn handle(
         &mut self,
         req: &LoginRequest,
@@ -323,36 +395,56 @@ impl LoginMachine {
         let mut out = Vec::new();
         let mut auth_keys = Vec::new();
         let mut auth_failed = false;
-        for (k, v) in &pairs {
-            match k.as_str() {
-                "InitiatorName" => {
-                    if !first || self.initiator_name.is_some() {
-                        return self.fail(req, status::INITIATOR_ERROR, "InitiatorName repeated");
-                    }
-                    self.initiator_name = Some(v.clone());
-                }
-                "TargetName" => {
-                    if !first || self.target_name.is_some() {
-                        return self.fail(req, status::INITIATOR_ERROR, "TargetName repeated");
-                    }
-                    self.target_name = Some(v.clone());
-                }
-                "SessionType" => {
-                    if !first {
-                        return self.fail(req, status::INITIATOR_ERROR, "SessionType too late");
-                    }
-                    self.session_type = match v.as_str() {
-                        "Normal" => SessionType::Normal,
-                        "Discovery" => SessionType::Discovery,
-                        _ => {
+        if first {
+            // The identity keys come first: the target they name decides which limits the
+            // rest of the negotiation uses.
+            for (k, v) in &pairs {
+                match k.as_str() {
+                    "InitiatorName" => {
+                        if self.initiator_name.is_some() {
                             return self.fail(
                                 req,
-                                status::SESSION_TYPE_UNSUPPORTED,
-                                "unknown SessionType",
+                                status::INITIATOR_ERROR,
+                                "InitiatorName repeated",
                             );
                         }
-                    };
-                    self.neg.discovery = self.session_type == SessionType::Discovery;
+                        self.initiator_name = Some(v.clone());
+                    }
+                    "TargetName" => {
+                        if self.target_name.is_some() {
+                            return self.fail(req, status::INITIATOR_ERROR, "TargetName repeated");
+                        }
+                        self.target_name = Some(v.clone());
+                    }
+                    "SessionType" => {
+                        self.session_type = match v.as_str() {
+                            "Normal" => SessionType::Normal,
+                            "Discovery" => SessionType::Discovery,
+                            _ => {
+                                return self.fail(
+                                    req,
+                                    status::SESSION_TYPE_UNSUPPORTED,
+                                    "unknown SessionType",
+                                );
+                            }
+                        };
+                        self.neg.discovery = self.session_type == SessionType::Discovery;
+                    }
+                    "InitiatorAlias" => self.neg.params.initiator_alias = Some(v.clone()),
+                    _ => {}
+                }
+            }
+            if let Some(step) = self.ask_directory(req, &mut out, dir, peer, local) {
+                return step;
+            }
+        }
+        for (k, v) in &pairs {
+            match k.as_str() {
+                "InitiatorName" | "TargetName" if !first => {
+                    return self.fail(req, status::INITIATOR_ERROR, format!("{k} repeated"));
+                }
+                "SessionType" if !first => {
+                    return self.fail(req, status::INITIATOR_ERROR, "SessionType too late");
                 }
                 _ if k.starts_with("CHAP_") && self.auth.is_some() => {
                     auth_keys.push((k.clone(), v.clone()));
@@ -377,46 +469,6 @@ impl LoginMachine {
         }
         if auth_failed {
             return self.fail(req, status::AUTH_FAILED, "no acceptable AuthMethod");
-        }
-        if first {
-            let Some(iname) = self.initiator_name.clone() else {
-                return self.fail(req, status::MISSING_PARAMETER, "InitiatorName missing");
-            };
-            if self.session_type == SessionType::Normal && self.target_name.is_none() {
-                return self.fail(req, status::MISSING_PARAMETER, "TargetName missing");
-            }
-            let tname = match self.session_type {
-                SessionType::Normal => self.target_name.as_deref(),
-                SessionType::Discovery => None,
-            };
-            let info = LoginRequestInfo {
-                initiator_name: &iname,
-                initiator_alias: self.neg.params.initiator_alias.as_deref(),
-                target_name: tname,
-                session_type: self.session_type,
-                isid: self.isid,
-                tsih: self.tsih,
-                peer,
-                local,
-            };
-            match dir.login(&info) {
-                Ok(g) => {
-                    if self.session_type == SessionType::Normal {
-                        kv::push(
-                            &mut out,
-                            "TargetPortalGroupTag",
-                            &g.target_portal_group_tag.to_string(),
-                        );
-                        if let Some(a) = &g.target_alias {
-                            kv::push(&mut out, "TargetAlias", a);
-                        }
-                    }
-                    self.neg.params.target_portal_group_tag = g.target_portal_group_tag;
-                    self.neg.params.target_alias = g.target_alias.clone();
-                    self.grant = Some(g);
-                }
-                Err(r) => return self.fail(req, reject_status(r), format!("login refused: {r:?}")),
-            }
         }
         // Security stage: run the authenticator (None completes at once).
         if req.csg == 0 {
@@ -462,6 +514,7 @@ impl LoginMachine {
                     tsih: 0,
                     target_portal_group_tag: 1,
                     target_alias: None,
+                    config: None,
                 });
                 resp.tsih = g.tsih;
                 let info = SessionInfo {
@@ -492,6 +545,7 @@ mod tests {
         fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
             match req.target_name {
                 Some("iqn.t:ok") | None => Ok(LoginGrant {
+                    config: None,
                     tsih: 7,
                     target_portal_group_tag: 1,
                     target_alias: None,

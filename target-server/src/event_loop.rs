@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cache::IoPool;
-use iscsi_proto::{CommandResult, ConnConfig, Connection, Event, SessionType, TmfResponse};
+use iscsi_proto::{CommandResult, Connection, Event, SessionType, TmfResponse};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -70,7 +70,6 @@ pub struct Shared {
     pub pools: Vec<IoPool>,
     /// Every thread's inbox, indexed by thread number (set once all threads exist).
     pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
-    pub conn_config: ConnConfig,
     pub next_thread: AtomicUsize,
     pub started: Instant,
 }
@@ -290,7 +289,7 @@ impl EventThread {
         tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
         self.slots[s] = Some(Slot {
             sock,
-            conn: Connection::new(self.shared.conn_config.clone(), peer, local),
+            conn: Connection::new(self.shared.registry.config_for(None, local), peer, local),
             generation,
             peer,
             target: None,

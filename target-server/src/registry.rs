@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use cache::BackingStore;
 use iscsi_proto::{
-    Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionType, TargetRecord,
+    ConnConfig, Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionType, TargetRecord,
 };
 
 /// Identifies a connection: which event thread owns it, its slot, and the slot's generation.
@@ -36,7 +36,17 @@ pub struct Target {
     pub luns: BTreeMap<u64, Arc<Lun>>,
     /// LUN numbers, sorted, for REPORT LUNS.
     pub lun_numbers: Vec<u64>,
+    /// The target's iSCSI limits and offers (global parameters merged with its own).
+    pub conn_config: ConnConfig,
     pub config: config::TargetConfig,
+}
+
+/// A listening portal (its bound address) and its NOP-In settings, if it has its own.
+#[derive(Debug, Clone)]
+pub struct Portal {
+    pub addr: SocketAddr,
+    pub nop_interval: Option<u32>,
+    pub nop_count: Option<u32>,
 }
 
 impl Target {
@@ -61,7 +71,9 @@ struct SessionEntry {
 /// Targets, portals and the session table.
 pub struct Registry {
     targets: RwLock<Vec<Arc<Target>>>,
-    portals: Vec<SocketAddr>,
+    portals: Vec<Portal>,
+    /// Limits for connections before login picks a target (and for discovery sessions).
+    default_config: ConnConfig,
     sessions: Mutex<HashMap<(String, [u8; 6]), SessionEntry>>,
     next_tsih: AtomicU16,
 }
@@ -70,10 +82,15 @@ pub struct Registry {
 pub const PORTAL_GROUP_TAG: u16 = 1;
 
 impl Registry {
-    pub fn new(targets: Vec<Arc<Target>>, portals: Vec<SocketAddr>) -> Self {
+    pub fn new(
+        targets: Vec<Arc<Target>>,
+        portals: Vec<Portal>,
+        default_config: ConnConfig,
+    ) -> Self {
         Registry {
             targets: RwLock::new(targets),
             portals,
+            default_config,
             sessions: Mutex::new(HashMap::new()),
             next_tsih: AtomicU16::new(1),
         }
@@ -117,15 +134,39 @@ impl Registry {
             .len()
     }
 
+    /// The connection configuration for a connection that reached us on `local`, before
+    /// login (or for a target's `base` limits): the portal's own NOP-In settings win.
+    pub fn config_for(&self, base: Option<&ConnConfig>, local: SocketAddr) -> ConnConfig {
+        let mut c = base.unwrap_or(&self.default_config).clone();
+        if let Some(p) = self.portal_of(local) {
+            if let Some(i) = p.nop_interval {
+                c.nop_interval_ms = u64::from(i) * 1000;
+            }
+            if let Some(n) = p.nop_count {
+                c.nop_count = n;
+            }
+        }
+        c
+    }
+
+    fn portal_of(&self, local: SocketAddr) -> Option<&Portal> {
+        self.portals.iter().find(|p| p.addr == local).or_else(|| {
+            self.portals
+                .iter()
+                .find(|p| p.addr.ip().is_unspecified() && p.addr.port() == local.port())
+        })
+    }
+
     fn portal_strings(&self, local: SocketAddr) -> Vec<String> {
         self.portals
             .iter()
+            .map(|p| p.addr)
             .map(|p| {
                 // a wildcard portal is advertised with the address the initiator reached us on
                 let addr = if p.ip().is_unspecified() {
                     SocketAddr::new(local.ip(), p.port())
                 } else {
-                    *p
+                    p
                 };
                 format!("{},{}", addr, PORTAL_GROUP_TAG)
             })
@@ -153,6 +194,7 @@ impl Directory for LoginContext<'_> {
                     },
                     target_portal_group_tag: PORTAL_GROUP_TAG,
                     target_alias: None,
+                    config: None,
                 });
             }
             SessionType::Normal => match req.target_name {
@@ -203,6 +245,7 @@ impl Directory for LoginContext<'_> {
             tsih,
             target_portal_group_tag: PORTAL_GROUP_TAG,
             target_alias: target.alias.clone(),
+            config: Some(reg.config_for(Some(&target.conn_config), req.local)),
         })
     }
 

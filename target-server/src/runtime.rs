@@ -14,7 +14,7 @@ use iscsi_proto::ConnConfig;
 use mio::net::TcpListener;
 
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
-use crate::registry::{Lun, Registry, Target};
+use crate::registry::{Lun, Portal, Registry, Target};
 
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
@@ -137,26 +137,33 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
             alias: t.alias.clone(),
             luns,
             lun_numbers,
+            conn_config: conn_config(&t.effective_iscsi(&cfg.iscsi)),
             config: t.clone(),
         }));
     }
     Ok(out)
 }
 
-/// The negotiation limits from the configuration's global iSCSI parameters.
-pub fn conn_config(cfg: &config::Config) -> ConnConfig {
-    let p = &cfg.iscsi;
-    let mut c = ConnConfig::default();
-    c.max_recv_data_segment_length = p.max_recv_data_segment_length;
-    c.max_burst_length = p.max_burst_length;
-    c.first_burst_length = p.first_burst_length;
-    c.immediate_data = p.immediate_data;
-    c.initial_r2t = p.initial_r2t;
-    c.max_outstanding_r2t = p.max_outstanding_r2t;
-    c.max_queued_commands = p.max_queued_commands;
-    c.nop_interval_ms = u64::from(p.nop_interval) * 1000;
-    c.nop_count = p.nop_count;
-    c
+/// The connection limits and offers for one set of iSCSI parameters.
+pub fn conn_config(p: &config::IscsiParams) -> ConnConfig {
+    let digest = |d: &config::Digest| match d {
+        config::Digest::None => iscsi_proto::Digest::None,
+        config::Digest::Crc32c => iscsi_proto::Digest::Crc32c,
+    };
+    ConnConfig {
+        max_recv_data_segment_length: p.max_recv_data_segment_length,
+        max_burst_length: p.max_burst_length,
+        first_burst_length: p.first_burst_length,
+        immediate_data: p.immediate_data,
+        initial_r2t: p.initial_r2t,
+        max_outstanding_r2t: p.max_outstanding_r2t,
+        header_digest: p.header_digest.iter().map(digest).collect(),
+        data_digest: p.data_digest.iter().map(digest).collect(),
+        max_queued_commands: p.max_queued_commands,
+        nop_interval_ms: u64::from(p.nop_interval) * 1000,
+        nop_count: p.nop_count,
+        ..ConnConfig::default()
+    }
 }
 
 impl Daemon {
@@ -165,11 +172,12 @@ impl Daemon {
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config)?;
-        let portals: Vec<SocketAddr> = rc.config.portals.iter().map(|p| p.addr).collect();
 
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
-        for &addr in &portals {
+        let mut portals = Vec::new();
+        for p in &rc.config.portals {
+            let addr = p.addr;
             let std_l = std::net::TcpListener::bind(addr)
                 .map_err(|source| StartError::Listen { addr, source })?;
             std_l
@@ -179,6 +187,11 @@ impl Daemon {
                 .local_addr()
                 .map_err(|source| StartError::Listen { addr, source })?;
             listening.push(local);
+            portals.push(Portal {
+                addr: local,
+                nop_interval: p.nop_interval,
+                nop_count: p.nop_count,
+            });
             listeners.push(TcpListener::from_std(std_l));
         }
 
@@ -199,10 +212,13 @@ impl Daemon {
             setups.push(EventThreadSetup::new().map_err(StartError::Threads)?);
         }
         let shared = Arc::new(Shared {
-            registry: Arc::new(Registry::new(targets, listening.clone())),
+            registry: Arc::new(Registry::new(
+                targets,
+                portals,
+                conn_config(&rc.config.iscsi),
+            )),
             pools,
             inboxes: OnceLock::new(),
-            conn_config: conn_config(&rc.config),
             next_thread: AtomicUsize::new(0),
             started,
         });

@@ -13,6 +13,7 @@ impl Directory for Dir {
     fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
         match req.target_name {
             None | Some("iqn.2026-11.org.numatgt:disk1") => Ok(LoginGrant {
+                config: None,
                 tsih: 0x11,
                 target_portal_group_tag: 1,
                 target_alias: Some("disk1".into()),
