@@ -408,6 +408,11 @@ impl<B: DataBuf> Connection<B> {
             self.window = CmdWindow::new(lm.initial_cmd_sn, self.cfg.max_queued_commands.max(1));
             self.cid = req.cid;
         }
+        if let Some(c) = lm.granted_config() {
+            // the target's own limits from now on (window depth, NOP-In pings, offers)
+            self.window = CmdWindow::new(self.window.exp_cmd_sn(), c.max_queued_commands.max(1));
+            self.cfg = c.clone();
+        }
         let fill = |me: &mut Self, r: &mut crate::pdu::LoginResponse| {
             r.stat_sn = me.stat_sn.advance();
             r.exp_cmd_sn = me.window.exp_cmd_sn();
@@ -427,12 +432,6 @@ impl<B: DataBuf> Connection<B> {
                     header: info.params.header_digest == Digest::Crc32c,
                     data: info.params.data_digest == Digest::Crc32c,
                 };
-                if let Some(c) = lm.granted_config() {
-                    // per-target limits from now on (window depth, NOP-In pings, offers)
-                    self.window =
-                        CmdWindow::new(self.window.exp_cmd_sn(), c.max_queued_commands.max(1));
-                    self.cfg = c.clone();
-                }
                 let mut neg = Negotiator::new(self.cfg.offer());
                 neg.params = info.params.clone();
                 neg.discovery = info.session_type == SessionType::Discovery;

@@ -19,6 +19,20 @@ impl Directory for Dir {
                 target_alias: Some("disk1".into()),
             }),
             Some("iqn.2026-11.org.numatgt:acl") => Err(LoginReject::NotAuthorized),
+            Some("iqn.2026-11.org.numatgt:small") => Ok(LoginGrant {
+                config: Some(ConnConfig {
+                    max_recv_data_segment_length: 8192,
+                    max_burst_length: 65536,
+                    first_burst_length: 16384,
+                    immediate_data: false,
+                    initial_r2t: true,
+                    max_queued_commands: 4,
+                    ..ConnConfig::default()
+                }),
+                tsih: 0x12,
+                target_portal_group_tag: 1,
+                target_alias: None,
+            }),
             _ => Err(LoginReject::TargetNotFound),
         }
     }
@@ -1115,4 +1129,35 @@ mod fuzz {
             }
         }
     }
+}
+
+#[test]
+fn per_target_limits_from_the_login_grant() {
+    // libiscsi style: everything in one operational-stage PDU; the limits of the target it
+    // names apply to the whole negotiation and the session window
+    let mut i = Ini::new(ConnConfig::default());
+    let text = format!(
+        "InitiatorName=iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test;\
+         SessionType=Normal;TargetName=iqn.2026-11.org.numatgt:small;{OPEN_ISCSI_OP}"
+    );
+    let (b, d) = i.login_pdu(1, 3, true, &text);
+    i.send(b, vec![], &d);
+    let r = i.recv();
+    let Bhs::LoginResponse(lr) = r[0].bhs else {
+        panic!("{:?}", r[0])
+    };
+    assert_eq!((lr.status_class, lr.status_detail), (0, 0));
+    assert_eq!(lr.tsih, 0x12);
+    let txt = String::from_utf8(r[0].data.clone()).unwrap();
+    assert!(txt.contains("MaxRecvDataSegmentLength=8192\0"), "{txt}");
+    assert!(txt.contains("MaxBurstLength=65536\0"), "{txt}");
+    assert!(txt.contains("FirstBurstLength=16384\0"), "{txt}");
+    assert!(txt.contains("ImmediateData=No\0"), "{txt}");
+    assert!(txt.contains("InitialR2T=Yes\0"), "{txt}");
+    // the window follows the target's MaxQueueCmd
+    assert_eq!(lr.max_cmd_sn.wrapping_sub(lr.exp_cmd_sn), 3);
+    let Some(Event::LoggedIn(info)) = i.events().into_iter().next() else {
+        panic!("no login")
+    };
+    assert_eq!(info.params.max_burst_length, 65536);
 }
