@@ -419,7 +419,12 @@ mod tests {
         // fewer whole blocks than the CDB asks for: only those are written
         assert_eq!(
             exec(&lu, &w, &[0; 512]),
-            Action::Write { lba: 0, blocks: 1, fua: false, data_offset: 0 }
+            Action::Write {
+                lba: 0,
+                blocks: 1,
+                fua: false,
+                data_offset: 0
+            }
         );
         assert_eq!(exec(&lu, &w, &[]), Action::good());
     }

@@ -291,22 +291,25 @@ impl Daemon {
         for h in self.threads {
             let _ = h.join();
         }
-        let shared = match Arc::try_unwrap(self.shared) {
-            Ok(s) => s,
-            Err(shared) => {
-                sync_all(&shared);
-                return;
+        // every connection is closed: let the I/O workers finish what is queued, then make
+        // everything that was written durable
+        match Arc::try_unwrap(self.shared) {
+            Ok(shared) => {
+                let Shared {
+                    registry, pools, ..
+                } = shared;
+                for p in pools {
+                    p.shutdown();
+                }
+                sync_all(&registry);
             }
-        };
-        sync_all(&shared);
-        for p in shared.pools {
-            p.shutdown();
+            Err(shared) => sync_all(&shared.registry),
         }
     }
 }
 
-fn sync_all(shared: &Shared) {
-    for t in shared.registry.targets() {
+fn sync_all(registry: &Registry) {
+    for t in registry.targets() {
         for lun in t.luns.values() {
             if let Err(e) = lun.store.sync() {
                 tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");

@@ -1,0 +1,516 @@
+//! `Daemon`: one target process under test, with its own temp dir (config, state dir, sparse
+//! LUN files, log), its own 127.0.0.1 portal port and control port. It is started in the
+//! foreground, waited for until the portal accepts (bounded), and stopped BY PID on drop
+//! (SIGTERM, then SIGKILL after a grace period). The daemon log is printed when a test fails.
+//!
+//! The target is `numatgtd` (env `NUMATGTD_BIN`, else the `numatgtd` next to the test binary's
+//! profile dir, else `<workspace>/target/debug/numatgtd`). With `NUMATGT_TEST_TARGET=tgtd` the
+//! same tests run against Debian's tgtd (configured through tgtadm) to validate the harness.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tempfile::TempDir;
+
+use crate::tools;
+
+/// The IQN every test target uses.
+pub const TEST_IQN: &str = "iqn.2026-11.org.numatgt:test";
+
+/// How long a daemon may take until its portal accepts connections.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// SIGTERM grace before SIGKILL on drop.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Which target implementation the harness drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    Numatgtd,
+    Tgtd,
+}
+
+impl TargetKind {
+    /// From env `NUMATGT_TEST_TARGET` (`numatgtd`, the default, or `tgtd`).
+    pub fn from_env() -> TargetKind {
+        match std::env::var("NUMATGT_TEST_TARGET").as_deref() {
+            Ok("tgtd") => TargetKind::Tgtd,
+            Ok("numatgtd") | Ok("") | Err(_) => TargetKind::Numatgtd,
+            Ok(other) => panic!("NUMATGT_TEST_TARGET={other}: expected numatgtd or tgtd"),
+        }
+    }
+}
+
+/// Panics unless the harness drives numatgtd (for tests of numatgtd-only behaviour:
+/// config errors, signal handling).
+pub fn require_numatgtd(test: &str) {
+    assert_eq!(
+        TargetKind::from_env(),
+        TargetKind::Numatgtd,
+        "{test} tests numatgtd-only behaviour; skip it explicitly when validating against tgtd"
+    );
+}
+
+/// One LUN to export: number, block size, size in bytes (a sparse file is created).
+#[derive(Clone, Debug)]
+pub struct LunSpec {
+    pub lun: u64,
+    pub block_size: u32,
+    pub size: u64,
+    /// Optional identity overrides: vendor, product, revision, serial.
+    pub identity: Option<Identity>,
+}
+
+/// INQUIRY identity of a LUN.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub vendor: String,
+    pub product: String,
+    pub revision: String,
+    pub serial: String,
+}
+
+impl LunSpec {
+    pub fn new(lun: u64, block_size: u32, size: u64) -> LunSpec {
+        assert!(
+            size % u64::from(block_size) == 0,
+            "LUN size must be whole blocks"
+        );
+        LunSpec {
+            lun,
+            block_size,
+            size,
+            identity: None,
+        }
+    }
+
+    pub fn with_identity(
+        mut self,
+        vendor: &str,
+        product: &str,
+        revision: &str,
+        serial: &str,
+    ) -> Self {
+        self.identity = Some(Identity {
+            vendor: vendor.into(),
+            product: product.into(),
+            revision: revision.into(),
+            serial: serial.into(),
+        });
+        self
+    }
+
+    pub fn num_blocks(&self) -> u64 {
+        self.size / u64::from(self.block_size)
+    }
+}
+
+/// Path of the numatgtd binary under test; panics with a hint when it does not exist.
+pub fn numatgtd_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("NUMATGTD_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "NUMATGTD_BIN={} does not exist", p.display());
+        return p;
+    }
+    // target/<profile>/deps/<test-binary> -> target/<profile>/numatgtd
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(profile_dir) = exe.parent().and_then(Path::parent)
+    {
+        let p = profile_dir.join("numatgtd");
+        if p.is_file() {
+            return p;
+        }
+    }
+    let p = crate::workspace_root().join("target/debug/numatgtd");
+    assert!(
+        p.is_file(),
+        "numatgtd not found at {} (build it first: `cargo build --workspace`, or set NUMATGTD_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// A free TCP port on 127.0.0.1 (bind port 0, read it, drop the listener).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+    l.local_addr().expect("local_addr of probe listener").port()
+}
+
+/// A random control port in 1000..60000 (tgtd accepts at most 32767).
+pub fn random_control_port() -> u16 {
+    rand::thread_rng().gen_range(1000..60000)
+}
+
+fn control_port_for(kind: TargetKind) -> u16 {
+    match kind {
+        TargetKind::Numatgtd => random_control_port(),
+        TargetKind::Tgtd => rand::thread_rng().gen_range(1000..32000),
+    }
+}
+
+/// Creates a sparse file of `size` bytes.
+pub fn create_sparse(path: &Path, size: u64) {
+    let f = File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.set_len(size)
+        .unwrap_or_else(|e| panic!("truncate {} to {size}: {e}", path.display()));
+}
+
+/// The YAML config for numatgtd (format fixed in the interface spec).
+pub fn numatgtd_config(port: u16, luns: &[(LunSpec, PathBuf)]) -> String {
+    let mut y = String::new();
+    y.push_str("portals:\n");
+    y.push_str(&format!("  - address: 127.0.0.1:{port}\n"));
+    y.push_str("targets:\n");
+    y.push_str(&format!("  - iqn: {TEST_IQN}\n"));
+    y.push_str("    luns:\n");
+    for (spec, path) in luns {
+        y.push_str(&format!("      - lun: {}\n", spec.lun));
+        y.push_str(&format!("        path: {}\n", path.display()));
+        y.push_str(&format!("        block_size: {}\n", spec.block_size));
+        if let Some(id) = &spec.identity {
+            y.push_str(&format!("        vendor_id: \"{}\"\n", id.vendor));
+            y.push_str(&format!("        product_id: \"{}\"\n", id.product));
+            y.push_str(&format!("        product_rev: \"{}\"\n", id.revision));
+            y.push_str(&format!("        serial: \"{}\"\n", id.serial));
+        }
+    }
+    y
+}
+
+/// A running target process under test.
+pub struct Daemon {
+    pub kind: TargetKind,
+    pub port: u16,
+    pub control_port: u16,
+    pub config_path: PathBuf,
+    pub state_dir: PathBuf,
+    pub log_path: PathBuf,
+    pub luns: Vec<(LunSpec, PathBuf)>,
+    child: Option<Child>,
+    /// Declared last so the files outlive the process on drop.
+    pub dir: TempDir,
+}
+
+impl Daemon {
+    /// Starts the target (kind from env) exporting `luns` under [`TEST_IQN`] on a free port.
+    pub fn start(luns: &[LunSpec]) -> Daemon {
+        Self::start_kind(TargetKind::from_env(), luns)
+    }
+
+    pub fn start_kind(kind: TargetKind, luns: &[LunSpec]) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("numatgt-test.")
+            .tempdir()
+            .expect("create temp dir for the daemon");
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir_all(&state_dir).expect("create state dir");
+        let luns: Vec<(LunSpec, PathBuf)> = luns
+            .iter()
+            .map(|s| {
+                let p = dir.path().join(format!("lun{}.img", s.lun));
+                create_sparse(&p, s.size);
+                (s.clone(), p)
+            })
+            .collect();
+        let port = free_port();
+        let control_port = control_port_for(kind);
+        let config_path = dir.path().join("numatgtd.yaml");
+        std::fs::write(&config_path, numatgtd_config(port, &luns)).expect("write config file");
+        let log_path = dir.path().join("daemon.log");
+        let mut d = Daemon {
+            kind,
+            port,
+            control_port,
+            config_path,
+            state_dir,
+            log_path,
+            luns,
+            child: None,
+            dir,
+        };
+        d.spawn();
+        d.wait_ready();
+        if kind == TargetKind::Tgtd {
+            d.configure_tgtd();
+        }
+        d
+    }
+
+    fn log_file(&self) -> (File, File) {
+        let f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("open log {}: {e}", self.log_path.display()));
+        let g = f.try_clone().expect("clone log file handle");
+        (f, g)
+    }
+
+    fn spawn(&mut self) {
+        let (out, err) = self.log_file();
+        let mut cmd = match self.kind {
+            TargetKind::Numatgtd => {
+                let mut c = Command::new(numatgtd_bin());
+                c.arg("-f")
+                    .arg("--config")
+                    .arg(&self.config_path)
+                    .arg("--state-dir")
+                    .arg(&self.state_dir)
+                    .arg("-C")
+                    .arg(self.control_port.to_string())
+                    .env("RUST_BACKTRACE", "1");
+                c
+            }
+            TargetKind::Tgtd => {
+                tools::require_root("tgtd");
+                let mut c = Command::new(tools::require_tool("tgtd"));
+                c.arg("-f")
+                    .arg("-C")
+                    .arg(self.control_port.to_string())
+                    .arg("--iscsi")
+                    .arg(format!("portal=127.0.0.1:{}", self.port));
+                c
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+        self.child = Some(child);
+    }
+
+    /// Polls the portal until it accepts a TCP connection (bounded by READY_TIMEOUT).
+    fn wait_ready(&mut self) {
+        let start = Instant::now();
+        let addr = self.addr();
+        loop {
+            self.assert_alive("while starting");
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                panic!(
+                    "{:?} did not accept on {addr} within {READY_TIMEOUT:?}\n{}",
+                    self.kind,
+                    self.log_tail(200)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn tgtadm(&self, args: &[&str]) -> tools::ToolRun {
+        let ctl = self.control_port.to_string();
+        let mut all = vec!["-C", ctl.as_str()];
+        all.extend_from_slice(args);
+        tools::run(20, "tgtadm", all)
+    }
+
+    fn configure_tgtd(&mut self) {
+        self.tgtadm(&[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", TEST_IQN,
+        ])
+        .check("tgtadm new target");
+        for (spec, path) in self.luns.clone() {
+            let lun = spec.lun.to_string();
+            let bs = format!("--blocksize={}", spec.block_size);
+            let p = path.to_string_lossy().into_owned();
+            self.tgtadm(&[
+                "--lld",
+                "iscsi",
+                "--op",
+                "new",
+                "--mode",
+                "logicalunit",
+                "--tid",
+                "1",
+                "--lun",
+                &lun,
+                "-b",
+                &p,
+                &bs,
+            ])
+            .check("tgtadm new logicalunit");
+            if let Some(id) = &spec.identity {
+                let params = format!(
+                    "vendor_id={},product_id={},product_rev={},scsi_sn={}",
+                    id.vendor, id.product, id.revision, id.serial
+                );
+                self.tgtadm(&[
+                    "--lld",
+                    "iscsi",
+                    "--op",
+                    "update",
+                    "--mode",
+                    "logicalunit",
+                    "--tid",
+                    "1",
+                    "--lun",
+                    &lun,
+                    "--params",
+                    &params,
+                ])
+                .check("tgtadm update logicalunit identity");
+            }
+        }
+        self.tgtadm(&[
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ])
+        .check("tgtadm bind ALL");
+    }
+
+    /// The portal address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `iscsi://127.0.0.1:PORT`
+    pub fn portal_url(&self) -> String {
+        format!("iscsi://127.0.0.1:{}", self.port)
+    }
+
+    /// `iscsi://127.0.0.1:PORT/IQN/LUN`
+    pub fn url(&self, lun: u64) -> String {
+        format!("iscsi://127.0.0.1:{}/{TEST_IQN}/{lun}", self.port)
+    }
+
+    /// Backing file of `lun`.
+    pub fn lun_path(&self, lun: u64) -> &Path {
+        self.luns
+            .iter()
+            .find(|(s, _)| s.lun == lun)
+            .map(|(_, p)| p.as_path())
+            .unwrap_or_else(|| panic!("no LUN {lun} configured"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .expect("daemon was started")
+    }
+
+    /// Panics (with the log) if the process has exited.
+    pub fn assert_alive(&mut self, ctx: &str) {
+        let status = self
+            .child
+            .as_mut()
+            .expect("daemon was started")
+            .try_wait()
+            .expect("try_wait on daemon");
+        if let Some(st) = status {
+            self.child = None;
+            panic!(
+                "{:?} (port {}) died {ctx}: {st}\n{}",
+                self.kind,
+                self.port,
+                self.log_tail(200)
+            );
+        }
+    }
+
+    /// Number of open file descriptors of the daemon (from /proc/PID/fd).
+    pub fn open_fds(&self) -> usize {
+        let dir = format!("/proc/{}/fd", self.pid());
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("read {dir}: {e}"))
+            .count()
+    }
+
+    /// The whole daemon log.
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_else(|e| format!("(no log at {}: {e})", self.log_path.display()))
+    }
+
+    /// The last `n` lines of the daemon log, framed for test output.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(n);
+        format!(
+            "===== {:?} log {} (last {} of {} lines) =====\n{}\n===== end of log =====",
+            self.kind,
+            self.log_path.display(),
+            lines.len() - from,
+            lines.len(),
+            lines[from..].join("\n")
+        )
+    }
+
+    fn tgtd_teardown(&self) {
+        // SIGTERM alone does not stop tgtd while a target exists.
+        let _ = self.tgtadm(&[
+            "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline",
+        ]);
+        let _ = self.tgtadm(&[
+            "--lld", "iscsi", "--op", "delete", "--mode", "target", "--tid", "1", "--force",
+        ]);
+        let _ = self.tgtadm(&["--op", "delete", "--mode", "system"]);
+    }
+
+    /// Sends SIGTERM and waits up to `grace` for the exit. Returns the exit status and how
+    /// long it took, or None when the process had to be SIGKILLed.
+    pub fn terminate(&mut self, grace: Duration) -> (Option<ExitStatus>, Duration) {
+        let Some(mut child) = self.child.take() else {
+            return (None, Duration::ZERO);
+        };
+        if let Ok(Some(st)) = child.try_wait() {
+            return (Some(st), Duration::ZERO);
+        }
+        if self.kind == TargetKind::Tgtd {
+            self.tgtd_teardown();
+        }
+        let start = Instant::now();
+        send_signal(child.id(), libc::SIGTERM);
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) => return (Some(st), start.elapsed()),
+                Ok(None) if start.elapsed() < grace => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => break,
+            }
+        }
+        eprintln!(
+            "harness: {:?} pid {} ignored SIGTERM for {grace:?}: SIGKILL",
+            self.kind,
+            child.id()
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        (None, start.elapsed())
+    }
+}
+
+/// kill(pid, sig) for a process this harness started.
+pub fn send_signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill() has no memory-safety preconditions; pid is a child we spawned and have
+    // not yet reaped, so it cannot have been recycled.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        let (st, took) = self.terminate(STOP_GRACE);
+        if panicking {
+            let _ = writeln!(
+                std::io::stderr(),
+                "harness: test failed; {:?} stopped with {st:?} after {took:?}\n{}",
+                self.kind,
+                self.log_tail(300)
+            );
+        }
+    }
+}
