@@ -25,10 +25,56 @@ pub use conn::{
 };
 pub use text::negotiate::SessionParams;
 
-/// A buffer of Data-In payload that the connection may hold until it is sent.
-/// Cheap to clone (Arc-backed in the server).
-pub trait DataBuf: AsRef<[u8]> + Clone + Send + 'static {}
-impl<T: AsRef<[u8]> + Clone + Send + 'static> DataBuf for T {}
+/// Data-In payload that the connection holds until it is sent: one contiguous buffer or a
+/// scatter list (e.g. several pinned cache blocks). Cheap to clone (Arc-backed in the
+/// server); the connection sends straight from it with writev, never copying it.
+pub trait DataBuf: Clone + Send + 'static {
+    /// Payload length in bytes.
+    fn len(&self) -> usize;
+    /// True when the payload is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The contiguous bytes that start at `offset` (up to the end of that piece). Must be
+    /// non-empty for every `offset < len()`.
+    fn chunk(&self, offset: usize) -> &[u8];
+}
+
+macro_rules! contiguous_databuf {
+    ($($t:ty),*) => {$(
+        impl DataBuf for $t {
+            fn len(&self) -> usize {
+                let bytes: &[u8] = self;
+                bytes.len()
+            }
+            fn chunk(&self, offset: usize) -> &[u8] {
+                let bytes: &[u8] = self;
+                bytes.get(offset..).unwrap_or(&[])
+            }
+        }
+    )*};
+}
+contiguous_databuf!(
+    std::sync::Arc<[u8]>,
+    std::sync::Arc<Vec<u8>>,
+    Vec<u8>,
+    &'static [u8]
+);
+
+/// Calls `f` with each contiguous piece of `buf[off..off + len]`, in order.
+pub fn for_each_chunk<B: DataBuf>(buf: &B, off: usize, len: usize, mut f: impl FnMut(&[u8])) {
+    let end = off.saturating_add(len).min(buf.len());
+    let mut at = off;
+    while at < end {
+        let c = buf.chunk(at);
+        if c.is_empty() {
+            return; // a broken DataBuf: stop rather than loop
+        }
+        let n = c.len().min(end - at);
+        f(&c[..n]);
+        at += n;
+    }
+}
 
 /// A header or data digest algorithm (RFC 7143 §13.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

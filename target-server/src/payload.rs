@@ -12,12 +12,21 @@ pub enum Payload {
     Block(Arc<AlignedBuf>),
 }
 
-impl AsRef<[u8]> for Payload {
-    fn as_ref(&self) -> &[u8] {
+impl Payload {
+    fn bytes_of(&self) -> &[u8] {
         match self {
             Payload::Bytes(v) => v.as_slice(),
             Payload::Block(b) => b.as_slice(),
         }
+    }
+}
+
+impl iscsi_proto::DataBuf for Payload {
+    fn len(&self) -> usize {
+        self.bytes_of().len()
+    }
+    fn chunk(&self, offset: usize) -> &[u8] {
+        self.bytes_of().get(offset..).unwrap_or(&[])
     }
 }
 

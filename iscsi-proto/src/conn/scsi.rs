@@ -329,7 +329,7 @@ impl<B: DataBuf> Connection<B> {
         self.window.update_max(self.active);
         // Data-In only exists for commands with a read part.
         let data_len = if t.read {
-            result.data.as_ref().map_or(0, |d| d.as_ref().len()) as u64
+            result.data.as_ref().map_or(0, |d| d.len()) as u64
         } else {
             0
         };
