@@ -9,13 +9,15 @@
 //!
 //! Module map: [`ops`] opcode table and CDB validation, [`sense`] sense data,
 //! `inquiry` standard INQUIRY and VPD pages, `mode` mode pages (MODE SENSE / SELECT),
-//! `capacity` READ CAPACITY, `rw` READ / WRITE / VERIFY / SYNCHRONIZE CACHE,
-//! [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE, `unmapped` LUNs
-//! without a logical unit.
+//! `capacity` READ CAPACITY, `rw` READ / WRITE / WRITE AND VERIFY / VERIFY / SYNCHRONIZE
+//! CACHE, `maintenance` REPORT SUPPORTED OPERATION CODES and REPORT SUPPORTED TASK
+//! MANAGEMENT FUNCTIONS, [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE,
+//! `unmapped` LUNs without a logical unit.
 
 mod capacity;
 mod cdb;
 mod inquiry;
+mod maintenance;
 mod mode;
 pub mod ops;
 pub mod report_luns;

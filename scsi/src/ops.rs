@@ -2,12 +2,15 @@
 //! length, CDB usage map (SPC-4 6.35.3 style: which bits may be set) and handler. Lookup
 //! turns an unknown opcode into INVALID COMMAND OPERATION CODE, an unknown service action
 //! into INVALID FIELD IN CDB, a too-short CDB into INVALID FIELD IN CDB, and reserved bits
-//! into INVALID FIELD IN CDB with a field pointer. New commands are added here.
+//! into INVALID FIELD IN CDB with a field pointer. New commands are added here: REPORT
+//! SUPPORTED OPERATION CODES is generated from this table, so it always lists exactly the
+//! commands `execute` accepts. The table is kept sorted by (operation code, service
+//! action), the order in which that command reports them.
 
 use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, CmdCtx, LogicalUnit};
-use crate::{capacity, inquiry, mode, report_luns, request_sense, rw};
+use crate::{capacity, inquiry, maintenance, mode, report_luns, request_sense, rw};
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
 pub(crate) type Handler = fn(&LogicalUnit, &[u8], &CmdCtx<'_>) -> Result<Action, Sense>;
@@ -17,12 +20,22 @@ pub(crate) struct OpInfo {
     pub opcode: u8,
     /// Service action in byte 1 bits 4-0, for opcodes that have one.
     pub service_action: Option<u8>,
-    #[allow(dead_code)] // used by logging / REPORT SUPPORTED OPERATION CODES later
+    #[allow(dead_code)] // for logging and the table tests
     pub name: &'static str,
     /// CDB usage map; its length is the CDB length.
     pub usage: &'static [u8],
     pub handler: Handler,
+    /// Recommended command timeout in seconds (REPORT SUPPORTED OPERATION CODES with RCTD).
+    pub timeout: u32,
 }
+
+/// Recommended timeout of commands answered without medium access.
+const T_EMULATED: u32 = 10;
+/// Recommended timeout of READ / WRITE / VERIFY / WRITE AND VERIFY: one transfer of at
+/// most `MAX_TRANSFER_BYTES` to or from the backing store.
+const T_IO: u32 = 30;
+/// Recommended timeout of SYNCHRONIZE CACHE: may flush the whole write-back cache.
+const T_SYNC: u32 = 60;
 
 /// Operation codes.
 pub mod opcode {
@@ -36,21 +49,29 @@ pub mod opcode {
     pub const READ_CAPACITY_10: u8 = 0x25;
     pub const READ_10: u8 = 0x28;
     pub const WRITE_10: u8 = 0x2A;
+    pub const WRITE_AND_VERIFY_10: u8 = 0x2E;
     pub const VERIFY_10: u8 = 0x2F;
     pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
     pub const MODE_SELECT_10: u8 = 0x55;
     pub const MODE_SENSE_10: u8 = 0x5A;
     pub const READ_16: u8 = 0x88;
     pub const WRITE_16: u8 = 0x8A;
+    pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
     pub const VERIFY_16: u8 = 0x8F;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
+    pub const MAINTENANCE_IN: u8 = 0xA3;
     pub const READ_12: u8 = 0xA8;
     pub const WRITE_12: u8 = 0xAA;
+    pub const WRITE_AND_VERIFY_12: u8 = 0xAE;
     pub const VERIFY_12: u8 = 0xAF;
     /// SERVICE ACTION IN(16) service action READ CAPACITY(16).
     pub const SA_READ_CAPACITY_16: u8 = 0x10;
+    /// MAINTENANCE IN service action REPORT SUPPORTED OPERATION CODES.
+    pub const SA_REPORT_SUPPORTED_OPCODES: u8 = 0x0C;
+    /// MAINTENANCE IN service action REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS.
+    pub const SA_REPORT_SUPPORTED_TMFS: u8 = 0x0D;
 }
 
 /// Control byte: vendor-specific bits 7-6 are accepted and ignored; NACA and LINK are not
@@ -66,16 +87,20 @@ pub(crate) const USAGE_REPORT_LUNS: &[u8] = &[0xFF, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF
 const RW_FLAGS: u8 = 0xFA;
 /// VRPROTECT (7-5), DPO, BYTCHK (2-1).
 const VERIFY_FLAGS: u8 = 0xF6;
+/// WRITE AND VERIFY (SBC-3): WRPROTECT (7-5), DPO, BYTCHK (bit 1); bits 3-2 reserved, bit 0
+/// obsolete.
+const WRITE_VERIFY_FLAGS: u8 = 0xF2;
 
 use opcode::*;
 
-static TABLE: &[OpInfo] = &[
+pub(crate) static TABLE: &[OpInfo] = &[
     OpInfo {
         opcode: TEST_UNIT_READY,
         service_action: None,
         name: "TEST UNIT READY",
         usage: &[0xFF, 0, 0, 0, 0, C],
         handler: test_unit_ready,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: REQUEST_SENSE,
@@ -83,6 +108,7 @@ static TABLE: &[OpInfo] = &[
         name: "REQUEST SENSE",
         usage: USAGE_REQUEST_SENSE,
         handler: request_sense::request_sense,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: READ_6,
@@ -90,6 +116,7 @@ static TABLE: &[OpInfo] = &[
         name: "READ(6)",
         usage: &[0xFF, 0x1F, 0xFF, 0xFF, 0xFF, C],
         handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: WRITE_6,
@@ -97,6 +124,7 @@ static TABLE: &[OpInfo] = &[
         name: "WRITE(6)",
         usage: &[0xFF, 0x1F, 0xFF, 0xFF, 0xFF, C],
         handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: INQUIRY,
@@ -104,6 +132,7 @@ static TABLE: &[OpInfo] = &[
         name: "INQUIRY",
         usage: USAGE_INQUIRY,
         handler: inquiry::inquiry,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: MODE_SELECT_6,
@@ -111,6 +140,7 @@ static TABLE: &[OpInfo] = &[
         name: "MODE SELECT(6)",
         usage: &[0xFF, 0x10, 0, 0, 0xFF, C],
         handler: mode::mode_select,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: MODE_SENSE_6,
@@ -118,6 +148,7 @@ static TABLE: &[OpInfo] = &[
         name: "MODE SENSE(6)",
         usage: &[0xFF, 0x08, 0xFF, 0xFF, 0xFF, C],
         handler: mode::mode_sense,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: READ_CAPACITY_10,
@@ -125,6 +156,7 @@ static TABLE: &[OpInfo] = &[
         name: "READ CAPACITY(10)",
         usage: &[0xFF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C],
         handler: capacity::read_capacity_10,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: READ_10,
@@ -132,6 +164,7 @@ static TABLE: &[OpInfo] = &[
         name: "READ(10)",
         usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
         handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: WRITE_10,
@@ -139,6 +172,26 @@ static TABLE: &[OpInfo] = &[
         name: "WRITE(10)",
         usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
         handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: WRITE_AND_VERIFY_10,
+        service_action: None,
+        name: "WRITE AND VERIFY(10)",
+        usage: &[
+            0xFF,
+            WRITE_VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            0xFF,
+            0xFF,
+            C,
+        ],
+        handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: VERIFY_10,
@@ -157,6 +210,7 @@ static TABLE: &[OpInfo] = &[
             C,
         ],
         handler: rw::verify,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: SYNCHRONIZE_CACHE_10,
@@ -164,6 +218,7 @@ static TABLE: &[OpInfo] = &[
         name: "SYNCHRONIZE CACHE(10)",
         usage: &[0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
         handler: rw::synchronize_cache,
+        timeout: T_SYNC,
     },
     OpInfo {
         opcode: MODE_SELECT_10,
@@ -171,6 +226,7 @@ static TABLE: &[OpInfo] = &[
         name: "MODE SELECT(10)",
         usage: &[0xFF, 0x10, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
         handler: mode::mode_select,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: MODE_SENSE_10,
@@ -178,6 +234,7 @@ static TABLE: &[OpInfo] = &[
         name: "MODE SENSE(10)",
         usage: &[0xFF, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, C],
         handler: mode::mode_sense,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: READ_16,
@@ -188,6 +245,7 @@ static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: WRITE_16,
@@ -198,6 +256,32 @@ static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: WRITE_AND_VERIFY_16,
+        service_action: None,
+        name: "WRITE AND VERIFY(16)",
+        usage: &[
+            0xFF,
+            WRITE_VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            C,
+        ],
+        handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: VERIFY_16,
@@ -222,6 +306,7 @@ static TABLE: &[OpInfo] = &[
             C,
         ],
         handler: rw::verify,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: SYNCHRONIZE_CACHE_16,
@@ -232,6 +317,7 @@ static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: rw::synchronize_cache,
+        timeout: T_SYNC,
     },
     OpInfo {
         opcode: SERVICE_ACTION_IN_16,
@@ -242,6 +328,7 @@ static TABLE: &[OpInfo] = &[
             0x01, C,
         ],
         handler: capacity::read_capacity_16,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: REPORT_LUNS,
@@ -249,6 +336,68 @@ static TABLE: &[OpInfo] = &[
         name: "REPORT LUNS",
         usage: USAGE_REPORT_LUNS,
         handler: report_luns::report_luns,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: MAINTENANCE_IN,
+        service_action: Some(SA_REPORT_SUPPORTED_OPCODES),
+        name: "REPORT SUPPORTED OPERATION CODES",
+        // RCTD, REPORTING OPTIONS (2-0), REQUESTED OPERATION CODE / SERVICE ACTION
+        usage: &[
+            0xFF, 0x1F, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
+        ],
+        handler: maintenance::report_supported_opcodes,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: MAINTENANCE_IN,
+        service_action: Some(SA_REPORT_SUPPORTED_TMFS),
+        name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS",
+        // REPD
+        usage: &[0xFF, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
+        handler: maintenance::report_supported_tmfs,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: READ_12,
+        service_action: None,
+        name: "READ(12)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
+        ],
+        handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: WRITE_12,
+        service_action: None,
+        name: "WRITE(12)",
+        usage: &[
+            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
+        ],
+        handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: WRITE_AND_VERIFY_12,
+        service_action: None,
+        name: "WRITE AND VERIFY(12)",
+        usage: &[
+            0xFF,
+            WRITE_VERIFY_FLAGS,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0xFF,
+            0x1F,
+            C,
+        ],
+        handler: rw::read_write,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: VERIFY_12,
@@ -269,24 +418,7 @@ static TABLE: &[OpInfo] = &[
             C,
         ],
         handler: rw::verify,
-    },
-    OpInfo {
-        opcode: READ_12,
-        service_action: None,
-        name: "READ(12)",
-        usage: &[
-            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
-        ],
-        handler: rw::read_write,
-    },
-    OpInfo {
-        opcode: WRITE_12,
-        service_action: None,
-        name: "WRITE(12)",
-        usage: &[
-            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
-        ],
-        handler: rw::read_write,
+        timeout: T_IO,
     },
 ];
 
@@ -344,6 +476,22 @@ mod tests {
             assert_eq!(e.usage.len(), expected, "{}", e.name);
             assert_eq!(e.usage[0], 0xFF, "{}", e.name);
             assert_eq!(e.usage[e.usage.len() - 1], C, "{}", e.name);
+            assert!(e.timeout > 0, "{}", e.name);
+            if e.service_action.is_some() {
+                assert_eq!(e.usage[1] & 0x1F, 0x1F, "{}", e.name);
+            }
+        }
+    }
+
+    #[test]
+    fn table_is_sorted_and_consistent() {
+        for w in TABLE.windows(2) {
+            let key = |e: &OpInfo| (e.opcode, e.service_action);
+            assert!(key(&w[0]) < key(&w[1]), "{} / {}", w[0].name, w[1].name);
+            if w[0].opcode == w[1].opcode {
+                // an operation code has service actions for all its entries or for none
+                assert!(w[0].service_action.is_some() && w[1].service_action.is_some());
+            }
         }
     }
 }

@@ -1,15 +1,18 @@
-//! Data-transfer commands (SBC-3 5.x): READ and WRITE (6/10/12/16), VERIFY (10/16) and
-//! SYNCHRONIZE CACHE (10/16). They only validate and range-check; the block I/O itself is
-//! returned as `Action::Read / Write / Sync` for the server to perform.
+//! Data-transfer commands (SBC-3 5.x): READ and WRITE (6/10/12/16), WRITE AND VERIFY
+//! (10/12/16), VERIFY (10/12/16) and SYNCHRONIZE CACHE (10/16). They only validate and
+//! range-check; the block I/O itself is returned as `Action::Read / Write / Verify / Sync`
+//! for the server to perform.
 
 use crate::cdb::{be16, be24, be32, be64};
 use crate::ops::opcode::*;
 use crate::sense::Sense;
 use crate::{Action, CmdCtx, LogicalUnit};
 
-/// A decoded READ / WRITE CDB.
+/// A decoded READ / WRITE / WRITE AND VERIFY CDB.
 struct Rw {
     write: bool,
+    /// WRITE AND VERIFY: the write is forced unit access.
+    verify: bool,
     lba: u64,
     blocks: u32,
     /// Byte offset of the TRANSFER LENGTH field (for the field pointer).
@@ -19,10 +22,15 @@ struct Rw {
 
 fn decode(cdb: &[u8]) -> Rw {
     let op = cdb[0];
-    let write = matches!(op, WRITE_6 | WRITE_10 | WRITE_12 | WRITE_16);
+    let verify = matches!(
+        op,
+        WRITE_AND_VERIFY_10 | WRITE_AND_VERIFY_12 | WRITE_AND_VERIFY_16
+    );
+    let write = verify || matches!(op, WRITE_6 | WRITE_10 | WRITE_12 | WRITE_16);
     match op {
         READ_6 | WRITE_6 => Rw {
             write,
+            verify,
             lba: u64::from(be24(cdb, 1) & 0x1F_FFFF),
             blocks: match cdb[4] {
                 0 => 256,
@@ -31,15 +39,17 @@ fn decode(cdb: &[u8]) -> Rw {
             len_at: 4,
             flags: 0,
         },
-        READ_10 | WRITE_10 => Rw {
+        READ_10 | WRITE_10 | WRITE_AND_VERIFY_10 => Rw {
             write,
+            verify,
             lba: u64::from(be32(cdb, 2)),
             blocks: u32::from(be16(cdb, 7)),
             len_at: 7,
             flags: cdb[1],
         },
-        READ_12 | WRITE_12 => Rw {
+        READ_12 | WRITE_12 | WRITE_AND_VERIFY_12 => Rw {
             write,
+            verify,
             lba: u64::from(be32(cdb, 2)),
             blocks: be32(cdb, 6),
             len_at: 6,
@@ -47,6 +57,7 @@ fn decode(cdb: &[u8]) -> Rw {
         },
         _ => Rw {
             write,
+            verify,
             lba: be64(cdb, 2),
             blocks: be32(cdb, 10),
             len_at: 10,
@@ -64,7 +75,13 @@ pub(crate) fn check_range(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<(),
     }
 }
 
-/// READ(6/10/12/16) and WRITE(6/10/12/16).
+/// READ(6/10/12/16), WRITE(6/10/12/16) and WRITE AND VERIFY(10/12/16).
+///
+/// WRITE AND VERIFY (SBC-3): BYTCHK 0 (verify the medium) and 1 (compare with the Data-Out
+/// buffer) are both accepted; the data is written with forced unit access, so GOOD means
+/// it reached stable storage — the server's durability guarantee is the verification (the
+/// data read back would be the data just written). WRPROTECT ≠ 0 is INVALID FIELD IN CDB as
+/// for WRITE, and a short Data-Out buffer is handled as for WRITE.
 pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
     let rw = decode(cdb);
     if rw.flags & 0xE0 != 0 {
@@ -81,7 +98,7 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Resu
     if rw.blocks == 0 {
         return Ok(Action::good());
     }
-    let fua = rw.flags & 0x08 != 0;
+    let fua = rw.verify || rw.flags & 0x08 != 0;
     if rw.write {
         let need = u64::from(rw.blocks) * u64::from(lu.params().block_size);
         let mut blocks = rw.blocks;
@@ -178,17 +195,17 @@ pub fn verify_compare(
 }
 
 /// The number of Data-Out bytes a CDB asks for (the SCSI layer's transfer length, SPDTL),
-/// for the transport's write residuals: WRITE(6/10/12/16), VERIFY with a byte check and
-/// MODE SELECT(6/10). `None` for commands that take no Data-Out or that this crate does not
+/// for the transport's write residuals: WRITE(6/10/12/16), WRITE AND VERIFY(10/12/16), VERIFY
+/// with a byte check and MODE SELECT(6/10). `None` for commands that take no Data-Out or that this crate does not
 /// know; a CDB too short for its opcode also gives `None`.
 pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
     let bs = u64::from(block_size);
     let op = *cdb.first()?;
     let need = match op {
         WRITE_6 | MODE_SELECT_6 => 6,
-        WRITE_10 | VERIFY_10 | MODE_SELECT_10 => 10,
-        WRITE_12 | VERIFY_12 => 12,
-        WRITE_16 | VERIFY_16 => 16,
+        WRITE_10 | WRITE_AND_VERIFY_10 | VERIFY_10 | MODE_SELECT_10 => 10,
+        WRITE_12 | WRITE_AND_VERIFY_12 | VERIFY_12 => 12,
+        WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 => 16,
         _ => return None,
     };
     if cdb.len() < need {
@@ -199,9 +216,9 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
             let n = u64::from(cdb[4]);
             if n == 0 { 256 * bs } else { n * bs }
         }
-        WRITE_10 => u64::from(be16(cdb, 7)) * bs,
-        WRITE_12 => u64::from(be32(cdb, 6)) * bs,
-        WRITE_16 => u64::from(be32(cdb, 10)) * bs,
+        WRITE_10 | WRITE_AND_VERIFY_10 => u64::from(be16(cdb, 7)) * bs,
+        WRITE_12 | WRITE_AND_VERIFY_12 => u64::from(be32(cdb, 6)) * bs,
+        WRITE_16 | WRITE_AND_VERIFY_16 => u64::from(be32(cdb, 10)) * bs,
         VERIFY_10 | VERIFY_12 | VERIFY_16 => {
             let blocks = match op {
                 VERIFY_10 => u64::from(be16(cdb, 7)),
@@ -345,6 +362,17 @@ mod tests {
         assert_eq!(data_out_len(&[0x15, 0x10, 0, 0, 28, 0], 512), Some(28));
         assert_eq!(data_out_len(&r10_op(0x28, 2), 512), None);
         assert_eq!(data_out_len(&[0x2A, 0], 512), None);
+        // WRITE AND VERIFY: the write data, whatever BYTCHK
+        let mut wv = r10_op(0x2E, 3);
+        assert_eq!(data_out_len(&wv, 512), Some(1536));
+        wv[1] = 0x02;
+        assert_eq!(data_out_len(&wv, 4096), Some(3 * 4096));
+        let mut wv12 = vec![0xAE, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0];
+        assert_eq!(data_out_len(&wv12, 512), Some(2560));
+        wv12.truncate(11);
+        assert_eq!(data_out_len(&wv12, 512), None);
+        let wv16 = [0x8E, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
+        assert_eq!(data_out_len(&wv16, 512), Some(256 * 512));
         assert_eq!(data_out_len(&[], 512), None);
     }
 
@@ -427,6 +455,73 @@ mod tests {
             }
         );
         assert_eq!(exec(&lu, &w, &[]), Action::good());
+    }
+
+    #[test]
+    fn write_and_verify() {
+        let lu = lu();
+        let data = vec![0u8; 4096];
+        let mut c10 = r10(7, 2);
+        c10[0] = 0x2E;
+        let want = Action::Write {
+            lba: 7,
+            blocks: 2,
+            fua: true,
+            data_offset: 0,
+        };
+        // BYTCHK 0 and 1, with and without DPO: a forced-unit-access write
+        for b1 in [0x00, 0x02, 0x10, 0x12] {
+            c10[1] = b1;
+            assert_eq!(exec(&lu, &c10, &data), want, "byte 1 {b1:#04x}");
+        }
+        let c12 = [0xAE, 0x02, 0, 0, 0, 7, 0, 0, 0, 2, 0, 0];
+        assert_eq!(exec(&lu, &c12, &data), want);
+        let mut c16 = [0x8E, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 2, 0, 0];
+        assert_eq!(exec(&lu, &c16, &data), want);
+        // WRPROTECT ≠ 0
+        for b1 in [0x20, 0x40, 0x80, 0xE2] {
+            c10[1] = b1;
+            let c = complete_out(&lu, &c10, &data);
+            assert_eq!(check(&c), (5, 0x24, 0));
+            assert_eq!(&c.sense[15..18], &[0xCF, 0, 1]);
+        }
+        // reserved bits (no FUA in WRITE AND VERIFY, no BYTCHK 1xb)
+        for (b1, bit) in [(0x08u8, 0xCBu8), (0x04, 0xCA), (0x01, 0xC8)] {
+            c10[1] = b1;
+            let c = complete_out(&lu, &c10, &data);
+            assert_eq!(check(&c), (5, 0x24, 0));
+            assert_eq!(&c.sense[15..18], &[bit, 0, 1]);
+        }
+        c10[1] = 0;
+        // zero blocks: nothing to do
+        c10[7..9].copy_from_slice(&[0, 0]);
+        assert_eq!(complete(&lu, &c10).status, 0);
+        // range and length
+        c16[13] = 0;
+        c16[9] = 0;
+        c16[2] = 1;
+        c16[13] = 1;
+        assert_eq!(check(&complete_out(&lu, &c16, &data)), (5, 0x21, 0));
+        let mut big = r10(0, 16385);
+        big[0] = 0x2E;
+        assert_eq!(check(&complete_out(&lu, &big, &data)), (5, 0x24, 0));
+        // a short Data-Out buffer: whole blocks written, a partial block refused
+        let mut w = r10(0, 4);
+        w[0] = 0x2E;
+        assert_eq!(
+            exec(&lu, &w, &data[..1024]),
+            Action::Write {
+                lba: 0,
+                blocks: 2,
+                fua: true,
+                data_offset: 0
+            }
+        );
+        assert_eq!(check(&complete_out(&lu, &w, &data[..700])), (5, 0x0E, 0x03));
+        assert_eq!(exec(&lu, &w, &[]), Action::good());
+        // write protected medium
+        let ro = lu_with(|p| p.readonly = true);
+        assert_eq!(check(&complete_out(&ro, &c12, &data)), (7, 0x27, 0));
     }
 
     #[test]

@@ -179,8 +179,8 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
 
 fn cdb_strategy() -> impl Strategy<Value = Vec<u8>> {
     let opcodes = prop::sample::select(vec![
-        0x00u8, 0x03, 0x08, 0x0A, 0x12, 0x15, 0x1A, 0x25, 0x28, 0x2A, 0x2F, 0x35, 0x55, 0x5A, 0x88,
-        0x8A, 0x8F, 0x91, 0x9E, 0xA0, 0xA8, 0xAA, 0xAF, 0x7F, 0xFF,
+        0x00u8, 0x03, 0x08, 0x0A, 0x12, 0x15, 0x1A, 0x25, 0x28, 0x2A, 0x2E, 0x2F, 0x35, 0x55, 0x5A,
+        0x88, 0x8A, 0x8E, 0x8F, 0x91, 0x9E, 0xA0, 0xA3, 0xA8, 0xAA, 0xAE, 0xAF, 0x7F, 0xFF,
     ]);
     (
         opcodes,
@@ -195,8 +195,112 @@ fn cdb_strategy() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// MAINTENANCE IN CDBs: mostly the two service actions we implement, any reporting options,
+/// requested operation codes and service actions, small and large allocation lengths.
+fn maintenance_in_strategy() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop_oneof![Just(0x0Cu8), Just(0x0D), any::<u8>()],
+        prop_oneof![
+            0u8..8,
+            Just(0x80),
+            Just(0x81),
+            Just(0x82),
+            Just(0x83),
+            any::<u8>()
+        ],
+        any::<u8>(),
+        prop_oneof![0u16..0x20, any::<u16>()],
+        prop_oneof![0u32..40, Just(65535), any::<u32>()],
+        prop_oneof![Just(0u8), any::<u8>()],
+        0usize..17,
+    )
+        .prop_map(|(sa, b2, op, rsa, alloc, ctl, len)| {
+            let mut v = vec![0xA3, sa, b2, op];
+            v.extend_from_slice(&rsa.to_be_bytes());
+            v.extend_from_slice(&alloc.to_be_bytes());
+            v.extend_from_slice(&[0, ctl, 0, 0, 0, 0]);
+            v.truncate(len.max(1));
+            v
+        })
+}
+
+fn complete_of(lu: &LogicalUnit, cdb: &[u8]) -> Completion {
+    match lu.execute(&CmdCtx {
+        cdb,
+        data_out: &[],
+        luns: &[],
+    }) {
+        Action::Complete(c) => c,
+        a => panic!("{cdb:02x?} -> {a:?}"),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn maintenance_in_never_panics(cdb in maintenance_in_strategy(), readonly in any::<bool>()) {
+        let lu = LogicalUnit::new(params(512, 2048, readonly));
+        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &[], luns: &[] });
+        check_result(&lu, &cdb, &[], &a);
+        let Action::Complete(c) = a else { panic!("{a:?}") };
+        if c.status == status::GOOD {
+            let alloc = u32::from_be_bytes([cdb[6], cdb[7], cdb[8], cdb[9]]) as usize;
+            prop_assert!(c.data.len() <= alloc);
+            if cdb[1] & 0x1F == 0x0C && cdb[2] & 0x07 == 0 && alloc >= 4 {
+                // all_commands: COMMAND DATA LENGTH covers the descriptors
+                let len = u32::from_be_bytes([c.data[0], c.data[1], c.data[2], c.data[3]]);
+                prop_assert!(len > 0);
+                prop_assert_eq!(c.data.len(), (len as usize + 4).min(alloc));
+            } else if cdb[1] & 0x1F == 0x0C && alloc >= 4 {
+                // one_command: SUPPORT 001b or 011b, CDB SIZE consistent
+                let support = c.data[1] & 0x07;
+                prop_assert!(support == 1 || support == 3);
+                let size = usize::from(u16::from_be_bytes([c.data[2], c.data[3]]));
+                let ctd = if c.data[1] & 0x80 != 0 { 12 } else { 0 };
+                prop_assert_eq!(c.data.len(), (4 + size + ctd).min(alloc));
+            }
+        }
+    }
+
+    /// REPORT SUPPORTED OPERATION CODES (reporting options 011b) calls a command supported
+    /// exactly when `execute` knows its operation code and service action.
+    #[test]
+    fn reported_support_matches_execute(op in any::<u8>(), sa in 0u8..0x20) {
+        let lu = LogicalUnit::new(params(512, 2048, false));
+        let rsoc = [0xA3, 0x0C, 0x03, op, 0, sa, 0, 0, 0x10, 0, 0, 0];
+        let r = complete_of(&lu, &rsoc);
+        prop_assert_eq!(r.status, status::GOOD);
+        let supported = r.data[1] & 0x07 == 3;
+        // reporting options 001b refuse an operation code with service actions
+        let plain = complete_of(&lu, &[0xA3, 0x0C, 0x01, op, 0, 0, 0, 0, 0x10, 0, 0, 0]);
+        let has_sa = plain.status != status::GOOD;
+        let mut cdb = [0u8; 16];
+        cdb[0] = op;
+        if has_sa {
+            cdb[1] = sa;
+        }
+        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &[], luns: &[] });
+        let unknown = match &a {
+            Action::Complete(c) if c.status == status::CHECK_CONDITION => {
+                let k = parse_key_asc(&c.sense);
+                // unknown opcode, or unknown service action of a known one
+                k == Some((5, 0x20, 0))
+                    || (has_sa
+                        && k == Some((5, 0x24, 0))
+                        && c.sense.get(15..18) == Some(&[0xCC, 0, 1][..]))
+            }
+            _ => false,
+        };
+        if supported {
+            // a supported command never fails as an unknown command; the usage data
+            // starts with the operation code
+            prop_assert!(!unknown, "{op:#04x}/{sa:#04x}");
+            prop_assert_eq!(r.data[4], op);
+        } else {
+            prop_assert!(unknown, "{op:#04x}/{sa:#04x} -> {a:?}");
+        }
+    }
 
     #[test]
     fn execute_never_panics(
