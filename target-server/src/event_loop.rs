@@ -26,6 +26,8 @@ const READS_PER_WAKEUP: usize = 32;
 /// Slices per writev.
 const IOV_MAX: usize = 64;
 const TICK: Duration = Duration::from_millis(500);
+/// Connections the daemon accepts at once; beyond it new ones are closed at accept.
+pub const MAX_CONNECTIONS: usize = 4096;
 
 /// Messages to an event thread.
 pub enum Msg {
@@ -71,6 +73,8 @@ pub struct Shared {
     /// Every thread's inbox, indexed by thread number (set once all threads exist).
     pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
     pub next_thread: AtomicUsize,
+    /// Open connections, all threads together.
+    pub connections: AtomicUsize,
     pub started: Instant,
 }
 
@@ -143,6 +147,8 @@ pub struct EventThread {
     free: Vec<usize>,
     next_generation: u64,
     stopping: bool,
+    /// The connection being worked on (closed if that work panics).
+    current: Option<usize>,
 }
 
 impl EventThread {
@@ -165,6 +171,7 @@ impl EventThread {
             free: Vec::new(),
             next_generation: 1,
             stopping: false,
+            current: None,
         }
     }
 
@@ -200,21 +207,23 @@ impl EventThread {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
-                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(t) if t >= LISTENER_BASE => {
+                        self.guarded("accept", |me| me.accept(t - LISTENER_BASE))
+                    }
                     Token(s) => {
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.on_readable(s);
+                            self.guarded("receive", |me| me.on_readable(s));
                         }
                         if ev.is_writable() {
-                            self.flush(s);
+                            self.guarded("send", |me| me.flush(s));
                         }
                     }
                 }
             }
-            self.drain_inbox();
+            self.guarded("inbox", Self::drain_inbox);
             for s in 0..self.slots.len() {
                 if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
-                    self.on_readable(s);
+                    self.guarded("receive", |me| me.on_readable(s));
                     if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
                         busy.push(s);
                     }
@@ -222,13 +231,32 @@ impl EventThread {
             }
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
-                self.tick();
+                self.guarded("timers", Self::tick);
             }
             if self.stopping && self.slots.iter().all(Option::is_none) {
                 break;
             }
         }
         tracing::debug!(thread = self.index, "event thread stopped");
+    }
+
+    /// Run `f`; if it panics (a bug: input never should), log it and close the connection
+    /// that was being worked on, so that one bad connection never takes the thread and every
+    /// other connection on it down.
+    fn guarded(&mut self, what: &str, f: impl FnOnce(&mut Self)) {
+        self.current = None;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        if let Err(payload) = r {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(thread = self.index, "internal error during {what}: {msg}");
+            if let Some(s) = self.current.take() {
+                self.close(s, "internal error");
+            }
+        }
     }
 
     fn accept(&mut self, i: usize) {
@@ -240,6 +268,10 @@ impl EventThread {
                 Ok((sock, peer)) => {
                     if self.stopping {
                         continue; // dropped: refuse new work while stopping
+                    }
+                    if self.shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                        tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection refused: too many connections");
+                        continue;
                     }
                     let n = self.shared.thread_count();
                     let t = self.shared.next_thread.fetch_add(1, Ordering::Relaxed) % n;
@@ -286,6 +318,7 @@ impl EventThread {
         }
         let generation = self.next_generation;
         self.next_generation += 1;
+        self.shared.connections.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
         self.slots[s] = Some(Slot {
             sock,
@@ -310,6 +343,7 @@ impl EventThread {
 
     fn on_readable(&mut self, s: usize) {
         let Some(id) = self.id(s) else { return };
+        self.current = Some(s);
         let now = self.now_ms();
         let shared = Arc::clone(&self.shared);
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
@@ -364,6 +398,7 @@ impl EventThread {
 
     fn process_events(&mut self, s: usize) {
         let Some(id) = self.id(s) else { return };
+        self.current = Some(s);
         let shared = Arc::clone(&self.shared);
         let pool = &shared.pools[self.node.min(shared.pools.len().saturating_sub(1))];
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
@@ -428,6 +463,7 @@ impl EventThread {
     }
 
     fn flush(&mut self, s: usize) {
+        self.current = Some(s);
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
@@ -482,6 +518,7 @@ impl EventThread {
                     if self.id(conn.slot) != Some(conn) {
                         continue; // the connection is gone; the result is dropped
                     }
+                    self.current = Some(conn.slot);
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
                         slot.inflight = slot.inflight.saturating_sub(1);
                         slot.conn.complete_command(itt, result);
@@ -525,6 +562,7 @@ impl EventThread {
         let now = self.now_ms();
         for s in 0..self.slots.len() {
             if let Some(slot) = self.slots[s].as_mut() {
+                self.current = Some(s);
                 slot.conn.on_tick(now);
                 self.process_events(s);
                 self.flush(s);
@@ -538,6 +576,7 @@ impl EventThread {
             let _ = self.poll.registry().deregister(&mut slot.sock);
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
             self.shared.registry.connection_closed(id);
+            self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(s);
         }
     }

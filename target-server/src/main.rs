@@ -8,8 +8,6 @@ use nix::sys::signal::{SigSet, Signal};
 use target_server::cli::{Cli, parse_iscsi_opts};
 use target_server::runtime::{Daemon, RuntimeConfig};
 
-const DEMO_IQN: &str = "iqn.2026-11.org.numatgt:demo";
-
 fn init_logging(debug: Option<u32>) {
     let level = match debug.unwrap_or(0) {
         0 => "info",
@@ -74,7 +72,6 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
             cfg.iscsi.nop_count = v;
         }
     }
-    let _ = DEMO_IQN;
     Ok(RuntimeConfig {
         numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
         event_threads: cli.event_threads.or(cfg.threads.event_threads),

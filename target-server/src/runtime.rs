@@ -220,6 +220,7 @@ impl Daemon {
             pools,
             inboxes: OnceLock::new(),
             next_thread: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
             started,
         });
         let _ = shared
