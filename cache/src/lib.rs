@@ -1,12 +1,29 @@
-//! The `cache` crate: NUMA topology, aligned node-local buffers, O_DIRECT backing stores and
-//! per-node I/O worker pools. It knows blocks and bytes, never iSCSI or SCSI.
+//! The `cache` crate: NUMA topology, aligned node-local buffers, O_DIRECT backing stores,
+//! per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block cache
+//! and the affinity router (seed 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
 
 pub mod aligned;
+pub mod arena;
 pub mod backing;
+mod bits;
+pub mod block_cache;
+pub mod counters;
+pub mod geometry;
 pub mod io_pool;
+pub mod partition;
+pub mod router;
 pub mod topology;
 
 pub use aligned::AlignedBuf;
+pub use arena::{ArenaError, ArenaOptions, BindPolicy, Binding, NodeArena, PageKind, placement};
 pub use backing::{BackingError, BackingStore, OpenOptions as BackingOptions};
+pub use block_cache::{BlockCache, CacheConfig, CacheError, DirtyScan};
+pub use counters::{CounterSnapshot, NodeCounters};
+pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};
 pub use io_pool::{IoPool, IoRequest};
+pub use partition::{
+    BlockKey, BlockRef, DirtyProbe, DirtyRange, Fill, FillRaced, FillRun, Lookup, Partition,
+    PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,
+};
+pub use router::{Affinity, Route, RouteReason, RouteRequest, Router, RouterPolicy};
 pub use topology::{Node, Topology};

@@ -1,0 +1,111 @@
+//! Steady-state cache operations allocate nothing: hits, misses with eviction, fills,
+//! write-back writes (including copy-on-write), flush collection into a reused vector and
+//! routing are run under a counting global allocator, which must count zero.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use cache::{
+    BlockCache, BlockSpan, CacheConfig, Lookup, ReadAhead, RouteRequest, Router, RouterPolicy,
+    Topology,
+};
+
+struct Counting;
+
+thread_local! {
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; only counts on the calling thread.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        COUNT.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        COUNT.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocations() -> usize {
+    COUNT.with(|c| c.get())
+}
+
+#[test]
+fn steady_state_does_not_allocate() {
+    let topo = Topology::split(&[0, 1], 2, 1);
+    let cfg = CacheConfig {
+        block_size: 16384,
+        group_blocks: 4,
+        partitions_per_node: 2,
+        bytes_per_node: 16 * 16384,
+        huge_pages: false,
+        dirty_limit_bytes: 8 * 16384,
+        ..CacheConfig::default()
+    };
+    let cache = BlockCache::new(cfg, &topo).unwrap();
+    let router = Router::new(*cache.geometry(), RouterPolicy::default());
+    let mut flushes = Vec::with_capacity(64);
+    let data = vec![7u8; 16384];
+    let round = |cache: &BlockCache, flushes: &mut Vec<cache::DirtyRange>| {
+        for i in 0..200u64 {
+            let (offset, len) = ((i * 7919 % 97) * 4096, 4096 * (1 + i % 40));
+            let r = router.route(
+                &RouteRequest {
+                    lun: 0,
+                    offset,
+                    len,
+                    conn_node: (i % 2) as usize,
+                    already_routed: false,
+                },
+                |_| 0,
+            );
+            std::hint::black_box(r);
+            for span in cache.spans(offset, len).unwrap() {
+                match cache.lookup(0, &span, ReadAhead::None) {
+                    Lookup::Hit(r) => {
+                        let keep = r.clone(); // pinned twice: a write now copies on write
+                        let w = BlockSpan::new(16384, span.block_no(), 0, 4096).unwrap();
+                        let _ = cache.write_back(0, &w, &data[..4096]);
+                        std::hint::black_box(keep.bytes()[0]);
+                    }
+                    Lookup::Miss(mut f) => {
+                        for run in f.runs_mut() {
+                            run.buf.fill(1);
+                        }
+                        let _ = f.complete();
+                    }
+                    Lookup::Busy | Lookup::NoSpace => {}
+                }
+            }
+            if i % 8 == 0 {
+                for node in 0..2 {
+                    cache.collect_dirty(node, 32, flushes);
+                    for r in flushes.drain(..) {
+                        let n: usize = r.runs().map(|(_, b)| b.len()).sum();
+                        std::hint::black_box(n);
+                        let _ = r.mark_clean();
+                    }
+                }
+            }
+        }
+    };
+    round(&cache, &mut flushes); // warm up (thread-locals, lazily initialised state)
+    let before = allocations();
+    round(&cache, &mut flushes);
+    let after = allocations();
+    assert_eq!(after - before, 0, "the steady state allocated");
+    let c = cache.counters(0).unwrap();
+    assert!(c.hits > 0 && c.misses > 0 && c.evictions > 0, "{c:?}");
+    cache.check_invariants().unwrap();
+}
