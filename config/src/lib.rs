@@ -24,9 +24,9 @@ mod validate;
 
 pub use error::ConfigError;
 pub use model::{
-    AddressRule, Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest,
-    IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, TargetConfig,
-    ThreadConfig,
+    AddressRule, CacheMode, CacheSettings, Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN,
+    DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit, IscsiParams, IscsiParamsOverride, LunConfig,
+    NumaConfig, PortalConfig, RouterSettings, TargetConfig, ThreadConfig,
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};

@@ -30,6 +30,10 @@ pub struct Config {
     pub threads: ThreadConfig,
     /// Global iSCSI negotiation values; a target may override some of them.
     pub iscsi: IscsiParams,
+    /// The NUMA block cache (`cache:`); a LUN may override the mode.
+    pub cache: CacheSettings,
+    /// The affinity router (`router:`).
+    pub router: RouterSettings,
     pub targets: Vec<TargetConfig>,
 }
 
@@ -41,6 +45,8 @@ impl Default for Config {
             numa: NumaConfig::default(),
             threads: ThreadConfig::default(),
             iscsi: IscsiParams::default(),
+            cache: CacheSettings::default(),
+            router: RouterSettings::default(),
             targets: Vec::new(),
         }
     }
@@ -70,6 +76,8 @@ impl Config {
             numa: NumaConfig::default(),
             threads: ThreadConfig::default(),
             iscsi: IscsiParams::default(),
+            cache: CacheSettings::default(),
+            router: RouterSettings::default(),
             targets: vec![TargetConfig {
                 iqn: DEMO_IQN.to_string(),
                 tid: None,
@@ -145,6 +153,160 @@ pub struct ThreadConfig {
     /// Backing-store I/O threads per node; `None` = the daemon's default
     /// (or its `-t/--nr_iothreads` option). 1..=256.
     pub io_threads: Option<usize>,
+}
+
+/// How a LUN's data goes between the network and the backing store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CacheMode {
+    /// `numa`: the NUMA-aware block cache (blocks in memory of their home node).
+    #[default]
+    Numa,
+    /// `off`: O_DIRECT straight to the backing store, no cache.
+    Off,
+    /// `page`: buffered I/O through the kernel page cache (as tgtd's rdwr backend).
+    Page,
+}
+
+impl CacheMode {
+    /// Every mode, in the order the documentation lists them.
+    pub const ALL: [CacheMode; 3] = [CacheMode::Numa, CacheMode::Off, CacheMode::Page];
+
+    /// The configuration word: `numa`, `off` or `page`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Numa => "numa",
+            CacheMode::Off => "off",
+            CacheMode::Page => "page",
+        }
+    }
+
+    /// Parses `numa` / `off` / `page` (any case, surrounding blanks ignored).
+    pub fn parse(text: &str) -> Option<CacheMode> {
+        let t = text.trim();
+        CacheMode::ALL
+            .into_iter()
+            .find(|m| t.eq_ignore_ascii_case(m.as_str()))
+    }
+}
+
+impl std::fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The write-back throttle: dirty data per node above which writers wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DirtyLimit {
+    /// `N%` of `size_per_node`, 1..=100.
+    Percent(u8),
+    /// An absolute number of bytes per node, `block_size..=size_per_node`.
+    Bytes(u64),
+}
+
+impl DirtyLimit {
+    /// The limit in bytes for a cache of `size_per_node` bytes per node.
+    /// (A percentage rounds down; above 100 % it is capped at `size_per_node`.)
+    pub fn bytes(self, size_per_node: u64) -> u64 {
+        match self {
+            DirtyLimit::Percent(p) => {
+                let p = u128::from(p.min(100));
+                (u128::from(size_per_node) * p / 100) as u64
+            }
+            DirtyLimit::Bytes(b) => b,
+        }
+    }
+}
+
+impl Default for DirtyLimit {
+    /// 25 % of the cache.
+    fn default() -> Self {
+        DirtyLimit::Percent(25)
+    }
+}
+
+impl std::fmt::Display for DirtyLimit {
+    /// `25%` or a size in the short form `parse_size` reads (`64M`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirtyLimit::Percent(p) => write!(f, "{p}%"),
+            DirtyLimit::Bytes(b) => f.write_str(&crate::size::format_size(*b)),
+        }
+    }
+}
+
+/// The NUMA block cache (`cache:` section). Sizes are per NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Default mode of every LUN (a LUN's own `cache:` overrides it). Default `numa`.
+    pub mode: CacheMode,
+    /// Bytes of cache blocks per node (rounded down to whole blocks); at least
+    /// 16 blocks and one block per partition. Default 256 MiB.
+    pub size_per_node: u64,
+    /// Cache block size: a power of two, 4 KiB..=1 MiB. Default 64 KiB.
+    pub block_size: u32,
+    /// Neighbouring blocks sharing a partition: a power of two, 1..=4096. Default 8.
+    pub group_blocks: u32,
+    /// Independent partitions (locks) per node, 1..=1024. Default 16.
+    pub partitions_per_node: u32,
+    /// Back the cache arenas with huge pages when the system has them. Default true.
+    pub huge_pages: bool,
+    /// Write-back throttle per node. Default 25 %.
+    pub dirty_limit: DirtyLimit,
+    /// Blocks read ahead on a sequential miss, 0 (off, default)..=1024.
+    pub read_ahead: u32,
+}
+
+impl Default for CacheSettings {
+    /// `numa`, 256 MiB per node of 64 KiB blocks in groups of 8, 16 partitions per
+    /// node, huge pages, 25 % dirty, no read-ahead.
+    fn default() -> Self {
+        CacheSettings {
+            mode: CacheMode::Numa,
+            size_per_node: 256 << 20,
+            block_size: 64 << 10,
+            group_blocks: 8,
+            partitions_per_node: 16,
+            huge_pages: true,
+            dirty_limit: DirtyLimit::default(),
+            read_ahead: 0,
+        }
+    }
+}
+
+impl CacheSettings {
+    /// Whole cache blocks per node (`size_per_node / block_size`).
+    pub fn blocks_per_node(&self) -> u64 {
+        self.size_per_node / u64::from(self.block_size.max(1))
+    }
+
+    /// The dirty limit in bytes per node.
+    pub fn dirty_limit_bytes(&self) -> u64 {
+        self.dirty_limit.bytes(self.size_per_node)
+    }
+}
+
+/// The affinity router (`router:` section): where a request is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouterSettings {
+    /// Requests of fewer bytes are served on the connection's own node.
+    /// 0..=16 MiB; default 32 KiB.
+    pub min_forward_bytes: u64,
+    /// A node with more queued requests than this is not sent more work. 1..=65535; default 64.
+    pub max_queue: u32,
+    /// `false`: every request is served on its connection's node. Default true.
+    pub enabled: bool,
+}
+
+impl Default for RouterSettings {
+    /// Enabled; requests of 32 KiB and more may move; 64 queued requests per node at most.
+    fn default() -> Self {
+        RouterSettings {
+            min_forward_bytes: 32 << 10,
+            max_queue: 64,
+            enabled: true,
+        }
+    }
 }
 
 /// A digest algorithm an iSCSI connection may use (RFC 7143 §13.1).
@@ -339,6 +501,8 @@ pub struct LunConfig {
     pub product_rev: Option<String>,
     /// Unit serial number override, 1..=36 printable ASCII.
     pub serial: Option<String>,
+    /// `cache:` this LUN's cache mode; `None` = the global `cache.mode`.
+    pub cache: Option<CacheMode>,
 }
 
 impl LunConfig {
@@ -355,7 +519,13 @@ impl LunConfig {
             product_id: None,
             product_rev: None,
             serial: None,
+            cache: None,
         }
+    }
+
+    /// The cache mode this LUN runs with: its own `cache:` or the global mode.
+    pub fn cache_mode(&self, global: &CacheSettings) -> CacheMode {
+        self.cache.unwrap_or(global.mode)
     }
 }
 

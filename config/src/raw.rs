@@ -11,7 +11,8 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Config, Digest, IscsiParams, IscsiParamsOverride, LunConfig, PortalConfig, TargetConfig,
+    CacheSettings, Config, Digest, DirtyLimit, IscsiParams, IscsiParamsOverride, LunConfig,
+    PortalConfig, RouterSettings, TargetConfig,
 };
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -26,7 +27,43 @@ pub(crate) struct RawConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi: Option<RawIscsi>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<RawCache>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RawRouter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<RawTarget>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCache {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_per_node: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_blocks: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_per_node: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub huge_pages: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirty_limit: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ahead: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_forward_bytes: Option<Scalar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<YesNo>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -168,6 +205,8 @@ pub(crate) struct RawLun {
     pub product_rev: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<Word>,
 }
 
 /// A scalar that may be written as a number or a word (`auto`, `1G`).
@@ -208,6 +247,49 @@ impl Serialize for Scalar {
             },
             Scalar::Text(t) => s.serialize_str(t),
         }
+    }
+}
+
+/// A word of a closed set (`numa`, `off`, `page`): any YAML scalar is taken
+/// as its text, so that `false`, `1` or `1.5` reach validation and get our
+/// message instead of serde's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Word(pub String);
+
+impl<'de> Deserialize<'de> for Word {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Word;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a word")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Word, E> {
+                Ok(Word(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Word, E> {
+                Ok(Word(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Word, E> {
+                Ok(Word(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Word, E> {
+                Ok(Word(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Word, E> {
+                Ok(Word(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Word, E> {
+                Ok(Word(String::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for Word {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
     }
 }
 
@@ -352,6 +434,42 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         product_id: l.product_id.clone(),
         product_rev: l.product_rev.clone(),
         serial: l.serial.clone(),
+        cache: l.cache.map(|m| Word(m.as_str().to_string())),
+    }
+}
+
+/// A size in its short form (`64K`), or a plain number when it has no unit,
+/// so that YAML shows `12345` rather than `'12345'`.
+fn size_scalar(bytes: u64) -> Scalar {
+    let t = crate::size::format_size(bytes);
+    if t.bytes().all(|b| b.is_ascii_digit()) {
+        Scalar::Int(bytes.into())
+    } else {
+        Scalar::Text(t)
+    }
+}
+
+fn raw_cache(c: &CacheSettings) -> RawCache {
+    RawCache {
+        mode: Some(Word(c.mode.as_str().to_string())),
+        size_per_node: Some(size_scalar(c.size_per_node)),
+        block_size: Some(size_scalar(c.block_size.into())),
+        group_blocks: Some(c.group_blocks.into()),
+        partitions_per_node: Some(c.partitions_per_node.into()),
+        huge_pages: Some(YesNo(c.huge_pages)),
+        dirty_limit: Some(match c.dirty_limit {
+            DirtyLimit::Percent(p) => Scalar::Text(format!("{p}%")),
+            DirtyLimit::Bytes(b) => size_scalar(b),
+        }),
+        read_ahead: Some(c.read_ahead.into()),
+    }
+}
+
+fn raw_router(r: &RouterSettings) -> RawRouter {
+    RawRouter {
+        min_forward_bytes: Some(size_scalar(r.min_forward_bytes)),
+        max_queue: Some(r.max_queue.into()),
+        enabled: Some(YesNo(r.enabled)),
     }
 }
 
@@ -396,6 +514,8 @@ pub(crate) fn to_yaml(c: &Config) -> String {
             io_threads: c.threads.io_threads.map(|n| n as u64),
         }),
         iscsi: Some(raw_iscsi(&c.iscsi)),
+        cache: Some(raw_cache(&c.cache)),
+        router: Some(raw_router(&c.router)),
         targets: Some(c.targets.iter().map(raw_target).collect()),
     };
     // Serialising these plain structures cannot fail; keep a readable fallback anyway.

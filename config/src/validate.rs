@@ -8,13 +8,16 @@ use std::path::PathBuf;
 
 use crate::error::ConfigError;
 use crate::model::{
-    AddressRule, Config, Digest, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig,
-    PortalConfig, TargetConfig, ThreadConfig, default_portal_addr,
+    AddressRule, CacheMode, CacheSettings, Config, Digest, DirtyLimit, IscsiParams,
+    IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, RouterSettings, TargetConfig,
+    ThreadConfig, default_portal_addr,
 };
 use crate::names::validate_iscsi_name;
 use crate::net::parse_portal_addr;
-use crate::raw::{List, RawConfig, RawIscsi, RawLun, RawPortal, RawTarget, Scalar};
-use crate::size::parse_size;
+use crate::raw::{
+    List, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter, RawTarget, Scalar, Word,
+};
+use crate::size::{format_size, parse_size};
 
 /// Bounds of the configurable values.
 pub mod limits {
@@ -34,6 +37,20 @@ pub mod limits {
     pub const PRODUCT_REV: usize = 4;
     pub const SERIAL: usize = 36;
     pub const ALIAS: usize = 255;
+    /// `cache.block_size`: a power of two in 4 KiB ..= 1 MiB.
+    pub const CACHE_BLOCK_SIZE: (u64, u64) = (4096, 1 << 20);
+    /// `cache.group_blocks`: a power of two.
+    pub const GROUP_BLOCKS: (u64, u64) = (1, 4096);
+    pub const PARTITIONS_PER_NODE: (u64, u64) = (1, 1024);
+    /// `cache.size_per_node` must hold at least this many blocks (and one per partition).
+    pub const MIN_CACHE_BLOCKS: u64 = 16;
+    /// `cache.dirty_limit` as a percentage of `size_per_node`.
+    pub const DIRTY_PERCENT: (u64, u64) = (1, 100);
+    /// `cache.read_ahead` in blocks; also at most half the blocks per node.
+    pub const READ_AHEAD: (u64, u64) = (0, 1024);
+    /// `router.min_forward_bytes`: 0 ..= 16 MiB.
+    pub const MIN_FORWARD_BYTES: (u64, u64) = (0, 16 << 20);
+    pub const ROUTER_MAX_QUEUE: (u64, u64) = (1, 65_535);
 }
 
 pub(crate) struct Ctx<'a> {
@@ -77,6 +94,21 @@ impl Ctx<'_> {
             )),
         }
     }
+
+    /// A byte size: an integer, or a number with a K/M/G/T suffix.
+    fn size(&self, path: &str, s: &Scalar) -> R<u64> {
+        match s {
+            Scalar::Int(i) => u64::try_from(*i)
+                .map_err(|_| self.err(path, format!("must be a size in bytes (got {i})"))),
+            Scalar::Text(t) => parse_size(t).map_err(|m| self.err(path, m)),
+        }
+    }
+
+    /// `numa`, `off` or `page`.
+    fn cache_mode(&self, path: &str, w: &Word) -> R<CacheMode> {
+        CacheMode::parse(&w.0)
+            .ok_or_else(|| self.err(path, format!("must be numa, off or page (got {:?})", w.0)))
+    }
 }
 
 fn show(s: &Scalar) -> String {
@@ -118,6 +150,8 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         }
         None => defaults,
     };
+    let cache = cache(ctx, raw.cache.as_ref())?;
+    let router = router(ctx, raw.router.as_ref())?;
     let mut targets = Vec::new();
     for (i, rt) in raw.targets.unwrap_or_default().into_iter().enumerate() {
         targets.push(target(ctx, &format!("targets[{i}]"), rt, &iscsi)?);
@@ -128,7 +162,171 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         numa,
         threads,
         iscsi,
+        cache,
+        router,
         targets,
+    })
+}
+
+/// The `cache:` section: each value in its range, then the rules between them
+/// (reported at the key that was written, the first of those involved).
+fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
+    let d = CacheSettings::default();
+    let Some(r) = raw else {
+        return Ok(d);
+    };
+    let mode = match &r.mode {
+        Some(w) => ctx.cache_mode("cache.mode", w)?,
+        None => d.mode,
+    };
+    let block_size = match &r.block_size {
+        None => d.block_size,
+        Some(s) => {
+            let b = ctx.size("cache.block_size", s)?;
+            let (lo, hi) = limits::CACHE_BLOCK_SIZE;
+            if !b.is_power_of_two() || !(lo..=hi).contains(&b) {
+                return Err(ctx.err(
+                    "cache.block_size",
+                    format!(
+                        "must be a power of two from {} to {} (got {b})",
+                        format_size(lo),
+                        format_size(hi)
+                    ),
+                ));
+            }
+            b as u32
+        }
+    };
+    let group_blocks = match r.group_blocks {
+        None => d.group_blocks,
+        Some(g) => {
+            let (lo, hi) = limits::GROUP_BLOCKS;
+            if !g.is_power_of_two() || !(lo..=hi).contains(&g) {
+                return Err(ctx.err(
+                    "cache.group_blocks",
+                    format!("must be a power of two in {lo}..={hi} (got {g})"),
+                ));
+            }
+            g as u32
+        }
+    };
+    let partitions_per_node = match r.partitions_per_node {
+        None => d.partitions_per_node,
+        Some(n) => ctx.range32("cache.partitions_per_node", n, limits::PARTITIONS_PER_NODE)?,
+    };
+    let size_per_node = match &r.size_per_node {
+        None => d.size_per_node,
+        Some(s) => ctx.size("cache.size_per_node", s)?,
+    };
+    let blocks = size_per_node / u64::from(block_size);
+    let need = limits::MIN_CACHE_BLOCKS.max(partitions_per_node.into());
+    if blocks < need {
+        let key = if r.size_per_node.is_some() {
+            "cache.size_per_node"
+        } else if r.block_size.is_some() {
+            "cache.block_size"
+        } else {
+            "cache.partitions_per_node"
+        };
+        return Err(ctx.err(
+            key,
+            format!(
+                "size_per_node {} holds {blocks} blocks of {}, fewer than {need} \
+                 (the cache needs at least {} blocks per node and one per partition)",
+                format_size(size_per_node),
+                format_size(block_size.into()),
+                limits::MIN_CACHE_BLOCKS
+            ),
+        ));
+    }
+    let dirty_limit = match &r.dirty_limit {
+        None => d.dirty_limit,
+        Some(s) => dirty_limit(ctx, s, size_per_node, block_size)?,
+    };
+    let read_ahead = match r.read_ahead {
+        None => d.read_ahead,
+        Some(n) => {
+            let n = ctx.range32("cache.read_ahead", n, limits::READ_AHEAD)?;
+            if u64::from(n) > blocks / 2 {
+                return Err(ctx.err(
+                    "cache.read_ahead",
+                    format!("{n} blocks is more than half of the {blocks} cache blocks per node"),
+                ));
+            }
+            n
+        }
+    };
+    Ok(CacheSettings {
+        mode,
+        size_per_node,
+        block_size,
+        group_blocks,
+        partitions_per_node,
+        huge_pages: r.huge_pages.map_or(d.huge_pages, |b| b.0),
+        dirty_limit,
+        read_ahead,
+    })
+}
+
+/// `cache.dirty_limit`: `N%` (1..=100) of `size_per_node`, or a size, in
+/// either case at least one cache block and at most `size_per_node`.
+fn dirty_limit(ctx: &Ctx<'_>, s: &Scalar, size_per_node: u64, block_size: u32) -> R<DirtyLimit> {
+    const KEY: &str = "cache.dirty_limit";
+    let limit = match s {
+        Scalar::Text(t) if t.trim().ends_with('%') => {
+            let num = t.trim().trim_end_matches('%').trim();
+            let (lo, hi) = limits::DIRTY_PERCENT;
+            match num.parse::<u64>() {
+                Ok(p) if (lo..=hi).contains(&p) => DirtyLimit::Percent(p as u8),
+                _ => {
+                    return Err(ctx.err(
+                        KEY,
+                        format!("a percentage must be in {lo}%..={hi}% (got {:?})", t.trim()),
+                    ));
+                }
+            }
+        }
+        _ => DirtyLimit::Bytes(ctx.size(KEY, s)?),
+    };
+    let bytes = limit.bytes(size_per_node);
+    let bs = u64::from(block_size);
+    if bytes < bs || bytes > size_per_node {
+        let what = match limit {
+            DirtyLimit::Percent(p) => {
+                format!("{p}% of {} is {bytes} bytes", format_size(size_per_node))
+            }
+            DirtyLimit::Bytes(b) => format!("{b} bytes"),
+        };
+        return Err(ctx.err(
+            KEY,
+            format!(
+                "must be at least one cache block ({bs}) and at most size_per_node ({size_per_node}) ({what})"
+            ),
+        ));
+    }
+    Ok(limit)
+}
+
+/// The `router:` section.
+fn router(ctx: &Ctx<'_>, raw: Option<&RawRouter>) -> R<RouterSettings> {
+    let d = RouterSettings::default();
+    let Some(r) = raw else {
+        return Ok(d);
+    };
+    let min_forward_bytes = match &r.min_forward_bytes {
+        None => d.min_forward_bytes,
+        Some(s) => {
+            let v = ctx.size("router.min_forward_bytes", s)?;
+            ctx.range("router.min_forward_bytes", v, limits::MIN_FORWARD_BYTES)?
+        }
+    };
+    Ok(RouterSettings {
+        min_forward_bytes,
+        max_queue: match r.max_queue {
+            None => d.max_queue,
+            Some(n) => ctx.range32("router.max_queue", n, limits::ROUTER_MAX_QUEUE)?,
+        },
+        enabled: r.enabled.map_or(d.enabled, |b| b.0),
     })
 }
 
@@ -462,6 +660,11 @@ fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             limits::PRODUCT_REV,
         )?,
         serial: ident(ctx, &format!("{p}.serial"), rl.serial, limits::SERIAL)?,
+        cache: rl
+            .cache
+            .as_ref()
+            .map(|w| ctx.cache_mode(&format!("{p}.cache"), w))
+            .transpose()?,
     })
 }
 

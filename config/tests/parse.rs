@@ -5,7 +5,10 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use config::{AddressRule, Config, ConfigError, Digest, IscsiParams, parse};
+use config::{
+    AddressRule, CacheMode, CacheSettings, Config, ConfigError, Digest, DirtyLimit, IscsiParams,
+    RouterSettings, parse,
+};
 use proptest::prelude::*;
 
 const EXAMPLE: &str = include_str!("../examples/numatgt.yaml");
@@ -168,6 +171,8 @@ fn unknown_fields_everywhere() {
         ("portals:\n  - address: 1.2.3.4:1\n    x: 1\n", "portals[0]"),
         ("numa:\n  x: 1\n", "numa"),
         ("threads:\n  x: 1\n", "threads"),
+        ("cache:\n  blocksize: 4K\n", "cache"),
+        ("router:\n  x: 1\n", "router"),
         ("iscsi:\n  MaxRecvDataSegmentlength: 512\n", "iscsi"),
         (
             "targets:\n  - iqn: iqn.2026-11.org.numatgt:a\n    x: 1\n",
@@ -592,6 +597,343 @@ targets:
 }
 
 #[test]
+fn example_cache_and_router() {
+    let c = parse(EXAMPLE, "numatgt.yaml").unwrap();
+    assert_eq!(c.cache, CacheSettings::default());
+    assert_eq!(c.router, RouterSettings::default());
+    let t = &c.targets[0];
+    assert_eq!(t.luns[0].cache, None);
+    assert_eq!(t.luns[0].cache_mode(&c.cache), CacheMode::Numa);
+    assert_eq!(t.luns[1].cache, Some(CacheMode::Page));
+    assert_eq!(c.targets[1].luns[0].cache, Some(CacheMode::Off));
+}
+
+#[test]
+fn cache_defaults() {
+    let d = CacheSettings::default();
+    assert_eq!(d.mode, CacheMode::Numa);
+    assert_eq!(d.size_per_node, 256 << 20);
+    assert_eq!(d.block_size, 64 << 10);
+    assert_eq!((d.group_blocks, d.partitions_per_node), (8, 16));
+    assert!(d.huge_pages);
+    assert_eq!(d.dirty_limit, DirtyLimit::Percent(25));
+    assert_eq!(d.dirty_limit_bytes(), 64 << 20);
+    assert_eq!(d.read_ahead, 0);
+    assert_eq!(d.blocks_per_node(), 4096);
+    let r = RouterSettings::default();
+    assert_eq!(
+        (r.min_forward_bytes, r.max_queue, r.enabled),
+        (32 << 10, 64, true)
+    );
+    // An empty section is the defaults too.
+    let c = parse("cache: {}\nrouter: {}\n", "t").unwrap();
+    assert_eq!(c, Config::default());
+    let c = parse("cache:\nrouter:\n", "t").unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(Config::default().cache, d);
+    assert_eq!(Config::default().router, r);
+}
+
+#[test]
+fn cache_values() {
+    let c = parse(
+        "cache:\n  mode: PAGE\n  size_per_node: 256M\n  block_size: 1M\n  group_blocks: 1\n  partitions_per_node: 256\n  huge_pages: No\n  dirty_limit: 64M\n  read_ahead: 4\nrouter:\n  min_forward_bytes: 0\n  max_queue: 1\n  enabled: off\n",
+        "t",
+    )
+    .unwrap();
+    let k = c.cache;
+    assert_eq!(k.mode, CacheMode::Page);
+    assert_eq!((k.size_per_node, k.block_size), (256 << 20, 1 << 20));
+    assert_eq!((k.group_blocks, k.partitions_per_node), (1, 256));
+    assert!(!k.huge_pages);
+    assert_eq!(k.dirty_limit, DirtyLimit::Bytes(64 << 20));
+    assert_eq!(k.read_ahead, 4);
+    assert_eq!(c.router.min_forward_bytes, 0);
+    assert_eq!(c.router.max_queue, 1);
+    assert!(!c.router.enabled);
+    // Plain integers and every mode word; percentages with blanks.
+    for (m, want) in [
+        ("numa", CacheMode::Numa),
+        ("off", CacheMode::Off),
+        (" Page ", CacheMode::Page),
+    ] {
+        let c = parse(
+            &format!("cache:\n  mode: \"{m}\"\n  block_size: 4096\n  size_per_node: 65536\n  dirty_limit: 100 %\n  group_blocks: 4096\n"),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.cache.mode, want);
+        assert_eq!((c.cache.block_size, c.cache.size_per_node), (4096, 65536));
+        assert_eq!(c.cache.dirty_limit, DirtyLimit::Percent(100));
+        assert_eq!(c.cache.dirty_limit_bytes(), 65536);
+    }
+    // Unquoted `off` is a string in YAML 1.2.
+    let c = parse("cache:\n  mode: off\n", "t").unwrap();
+    assert_eq!(c.cache.mode, CacheMode::Off);
+    let c = parse(
+        "router:\n  min_forward_bytes: 16M\n  max_queue: 65535\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.router.min_forward_bytes, c.router.max_queue),
+        (16 << 20, 65535)
+    );
+    // Exactly 16 blocks, one per partition, dirty limit of one block.
+    let c = parse(
+        "cache:\n  size_per_node: 64K\n  block_size: 4K\n  partitions_per_node: 16\n  dirty_limit: 4K\n  read_ahead: 8\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.cache.blocks_per_node(), 16);
+    assert_eq!(c.cache.dirty_limit_bytes(), 4096);
+    // size_per_node need not be a multiple of the block: it is rounded down.
+    let c = parse("cache:\n  size_per_node: 1048577\n", "t").unwrap();
+    assert_eq!(c.cache.blocks_per_node(), 16);
+}
+
+#[test]
+fn cache_rules() {
+    for (body, path, words) in [
+        (
+            "mode: fast",
+            "cache.mode",
+            "must be numa, off or page (got \"fast\")",
+        ),
+        ("mode: false", "cache.mode", "(got \"false\")"),
+        ("mode: 1", "cache.mode", "(got \"1\")"),
+        ("mode: \"\"", "cache.mode", "(got \"\")"),
+        (
+            "block_size: 2K",
+            "cache.block_size",
+            "must be a power of two from 4K to 1M (got 2048)",
+        ),
+        ("block_size: 2M", "cache.block_size", "(got 2097152)"),
+        ("block_size: 48K", "cache.block_size", "power of two"),
+        ("block_size: 0", "cache.block_size", "(got 0)"),
+        (
+            "block_size: -4096",
+            "cache.block_size",
+            "must be a size in bytes (got -4096)",
+        ),
+        ("block_size: 64Q", "cache.block_size", "unknown size suffix"),
+        (
+            "group_blocks: 0",
+            "cache.group_blocks",
+            "must be a power of two in 1..=4096 (got 0)",
+        ),
+        ("group_blocks: 3", "cache.group_blocks", "(got 3)"),
+        ("group_blocks: 8192", "cache.group_blocks", "1..=4096"),
+        (
+            "partitions_per_node: 0",
+            "cache.partitions_per_node",
+            "must be in 1..=1024 (got 0)",
+        ),
+        (
+            "partitions_per_node: 1025",
+            "cache.partitions_per_node",
+            "1..=1024",
+        ),
+        ("size_per_node: lots", "cache.size_per_node", "not a size"),
+        (
+            "size_per_node: 0",
+            "cache.size_per_node",
+            "holds 0 blocks of 64K, fewer than 16",
+        ),
+        (
+            "size_per_node: 960K",
+            "cache.size_per_node",
+            "holds 15 blocks",
+        ),
+        ("huge_pages: maybe", "cache.huge_pages", "Yes/No"),
+        (
+            "dirty_limit: 0%",
+            "cache.dirty_limit",
+            "a percentage must be in 1%..=100% (got \"0%\")",
+        ),
+        ("dirty_limit: 101%", "cache.dirty_limit", "1%..=100%"),
+        ("dirty_limit: x%", "cache.dirty_limit", "(got \"x%\")"),
+        ("dirty_limit: 2.5%", "cache.dirty_limit", "(got \"2.5%\")"),
+        (
+            "dirty_limit: 32K",
+            "cache.dirty_limit",
+            "at least one cache block (65536) and at most size_per_node (268435456) (32768 bytes)",
+        ),
+        (
+            "dirty_limit: 2G",
+            "cache.dirty_limit",
+            "at most size_per_node",
+        ),
+        (
+            "dirty_limit: -1",
+            "cache.dirty_limit",
+            "must be a size in bytes (got -1)",
+        ),
+        ("dirty_limit: 0", "cache.dirty_limit", "(0 bytes)"),
+        (
+            "read_ahead: 1025",
+            "cache.read_ahead",
+            "must be in 0..=1024 (got 1025)",
+        ),
+        ("read_ahead: -1", "cache.read_ahead", ""),
+    ] {
+        let e = check(&format!("cache:\n  {body}\n"), path, words);
+        assert_eq!(e.line(), Some(2), "{e}");
+        // Our own checks point at the key; serde's type errors at the value.
+        let col = if e.message().starts_with("invalid") {
+            3 + body.find(": ").unwrap() + 2
+        } else {
+            3
+        };
+        assert_eq!(e.column(), Some(col), "{e}");
+    }
+    // Rules between values, reported at the key written (first of those involved).
+    let e = check(
+        "cache:\n  partitions_per_node: 64\n  size_per_node: 2M\n",
+        "cache.size_per_node",
+        "size_per_node 2M holds 32 blocks of 64K, fewer than 64",
+    );
+    assert_eq!(e.line(), Some(3));
+    // With the default 256M per node, 1M blocks and 256 partitions just fit (boundary).
+    let c = parse(
+        "cache:\n  partitions_per_node: 256\n  block_size: 1M\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.cache.blocks_per_node(), 256);
+    check(
+        "cache:\n  size_per_node: 1M\n  dirty_limit: 1%\n",
+        "cache.dirty_limit",
+        "1% of 1M is 10485 bytes",
+    );
+    check(
+        "cache:\n  size_per_node: 64K\n  block_size: 4K\n  dirty_limit: 5%\n",
+        "cache.dirty_limit",
+        "5% of 64K is 3276 bytes",
+    );
+    check(
+        "cache:\n  size_per_node: 64K\n  block_size: 4K\n  read_ahead: 9\n",
+        "cache.read_ahead",
+        "9 blocks is more than half of the 16 cache blocks per node",
+    );
+    // Flow style is located too.
+    let e = check(
+        "cache: { mode: numa, block_size: 3K }\n",
+        "cache.block_size",
+        "(got 3072)",
+    );
+    assert_eq!(e.line(), Some(1));
+    // Wrong shape: the section is a mapping.
+    let e = err("cache: off\n");
+    assert!(e.to_string().starts_with("t.yaml:1:"), "{e}");
+}
+
+#[test]
+fn router_rules() {
+    for (body, path, words) in [
+        (
+            "min_forward_bytes: 17M",
+            "router.min_forward_bytes",
+            "must be in 0..=16777216 (got 17825792)",
+        ),
+        (
+            "min_forward_bytes: -1",
+            "router.min_forward_bytes",
+            "must be a size in bytes (got -1)",
+        ),
+        (
+            "min_forward_bytes: big",
+            "router.min_forward_bytes",
+            "not a size",
+        ),
+        (
+            "max_queue: 0",
+            "router.max_queue",
+            "must be in 1..=65535 (got 0)",
+        ),
+        ("max_queue: 65536", "router.max_queue", "1..=65535"),
+        ("enabled: sometimes", "router.enabled", "Yes/No"),
+    ] {
+        let e = check(&format!("router:\n  {body}\n"), path, words);
+        let col = if e.message().starts_with("invalid") {
+            3 + body.find(": ").unwrap() + 2
+        } else {
+            3
+        };
+        assert_eq!((e.line(), e.column()), (Some(2), Some(col)), "{e}");
+    }
+}
+
+#[test]
+fn lun_cache_override() {
+    let c = parse(&one_lun("cache: off"), "t").unwrap();
+    let l = &c.targets[0].luns[0];
+    assert_eq!(l.cache, Some(CacheMode::Off));
+    assert_eq!(l.cache_mode(&c.cache), CacheMode::Off);
+    let c = parse(&format!("cache:\n  mode: page\n{}", one_lun("")), "t").unwrap();
+    assert_eq!(c.targets[0].luns[0].cache, None);
+    assert_eq!(c.targets[0].luns[0].cache_mode(&c.cache), CacheMode::Page);
+    let c = parse(
+        &format!("cache:\n  mode: off\n{}", one_lun("cache: NUMA")),
+        "t",
+    )
+    .unwrap();
+    assert_eq!(c.targets[0].luns[0].cache_mode(&c.cache), CacheMode::Numa);
+    for (v, words) in [
+        ("on", "must be numa, off or page (got \"on\")"),
+        ("true", "(got \"true\")"),
+        ("64K", "(got \"64K\")"),
+    ] {
+        let e = check(
+            &one_lun(&format!("cache: {v}")),
+            "targets[0].luns[0].cache",
+            words,
+        );
+        assert_eq!((e.line(), e.column()), (Some(6), Some(9)), "{e}");
+    }
+    // A mapping is not a mode.
+    let e = err(&one_lun("cache: { mode: off }"));
+    assert_eq!(e.path(), "targets[0].luns[0].cache", "{e}");
+}
+
+#[test]
+fn cache_round_trips() {
+    let text = format!(
+        "cache:\n  mode: off\n  size_per_node: 1536K\n  block_size: 4K\n  group_blocks: 2\n  partitions_per_node: 3\n  huge_pages: false\n  dirty_limit: 12345\n  read_ahead: 7\nrouter:\n  min_forward_bytes: 4097\n  max_queue: 9\n  enabled: false\n{}",
+        one_lun("cache: page")
+    );
+    let c = parse(&text, "t").unwrap();
+    assert_eq!(c.cache.dirty_limit, DirtyLimit::Bytes(12345));
+    let y = c.to_yaml();
+    assert_eq!(parse(&y, "dump.yaml").unwrap(), c, "{y}");
+    assert!(y.contains("dirty_limit: 12345"), "{y}");
+    let y = Config::default().to_yaml();
+    assert!(y.contains("dirty_limit: 25%"), "{y}");
+    assert!(y.contains("block_size: 64K"), "{y}");
+    assert!(y.contains("mode: numa"), "{y}");
+    assert!(y.contains("min_forward_bytes: 32K"), "{y}");
+    let mut c = Config::default();
+    c.cache.dirty_limit = DirtyLimit::Percent(100);
+    assert_eq!(parse(&c.to_yaml(), "d").unwrap(), c);
+    assert_eq!(DirtyLimit::Percent(7).to_string(), "7%");
+    assert_eq!(DirtyLimit::Bytes(3 << 20).to_string(), "3M");
+    assert_eq!(DirtyLimit::Percent(50).bytes(u64::MAX), u64::MAX / 2);
+    for m in CacheMode::ALL {
+        assert_eq!(CacheMode::parse(m.as_str()), Some(m));
+        assert_eq!(m.to_string(), m.as_str());
+    }
+    assert_eq!(CacheMode::parse("nope"), None);
+}
+
+#[test]
+fn demo_keeps_cache_defaults() {
+    let c = Config::demo(Path::new("/var/lib/numatgt"), &[]);
+    assert_eq!(c.cache, CacheSettings::default());
+    assert_eq!(c.router, RouterSettings::default());
+    assert_eq!(c.targets[0].luns[0].cache, None);
+}
+
+#[test]
 fn demo_round_trips() {
     let c = Config::demo(Path::new("/var/lib/numatgt"), &[]);
     let y = c.to_yaml();
@@ -636,6 +978,14 @@ fn yamlish() -> impl Strategy<Value = String> {
         "allow:",
         "numa:",
         "threads:",
+        "cache:",
+        "router:",
+        "mode: off",
+        "cache: page",
+        "block_size: 64K",
+        "dirty_limit: 25%",
+        "size_per_node: 1M",
+        "max_queue: 0",
         "- ",
         "  ",
         "    ",

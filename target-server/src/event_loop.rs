@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cache::IoPool;
+use cache::{BlockCache, IoPool, Router};
 use iscsi_proto::{CommandResult, Connection, Event, SessionType, TmfResponse};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -18,6 +18,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use crate::dispatch;
 use crate::payload::Payload;
 use crate::registry::{ConnControl, ConnId, LoginContext, Registry, Target};
+use crate::storage::{Replier, StorageCtx};
 
 const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
@@ -70,6 +71,10 @@ pub struct Shared {
     pub registry: Arc<Registry>,
     /// One I/O pool per NUMA node.
     pub pools: Vec<IoPool>,
+    /// The NUMA-aware block cache (absent when no LUN uses it).
+    pub cache: Option<Arc<BlockCache>>,
+    /// Algorithm 1 (absent when routing is off).
+    pub router: Option<Router>,
     /// Every thread's inbox, indexed by thread number (set once all threads exist).
     pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
     pub next_thread: AtomicUsize,
@@ -400,7 +405,12 @@ impl EventThread {
         let Some(id) = self.id(s) else { return };
         self.current = Some(s);
         let shared = Arc::clone(&self.shared);
-        let pool = &shared.pools[self.node.min(shared.pools.len().saturating_sub(1))];
+        let ctx = StorageCtx {
+            pools: &shared.pools,
+            node: self.node,
+            cache: shared.cache.as_ref(),
+            router: shared.router.as_ref(),
+        };
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
@@ -426,7 +436,13 @@ impl EventThread {
                         );
                         continue;
                     };
-                    match dispatch::execute(cmd, target, pool, &self.inbox, id) {
+                    let reply = Replier {
+                        inbox: Arc::clone(&self.inbox),
+                        conn: id,
+                        itt,
+                        write_transfer_len: None,
+                    };
+                    match dispatch::execute(cmd, target, &ctx, reply) {
                         Some(result) => slot.conn.complete_command(itt, result),
                         None => slot.inflight += 1,
                     }

@@ -4,6 +4,8 @@
 pub mod cli;
 pub mod dispatch;
 pub mod event_loop;
+pub mod flusher;
 pub mod payload;
 pub mod registry;
 pub mod runtime;
+pub mod storage;

@@ -16,8 +16,10 @@ fn init_logging(debug: Option<u32>) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("NUMATGT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
@@ -103,7 +105,12 @@ fn main() -> ExitCode {
     }
     // block the stop signals in every thread; the main thread waits for them
     let mut sigs = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
         sigs.add(s);
     }
     if let Err(e) = sigs.thread_block() {
@@ -129,6 +136,7 @@ fn main() -> ExitCode {
             Ok(Signal::SIGHUP) => {
                 tracing::warn!("SIGHUP: configuration reload is not implemented yet")
             }
+            Ok(Signal::SIGUSR1) => daemon.report(),
             Ok(sig) => {
                 tracing::info!("{sig:?}: stopping");
                 break;

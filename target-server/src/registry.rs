@@ -26,6 +26,11 @@ pub struct Lun {
     pub number: u64,
     pub scsi: scsi::LogicalUnit,
     pub store: Arc<BackingStore>,
+    /// The LUN's identity in the block cache (unique in the daemon).
+    pub cache_id: u32,
+    /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
+    pub cached: bool,
+    pub mode: config::CacheMode,
 }
 
 /// One target: its name, LUNs and access rules.

@@ -9,11 +9,15 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use cache::backing::create_sparse;
-use cache::{BackingOptions, BackingStore, IoPool, Topology};
+use cache::{
+    BackingOptions, BackingStore, BindPolicy, BlockCache, CacheConfig, IoPool, Router,
+    RouterPolicy, Topology,
+};
 use iscsi_proto::ConnConfig;
 use mio::net::TcpListener;
 
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
+use crate::flusher::Flushers;
 use crate::registry::{Lun, Portal, Registry, Target};
 
 /// Everything needed to start, already validated.
@@ -48,11 +52,14 @@ pub enum StartError {
     },
     #[error("cannot start threads: {0}")]
     Threads(std::io::Error),
+    #[error("cannot set up the block cache: {0}")]
+    Cache(cache::CacheError),
 }
 
 /// A running daemon.
 pub struct Daemon {
     shared: Arc<Shared>,
+    flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
     topology: Topology,
@@ -71,6 +78,7 @@ fn lun_identity(iqn: &str, lun: u64) -> u64 {
 fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
     let mut out = Vec::new();
     let mut used: Vec<u32> = cfg.targets.iter().filter_map(|t| t.tid).collect();
+    let mut next_cache_id = 0u32;
     for t in &cfg.targets {
         // targets without an explicit tid get the lowest free one
         let tid = t.tid.unwrap_or_else(|| {
@@ -90,12 +98,14 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                     tracing::info!(path = %l.path.display(), size, "created sparse backing file");
                 }
             }
+            let mode = l.cache.unwrap_or(cfg.cache.mode);
             let store = BackingStore::open(
                 &l.path,
                 &BackingOptions {
                     block_size: l.block_size,
                     readonly: l.readonly,
-                    direct: true,
+                    // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend)
+                    direct: mode != config::CacheMode::Page,
                 },
             )
             .map_err(lun_err)?;
@@ -120,13 +130,18 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
             };
             tracing::info!(target = %t.iqn, lun = l.lun, path = %l.path.display(),
                 blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
-                write_cache = l.write_cache, "LUN ready");
+                cache = mode.as_str(), write_cache = l.write_cache, "LUN ready");
+            let cache_id = next_cache_id;
+            next_cache_id += 1;
             luns.insert(
                 l.lun,
                 Arc::new(Lun {
                     number: l.lun,
                     scsi: scsi::LogicalUnit::new(params),
                     store: Arc::new(store),
+                    cache_id,
+                    cached: mode == config::CacheMode::Numa,
+                    mode,
                 }),
             );
         }
@@ -166,6 +181,50 @@ pub fn conn_config(p: &config::IscsiParams) -> ConnConfig {
     }
 }
 
+/// The block cache and router from the `cache:` and `router:` settings, arenas bound to
+/// their nodes and pre-faulted now.
+fn build_cache(
+    cfg: &config::Config,
+    topology: &Topology,
+) -> Result<(Arc<BlockCache>, Option<Router>), StartError> {
+    let s = &cfg.cache;
+    let cc = CacheConfig {
+        block_size: s.block_size as usize,
+        group_blocks: u64::from(s.group_blocks),
+        partitions_per_node: s.partitions_per_node as usize,
+        bytes_per_node: usize::try_from(s.size_per_node).unwrap_or(usize::MAX),
+        sector_size: 512,
+        huge_pages: s.huge_pages,
+        dirty_limit_bytes: s.dirty_limit.bytes(s.size_per_node),
+        bind_policy: BindPolicy::Bind,
+    };
+    let started = Instant::now();
+    let cache = BlockCache::new(cc, topology).map_err(StartError::Cache)?;
+    for a in cache.arenas() {
+        tracing::info!(node = a.node(), bytes = a.len(), slots = a.slots(), binding = ?a.binding(),
+            pages = ?a.page_kind(), "cache arena ready");
+    }
+    tracing::info!(
+        block_size = s.block_size,
+        group_blocks = s.group_blocks,
+        partitions_per_node = s.partitions_per_node,
+        nodes = topology.node_count(),
+        virtual_nodes = topology.is_virtual(),
+        ms = started.elapsed().as_millis() as u64,
+        "NUMA block cache ready"
+    );
+    let router = cfg.router.enabled.then(|| {
+        Router::new(
+            *cache.geometry(),
+            RouterPolicy {
+                min_forward_bytes: cfg.router.min_forward_bytes,
+                max_queue: cfg.router.max_queue as usize,
+            },
+        )
+    });
+    Ok((Arc::new(cache), router))
+}
+
 impl Daemon {
     pub fn start(rc: RuntimeConfig) -> Result<Daemon, StartError> {
         let started = Instant::now();
@@ -199,6 +258,32 @@ impl Daemon {
         for node in topology.nodes() {
             pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
         }
+        let any_cached = targets.iter().any(|t| t.luns.values().any(|l| l.cached));
+        let (block_cache, router) = if any_cached {
+            let (c, r) = build_cache(&rc.config, &topology)?;
+            (Some(c), r)
+        } else {
+            (None, None)
+        };
+        let flushers = match &block_cache {
+            Some(c) => {
+                let mut by_id: Vec<Arc<Lun>> = targets
+                    .iter()
+                    .flat_map(|t| t.luns.values().cloned())
+                    .collect();
+                by_id.sort_by_key(|l| l.cache_id);
+                let limit = rc
+                    .config
+                    .cache
+                    .dirty_limit
+                    .bytes(rc.config.cache.size_per_node);
+                Some(
+                    Flushers::start(c, topology.nodes(), Arc::new(by_id), limit)
+                        .map_err(StartError::Threads)?,
+                )
+            }
+            None => None,
+        };
 
         // event threads: one per CPU by default, each bound to the CPUs of its node
         let placements: Vec<usize> = topology
@@ -218,6 +303,8 @@ impl Daemon {
                 conn_config(&rc.config.iscsi),
             )),
             pools,
+            cache: block_cache,
+            router,
             inboxes: OnceLock::new(),
             next_thread: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
@@ -268,10 +355,53 @@ impl Daemon {
         );
         Ok(Daemon {
             shared,
+            flushers,
             threads,
             listening,
             topology,
         })
+    }
+
+    /// Log the block cache's state per node (SIGUSR1 and shutdown): one line per node with
+    /// the arena's page placement (move_pages) and the cache counters. Tools and the VM
+    /// test parse these `cache report:` lines.
+    pub fn report(&self) {
+        let Some(cache) = self.shared.cache.as_ref() else {
+            tracing::info!("cache report: no LUN uses the NUMA block cache");
+            return;
+        };
+        for (node, arena) in cache.arenas().iter().enumerate() {
+            let placement = match arena.local_fraction() {
+                Ok(f) => format!("{f:.4}"),
+                Err(e) => format!("unknown({e})"),
+            };
+            let c = cache.counters(node).unwrap_or_default();
+            let served = c.served_local_bytes + c.served_remote_bytes;
+            let local_share = if served == 0 {
+                1.0
+            } else {
+                c.served_local_bytes as f64 / served as f64
+            };
+            tracing::info!(
+                "cache report: node={node} virtual={} binding={:?} placement_local={placement} \
+                 hits={} misses={} evictions={} dirty_bytes={} served_local_bytes={} \
+                 served_remote_bytes={} served_local_share={local_share:.4} forwards_out={} \
+                 forwards_in={} throttled={} busy={} no_space={}",
+                cache.is_virtual(),
+                arena.binding(),
+                c.hits,
+                c.misses,
+                c.evictions,
+                c.dirty_bytes,
+                c.served_local_bytes,
+                c.served_remote_bytes,
+                c.forwards_out,
+                c.forwards_in,
+                c.throttled,
+                c.busy,
+                c.no_space,
+            );
+        }
     }
 
     pub fn listening(&self) -> &[SocketAddr] {
@@ -283,29 +413,31 @@ impl Daemon {
     }
 
     /// Close every connection, stop the threads, and make every LUN's data durable.
-    pub fn stop(self) {
+    pub fn stop(mut self) {
         if let Some(inboxes) = self.shared.inboxes.get() {
             for i in inboxes {
                 i.send(Msg::Shutdown);
             }
         }
-        for h in self.threads {
+        for h in std::mem::take(&mut self.threads) {
             let _ = h.join();
         }
-        // every connection is closed: let the I/O workers finish what is queued, then make
-        // everything that was written durable
-        match Arc::try_unwrap(self.shared) {
-            Ok(shared) => {
-                let Shared {
-                    registry, pools, ..
-                } = shared;
-                for p in pools {
-                    p.shutdown();
-                }
-                sync_all(&registry);
+        self.report();
+        // every connection is closed: let the I/O workers finish what is queued, write every
+        // dirty cache block back, then make everything that was written durable
+        let Daemon {
+            shared, flushers, ..
+        } = self;
+        let registry = Arc::clone(&shared.registry);
+        if let Ok(shared) = Arc::try_unwrap(shared) {
+            for p in shared.pools {
+                p.shutdown();
             }
-            Err(shared) => sync_all(&shared.registry),
         }
+        if let Some(f) = flushers {
+            f.stop();
+        }
+        sync_all(&registry);
     }
 }
 

@@ -1,0 +1,109 @@
+//! Per-node write-back flushers: one thread per NUMA node, bound to the node's CPUs, that
+//! writes the node's dirty cache blocks back to their backing stores (oldest first), lazily
+//! while little is dirty and continuously as the node nears its dirty limit. At shutdown they
+//! drain every dirty block before the final sync.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cache::{BlockCache, Node};
+
+use crate::registry::Lun;
+use crate::storage::write_dirty;
+
+/// Blocks taken per pass.
+const BATCH: usize = 64;
+/// Pause between passes while little is dirty (lets writes to the same block coalesce).
+const LAZY_PAUSE: Duration = Duration::from_millis(50);
+/// Pause after a failed write-back (the blocks stay dirty; SYNCHRONIZE CACHE reports it).
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// The flusher threads of all nodes.
+pub struct Flushers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Flushers {
+    /// Start one flusher per node. `luns[i]` is the LUN whose cache id is `i`.
+    pub fn start(
+        cache: &Arc<BlockCache>,
+        nodes: &[Node],
+        luns: Arc<Vec<Arc<Lun>>>,
+        dirty_limit: u64,
+    ) -> std::io::Result<Flushers> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for node in nodes {
+            let (cache, luns, stop) = (Arc::clone(cache), Arc::clone(&luns), Arc::clone(&stop));
+            let (index, cpus) = (node.index, node.cpus.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("flush-n{index}"))
+                    .spawn(move || {
+                        if let Err(e) = cache::topology::bind_current_thread(&cpus) {
+                            tracing::debug!("cannot bind flusher to {cpus:?}: {e}");
+                        }
+                        run(&cache, index, &luns, &stop, dirty_limit);
+                    })?,
+            );
+        }
+        Ok(Flushers { stop, threads })
+    }
+
+    /// Write every dirty block back, then stop the threads.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(cache: &BlockCache, node: usize, luns: &[Arc<Lun>], stop: &AtomicBool, dirty_limit: u64) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut last_error: Option<Instant> = None;
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        batch.clear();
+        let taken = cache.collect_dirty(node, BATCH, &mut batch);
+        let mut failed = false;
+        for r in batch.drain(..) {
+            let Some(lun) = luns.get(r.key().lun as usize) else {
+                continue; // not a LUN of ours: leave it (dropping requeues it)
+            };
+            match write_dirty(lun, &r) {
+                Ok(()) => {
+                    let _ = r.mark_clean();
+                }
+                Err(e) => {
+                    failed = true;
+                    if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                        tracing::error!(lun = lun.number, path = %lun.store.path().display(),
+                            "write-back failed, data stays dirty in the cache: {e}");
+                        last_error = Some(Instant::now());
+                    }
+                }
+            }
+        }
+        if failed {
+            if stopping {
+                tracing::error!(
+                    node,
+                    "stopping with dirty data that could not be written back"
+                );
+                return;
+            }
+            std::thread::sleep(ERROR_PAUSE);
+        } else if taken == 0 {
+            if stopping {
+                return;
+            }
+            std::thread::sleep(LAZY_PAUSE);
+        } else if !stopping && cache.dirty_bytes(node) < dirty_limit / 8 {
+            std::thread::sleep(LAZY_PAUSE);
+        }
+    }
+}

@@ -1,0 +1,488 @@
+//! How a LUN's data commands reach its blocks, by cache mode: through the NUMA-aware block
+//! cache (`numa`: hits are sent straight from the pinned cache blocks, misses are read with
+//! O_DIRECT into the block's home-node memory, large requests are routed to the node holding
+//! most of their blocks — seed 004 Algorithm 1), straight to the backing store with O_DIRECT
+//! (`off`), or through the kernel page cache (`page`). With the write cache enabled, writes to
+//! a cached LUN stay in the cache as dirty blocks until a flusher, SYNCHRONIZE CACHE or
+//! shutdown writes them back; otherwise they go through to the backing store and then bring
+//! any cached copy up to date. A block is cached at most once, so every reader agrees with
+//! every writer. Every blocking call runs on an I/O pool worker.
+
+use std::sync::Arc;
+
+use cache::{
+    AlignedBuf, BlockCache, BlockRef, DirtyRange, Fill, IoPool, Lookup, ReadAhead, RouteRequest,
+    Router, UpdateOutcome, WriteOutcome,
+};
+use iscsi_proto::CommandResult;
+
+use crate::event_loop::{Inbox, Msg};
+use crate::payload::Payload;
+use crate::registry::{ConnId, Lun};
+
+/// Largest single data transfer executed (bytes); the SCSI layer's block limits stop larger
+/// requests first, this is the last line of defence.
+pub const MAX_IO_BYTES: u64 = 32 << 20;
+
+/// Where a command runs and what it may use.
+pub struct StorageCtx<'a> {
+    /// One I/O pool per node.
+    pub pools: &'a [IoPool],
+    /// The node of the event thread that owns the connection.
+    pub node: usize,
+    pub cache: Option<&'a Arc<BlockCache>>,
+    pub router: Option<&'a Router>,
+}
+
+impl StorageCtx<'_> {
+    fn pool(&self, node: usize) -> &IoPool {
+        let last = self.pools.len().saturating_sub(1);
+        &self.pools[node.min(last)]
+    }
+}
+
+/// Sends a finished command back to its connection's event thread.
+#[derive(Clone)]
+pub struct Replier {
+    pub inbox: Arc<Inbox>,
+    pub conn: ConnId,
+    pub itt: u32,
+    /// The CDB's write transfer length, stamped on the result for the write residuals.
+    pub write_transfer_len: Option<u32>,
+}
+
+impl Replier {
+    pub fn send(&self, mut result: CommandResult<Payload>) {
+        result.write_transfer_len = self.write_transfer_len;
+        self.inbox.send(Msg::IoDone {
+            conn: self.conn,
+            itt: self.itt,
+            result,
+        });
+    }
+}
+
+fn good() -> CommandResult<Payload> {
+    CommandResult::good()
+}
+
+fn with_data(p: Payload) -> CommandResult<Payload> {
+    CommandResult {
+        data: Some(p),
+        ..good()
+    }
+}
+
+/// CHECK CONDITION for a failed backing-store call (MEDIUM ERROR, SPACE ALLOCATION FAILED…).
+pub fn io_failure(lun: &Lun, e: &std::io::Error, write: bool, lba: u64) -> CommandResult<Payload> {
+    tracing::error!(lun = lun.number, path = %lun.store.path().display(), lba, write,
+        "backing store I/O failed: {e}");
+    crate::dispatch::to_result(scsi::io_error_completion(
+        &lun.scsi,
+        e.raw_os_error().unwrap_or(libc::EIO),
+        write,
+        lba,
+    ))
+}
+
+fn too_large(lun: &Lun, write: bool, lba: u64) -> CommandResult<Payload> {
+    crate::dispatch::to_result(scsi::io_error_completion(
+        &lun.scsi,
+        libc::EINVAL,
+        write,
+        lba,
+    ))
+}
+
+pub fn uses_cache<'a>(lun: &Lun, ctx: &StorageCtx<'a>) -> Option<&'a Arc<BlockCache>> {
+    ctx.cache.filter(|_| lun.cached)
+}
+
+/// READ: the result now (every block cached and the request stays on this node), or later
+/// through `reply`.
+pub fn read(
+    lun: &Arc<Lun>,
+    lba: u64,
+    blocks: u32,
+    ctx: &StorageCtx<'_>,
+    reply: Replier,
+) -> Option<CommandResult<Payload>> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
+    if len > MAX_IO_BYTES {
+        return Some(too_large(lun, false, lba));
+    }
+    let Some(cache) = uses_cache(lun, ctx) else {
+        let lun = Arc::clone(lun);
+        ctx.pool(ctx.node).submit(Box::new(move || {
+            reply.send(direct_read(&lun, lba, offset, len))
+        }));
+        return None;
+    };
+    // Algorithm 1: serve where most of the request's blocks live (unless it is small, the
+    // target node is saturated, or routing is off)
+    let serve_on = match ctx.router {
+        Some(router) => {
+            let route = router.route(
+                &RouteRequest {
+                    lun: lun.cache_id,
+                    offset,
+                    len,
+                    conn_node: ctx.node,
+                    already_routed: false,
+                },
+                |n| ctx.pools.get(n).map_or(0, IoPool::pending),
+            );
+            if route.forward {
+                cache.record_forward(ctx.node, route.node);
+            }
+            route.node
+        }
+        None => ctx.node,
+    };
+    if serve_on != ctx.node {
+        // forwarded (marked: it is never routed again): node `serve_on` gathers from its
+        // local blocks into a buffer of its own memory
+        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
+        ctx.pool(serve_on).submit(Box::new(move || {
+            reply.send(gather_read(&cache, &lun, lba, offset, len, serve_on));
+        }));
+        return None;
+    }
+    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
+        let lun = Arc::clone(lun);
+        ctx.pool(ctx.node).submit(Box::new(move || {
+            reply.send(direct_read(&lun, lba, offset, len))
+        }));
+        return None;
+    };
+    if pieces.iter().all(|p| matches!(p, Piece::Hit(_))) {
+        let refs: Vec<BlockRef> = pieces
+            .into_iter()
+            .filter_map(|p| match p {
+                Piece::Hit(r) => Some(r),
+                Piece::Miss(_) => None,
+            })
+            .collect();
+        return Some(served(cache, refs, ctx.node));
+    }
+    let node = ctx.node;
+    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
+    ctx.pool(node).submit(Box::new(move || {
+        let result = match fill_pieces(&lun, pieces) {
+            Ok(refs) => served(&cache, refs, node),
+            Err(FillFailure::Bypass) => read_around(&cache, &lun, lba, offset, len),
+            Err(FillFailure::Io(e)) => io_failure(&lun, &e, false, lba),
+        };
+        reply.send(result);
+    }));
+    None
+}
+
+/// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
+/// sends them.
+fn served(cache: &BlockCache, refs: Vec<BlockRef>, node: usize) -> CommandResult<Payload> {
+    for r in &refs {
+        cache.record_served(r.node(), node, r.len() as u64);
+    }
+    with_data(Payload::blocks(refs))
+}
+
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a Fill carries its sector mask inline; boxing would allocate per miss"
+)]
+enum Piece {
+    Hit(BlockRef),
+    Miss(Fill),
+}
+
+enum FillFailure {
+    /// The cache could not take the request (a racing write, an odd alignment): read around it.
+    Bypass,
+    Io(std::io::Error),
+}
+
+/// Look every block of the request up, pinning hits and reserving misses. `None`: some block
+/// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
+/// the hits and releases the reservations).
+fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Vec<Piece>> {
+    let spans = cache.spans(offset, len).ok()?;
+    let mut pieces = Vec::new();
+    for span in spans {
+        match cache.lookup(lun.cache_id, &span, ReadAhead::None) {
+            Lookup::Hit(r) => pieces.push(Piece::Hit(r)),
+            Lookup::Miss(f) => pieces.push(Piece::Miss(f)),
+            Lookup::Busy | Lookup::NoSpace => return None,
+        }
+    }
+    Some(pieces)
+}
+
+/// On an I/O worker: read the missing sectors of every reserved block (O_DIRECT, straight
+/// into the block's home-node memory) and turn the reservations into pinned references.
+fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<Vec<BlockRef>, FillFailure> {
+    let mut out = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match p {
+            Piece::Hit(r) => out.push(r),
+            Piece::Miss(mut f) => {
+                for run in f.runs_mut() {
+                    if let Err(e) = lun.store.read_at(run.buf, run.disk_offset) {
+                        // dropping `f` (and the rest) releases every reservation
+                        return Err(if e.raw_os_error() == Some(libc::EINVAL) {
+                            FillFailure::Bypass
+                        } else {
+                            FillFailure::Io(e)
+                        });
+                    }
+                }
+                match f.complete() {
+                    Ok(r) => out.push(r),
+                    Err(_raced) => return Err(FillFailure::Bypass),
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A forwarded READ, on a worker of `node`: look up and fill there, then copy the blocks into
+/// a buffer first touched by this node's worker (so it lives in `node`'s memory).
+fn gather_read(
+    cache: &BlockCache,
+    lun: &Lun,
+    lba: u64,
+    offset: u64,
+    len: u64,
+    node: usize,
+) -> CommandResult<Payload> {
+    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
+        return read_around(cache, lun, lba, offset, len);
+    };
+    match fill_pieces(lun, pieces) {
+        Ok(refs) => {
+            let mut buf = AlignedBuf::new(len as usize);
+            let out = buf.as_mut_slice();
+            let mut at = 0usize;
+            for r in &refs {
+                let b = r.bytes();
+                out[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+                cache.record_served(r.node(), node, b.len() as u64);
+            }
+            with_data(Payload::Block(Arc::new(buf)))
+        }
+        Err(FillFailure::Bypass) => read_around(cache, lun, lba, offset, len),
+        Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
+    }
+}
+
+/// Read a cached LUN's range from the backing store itself: dirty cached data of the range
+/// is written back first, so the disk holds the newest bytes.
+pub fn read_around(
+    cache: &BlockCache,
+    lun: &Lun,
+    lba: u64,
+    offset: u64,
+    len: u64,
+) -> CommandResult<Payload> {
+    if let Err(e) = flush_range(cache, lun, offset, len) {
+        return io_failure(lun, &e, true, lba);
+    }
+    direct_read(lun, lba, offset, len)
+}
+
+/// Read around the cache (and the whole path of `off` and `page` LUNs).
+pub fn direct_read(lun: &Lun, lba: u64, offset: u64, len: u64) -> CommandResult<Payload> {
+    let mut buf = AlignedBuf::new(len as usize);
+    match lun.store.read_at(buf.as_mut_slice(), offset) {
+        Ok(()) => with_data(Payload::Block(Arc::new(buf))),
+        Err(e) => io_failure(lun, &e, false, lba),
+    }
+}
+
+/// WRITE. With the write cache enabled (WCE=1) and no FUA, a cached LUN keeps the data in the
+/// cache (dirty; the node's flusher writes it back; SYNCHRONIZE CACHE makes it durable) and
+/// answers at once. Otherwise, or when the cache cannot take it (throttled, no room), the data
+/// goes through to the backing store — durable first when `durable` (FUA or WCE=0) — after any
+/// older dirty copy of the range, and the cached copy is brought up to date before status.
+#[allow(clippy::too_many_arguments)]
+pub fn write(
+    lun: &Arc<Lun>,
+    lba: u64,
+    blocks: u32,
+    durable: bool,
+    data: Vec<u8>,
+    data_offset: usize,
+    ctx: &StorageCtx<'_>,
+    reply: Replier,
+) -> Option<CommandResult<Payload>> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
+    let end = data_offset
+        .checked_add(len as usize)
+        .filter(|&e| e <= data.len() && len <= MAX_IO_BYTES);
+    let Some(end) = end else {
+        return Some(too_large(lun, true, lba));
+    };
+    let cache = uses_cache(lun, ctx).cloned();
+    let lun = Arc::clone(lun);
+    ctx.pool(ctx.node).submit(Box::new(move || {
+        let payload = &data[data_offset..end];
+        let result = match &cache {
+            Some(cache) if !durable && write_back(cache, &lun, offset, payload) => good(),
+            Some(cache) => match flush_range(cache, &lun, offset, len) {
+                Ok(()) => write_through(Some(cache), &lun, lba, offset, payload, durable),
+                Err(e) => io_failure(&lun, &e, true, lba),
+            },
+            None => write_through(None, &lun, lba, offset, payload, durable),
+        };
+        reply.send(result);
+    }));
+    None
+}
+
+/// Put the data in the cache as dirty blocks. `false`: the cache could not take all of it
+/// (throttled, no room, a fill in the way); the caller writes it through instead (blocks
+/// already taken are flushed first, so nothing is lost or reordered).
+fn write_back(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) -> bool {
+    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
+        return false;
+    };
+    for span in spans {
+        let at = span.req_offset() as usize;
+        let Some(piece) = data.get(at..at + span.len()) else {
+            return false;
+        };
+        let mut tries = 0;
+        loop {
+            match cache.write_back(lun.cache_id, &span, piece) {
+                WriteOutcome::Written { .. } => break,
+                WriteOutcome::Busy if tries < 64 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+fn write_through(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    lba: u64,
+    offset: u64,
+    payload: &[u8],
+    durable: bool,
+) -> CommandResult<Payload> {
+    let res = if lun.store.is_direct() {
+        // O_DIRECT needs an aligned source buffer
+        let aligned = AlignedBuf::from_slice(payload);
+        lun.store.write_at(aligned.as_slice(), offset, durable)
+    } else {
+        lun.store.write_at(payload, offset, durable)
+    };
+    // even after a failed write the disk may hold part of the data: no cached copy may keep
+    // the old bytes
+    if let Some(cache) = cache {
+        update_cached_copy(cache, lun, offset, payload);
+    }
+    match res {
+        Ok(()) => good(),
+        Err(e) => io_failure(lun, &e, true, lba),
+    }
+}
+
+/// Write every dirty cached block of the range back to the backing store (no fdatasync: the
+/// caller syncs when it promises durability). Waits for flushes of the range already running
+/// elsewhere. On error the blocks stay dirty.
+pub fn flush_range(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> std::io::Result<()> {
+    let mut ranges = Vec::new();
+    for round in 0u32.. {
+        ranges.clear();
+        let scan = cache
+            .dirty_ranges(lun.cache_id, offset, len, &mut ranges)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        for r in ranges.drain(..) {
+            write_dirty(lun, &r)?;
+            // false: written again meanwhile; the next round takes it again
+            let _ = r.mark_clean();
+        }
+        if scan.taken == 0 && scan.in_flight == 0 {
+            return Ok(());
+        }
+        if scan.taken == 0 {
+            if round > 100_000 {
+                return Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT));
+            }
+            // another thread is writing part of the range back: give it a moment
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+    Ok(())
+}
+
+/// Write one dirty block's runs to the backing store.
+pub fn write_dirty(lun: &Lun, r: &DirtyRange) -> std::io::Result<()> {
+    for (off, bytes) in r.runs() {
+        match lun.store.write_at(bytes, off, false) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && lun.store.is_direct() => {
+                // the file system wants coarser memory alignment than a sector: bounce
+                let a = AlignedBuf::from_slice(bytes);
+                lun.store.write_at(a.as_slice(), off, false)?;
+            }
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// SYNCHRONIZE CACHE: write the LUN's dirty blocks back, then make the backing store durable.
+pub fn sync(cache: Option<&Arc<BlockCache>>, lun: &Lun) -> std::io::Result<()> {
+    if let Some(cache) = cache.filter(|_| lun.cached) {
+        flush_range(cache, lun, 0, lun.store.size())?;
+    }
+    lun.store.sync()
+}
+
+/// After `data` reached the backing store at `offset`: make every cached block of the range
+/// agree with it (or drop it). A fill racing with the write never validates what it read.
+fn update_cached_copy(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) {
+    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
+        return;
+    };
+    for span in spans {
+        let at = span.req_offset() as usize;
+        let Some(piece) = data.get(at..at + span.len()) else {
+            return;
+        };
+        let mut tries = 0u32;
+        loop {
+            match cache.write_through_update(lun.cache_id, &span, piece) {
+                UpdateOutcome::Updated | UpdateOutcome::NotCached | UpdateOutcome::Dropped => break,
+                UpdateOutcome::Busy | UpdateOutcome::NoSpace if tries < 200_000 => {
+                    // a fill or flush of this block is finishing: wait for it
+                    tries += 1;
+                    if tries % 64 == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                other => {
+                    tracing::error!(
+                        lun = lun.number,
+                        block = span.block_no(),
+                        ?other,
+                        "cannot update the cached copy after a write; invalidating the LUN's cache"
+                    );
+                    cache.invalidate_lun(lun.cache_id);
+                    return;
+                }
+            }
+        }
+    }
+}
