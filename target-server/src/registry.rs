@@ -31,6 +31,10 @@ pub struct Lun {
     /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
     pub cached: bool,
     pub mode: config::CacheMode,
+    /// Cache blocks to read ahead after a sequential read (0 = off).
+    pub read_ahead: u32,
+    /// Where the last read of this LUN ended (byte offset), to spot sequential streams.
+    pub last_read_end: std::sync::atomic::AtomicU64,
 }
 
 /// One target: its name, LUNs and access rules.

@@ -142,6 +142,8 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                     cache_id,
                     cached: mode == config::CacheMode::Numa,
                     mode,
+                    read_ahead: cfg.cache.read_ahead,
+                    last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
                 }),
             );
         }

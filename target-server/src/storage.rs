@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use cache::{
-    AlignedBuf, BlockCache, BlockRef, DirtyRange, Fill, IoPool, Lookup, ReadAhead, RouteRequest,
-    Router, UpdateOutcome, WriteOutcome,
+    AlignedBuf, BlockCache, BlockRef, BlockSpan, DirtyRange, Fill, IoPool, Lookup, ReadAhead,
+    RouteRequest, Router, UpdateOutcome, WriteOutcome,
 };
 use iscsi_proto::CommandResult;
 
@@ -119,6 +119,7 @@ pub fn read(
         }));
         return None;
     };
+    maybe_read_ahead(cache, lun, offset, len, ctx);
     // Algorithm 1: serve where most of the request's blocks live (unless it is small, the
     // target node is saturated, or routing is off)
     let serve_on = match ctx.router {
@@ -177,6 +178,61 @@ pub fn read(
         reply.send(result);
     }));
     None
+}
+
+/// Read-ahead policy: when a read starts where the previous read of the LUN ended and
+/// crosses into a new cache block, the next `read_ahead` blocks are loaded in the background
+/// (on their home node's I/O workers); blocks already cached or busy are skipped.
+fn maybe_read_ahead(
+    cache: &Arc<BlockCache>,
+    lun: &Arc<Lun>,
+    offset: u64,
+    len: u64,
+    ctx: &StorageCtx<'_>,
+) {
+    use std::sync::atomic::Ordering;
+    let end = offset + len;
+    let previous_end = lun.last_read_end.swap(end, Ordering::Relaxed);
+    if lun.read_ahead == 0 || previous_end != offset {
+        return;
+    }
+    let g = cache.geometry();
+    let bs = g.block_size() as u64;
+    if offset > 0 && g.block_of(offset - 1) == g.block_of(end - 1) {
+        return; // still inside the block the previous read ended in
+    }
+    let first = g.block_of(end - 1) + 1;
+    let size = lun.store.size();
+    let last = (first + u64::from(lun.read_ahead)).min(size.div_ceil(bs));
+    if first >= last {
+        return;
+    }
+    let home = cache.home_node(lun.cache_id, first);
+    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
+    ctx.pool(home).submit(Box::new(move || {
+        for b in first..last {
+            let start = b * bs;
+            let Some(span) = BlockSpan::new(bs as usize, b, 0, (size - start).min(bs) as usize)
+            else {
+                return;
+            };
+            match cache.lookup(lun.cache_id, &span, ReadAhead::WholeBlock) {
+                Lookup::Hit(_) => {}
+                Lookup::Miss(mut f) => {
+                    let ok = f
+                        .runs_mut()
+                        .all(|run| lun.store.read_at(run.buf, run.disk_offset).is_ok());
+                    if ok {
+                        let _ = f.complete();
+                    } else {
+                        f.abort();
+                        return;
+                    }
+                }
+                Lookup::Busy | Lookup::NoSpace => return,
+            }
+        }
+    }));
 }
 
 /// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
