@@ -1,7 +1,8 @@
-//! Per-node write-back flushers: one thread per NUMA node, bound to the node's CPUs, that
-//! writes the node's dirty cache blocks back to their backing stores (oldest first), lazily
-//! while little is dirty and continuously as the node nears its dirty limit. At shutdown they
-//! drain every dirty block before the final sync.
+//! Per-node write-back flushers: a few threads per NUMA node, bound to the node's CPUs, that
+//! write the node's dirty cache blocks back to their backing stores (oldest first; the cache
+//! hands each block to one flusher at a time, so they work in parallel), lazily while little
+//! is dirty and continuously once a quarter of the node's blocks or an eighth of its dirty
+//! limit is dirty. At shutdown they drain every dirty block before the final sync.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,28 +28,31 @@ pub struct Flushers {
 }
 
 impl Flushers {
-    /// Start one flusher per node. `luns[i]` is the LUN whose cache id is `i`.
+    /// Start `per_node` flushers on every node. `luns[i]` is the LUN whose cache id is `i`.
     pub fn start(
         cache: &Arc<BlockCache>,
         nodes: &[Node],
         luns: Arc<Vec<Arc<Lun>>>,
         dirty_limit: u64,
+        per_node: usize,
     ) -> std::io::Result<Flushers> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for node in nodes {
-            let (cache, luns, stop) = (Arc::clone(cache), Arc::clone(&luns), Arc::clone(&stop));
-            let (index, cpus) = (node.index, node.cpus.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("flush-n{index}"))
-                    .spawn(move || {
-                        if let Err(e) = cache::topology::bind_current_thread(&cpus) {
-                            tracing::debug!("cannot bind flusher to {cpus:?}: {e}");
-                        }
-                        run(&cache, index, &luns, &stop, dirty_limit);
-                    })?,
-            );
+            for i in 0..per_node.max(1) {
+                let (cache, luns, stop) = (Arc::clone(cache), Arc::clone(&luns), Arc::clone(&stop));
+                let (index, cpus) = (node.index, node.cpus.clone());
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("flush-n{index}-{i}"))
+                        .spawn(move || {
+                            if let Err(e) = cache::topology::bind_current_thread(&cpus) {
+                                tracing::debug!("cannot bind flusher to {cpus:?}: {e}");
+                            }
+                            run(&cache, index, &luns, &stop, dirty_limit);
+                        })?,
+                );
+            }
         }
         Ok(Flushers { stop, threads })
     }
@@ -102,8 +106,23 @@ fn run(cache: &BlockCache, node: usize, luns: &[Arc<Lun>], stop: &AtomicBool, di
                 return;
             }
             std::thread::sleep(LAZY_PAUSE);
-        } else if !stopping && cache.dirty_bytes(node) < dirty_limit / 8 {
+        } else if !stopping && taken < BATCH && !pressed(cache, node, dirty_limit) {
             std::thread::sleep(LAZY_PAUSE);
         }
     }
+}
+
+/// True when the node should be flushed without pause: a quarter of its blocks are dirty, or
+/// an eighth of its dirty limit.
+fn pressed(cache: &BlockCache, node: usize, dirty_limit: u64) -> bool {
+    if cache.dirty_bytes(node) >= dirty_limit / 8 {
+        return true;
+    }
+    let (mut dirty, mut slots) = (0usize, 0usize);
+    for p in cache.partitions().iter().filter(|p| p.node() == node) {
+        let s = p.stats();
+        dirty += s.dirty_queued;
+        slots += s.slots;
+    }
+    dirty * 4 >= slots
 }

@@ -280,8 +280,14 @@ impl Daemon {
                     .dirty_limit
                     .bytes(rc.config.cache.size_per_node);
                 Some(
-                    Flushers::start(c, topology.nodes(), Arc::new(by_id), limit)
-                        .map_err(StartError::Threads)?,
+                    Flushers::start(
+                        c,
+                        topology.nodes(),
+                        Arc::new(by_id),
+                        limit,
+                        (rc.io_threads / 2).max(2),
+                    )
+                    .map_err(StartError::Threads)?,
                 )
             }
             None => None,

@@ -24,6 +24,10 @@ use crate::registry::{ConnId, Lun};
 /// requests first, this is the last line of defence.
 pub const MAX_IO_BYTES: u64 = 32 << 20;
 
+/// Write-back writes up to this size are copied into the cache on the event thread; larger
+/// ones on an I/O worker.
+const INLINE_WRITE_BACK: u64 = 128 << 10;
+
 /// Where a command runs and what it may use.
 pub struct StorageCtx<'a> {
     /// One I/O pool per node.
@@ -383,11 +387,27 @@ pub fn write(
         return Some(too_large(lun, true, lba));
     };
     let cache = uses_cache(lun, ctx).cloned();
+    if let Some(cache) = &cache {
+        // small write-back writes complete right here: a copy into the cache under a
+        // partition lock costs less than the hand-off to an I/O worker and back
+        if !durable
+            && len <= INLINE_WRITE_BACK
+            && write_back(cache, lun, offset, &data[data_offset..end])
+        {
+            return Some(good());
+        }
+    }
     let lun = Arc::clone(lun);
     ctx.pool(ctx.node).submit(Box::new(move || {
         let payload = &data[data_offset..end];
         let result = match &cache {
-            Some(cache) if !durable && write_back(cache, &lun, offset, payload) => good(),
+            Some(cache)
+                if !durable
+                    && len > INLINE_WRITE_BACK
+                    && write_back(cache, &lun, offset, payload) =>
+            {
+                good()
+            }
             Some(cache) => match flush_range(cache, &lun, offset, len) {
                 Ok(()) => write_through(Some(cache), &lun, lba, offset, payload, durable),
                 Err(e) => io_failure(&lun, &e, true, lba),
