@@ -3,9 +3,10 @@
 #   install-test-deps (when root) -> toolchain components -> cargo build -> cargo fmt --check
 #   -> cargo clippy -D warnings -> cargo test --workspace (unit + integration against the
 #   built numatgtd and real initiators) -> VM test (Linux kernel initiator in QEMU)
+#   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
 # exit status is non-zero when any stage failed.
-# Env: SKIP_VM=1 skips the VM stage (it is then reported as failed: CI never sets it).
+# Env: SKIP_VM=1 skips the VM stages (they are then reported as failed: CI never sets it).
 #      CARGO_TARGET_DIR is honoured.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,6 +76,14 @@ vm_test() {
   "$REPO/tools/vm/test-vm-iscsi-tcp.sh"
 }
 
+vm_numa_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM NUMA test not run (counted as failed)"
+    return 1
+  fi
+  "$REPO/tools/vm/test-vm-numa.sh"
+}
+
 T0=$(date +%s)
 stage install-test-deps deps
 stage toolchain toolchain
@@ -83,6 +92,7 @@ stage fmt cargo fmt --all -- --check
 stage clippy cargo clippy --workspace --all-targets -- -D warnings
 stage test cargo_test
 stage vm-iscsi-tcp vm_test
+stage vm-numa vm_numa_test
 
 echo
 echo "test-all: passed stages: ${PASSED[*]:-none}"

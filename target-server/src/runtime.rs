@@ -202,10 +202,6 @@ fn build_cache(
     };
     let started = Instant::now();
     let cache = BlockCache::new(cc, topology).map_err(StartError::Cache)?;
-    for a in cache.arenas() {
-        tracing::info!(node = a.node(), bytes = a.len(), slots = a.slots(), binding = ?a.binding(),
-            pages = ?a.page_kind(), "cache arena ready");
-    }
     tracing::info!(
         block_size = s.block_size,
         group_blocks = s.group_blocks,
@@ -234,6 +230,18 @@ impl Daemon {
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config)?;
 
+        let mut pools = Vec::new();
+        for node in topology.nodes() {
+            pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
+        }
+        let any_cached = targets.iter().any(|t| t.luns.values().any(|l| l.cached));
+        let (block_cache, router) = if any_cached {
+            let (c, r) = build_cache(&rc.config, &topology)?;
+            (Some(c), r)
+        } else {
+            (None, None)
+        };
+        // listen only once the cache is ready: a bound portal means a serving daemon
         let mut listeners = Vec::new();
         let mut listening = Vec::new();
         let mut portals = Vec::new();
@@ -256,17 +264,6 @@ impl Daemon {
             listeners.push(TcpListener::from_std(std_l));
         }
 
-        let mut pools = Vec::new();
-        for node in topology.nodes() {
-            pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
-        }
-        let any_cached = targets.iter().any(|t| t.luns.values().any(|l| l.cached));
-        let (block_cache, router) = if any_cached {
-            let (c, r) = build_cache(&rc.config, &topology)?;
-            (Some(c), r)
-        } else {
-            (None, None)
-        };
         let flushers = match &block_cache {
             Some(c) => {
                 let mut by_id: Vec<Arc<Lun>> = targets
