@@ -63,6 +63,10 @@ pub struct LunSpec {
     pub size: u64,
     /// Optional identity overrides: vendor, product, revision, serial.
     pub identity: Option<Identity>,
+    /// numatgtd only: the LUN's `cache` mode word (`numa`, `off`, `page`); None = the global.
+    pub cache: Option<String>,
+    /// numatgtd only: the LUN's `write_cache` (initial WCE bit); None = the daemon's default.
+    pub write_cache: Option<bool>,
 }
 
 /// INQUIRY identity of a LUN.
@@ -85,7 +89,21 @@ impl LunSpec {
             block_size,
             size,
             identity: None,
+            cache: None,
+            write_cache: None,
         }
+    }
+
+    /// numatgtd: this LUN's cache mode (`numa`, `off` or `page`). Ignored for tgtd.
+    pub fn with_cache(mut self, mode: &str) -> Self {
+        self.cache = Some(mode.into());
+        self
+    }
+
+    /// numatgtd: this LUN's initial WCE bit. Ignored for tgtd.
+    pub fn with_write_cache(mut self, on: bool) -> Self {
+        self.write_cache = Some(on);
+        self
     }
 
     pub fn with_identity(
@@ -161,7 +179,17 @@ pub fn create_sparse(path: &Path, size: u64) {
 
 /// The YAML config for numatgtd (format fixed in the interface spec).
 pub fn numatgtd_config(port: u16, luns: &[(LunSpec, PathBuf)]) -> String {
+    numatgtd_config_with(port, luns, "")
+}
+
+/// [`numatgtd_config`] with `global_yaml` (top-level sections such as `cache:`, complete
+/// lines) prepended.
+pub fn numatgtd_config_with(port: u16, luns: &[(LunSpec, PathBuf)], global_yaml: &str) -> String {
     let mut y = String::new();
+    y.push_str(global_yaml);
+    if !global_yaml.is_empty() && !global_yaml.ends_with('\n') {
+        y.push('\n');
+    }
     y.push_str("portals:\n");
     y.push_str(&format!("  - address: 127.0.0.1:{port}\n"));
     y.push_str("targets:\n");
@@ -176,6 +204,12 @@ pub fn numatgtd_config(port: u16, luns: &[(LunSpec, PathBuf)]) -> String {
             y.push_str(&format!("        product_id: \"{}\"\n", id.product));
             y.push_str(&format!("        product_rev: \"{}\"\n", id.revision));
             y.push_str(&format!("        serial: \"{}\"\n", id.serial));
+        }
+        if let Some(mode) = &spec.cache {
+            y.push_str(&format!("        cache: {mode}\n"));
+        }
+        if let Some(wce) = spec.write_cache {
+            y.push_str(&format!("        write_cache: {wce}\n"));
         }
     }
     y
@@ -202,6 +236,16 @@ impl Daemon {
     }
 
     pub fn start_kind(kind: TargetKind, luns: &[LunSpec]) -> Daemon {
+        Self::start_kind_with(kind, luns, "")
+    }
+
+    /// Like [`Daemon::start`], with top-level YAML sections (e.g. `cache:`) added to
+    /// numatgtd's config. tgtd has no such settings: they are ignored there.
+    pub fn start_with(luns: &[LunSpec], global_yaml: &str) -> Daemon {
+        Self::start_kind_with(TargetKind::from_env(), luns, global_yaml)
+    }
+
+    pub fn start_kind_with(kind: TargetKind, luns: &[LunSpec], global_yaml: &str) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("numatgt-test.")
             .tempdir()
@@ -219,7 +263,8 @@ impl Daemon {
         let port = free_port();
         let control_port = control_port_for(kind);
         let config_path = dir.path().join("numatgtd.yaml");
-        std::fs::write(&config_path, numatgtd_config(port, &luns)).expect("write config file");
+        std::fs::write(&config_path, numatgtd_config_with(port, &luns, global_yaml))
+            .expect("write config file");
         let log_path = dir.path().join("daemon.log");
         let mut d = Daemon {
             kind,
@@ -487,6 +532,19 @@ impl Daemon {
         let _ = child.kill();
         let _ = child.wait();
         (None, start.elapsed())
+    }
+}
+
+impl Daemon {
+    /// SIGKILLs the target (a crash: no shutdown code runs) and reaps it. Returns how it
+    /// ended, or None when it had already been reaped.
+    pub fn kill9(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        send_signal(child.id(), libc::SIGKILL);
+        Some(child.wait().expect("wait for the SIGKILLed daemon"))
     }
 }
 

@@ -4,7 +4,9 @@
 //! and stops everything it started by PID. No mocks of any peer.
 
 pub mod daemon;
+pub mod model;
 pub mod pdu;
+pub mod qemuio;
 pub mod testcu;
 pub mod tools;
 

@@ -155,9 +155,10 @@ pub fn read(
         return None;
     }
     let Some(pieces) = lookup_all(cache, lun, offset, len) else {
-        let lun = Arc::clone(lun);
+        // some block is busy or has no room: read around the cache (after its dirty data)
+        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
         ctx.pool(ctx.node).submit(Box::new(move || {
-            reply.send(direct_read(&lun, lba, offset, len))
+            reply.send(read_around(&cache, &lun, lba, offset, len))
         }));
         return None;
     };
