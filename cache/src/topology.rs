@@ -1,7 +1,10 @@
 //! NUMA topology: the nodes this daemon runs on and their CPUs, read through hwloc
 //! (hwlocality), restricted to the CPUs the process may use; or `N` virtual nodes carved out of
 //! the CPUs when the host has fewer real nodes than configured (so routing can be exercised on
-//! one socket). Also binds the calling thread to a node's CPUs.
+//! one socket). Also binds the calling thread to a node's CPUs, and tells which node a
+//! network device (found by its address) is attached to.
+
+use std::net::IpAddr;
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::unistd::Pid;
@@ -118,6 +121,47 @@ impl Topology {
     }
 }
 
+/// The NUMA node (OS number) of the network device that carries address `ip`, read from
+/// sysfs (`/sys/class/net/IF/device/numa_node`); `None` for loopback, virtual devices and
+/// devices whose node the platform does not report.
+pub fn nic_os_node(ip: IpAddr) -> Option<usize> {
+    let interface = interface_of(ip)?;
+    let path = format!("/sys/class/net/{interface}/device/numa_node");
+    let n: i64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    usize::try_from(n).ok()
+}
+
+/// The name of the interface that has address `ip`.
+fn interface_of(ip: IpAddr) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let same = match ip {
+            IpAddr::V4(v4) => sa.as_sockaddr_in().is_some_and(|s| s.ip() == v4),
+            IpAddr::V6(v6) => sa.as_sockaddr_in6().is_some_and(|s| s.ip() == v6),
+        };
+        if same {
+            return Some(a.interface_name);
+        }
+    }
+    None
+}
+
+impl Topology {
+    /// The dense index of the real node with OS number `os`; `None` for virtual nodes.
+    pub fn index_of_os_node(&self, os: usize) -> Option<usize> {
+        if self.virtual_nodes {
+            return None;
+        }
+        self.nodes.iter().find(|n| n.os_index == os).map(|n| n.index)
+    }
+
+    /// The node (dense index) local to the network device carrying `ip`, when known.
+    pub fn nic_node(&self, ip: IpAddr) -> Option<usize> {
+        self.index_of_os_node(nic_os_node(ip)?)
+    }
+}
+
 /// Bind the calling thread to `cpus`. Errors are returned, not fatal: a container may forbid it.
 pub fn bind_current_thread(cpus: &[usize]) -> nix::Result<()> {
     let mut set = CpuSet::new();
@@ -192,6 +236,17 @@ mod tests {
         assert_eq!(t.node_count(), 4);
         assert_eq!(t.nodes()[3].cpus, vec![1]);
         assert!(t.describe().contains("virtual"));
+    }
+
+    #[test]
+    fn nic_locality_of_loopback_is_unknown() {
+        let t = Topology::detect(None);
+        assert_eq!(nic_os_node("127.0.0.1".parse().expect("ip")), None);
+        assert_eq!(t.nic_node("127.0.0.1".parse().expect("ip")), None);
+        assert_eq!(interface_of("127.0.0.1".parse().expect("ip")).as_deref(), Some("lo"));
+        // an address no interface has
+        assert_eq!(interface_of("192.0.2.255".parse().expect("ip")), None);
+        assert_eq!(Topology::split(&[0, 1], 2, 1).index_of_os_node(0), None);
     }
 
     #[test]

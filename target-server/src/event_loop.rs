@@ -78,6 +78,12 @@ pub struct Shared {
     /// Every thread's inbox, indexed by thread number (set once all threads exist).
     pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
     pub next_thread: AtomicUsize,
+    /// Event threads of each node (dense node index), for placing connections.
+    pub threads_by_node: Vec<Vec<usize>>,
+    /// The topology, to find the node of the network device a connection arrived on.
+    pub topology: cache::Topology,
+    /// Node of the network device carrying each local address seen (None: unknown).
+    pub nic_nodes: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Option<usize>>>,
     /// Open connections, all threads together.
     pub connections: AtomicUsize,
     pub started: Instant,
@@ -89,6 +95,24 @@ impl Shared {
     }
     fn thread_count(&self) -> usize {
         self.inboxes.get().map_or(1, |v| v.len())
+    }
+
+    /// The event thread for a new connection that arrived on local address `ip`: round robin
+    /// over the threads of the node its network device is attached to, when that is known
+    /// (and has threads), else over all threads.
+    fn thread_for(&self, ip: std::net::IpAddr) -> usize {
+        let node = {
+            let mut m = self.nic_nodes.lock().unwrap_or_else(|p| p.into_inner());
+            *m.entry(ip).or_insert_with(|| self.topology.nic_node(ip))
+        };
+        let turn = self.next_thread.fetch_add(1, Ordering::Relaxed);
+        match node
+            .and_then(|n| self.threads_by_node.get(n))
+            .filter(|t| !t.is_empty())
+        {
+            Some(local) => local[turn % local.len()],
+            None => turn % self.thread_count(),
+        }
     }
 }
 
@@ -278,8 +302,13 @@ impl EventThread {
                         tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection refused: too many connections");
                         continue;
                     }
-                    let n = self.shared.thread_count();
-                    let t = self.shared.next_thread.fetch_add(1, Ordering::Relaxed) % n;
+                    let t = match sock.local_addr() {
+                        Ok(local) => self.shared.thread_for(local.ip()),
+                        Err(_) => {
+                            self.shared.next_thread.fetch_add(1, Ordering::Relaxed)
+                                % self.shared.thread_count()
+                        }
+                    };
                     if t == self.index {
                         self.adopt(sock, peer);
                     } else if let Some(inbox) = self.shared.inbox(t) {

@@ -312,6 +312,17 @@ impl Daemon {
             router,
             inboxes: OnceLock::new(),
             next_thread: AtomicUsize::new(0),
+            threads_by_node: (0..topology.node_count())
+                .map(|node| {
+                    (0..n_threads)
+                        .filter(|&i| {
+                            placements.get(i % placements.len().max(1)).copied() == Some(node)
+                        })
+                        .collect()
+                })
+                .collect(),
+            topology: topology.clone(),
+            nic_nodes: std::sync::Mutex::new(std::collections::HashMap::new()),
             connections: AtomicUsize::new(0),
             started,
         });
@@ -349,6 +360,17 @@ impl Daemon {
             threads.push(h);
         }
         for a in &listening {
+            match topology.nic_node(a.ip()) {
+                Some(n) => tracing::info!(
+                    "portal {a}: its network device is on NUMA node {n}; its connections are served there"
+                ),
+                None if a.ip().is_unspecified() => tracing::info!(
+                    "portal {a}: each connection is served on the node of the device it arrives on, when known"
+                ),
+                None => tracing::info!(
+                    "portal {a}: NUMA node of the network device unknown (loopback, virtual, or not reported); connections are spread over all nodes"
+                ),
+            }
             tracing::info!("numatgtd: listening on {a}");
         }
         tracing::info!(
