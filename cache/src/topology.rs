@@ -153,7 +153,10 @@ impl Topology {
         if self.virtual_nodes {
             return None;
         }
-        self.nodes.iter().find(|n| n.os_index == os).map(|n| n.index)
+        self.nodes
+            .iter()
+            .find(|n| n.os_index == os)
+            .map(|n| n.index)
     }
 
     /// The node (dense index) local to the network device carrying `ip`, when known.
@@ -243,7 +246,10 @@ mod tests {
         let t = Topology::detect(None);
         assert_eq!(nic_os_node("127.0.0.1".parse().expect("ip")), None);
         assert_eq!(t.nic_node("127.0.0.1".parse().expect("ip")), None);
-        assert_eq!(interface_of("127.0.0.1".parse().expect("ip")).as_deref(), Some("lo"));
+        assert_eq!(
+            interface_of("127.0.0.1".parse().expect("ip")).as_deref(),
+            Some("lo")
+        );
         // an address no interface has
         assert_eq!(interface_of("192.0.2.255".parse().expect("ip")), None);
         assert_eq!(Topology::split(&[0, 1], 2, 1).index_of_os_node(0), None);
