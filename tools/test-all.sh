@@ -60,11 +60,12 @@ cargo_test() {
   local rc=0
   # unit tests, integration tests (they start $NUMATGTD_BIN), doc tests
   cargo test --workspace --no-fail-fast || rc=$?
-  local table="$TARGET_DIR/test-reports/iscsi-test-cu-numatgtd.txt"
-  if [ -f "$table" ]; then
+  local table
+  for table in "$TARGET_DIR"/test-reports/iscsi-test-cu-numatgtd*.txt; do
+    [ -f "$table" ] || continue
     echo "--- $table"
     cat "$table"
-  fi
+  done
   return $rc
 }
 

@@ -138,17 +138,16 @@ fn table(results: &[SuiteResult], kind: &str) -> String {
     t
 }
 
-#[test]
-fn iscsi_test_cu_selected_suites() {
+fn selected_suites(lun: LunSpec, mode_suffix: &str) {
     tools::require_tool("iscsi-test-cu");
-    let mut d = Daemon::start(&[LunSpec::new(1, 512, 256 * MIB)]);
+    let mut d = Daemon::start(&[lun]);
     let kind = format!("{:?}", d.kind).to_lowercase();
-    let report = format!("iscsi-test-cu-{kind}");
+    let report = format!("iscsi-test-cu-{kind}{mode_suffix}");
     let results: Vec<SuiteResult> = SUITES
         .iter()
         .map(|s| run_suite(&mut d, s, &report))
         .collect();
-    let t = table(&results, &kind);
+    let t = table(&results, &format!("{kind}{mode_suffix}"));
     let path = tests::reports_dir().join(format!("{report}.txt"));
     std::fs::write(&path, &t).expect("write suite table");
     eprintln!("{t}(also in {})", path.display());
@@ -160,6 +159,30 @@ fn iscsi_test_cu_selected_suites() {
         problems.is_empty(),
         "iscsi-test-cu problems:\n{}\n{t}",
         problems.join("\n")
+    );
+}
+
+/// The default LUN: through the NUMA block cache.
+#[test]
+fn iscsi_test_cu_selected_suites() {
+    selected_suites(LunSpec::new(1, 512, 256 * MIB), "");
+}
+
+/// The same suites with the cache off (O_DIRECT straight to the backing file).
+#[test]
+fn iscsi_test_cu_selected_suites_cache_off() {
+    selected_suites(
+        LunSpec::new(1, 512, 256 * MIB).with_cache("off"),
+        "-cache-off",
+    );
+}
+
+/// The same suites through the kernel page cache (tgtd's rdwr behaviour).
+#[test]
+fn iscsi_test_cu_selected_suites_cache_page() {
+    selected_suites(
+        LunSpec::new(1, 512, 256 * MIB).with_cache("page"),
+        "-cache-page",
     );
 }
 
