@@ -178,6 +178,15 @@ pub struct EventThread {
     stopping: bool,
     /// The connection being worked on (closed if that work panics).
     current: Option<usize>,
+    /// The writev iovec array, kept between flushes (empty, capacity IOV_MAX).
+    iov_spare: Vec<IoSlice<'static>>,
+}
+
+/// Empty an iovec array and give its allocation back for the next flush (an in-place
+/// collect of an empty vector keeps the buffer; no slice outlives the call).
+fn recycle(mut iov: Vec<IoSlice<'_>>) -> Vec<IoSlice<'static>> {
+    iov.clear();
+    iov.into_iter().map(|_| IoSlice::new(&[])).collect()
 }
 
 impl EventThread {
@@ -201,6 +210,7 @@ impl EventThread {
             next_generation: 1,
             stopping: false,
             current: None,
+            iov_spare: Vec::with_capacity(IOV_MAX),
         }
     }
 
@@ -513,30 +523,37 @@ impl EventThread {
             return;
         };
         let mut failed = None;
+        // one iovec array per thread, reused for every writev
+        let mut spare = std::mem::take(&mut self.iov_spare);
         while slot.conn.has_tx() {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(IOV_MAX);
+            let mut iov: Vec<IoSlice<'_>> = spare;
             slot.conn.gather_tx(&mut iov, IOV_MAX);
-            if iov.is_empty() {
-                break;
-            }
-            match slot.sock.write_vectored(&iov) {
-                Ok(0) => {
+            let sent = if iov.is_empty() {
+                None
+            } else {
+                Some(slot.sock.write_vectored(&iov))
+            };
+            spare = recycle(iov);
+            match sent {
+                None => break,
+                Some(Ok(0)) => {
                     failed = Some("socket closed for writing");
                     break;
                 }
-                Ok(n) => {
-                    drop(iov);
-                    slot.conn.tx_consumed(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
+                Some(Ok(n)) => slot.conn.tx_consumed(n),
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(Err(e)) => {
                     tracing::debug!(peer = %slot.peer, "write failed: {e}");
                     failed = Some("write to the initiator failed");
                     break;
                 }
             }
         }
+        self.iov_spare = spare;
+        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
+            return;
+        };
         let done = slot.closing && !slot.conn.has_tx();
         if let Some(reason) = failed {
             self.close(s, reason);
@@ -623,6 +640,27 @@ impl EventThread {
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycled_iovec_keeps_its_allocation() {
+        let mut v: Vec<IoSlice<'static>> = Vec::with_capacity(IOV_MAX);
+        let ptr = v.as_ptr() as usize;
+        for _ in 0..3 {
+            let data = vec![1u8; 10];
+            let mut iov: Vec<IoSlice<'_>> = v;
+            iov.push(IoSlice::new(&data));
+            iov.push(IoSlice::new(&data[2..]));
+            v = recycle(iov);
+            assert!(v.is_empty());
+            assert!(v.capacity() >= IOV_MAX);
+            assert_eq!(v.as_ptr() as usize, ptr, "the buffer was reallocated");
         }
     }
 }
