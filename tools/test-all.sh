@@ -2,7 +2,8 @@
 # THE test command of numatgt: every check CI runs, in order, each as a stage.
 #   install-test-deps (when root) -> toolchain components -> cargo build -> cargo fmt --check
 #   -> cargo clippy -D warnings -> cargo test --workspace (unit + integration against the
-#   built numatgtd and real initiators) -> VM test (Linux kernel initiator in QEMU)
+#   built numatgtd and real initiators) -> fuzz smoke (every cargo-fuzz target of fuzz/ for
+#   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
 # exit status is non-zero when any stage failed.
@@ -69,6 +70,11 @@ cargo_test() {
   return $rc
 }
 
+fuzz_smoke() {
+  # builds fuzz/ (its own workspace and target dir) and runs each target 15 s; fails on a crash
+  "$REPO/tools/fuzz.sh" 15
+}
+
 vm_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM test not run (counted as failed)"
@@ -92,6 +98,7 @@ stage build cargo build --workspace --all-targets
 stage fmt cargo fmt --all -- --check
 stage clippy cargo clippy --workspace --all-targets -- -D warnings
 stage test cargo_test
+stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-numa vm_numa_test
 

@@ -1,0 +1,140 @@
+//! SCSI command execution: `LogicalUnit::execute` on arbitrary CDBs and Data-Out for
+//! 512- and 4096-byte-block LUs (read-only or not, various capacities), a sequence of
+//! commands per input so MODE SELECT state carries over, plus `execute_unmapped`,
+//! `data_out_len` and `verify_compare`.
+//!
+//! Input: byte 0 = LU shape (bit 0 4096-byte blocks, bit 1 read-only, bit 2 WCE,
+//! bits 3-5 capacity), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
+//! length, Data-Out.
+//!
+//! Checks: no panic; CHECK CONDITION carries parseable sense; block actions stay within
+//! the medium and MAX_TRANSFER_BYTES; a Write's data range lies within Data-Out; nothing
+//! is written to a read-only LU; a Verify has the Data-Out it compares.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use numatgt_fuzz::Input;
+use scsi::{Action, CmdCtx, LogicalUnit, LuParams, MAX_TRANSFER_BYTES, status};
+
+fuzz_target!(|data: &[u8]| {
+    let mut inp = Input::new(data);
+    let shape = inp.u8();
+    let block_size: u32 = if shape & 1 != 0 { 4096 } else { 512 };
+    let num_blocks: u64 = match (shape >> 3) & 7 {
+        0 => 2048,
+        1 => 1,
+        2 => 7,
+        3 => 0x1_0000_0001,
+        4 => 1 << 40,
+        5 => 0xffff_ffff,
+        6 => 300,
+        _ => 65536,
+    };
+    let lu = LogicalUnit::new(LuParams {
+        lun: 1,
+        block_size,
+        num_blocks,
+        vendor_id: "NUMATGT".into(),
+        product_id: "VIRTUAL-DISK".into(),
+        product_rev: "0001".into(),
+        serial: "SER12345".into(),
+        naa_id: 0x1234_5678_9abc_def0,
+        write_cache: shape & 4 != 0,
+        readonly: shape & 2 != 0,
+        target_name: "iqn.2026-11.org.numatgt:t1".into(),
+        rel_port_id: 1,
+        tpg: 7,
+    });
+    let luns = [0u64, 1, 300, 0x3fff];
+    let mut n = 0;
+    while !inp.is_empty() && n < 16 {
+        n += 1;
+        let cdb_len = usize::from(inp.u8() % 33);
+        let cdb = inp.bytes(cdb_len);
+        let dlen = usize::from(inp.u16());
+        let data_out = inp.bytes(dlen);
+        let ctx = CmdCtx {
+            cdb,
+            data_out,
+            luns: &luns[..usize::from(shape >> 6) + 1],
+        };
+        check(&lu, &ctx, block_size, num_blocks);
+        let c = scsi::execute_unmapped(cdb, ctx.luns, shape & 0x40 != 0);
+        check_completion(&c);
+        let _ = scsi::data_out_len(cdb, block_size);
+    }
+});
+
+fn check_completion(c: &scsi::Completion) {
+    if c.status == status::CHECK_CONDITION {
+        assert!(
+            scsi::sense::parse_key_asc(&c.sense).is_some(),
+            "CHECK CONDITION with malformed sense {:02x?}",
+            c.sense
+        );
+    }
+}
+
+fn within(lba: u64, blocks: u64, num_blocks: u64) -> bool {
+    lba.checked_add(blocks).is_some_and(|e| e <= num_blocks)
+}
+
+fn check(lu: &LogicalUnit, ctx: &CmdCtx<'_>, bs: u32, num_blocks: u64) {
+    let bs64 = u64::from(bs);
+    match lu.execute(ctx) {
+        Action::Complete(c) => check_completion(&c),
+        Action::Read { lba, blocks, .. } => {
+            assert!(blocks > 0, "empty Read action");
+            assert!(
+                within(lba, u64::from(blocks), num_blocks),
+                "read {lba}+{blocks}"
+            );
+            assert!(u64::from(blocks) * bs64 <= u64::from(MAX_TRANSFER_BYTES));
+        }
+        Action::Write {
+            lba,
+            blocks,
+            data_offset,
+            ..
+        } => {
+            assert!(!lu.params().readonly, "write to a read-only LU");
+            assert!(blocks > 0, "empty Write action");
+            assert!(
+                within(lba, u64::from(blocks), num_blocks),
+                "write {lba}+{blocks}"
+            );
+            let len = u64::from(blocks) * bs64;
+            assert!(len <= u64::from(MAX_TRANSFER_BYTES));
+            assert!(
+                (data_offset as u64).saturating_add(len) <= ctx.data_out.len() as u64,
+                "write of {len} bytes at offset {data_offset} of {} bytes of Data-Out",
+                ctx.data_out.len()
+            );
+        }
+        Action::Verify {
+            lba,
+            blocks,
+            same_block,
+        } => {
+            assert!(
+                within(lba, u64::from(blocks), num_blocks),
+                "verify {lba}+{blocks}"
+            );
+            let need = if same_block {
+                bs64
+            } else {
+                u64::from(blocks) * bs64
+            };
+            assert!(ctx.data_out.len() as u64 >= need, "verify without its data");
+            // the server compares what it read with Data-Out
+            let medium = vec![0u8; (u64::from(blocks) * bs64).min(1 << 16) as usize];
+            let _ = scsi::verify_compare(&medium, ctx.data_out, bs as usize, same_block);
+        }
+        Action::Sync { lba, blocks } => {
+            assert!(
+                within(lba, u64::from(blocks), num_blocks),
+                "sync {lba}+{blocks}"
+            );
+        }
+    }
+}
