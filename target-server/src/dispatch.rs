@@ -87,7 +87,7 @@ pub fn execute(
             let lun = Arc::clone(lun);
             let data = cmd.data_out;
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx_pool(ctx).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Box::new(move || {
                 // the medium itself is compared, after dirty cached data reached it
                 let read = match &cache {
                     Some(c) => storage::read_around(c, &lun, lba, lba * bs, len),
@@ -110,7 +110,7 @@ pub fn execute(
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx_pool(ctx).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Box::new(move || {
                 let result = match storage::sync(cache.as_ref(), &lun) {
                     Ok(()) => CommandResult::good(),
                     Err(e) => storage::io_failure(&lun, &e, true, lba),
@@ -124,10 +124,6 @@ pub fn execute(
         r.write_transfer_len = stamp;
         r
     })
-}
-
-fn ctx_pool<'a>(ctx: &StorageCtx<'a>) -> &'a cache::IoPool {
-    &ctx.pools[ctx.node.min(ctx.pools.len().saturating_sub(1))]
 }
 
 fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {

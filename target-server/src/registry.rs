@@ -30,7 +30,6 @@ pub struct Lun {
     pub cache_id: u32,
     /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
     pub cached: bool,
-    pub mode: config::CacheMode,
     /// Cache blocks to read ahead after a sequential read (0 = off).
     pub read_ahead: u32,
     /// Where the last read of this LUN ended (byte offset), to spot sequential streams.

@@ -141,7 +141,6 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                     store: Arc::new(store),
                     cache_id,
                     cached: mode == config::CacheMode::Numa,
-                    mode,
                     read_ahead: cfg.cache.read_ahead,
                     last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
                 }),

@@ -38,8 +38,9 @@ pub struct StorageCtx<'a> {
     pub router: Option<&'a Router>,
 }
 
-impl StorageCtx<'_> {
-    fn pool(&self, node: usize) -> &IoPool {
+impl<'a> StorageCtx<'a> {
+    /// The I/O pool of `node` (the last one for an out-of-range node).
+    pub fn pool(&self, node: usize) -> &'a IoPool {
         let last = self.pools.len().saturating_sub(1);
         &self.pools[node.min(last)]
     }

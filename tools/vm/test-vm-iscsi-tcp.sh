@@ -11,32 +11,13 @@ export TARGET=${TARGET:-numatgtd}
 export VM_TIMEOUT=${VM_TIMEOUT:-300}
 [ "$(id -u)" = 0 ] || { echo "test-vm-iscsi-tcp: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 
+NAME="test-vm-iscsi-tcp target=$TARGET"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
 VM_ENV="TARGET"
 VM_FILES=""
 if [ "$TARGET" = numatgtd ]; then
-  BIN=${NUMATGTD_BIN:-$REPO/target/debug/numatgtd}
-  BIN=$(readlink -f "$BIN")
-  [ -x "$BIN" ] || { echo "test-vm-iscsi-tcp: $BIN missing: cargo build --workspace first" >&2; exit 1; }
-  case "$BIN" in
-    # the guest mounts its own /tmp, hiding the host's: ship the binary in the run share
-    /tmp/*) VM_FILES="$BIN"; export NUMATGTD=/vmtest/$(basename "$BIN") ;;
-    *) export NUMATGTD=$BIN ;;
-  esac
-  VM_ENV="$VM_ENV NUMATGTD"
+  vm_ship_numatgtd
 fi
 export VM_ENV VM_FILES
-
-LOG=$(mktemp "${TMPDIR:-/tmp}/numatgt-vm-log.XXXXXX")
-trap 'rm -f "$LOG"' EXIT
-start=$(date +%s)
-set +e
-"$HERE/vm-run.sh" "$HERE/guest-iscsi-tcp.sh" 2>&1 | tee "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-took=$(( $(date +%s) - start ))
-if [ "$rc" = 0 ] && ! grep -q "VM_ISCSI_TCP_OK target=$TARGET" "$LOG"; then
-  echo "test-vm-iscsi-tcp: guest exited 0 but printed no success marker" >&2
-  rc=1
-fi
-echo "test-vm-iscsi-tcp: target=$TARGET rc=$rc in ${took}s"
-exit "$rc"
+vm_run_and_check guest-iscsi-tcp.sh "VM_ISCSI_TCP_OK target=$TARGET"

@@ -15,28 +15,9 @@ export VM_NODES=${VM_NODES:-2}
 export VM_CPUS=${VM_CPUS:-2}
 [ "$(id -u)" = 0 ] || { echo "test-vm-numa: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 
-BIN=${NUMATGTD_BIN:-$REPO/target/debug/numatgtd}
-BIN=$(readlink -f "$BIN")
-[ -x "$BIN" ] || { echo "test-vm-numa: $BIN missing: cargo build --workspace first" >&2; exit 1; }
-VM_FILES=""
-case "$BIN" in
-  # the guest mounts its own /tmp, hiding the host's: ship the binary in the run share
-  /tmp/*) VM_FILES="$BIN"; export NUMATGTD=/vmtest/$(basename "$BIN") ;;
-  *) export NUMATGTD=$BIN ;;
-esac
-export VM_ENV="NUMATGTD" VM_FILES
-
-LOG=$(mktemp "${TMPDIR:-/tmp}/numatgt-vm-log.XXXXXX")
-trap 'rm -f "$LOG"' EXIT
-start=$(date +%s)
-set +e
-"$HERE/vm-run.sh" "$HERE/guest-numa.sh" 2>&1 | tee "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-took=$(( $(date +%s) - start ))
-if [ "$rc" = 0 ] && ! grep -q "VM_NUMA_OK" "$LOG"; then
-  echo "test-vm-numa: guest exited 0 but printed no success marker" >&2
-  rc=1
-fi
-echo "test-vm-numa: rc=$rc in ${took}s"
-exit "$rc"
+NAME=test-vm-numa
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+VM_ENV="" VM_FILES=""
+vm_ship_numatgtd
+vm_run_and_check guest-numa.sh VM_NUMA_OK
