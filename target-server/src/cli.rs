@@ -17,7 +17,8 @@ pub struct Cli {
     #[arg(short = 'f', long = "foreground")]
     pub foreground: bool,
 
-    /// Control port: the management socket is /var/run/tgtd/socket.N (as tgtd).
+    /// Control port: the management socket is $TGT_IPC_SOCKET.N, default
+    /// /var/run/tgtd/socket.N (as tgtd).
     #[arg(short = 'C', long = "control-port", default_value_t = 0)]
     pub control_port: u16,
 

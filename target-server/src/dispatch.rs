@@ -34,7 +34,8 @@ pub fn execute(
     ctx: &StorageCtx<'_>,
     mut reply: Replier,
 ) -> Option<CommandResult<Payload>> {
-    let lun = target.luns.get(&cmd.lun);
+    let luns = target.lun_set();
+    let lun = luns.map.get(&cmd.lun);
     let block_size = lun.map_or(512, |l| l.store.block_size());
     reply.write_transfer_len = if cmd.write {
         scsi::data_out_len(&cmd.cdb, block_size).map(|n| n.min(u64::from(u32::MAX)) as u32)
@@ -43,14 +44,14 @@ pub fn execute(
     };
     let stamp = reply.write_transfer_len;
     let Some(lun) = lun else {
-        let mut r = to_result(scsi::execute_unmapped(&cmd.cdb, &target.lun_numbers, false));
+        let mut r = to_result(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
         r.write_transfer_len = stamp;
         return Some(r);
     };
     let action = lun.scsi.execute(&CmdCtx {
         cdb: &cmd.cdb,
         data_out: &cmd.data_out,
-        luns: &target.lun_numbers,
+        luns: &luns.numbers,
     });
     let now = match action {
         Action::Complete(c) => Some(to_result(c)),

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod dispatch;
 pub mod event_loop;
 pub mod flusher;
+pub mod mgmt;
 pub mod payload;
 pub mod registry;
 pub mod runtime;

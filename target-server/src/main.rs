@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
 use target_server::cli::{Cli, parse_iscsi_opts};
+use target_server::mgmt::socket::MgmtSocket;
 use target_server::runtime::{Daemon, RuntimeConfig};
 
 fn init_logging(debug: Option<u32>) {
@@ -117,12 +118,17 @@ fn main() -> ExitCode {
         eprintln!("numatgtd: cannot block signals: {e}");
         return ExitCode::from(1);
     }
-    if cli.control_port != 0 {
-        tracing::info!(
-            control_port = cli.control_port,
-            "management socket arrives with issue 4"
-        );
-    }
+    // the lock is taken after daemonizing (lockf locks are not inherited across fork) and
+    // before anything starts, so a second daemon on the same control port stops here
+    let sock_path = target_server::mgmt::socket_path(cli.control_port);
+    let mgmt = match MgmtSocket::bind(&sock_path) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("numatgtd: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let daemon = match Daemon::start(rc) {
         Ok(d) => d,
         Err(e) => {
@@ -131,6 +137,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Err(e) = mgmt.spawn(daemon.mgmt_ctx()) {
+        tracing::error!("{e}");
+        eprintln!("numatgtd: {e}");
+        daemon.stop();
+        return ExitCode::from(1);
+    }
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
@@ -148,6 +160,8 @@ fn main() -> ExitCode {
         }
     }
     daemon.stop();
+    // the socket file stays (as tgtd's): `tgtadm --op delete --mode system` waits for
+    // ECONNREFUSED on it
     tracing::info!("numatgtd stopped");
     ExitCode::SUCCESS
 }

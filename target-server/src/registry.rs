@@ -1,11 +1,13 @@
-//! The daemon's shared view of targets, LUNs and sessions: built from the configuration at
-//! start, consulted at login (target lookup, access control, TSIH, session reinstatement)
-//! and in discovery (SendTargets). Not on the per-I/O path: a connection keeps an `Arc` of
-//! its target after login.
+//! The daemon's shared view of targets, LUNs, access rules, accounts and sessions: built
+//! from the configuration at start, changed at run time by the management socket (tgtadm),
+//! consulted at login (target lookup, state, ACL, TSIH, session reinstatement) and in
+//! discovery (SendTargets). On the per-I/O path only [`Target::lun_set`] is read: one
+//! uncontended read lock and an `Arc` clone, so a LUN added or removed by tgtadm is seen by
+//! the target's existing sessions at their next command.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cache::BackingStore;
@@ -34,6 +36,141 @@ pub struct Lun {
     pub read_ahead: u32,
     /// Where the last read of this LUN ended (byte offset), to spot sequential streams.
     pub last_read_end: std::sync::atomic::AtomicU64,
+    /// What tgtadm shows and updates about the LUN.
+    pub meta: Mutex<LunMeta>,
+}
+
+/// The management view of a LUN (tgtadm `show`/`update --params`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LunMeta {
+    pub scsi_id: String,
+    pub scsi_sn: String,
+    pub path: String,
+    /// `rdwr` or `aio` (both served the same way here).
+    pub bstype: String,
+    /// As given with `--bsoflags` (`direct`, `sync`, `sync:direct`), empty when none.
+    pub bsoflags: String,
+    pub online: bool,
+    pub removable: bool,
+    pub thin_provisioning: bool,
+    pub sense_format: u8,
+}
+
+impl LunMeta {
+    /// tgtd's defaults for LUN `lun` of target `tid`.
+    pub fn tgt_defaults(tid: u32, lun: u64, path: &str) -> LunMeta {
+        LunMeta {
+            scsi_id: format!("IET     {:04x}{:04x}", tid, lun),
+            scsi_sn: format!("beaf{tid}{lun}"),
+            path: path.to_string(),
+            bstype: "rdwr".into(),
+            bsoflags: String::new(),
+            online: true,
+            removable: false,
+            thin_provisioning: false,
+            sense_format: 0,
+        }
+    }
+}
+
+/// A target's LUNs as one immutable snapshot, replaced as a whole when tgtadm changes it.
+#[derive(Default)]
+pub struct LunSet {
+    pub map: BTreeMap<u64, Arc<Lun>>,
+    /// LUN numbers, sorted, for REPORT LUNS.
+    pub numbers: Vec<u64>,
+}
+
+impl LunSet {
+    pub fn new(map: BTreeMap<u64, Arc<Lun>>) -> LunSet {
+        let numbers = map.keys().copied().collect();
+        LunSet { map, numbers }
+    }
+}
+
+/// A target's state (`tgtadm --op update --mode target -n state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetState {
+    Ready,
+    Offline,
+}
+
+impl TargetState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetState::Ready => "ready",
+            TargetState::Offline => "offline",
+        }
+    }
+}
+
+/// A target's access rules, as tgtd: an initiator must match one address rule (none = nobody)
+/// and, when any name rule exists, one name rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acl {
+    /// As given (`ALL`, an IP, a CIDR network) with its parsed form.
+    pub addresses: Vec<(String, config::AddressRule)>,
+    pub names: Vec<String>,
+}
+
+impl Acl {
+    pub fn allows(&self, initiator: &str, ip: std::net::IpAddr) -> bool {
+        self.addresses.iter().any(|(_, r)| r.matches(ip))
+            && (self.names.is_empty()
+                || self.names.iter().any(|n| n.eq_ignore_ascii_case(initiator)))
+    }
+
+    /// The rules of a target from the YAML configuration (empty lists there mean "anyone").
+    pub fn from_config(t: &config::TargetConfig) -> Acl {
+        let mut acl = Acl::default();
+        if t.allow_addresses.is_empty() {
+            acl.addresses.push(("ALL".into(), config::AddressRule::All));
+        }
+        for r in &t.allow_addresses {
+            let text = match r {
+                config::AddressRule::All => "ALL".to_string(),
+                other => other.to_string(),
+            };
+            acl.addresses.push((text, *r));
+        }
+        if !t
+            .allow_initiators
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("all"))
+        {
+            acl.names = t.allow_initiators.clone();
+        }
+        acl
+    }
+}
+
+/// CHAP users bound to a target (or to discovery): any number of incoming users, at most one
+/// outgoing (mutual CHAP) user. Names refer to [`Registry`] accounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthBinding {
+    pub incoming: Vec<String>,
+    pub outgoing: Option<String>,
+}
+
+/// The credentials a CHAP authenticator needs for one target (or discovery), resolved from
+/// the bindings and the account table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChapCredentials {
+    /// (user, secret) pairs an initiator may authenticate as.
+    pub incoming: Vec<(String, String)>,
+    /// (user, secret) the target answers with for mutual CHAP.
+    pub outgoing: Option<(String, String)>,
+}
+
+/// What tgtadm changes about a target at run time.
+#[derive(Debug, Clone)]
+pub struct TargetMgmt {
+    pub state: TargetState,
+    pub acl: Acl,
+    pub auth: AuthBinding,
+    /// Session keys set with `--op update` that numatgt shows but does not negotiate
+    /// differently (e.g. `DataPDUInOrder`), in the order they were set.
+    pub extra: Vec<(String, String)>,
 }
 
 /// One target: its name, LUNs and access rules.
@@ -41,12 +178,13 @@ pub struct Target {
     pub tid: u32,
     pub iqn: String,
     pub alias: Option<String>,
-    pub luns: BTreeMap<u64, Arc<Lun>>,
-    /// LUN numbers, sorted, for REPORT LUNS.
-    pub lun_numbers: Vec<u64>,
-    /// The target's iSCSI limits and offers (global parameters merged with its own).
-    pub conn_config: ConnConfig,
+    luns: RwLock<Arc<LunSet>>,
+    /// The target's iSCSI limits and offers (global parameters merged with its own), for new
+    /// sessions.
+    conn_config: RwLock<ConnConfig>,
+    /// The target as configured at start (empty for targets made by tgtadm).
     pub config: config::TargetConfig,
+    pub mgmt: Mutex<TargetMgmt>,
 }
 
 /// A listening portal (its bound address) and its NOP-In settings, if it has its own.
@@ -58,8 +196,62 @@ pub struct Portal {
 }
 
 impl Target {
+    pub fn new(
+        tid: u32,
+        iqn: String,
+        alias: Option<String>,
+        luns: BTreeMap<u64, Arc<Lun>>,
+        conn_config: ConnConfig,
+        config: config::TargetConfig,
+        acl: Acl,
+    ) -> Target {
+        Target {
+            tid,
+            iqn,
+            alias,
+            luns: RwLock::new(Arc::new(LunSet::new(luns))),
+            conn_config: RwLock::new(conn_config),
+            config,
+            mgmt: Mutex::new(TargetMgmt {
+                state: TargetState::Ready,
+                acl,
+                auth: AuthBinding::default(),
+                extra: Vec::new(),
+            }),
+        }
+    }
+
+    /// The current LUNs (cheap: a read lock and an `Arc` clone).
+    pub fn lun_set(&self) -> Arc<LunSet> {
+        Arc::clone(&self.luns.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replace the LUN table through `f` (management only); returns what `f` returns.
+    pub fn update_luns<R>(&self, f: impl FnOnce(&mut BTreeMap<u64, Arc<Lun>>) -> R) -> R {
+        let mut guard = self.luns.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = guard.map.clone();
+        let r = f(&mut map);
+        *guard = Arc::new(LunSet::new(map));
+        r
+    }
+
+    pub fn conn_config(&self) -> ConnConfig {
+        self.conn_config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn update_conn_config<R>(&self, f: impl FnOnce(&mut ConnConfig) -> R) -> R {
+        f(&mut self.conn_config.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn mgmt(&self) -> std::sync::MutexGuard<'_, TargetMgmt> {
+        self.mgmt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn allows(&self, initiator: &str, peer: SocketAddr) -> bool {
-        self.config.allows(initiator, peer.ip())
+        self.mgmt().acl.allows(initiator, peer.ip())
     }
 }
 
@@ -74,6 +266,60 @@ struct SessionEntry {
     owner: ConnId,
     tsih: u16,
     target: String,
+    alias: Option<String>,
+    peer: SocketAddr,
+}
+
+/// One logged-in normal session, as tgtadm shows it (one connection per session here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionView {
+    pub tsih: u16,
+    pub initiator: String,
+    pub alias: Option<String>,
+    pub peer: SocketAddr,
+    /// Connection id (always 0: one connection per session).
+    pub cid: u16,
+    pub owner: ConnId,
+}
+
+/// Daemon-wide state changed with `--mode sys --op update`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SystemState {
+    pub offline: bool,
+    pub debug: bool,
+}
+
+/// The CHAP account table and the discovery bindings.
+#[derive(Debug, Clone, Default)]
+pub struct Accounts {
+    /// (user, secret), newest first (tgtd lists them that way).
+    pub users: Vec<(String, String)>,
+    /// Accounts bound to discovery sessions (`GLOBAL_TID`).
+    pub discovery: AuthBinding,
+}
+
+impl Accounts {
+    pub fn secret(&self, user: &str) -> Option<&str> {
+        self.users
+            .iter()
+            .find(|(u, _)| u == user)
+            .map(|(_, p)| p.as_str())
+    }
+
+    /// Resolve `binding` to credentials (unknown names are skipped).
+    pub fn resolve(&self, binding: &AuthBinding) -> ChapCredentials {
+        ChapCredentials {
+            incoming: binding
+                .incoming
+                .iter()
+                .filter_map(|u| self.secret(u).map(|p| (u.clone(), p.to_string())))
+                .collect(),
+            outgoing: binding
+                .outgoing
+                .as_ref()
+                .and_then(|u| self.secret(u).map(|p| (u.clone(), p.to_string()))),
+        }
+    }
 }
 
 /// Targets, portals and the session table.
@@ -84,6 +330,10 @@ pub struct Registry {
     default_config: ConnConfig,
     sessions: Mutex<HashMap<(String, [u8; 6]), SessionEntry>>,
     next_tsih: AtomicU16,
+    accounts: Mutex<Accounts>,
+    system: Mutex<SystemState>,
+    /// Next block-cache identity for a LUN made at run time.
+    next_cache_id: AtomicU32,
 }
 
 /// Portal group tag of every portal (one portal group, as tgtd's default).
@@ -95,13 +345,97 @@ impl Registry {
         portals: Vec<Portal>,
         default_config: ConnConfig,
     ) -> Self {
+        let next_cache_id = targets
+            .iter()
+            .flat_map(|t| {
+                t.lun_set()
+                    .map
+                    .values()
+                    .map(|l| l.cache_id + 1)
+                    .collect::<Vec<_>>()
+            })
+            .max()
+            .unwrap_or(0);
         Registry {
             targets: RwLock::new(targets),
             portals,
             default_config,
             sessions: Mutex::new(HashMap::new()),
             next_tsih: AtomicU16::new(1),
+            accounts: Mutex::new(Accounts::default()),
+            system: Mutex::new(SystemState {
+                offline: false,
+                debug: false,
+            }),
+            next_cache_id: AtomicU32::new(next_cache_id),
         }
+    }
+
+    /// Change the target list (management only).
+    pub fn update_targets<R>(&self, f: impl FnOnce(&mut Vec<Arc<Target>>) -> R) -> R {
+        f(&mut self.targets.write().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn target_by_tid(&self, tid: u32) -> Option<Arc<Target>> {
+        self.targets
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|t| t.tid == tid)
+            .cloned()
+    }
+
+    /// The global iSCSI defaults a target made by tgtadm starts from.
+    pub fn default_config(&self) -> &ConnConfig {
+        &self.default_config
+    }
+
+    pub fn portals(&self) -> &[Portal] {
+        &self.portals
+    }
+
+    pub fn accounts(&self) -> std::sync::MutexGuard<'_, Accounts> {
+        self.accounts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn system(&self) -> std::sync::MutexGuard<'_, SystemState> {
+        self.system.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh block-cache identity for a LUN made at run time.
+    pub fn alloc_cache_id(&self) -> u32 {
+        self.next_cache_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// CHAP credentials for a normal session to `target` (None: discovery sessions).
+    pub fn chap_credentials(&self, target: Option<&str>) -> ChapCredentials {
+        let binding = match target {
+            Some(name) => match self.target(name) {
+                Some(t) => t.mgmt().auth.clone(),
+                None => return ChapCredentials::default(),
+            },
+            None => self.accounts().discovery.clone(),
+        };
+        self.accounts().resolve(&binding)
+    }
+
+    /// Logged-in sessions of target `iqn`, by TSIH.
+    pub fn sessions_of(&self, iqn: &str) -> Vec<SessionView> {
+        let s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<SessionView> = s
+            .iter()
+            .filter(|(_, e)| e.target.eq_ignore_ascii_case(iqn))
+            .map(|((name, _), e)| SessionView {
+                tsih: e.tsih,
+                initiator: name.clone(),
+                alias: e.alias.clone(),
+                peer: e.peer,
+                cid: 0,
+                owner: e.owner,
+            })
+            .collect();
+        v.sort_by_key(|x| x.tsih);
+        v
     }
 
     pub fn target(&self, iqn: &str) -> Option<Arc<Target>> {
@@ -215,6 +549,14 @@ impl Directory for LoginContext<'_> {
                 "login refused: no such target");
             return Err(LoginReject::TargetNotFound);
         };
+        if reg.system().offline || target.mgmt().state == TargetState::Offline {
+            tracing::info!(
+                initiator = req.initiator_name,
+                target = target_name,
+                "login refused: target not available (offline)"
+            );
+            return Err(LoginReject::ServiceUnavailable);
+        }
         if !target.allows(req.initiator_name, req.peer) {
             tracing::warn!(initiator = req.initiator_name, target = target_name, peer = %req.peer,
                 "login refused: initiator not allowed by the target's ACL");
@@ -247,13 +589,15 @@ impl Directory for LoginContext<'_> {
                 owner: self.me,
                 tsih,
                 target: target.iqn.clone(),
+                alias: req.initiator_alias.map(str::to_string),
+                peer: req.peer,
             },
         );
         Ok(LoginGrant {
             tsih,
             target_portal_group_tag: PORTAL_GROUP_TAG,
             target_alias: target.alias.clone(),
-            config: Some(reg.config_for(Some(&target.conn_config), req.local)),
+            config: Some(reg.config_for(Some(&target.conn_config()), req.local)),
         })
     }
 

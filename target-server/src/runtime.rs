@@ -18,7 +18,7 @@ use mio::net::TcpListener;
 
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
 use crate::flusher::Flushers;
-use crate::registry::{Lun, Portal, Registry, Target};
+use crate::registry::{Acl, Lun, LunMeta, Portal, Registry, Target};
 
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
@@ -143,19 +143,28 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                     cached: mode == config::CacheMode::Numa,
                     read_ahead: cfg.cache.read_ahead,
                     last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
+                    meta: std::sync::Mutex::new(LunMeta {
+                        bstype: "rdwr".into(),
+                        bsoflags: if mode == config::CacheMode::Page {
+                            String::new()
+                        } else {
+                            "direct".into()
+                        },
+                        scsi_sn: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
+                        ..LunMeta::tgt_defaults(tid, l.lun, &l.path.display().to_string())
+                    }),
                 }),
             );
         }
-        let lun_numbers = luns.keys().copied().collect();
-        out.push(Arc::new(Target {
+        out.push(Arc::new(Target::new(
             tid,
-            iqn: t.iqn.clone(),
-            alias: t.alias.clone(),
+            t.iqn.clone(),
+            t.alias.clone(),
             luns,
-            lun_numbers,
-            conn_config: conn_config(&t.effective_iscsi(&cfg.iscsi)),
-            config: t.clone(),
-        }));
+            conn_config(&t.effective_iscsi(&cfg.iscsi)),
+            t.clone(),
+            Acl::from_config(t),
+        )));
     }
     Ok(out)
 }
@@ -233,7 +242,9 @@ impl Daemon {
         for node in topology.nodes() {
             pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
         }
-        let any_cached = targets.iter().any(|t| t.luns.values().any(|l| l.cached));
+        let any_cached = targets
+            .iter()
+            .any(|t| t.lun_set().map.values().any(|l| l.cached));
         let (block_cache, router) = if any_cached {
             let (c, r) = build_cache(&rc.config, &topology)?;
             (Some(c), r)
@@ -267,7 +278,7 @@ impl Daemon {
             Some(c) => {
                 let mut by_id: Vec<Arc<Lun>> = targets
                     .iter()
-                    .flat_map(|t| t.luns.values().cloned())
+                    .flat_map(|t| t.lun_set().map.values().cloned().collect::<Vec<_>>())
                     .collect();
                 by_id.sort_by_key(|l| l.cache_id);
                 let limit = rc
@@ -430,6 +441,14 @@ impl Daemon {
         }
     }
 
+    /// What the management socket works on.
+    pub fn mgmt_ctx(&self) -> crate::mgmt::Ctx {
+        crate::mgmt::Ctx {
+            registry: Arc::clone(&self.shared.registry),
+            control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
+        }
+    }
+
     pub fn listening(&self) -> &[SocketAddr] {
         &self.listening
     }
@@ -469,7 +488,7 @@ impl Daemon {
 
 fn sync_all(registry: &Registry) {
     for t in registry.targets() {
-        for lun in t.luns.values() {
+        for lun in t.lun_set().map.values() {
             if let Err(e) = lun.store.sync() {
                 tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
             }

@@ -1,0 +1,265 @@
+//! `--mode logicalunit`: new (a file or block device, `rdwr`/`aio` served as buffered
+//! pread/pwrite like tgtd's rdwr; `--bsoflags direct` = O_DIRECT, `sync` = write cache off),
+//! delete, update `--params` (identity, flags), stat. A changed LUN replaces the old one in
+//! the target's LUN table; sessions see it at their next command.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use cache::{BackingOptions, BackingStore};
+
+use super::parse_bool;
+use super::target::lookup;
+use crate::mgmt::show;
+use crate::mgmt::wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
+use crate::mgmt::{Ctx, Reply};
+use crate::registry::{Lun, LunMeta, PORTAL_GROUP_TAG, Target};
+
+/// Backing-store types tgtd knows but numatgt does not serve.
+const OTHER_BSTYPES: [&str; 9] = [
+    "null", "sg", "bsg", "ssc", "smc", "mmc", "rbd", "glfs", "sheepdog",
+];
+
+pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
+    match op {
+        Op::New => new(ctx, h, p),
+        Op::Delete => delete(ctx, h),
+        Op::Update => update(ctx, h, p),
+        Op::Stats => {
+            let t = lookup(ctx, h)?;
+            let lun = need_lun(h)?;
+            if lun != 0 && !t.lun_set().map.contains_key(&lun) {
+                return Err(ErrCode::NoLun);
+            }
+            Ok(show::stats(&ctx.registry, &t, Some(lun)))
+        }
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+fn need_lun(h: &ReqHeader) -> Result<u64, ErrCode> {
+    if h.lun == NO_LUN || h.lun > 16383 {
+        return Err(ErrCode::InvalidRequest);
+    }
+    Ok(h.lun)
+}
+
+fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
+    let t = lookup(ctx, h)?;
+    let number = need_lun(h)?;
+    if h.device_type != 0 {
+        return Err(ErrCode::UnsupportedOperation);
+    }
+    let bstype = p.get("bstype").unwrap_or("");
+    match bstype {
+        "" | "rdwr" | "aio" => {}
+        b if OTHER_BSTYPES.contains(&b) => return Err(ErrCode::UnsupportedOperation),
+        _ => return Err(ErrCode::InvalidRequest),
+    }
+    if p.get("bsopts").is_some_and(|o| !o.is_empty()) {
+        return Err(ErrCode::UnsupportedOperation);
+    }
+    let flags = p.get("bsoflags").unwrap_or("");
+    let (mut direct, mut sync) = (false, false);
+    for f in flags.split(':').filter(|f| !f.is_empty()) {
+        match f {
+            "direct" => direct = true,
+            "sync" => sync = true,
+            _ => return Err(ErrCode::InvalidRequest),
+        }
+    }
+    let block_size = match p.get("blocksize") {
+        None | Some("") => 512,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if [512, 1024, 2048, 4096].contains(&n) => n,
+            _ => return Err(ErrCode::InvalidRequest),
+        },
+    };
+    let path = p
+        .get("path")
+        .filter(|x| !x.is_empty())
+        .ok_or(ErrCode::InvalidRequest)?;
+    {
+        let luns = t.lun_set();
+        // LUN 0 is the controller LUN when the target has no real LUN 0 (as tgtd)
+        if number == 0 || luns.map.contains_key(&number) {
+            return Err(ErrCode::LunExist);
+        }
+    }
+    let store = BackingStore::open(
+        std::path::Path::new(path),
+        &BackingOptions {
+            block_size,
+            readonly: false,
+            direct,
+        },
+    )
+    .map_err(|e| {
+        tracing::warn!(path, "cannot open backing store: {e}");
+        ErrCode::InvalidRequest
+    })?;
+    let meta = LunMeta {
+        bstype: if bstype.is_empty() { "rdwr" } else { bstype }.to_string(),
+        bsoflags: flags.to_string(),
+        ..LunMeta::tgt_defaults(t.tid, number, path)
+    };
+    let params = scsi::LuParams {
+        lun: number,
+        block_size,
+        num_blocks: store.num_blocks(),
+        vendor_id: "NUMATGT".into(),
+        product_id: "VIRTUAL-DISK".into(),
+        product_rev: "0001".into(),
+        serial: meta.scsi_sn.clone(),
+        naa_id: naa_id(&t.iqn, number),
+        write_cache: !sync,
+        readonly: false,
+        target_name: t.iqn.clone(),
+        rel_port_id: 1,
+        tpg: PORTAL_GROUP_TAG,
+    };
+    let lun = Arc::new(Lun {
+        number,
+        scsi: scsi::LogicalUnit::new(params),
+        store: Arc::new(store),
+        cache_id: ctx.registry.alloc_cache_id(),
+        cached: false,
+        read_ahead: 0,
+        last_read_end: AtomicU64::new(u64::MAX),
+        meta: std::sync::Mutex::new(meta),
+    });
+    let added = t.update_luns(|m| {
+        if m.contains_key(&number) {
+            false
+        } else {
+            m.insert(number, lun);
+            true
+        }
+    });
+    if !added {
+        return Err(ErrCode::LunExist);
+    }
+    tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
+        "LUN created");
+    Ok(String::new())
+}
+
+/// Stable NAA identity for a LUN made at run time (FNV-1a of target name and LUN).
+fn naa_id(iqn: &str, lun: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in iqn.bytes().chain(lun.to_be_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn existing(t: &Target, h: &ReqHeader) -> Result<Arc<Lun>, ErrCode> {
+    let n = need_lun(h)?;
+    t.lun_set().map.get(&n).cloned().ok_or(ErrCode::NoLun)
+}
+
+fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
+    let t = lookup(ctx, h)?;
+    let lun = existing(&t, h)?;
+    t.update_luns(|m| m.remove(&lun.number));
+    if let Err(e) = lun.store.sync() {
+        tracing::warn!(target = %t.iqn, lun = lun.number, "sync on LUN delete failed: {e}");
+    }
+    tracing::info!(tid = t.tid, target = %t.iqn, lun = lun.number, "LUN deleted");
+    Ok(String::new())
+}
+
+/// `--params` keys tgtd knows that numatgt does not change at run time.
+const UNSUPPORTED_KEYS: [&str; 10] = [
+    "lbppbe",
+    "la_lba",
+    "optimal_xfer_gran",
+    "optimal_xfer_len",
+    "mode_page",
+    "path",
+    "bsopts",
+    "bsoflags",
+    "rotation_rate",
+    "element_type",
+];
+
+fn fixed_len(v: &str, max: usize) -> Result<String, ErrCode> {
+    if v.len() > max || !v.is_ascii() {
+        return Err(ErrCode::InvalidRequest);
+    }
+    Ok(v.to_string())
+}
+
+fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
+    let t = lookup(ctx, h)?;
+    let lun = existing(&t, h)?;
+    let pairs: Vec<&(String, String)> = p.params.iter().chain(p.pairs.iter()).collect();
+    if pairs.is_empty() {
+        return Err(ErrCode::InvalidRequest);
+    }
+    // validate everything first, then apply: a bad key changes nothing
+    let mut params = lun.scsi.params().clone();
+    params.write_cache = lun.scsi.write_cache_enabled();
+    let mut meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut rebuild = false;
+    for (k, v) in pairs {
+        match k.as_str() {
+            "vendor_id" => {
+                params.vendor_id = fixed_len(v, 8)?;
+                rebuild = true;
+            }
+            "product_id" => {
+                params.product_id = fixed_len(v, 16)?;
+                rebuild = true;
+            }
+            "product_rev" => {
+                params.product_rev = fixed_len(v, 4)?;
+                rebuild = true;
+            }
+            "scsi_sn" => {
+                params.serial = fixed_len(v, 36)?;
+                meta.scsi_sn = params.serial.clone();
+                rebuild = true;
+            }
+            "scsi_id" => meta.scsi_id = fixed_len(v, 64)?,
+            "readonly" => {
+                params.readonly = parse_bool(v)?;
+                rebuild = true;
+            }
+            "removable" => meta.removable = parse_bool(v)?,
+            "online" => meta.online = parse_bool(v)?,
+            "thin_provisioning" => meta.thin_provisioning = parse_bool(v)?,
+            "sense_format" => {
+                meta.sense_format = match v.as_str() {
+                    "0" => 0,
+                    "1" => 1,
+                    _ => return Err(ErrCode::InvalidRequest),
+                }
+            }
+            other if UNSUPPORTED_KEYS.contains(&other) => {
+                return Err(ErrCode::UnsupportedOperation);
+            }
+            _ => return Err(ErrCode::InvalidRequest),
+        }
+    }
+    if rebuild {
+        // INQUIRY data lives in the SCSI logical unit: swap in a new one on the same store
+        let next = Arc::new(Lun {
+            number: lun.number,
+            scsi: scsi::LogicalUnit::new(params),
+            store: Arc::clone(&lun.store),
+            cache_id: lun.cache_id,
+            cached: lun.cached,
+            read_ahead: lun.read_ahead,
+            last_read_end: AtomicU64::new(u64::MAX),
+            meta: std::sync::Mutex::new(meta),
+        });
+        t.update_luns(|m| {
+            m.insert(next.number, next);
+        });
+    } else {
+        *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
+    }
+    Ok(String::new())
+}

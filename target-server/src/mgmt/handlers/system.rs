@@ -1,0 +1,118 @@
+//! `--mode sys` (show, update State/debug, delete = clean stop as SIGTERM), `--mode lld`,
+//! `--mode portal` (show), `--mode session` and `--mode conn` (show, forced logout).
+
+use crate::mgmt::show;
+use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
+use crate::mgmt::{Ctx, Reply};
+
+use super::parse_bool;
+use super::target::lookup;
+
+pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
+    let reg = &ctx.registry;
+    match op {
+        Op::Show => Ok(show::system(reg)),
+        Op::Stats => Ok(show::STAT_HEADER.to_string()),
+        Op::Update => {
+            if p.pairs.is_empty() {
+                return Err(ErrCode::InvalidRequest);
+            }
+            for (k, v) in &p.pairs {
+                match k.as_str() {
+                    "State" => {
+                        let offline = match v.as_str() {
+                            "offline" => true,
+                            "ready" => false,
+                            _ => return Err(ErrCode::InvalidRequest),
+                        };
+                        reg.system().offline = offline;
+                    }
+                    "debug" => {
+                        let on = parse_bool(v)?;
+                        reg.system().debug = on;
+                    }
+                    "iSNS" | "iSNSServerIP" | "iSNSServerPort" | "iSNSAccessControl" => {
+                        return Err(ErrCode::UnsupportedOperation);
+                    }
+                    _ => return Err(ErrCode::InvalidRequest),
+                }
+            }
+            Ok(String::new())
+        }
+        // the socket thread stops the daemon once the answer is sent
+        Op::Delete => Ok(String::new()),
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+/// Stop the daemon as SIGTERM does (the main thread waits for it and shuts down cleanly).
+pub fn shutdown_now() {
+    tracing::info!("management request: system delete, stopping");
+    let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGTERM);
+}
+
+pub fn lld(ctx: &Ctx, op: Op) -> Reply {
+    match op {
+        Op::Show => Ok(show::llds(&ctx.registry)),
+        Op::Start => Ok(String::new()),
+        Op::Stop => {
+            if ctx.registry.targets().is_empty() {
+                Ok(String::new())
+            } else {
+                Err(ErrCode::DriverActive)
+            }
+        }
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+pub fn portal(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
+    match op {
+        Op::Show => Ok(show::portals(&ctx.registry)),
+        Op::New | Op::Delete => {
+            if !p.params.iter().any(|(k, _)| k == "portal") {
+                return Err(ErrCode::InvalidRequest);
+            }
+            // listeners are fixed at start in this version
+            Err(ErrCode::UnsupportedOperation)
+        }
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+pub fn session(ctx: &Ctx, op: Op, h: &ReqHeader) -> Reply {
+    match op {
+        Op::Show => {
+            let t = lookup(ctx, h)?;
+            let s = ctx.registry.sessions_of(&t.iqn);
+            if !s.iter().any(|s| u64::from(s.tsih) == h.sid) {
+                return Err(ErrCode::InvalidRequest);
+            }
+            Ok(show::target_params(&t))
+        }
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+pub fn connection(ctx: &Ctx, op: Op, h: &ReqHeader) -> Reply {
+    match op {
+        Op::Show => {
+            let t = lookup(ctx, h)?;
+            Ok(show::connections(&ctx.registry.sessions_of(&t.iqn)))
+        }
+        Op::Delete => {
+            let t = lookup(ctx, h)?;
+            let sessions = ctx.registry.sessions_of(&t.iqn);
+            let s = sessions
+                .iter()
+                .find(|s| u64::from(s.tsih) == h.sid)
+                .ok_or(ErrCode::NoSession)?;
+            if h.cid != u32::from(s.cid) {
+                return Err(ErrCode::NoConnection);
+            }
+            ctx.control.close(s.owner, "connection deleted by tgtadm");
+            Ok(String::new())
+        }
+        _ => Err(ErrCode::UnsupportedOperation),
+    }
+}

@@ -1,0 +1,288 @@
+//! `--mode target`: new, delete (`--force` closes the sessions), show (all, or one target's
+//! parameters), bind/unbind access rules, update (state, NOP-In, iSCSI session keys for new
+//! sessions), stat.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use iscsi_proto::Digest;
+
+use super::{need_tid, parse_bool};
+use crate::mgmt::show;
+use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
+use crate::mgmt::{Ctx, Reply};
+use crate::registry::{Acl, Target, TargetState};
+
+pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
+    match op {
+        Op::New => new(ctx, h, p),
+        Op::Delete => delete(ctx, h),
+        Op::Show => {
+            if h.tid < 0 {
+                Ok(show::targets(&ctx.registry))
+            } else {
+                let t = lookup(ctx, h)?;
+                Ok(show::target_params(&t))
+            }
+        }
+        Op::Bind => bind(ctx, h, p, true),
+        Op::Unbind => bind(ctx, h, p, false),
+        Op::Update => update(ctx, h, p),
+        Op::Stats => {
+            let t = lookup(ctx, h)?;
+            Ok(show::stats(&ctx.registry, &t, None))
+        }
+        Op::Start | Op::Stop => Err(ErrCode::UnsupportedOperation),
+    }
+}
+
+pub fn lookup(ctx: &Ctx, h: &ReqHeader) -> Result<Arc<Target>, ErrCode> {
+    let tid = need_tid(h).map_err(|_| ErrCode::NoTarget)?;
+    ctx.registry.target_by_tid(tid).ok_or(ErrCode::NoTarget)
+}
+
+fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
+    let tid = need_tid(h)?;
+    let name = p
+        .get("targetname")
+        .filter(|n| !n.is_empty())
+        .ok_or(ErrCode::InvalidRequest)?;
+    if name.len() > config::MAX_NAME_LEN || name.chars().any(|c| c.is_whitespace()) {
+        return Err(ErrCode::InvalidRequest);
+    }
+    let reg = &ctx.registry;
+    reg.update_targets(|ts| {
+        if ts
+            .iter()
+            .any(|t| t.tid == tid || t.iqn.eq_ignore_ascii_case(name))
+        {
+            return Err(ErrCode::TargetExist);
+        }
+        let cfg = config::TargetConfig {
+            iqn: name.to_string(),
+            tid: Some(tid),
+            alias: None,
+            allow_initiators: Vec::new(),
+            allow_addresses: Vec::new(),
+            iscsi: None,
+            luns: Vec::new(),
+        };
+        ts.push(Arc::new(Target::new(
+            tid,
+            name.to_string(),
+            None,
+            BTreeMap::new(),
+            reg.default_config().clone(),
+            cfg,
+            // as tgtd: nobody may log in until an ACL is bound
+            Acl::default(),
+        )));
+        tracing::info!(tid, target = name, "target created");
+        Ok(String::new())
+    })
+}
+
+fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
+    let t = lookup(ctx, h)?;
+    let sessions = ctx.registry.sessions_of(&t.iqn);
+    if !sessions.is_empty() {
+        if h.force == 0 {
+            return Err(ErrCode::TargetActive);
+        }
+        for s in &sessions {
+            ctx.control.close(s.owner, "target deleted");
+        }
+    }
+    ctx.registry
+        .update_targets(|ts| ts.retain(|x| x.tid != t.tid));
+    for lun in t.lun_set().map.values() {
+        if let Err(e) = lun.store.sync() {
+            tracing::warn!(target = %t.iqn, lun = lun.number, "sync on target delete failed: {e}");
+        }
+    }
+    tracing::info!(tid = t.tid, target = %t.iqn, sessions = sessions.len(), "target deleted");
+    Ok(String::new())
+}
+
+fn bind(ctx: &Ctx, h: &ReqHeader, p: &Payload, add: bool) -> Reply {
+    let t = lookup(ctx, h)?;
+    let addr = p.get("initiator-address");
+    let name = p.get("initiator-name");
+    if addr.is_none() && name.is_none() {
+        return Err(ErrCode::InvalidRequest);
+    }
+    let rule = match addr {
+        Some(a) => Some((
+            a.to_string(),
+            config::AddressRule::parse(a).map_err(|_| ErrCode::InvalidRequest)?,
+        )),
+        None => None,
+    };
+    let mut m = t.mgmt();
+    let mut next = m.acl.clone();
+    if let Some((text, r)) = rule {
+        let pos = next.addresses.iter().position(|(x, _)| *x == text);
+        match (add, pos) {
+            (true, Some(_)) => return Err(ErrCode::AclExist),
+            (true, None) => next.addresses.push((text, r)),
+            (false, Some(i)) => {
+                next.addresses.remove(i);
+            }
+            (false, None) => return Err(ErrCode::AclNoExist),
+        }
+    }
+    if let Some(n) = name {
+        let pos = next.names.iter().position(|x| x == n);
+        match (add, pos) {
+            (true, Some(_)) => return Err(ErrCode::AclExist),
+            (true, None) => next.names.push(n.to_string()),
+            (false, Some(i)) => {
+                next.names.remove(i);
+            }
+            (false, None) => return Err(ErrCode::AclNoExist),
+        }
+    }
+    m.acl = next;
+    Ok(String::new())
+}
+
+fn number(v: &str, lo: u32, hi: u32) -> Result<u32, ErrCode> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(ErrCode::InvalidRequest),
+    }
+}
+
+fn digest_list(v: &str) -> Result<Vec<Digest>, ErrCode> {
+    let mut out = Vec::new();
+    for w in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        out.push(match w.to_ascii_lowercase().as_str() {
+            "none" => Digest::None,
+            "crc32c" => Digest::Crc32c,
+            _ => return Err(ErrCode::InvalidRequest),
+        });
+    }
+    if out.is_empty() {
+        return Err(ErrCode::InvalidRequest);
+    }
+    Ok(out)
+}
+
+/// Keys shown and stored as given, not negotiated differently (iSER and local values,
+/// login redirection).
+const STORED_KEYS: [&str; 8] = [
+    "RDMAExtensions",
+    "TargetRecvDataSegmentLength",
+    "InitiatorRecvDataSegmentLength",
+    "MaxXmitDataSegmentLength",
+    "RedirectAddress",
+    "RedirectPort",
+    "RedirectReason",
+    "RedirectCallback",
+];
+
+/// Apply one `name=value` to target `t`.
+pub fn update_key(t: &Target, name: &str, value: &str) -> Result<(), ErrCode> {
+    let lower = name.to_ascii_lowercase();
+    match lower.as_str() {
+        "state" => {
+            let st = match value {
+                "offline" => TargetState::Offline,
+                "ready" => TargetState::Ready,
+                _ => return Err(ErrCode::InvalidRequest),
+            };
+            t.mgmt().state = st;
+            return Ok(());
+        }
+        "nop_interval" => {
+            let n = number(value, 0, 86_400)?;
+            t.update_conn_config(|c| c.nop_interval_ms = u64::from(n) * 1000);
+            return Ok(());
+        }
+        "nop_count" => {
+            let n = number(value, 0, 65_535)?;
+            t.update_conn_config(|c| c.nop_count = n);
+            return Ok(());
+        }
+        _ => {}
+    }
+    const SEG: (u32, u32) = (512, 16_777_215);
+    match lower.as_str() {
+        "maxrecvdatasegmentlength" => {
+            let n = number(value, SEG.0, SEG.1)?;
+            t.update_conn_config(|c| c.max_recv_data_segment_length = n);
+        }
+        "maxburstlength" => {
+            let n = number(value, SEG.0, SEG.1)?;
+            t.update_conn_config(|c| c.max_burst_length = n);
+        }
+        "firstburstlength" => {
+            let n = number(value, SEG.0, SEG.1)?;
+            t.update_conn_config(|c| c.first_burst_length = n);
+        }
+        "maxoutstandingr2t" => {
+            let n = number(value, 1, 65_535)?;
+            t.update_conn_config(|c| c.max_outstanding_r2t = n);
+        }
+        "maxqueuecmd" => {
+            let n = number(value, 1, 2048)?;
+            t.update_conn_config(|c| c.max_queued_commands = n);
+        }
+        "defaulttime2wait" => {
+            let n = number(value, 0, 3600)?;
+            t.update_conn_config(|c| c.default_time2wait = n as u16);
+        }
+        "defaulttime2retain" => {
+            let n = number(value, 0, 3600)?;
+            t.update_conn_config(|c| c.default_time2retain = n as u16);
+        }
+        "initialr2t" => {
+            let b = parse_bool(value)?;
+            t.update_conn_config(|c| c.initial_r2t = b);
+        }
+        "immediatedata" => {
+            let b = parse_bool(value)?;
+            t.update_conn_config(|c| c.immediate_data = b);
+        }
+        "headerdigest" => {
+            let d = digest_list(value)?;
+            t.update_conn_config(|c| c.header_digest = d);
+        }
+        "datadigest" => {
+            let d = digest_list(value)?;
+            t.update_conn_config(|c| c.data_digest = d);
+        }
+        _ => {
+            if let Some((k, fixed)) = show::FIXED_KEYS
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            {
+                // a value numatgt cannot honour is refused rather than silently shown
+                if !fixed.eq_ignore_ascii_case(value.trim()) {
+                    tracing::info!(key = k, value, "session key value not supported");
+                    return Err(ErrCode::UnsupportedOperation);
+                }
+                return Ok(());
+            }
+            let Some(k) = STORED_KEYS.iter().find(|k| k.eq_ignore_ascii_case(name)) else {
+                return Err(ErrCode::InvalidRequest);
+            };
+            let mut m = t.mgmt();
+            m.extra.retain(|(n, _)| n != k);
+            m.extra.push((k.to_string(), value.to_string()));
+        }
+    }
+    Ok(())
+}
+
+fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
+    let t = lookup(ctx, h)?;
+    let pairs: Vec<&(String, String)> = p.pairs.iter().chain(p.params.iter()).collect();
+    if pairs.is_empty() {
+        return Err(ErrCode::InvalidRequest);
+    }
+    for (k, v) in pairs {
+        update_key(&t, k, v)?;
+    }
+    Ok(String::new())
+}

@@ -1,0 +1,32 @@
+//! The management socket: tgt's tgtadm protocol on an AF_UNIX socket, so Debian's `tgtadm`
+//! and `tgt-admin` (and `numatgtadm`) drive numatgtd. `wire` is the codec, `socket` the
+//! listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
+
+pub mod handlers;
+pub mod show;
+pub mod socket;
+pub mod wire;
+
+use std::sync::Arc;
+
+use crate::registry::{ConnControl, Registry};
+
+/// What request handlers work on.
+#[derive(Clone)]
+pub struct Ctx {
+    pub registry: Arc<Registry>,
+    /// Closes connections (forced logout, target delete --force).
+    pub control: Arc<dyn ConnControl>,
+}
+
+/// The outcome of one request: text for stdout, or tgtd's error code.
+pub type Reply = Result<String, wire::ErrCode>;
+
+/// `$TGT_IPC_SOCKET.<port>`, else `/var/run/tgtd/socket.<port>` (as tgtd and tgtadm).
+pub fn socket_path(control_port: u16) -> std::path::PathBuf {
+    let prefix = std::env::var("TGT_IPC_SOCKET")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "/var/run/tgtd/socket".to_string());
+    std::path::PathBuf::from(format!("{prefix}.{control_port}"))
+}

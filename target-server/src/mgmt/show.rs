@@ -1,0 +1,336 @@
+//! tgtd's `show` layouts, byte for byte (tgt-admin parses them with regexes): target list
+//! with I_T nexus, LUN, account and ACL sections, a target's parameter list, connections,
+//! portals, LLDs, the system, and the statistics table. LUN 0 is tgtd's controller LUN: a
+//! target without a real LUN 0 shows the same synthetic entry tgtd does (`Backing store
+//! path: None`, which tgt-admin skips).
+
+use std::fmt::Write as _;
+
+use iscsi_proto::{ConnConfig, Digest};
+
+use crate::registry::{Lun, Registry, SessionView, Target};
+
+/// tgt's size rounding: `((size/512) - (((size/512)/625) - 974)) / 1950` MB.
+pub fn tgt_size_mb(size: u64) -> i64 {
+    let sectors = (size / 512) as i64;
+    (sectors - ((sectors / 625) - 974)) / 1950
+}
+
+const CONTROLLER_LUN0: &str = "        LUN: 0
+            Type: controller
+            SCSI ID: IET     {tid:04x}0000
+            SCSI SN: beaf{tid}0
+            Size: 0 MB, Block size: 1
+            Online: Yes
+            Removable media: No
+            Prevent removal: No
+            Readonly: No
+            SWP: No
+            Thin-provisioning: No
+            Backing store type: null
+            Backing store path: None
+            Backing store flags: 
+";
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "Yes" } else { "No" }
+}
+
+fn lun_entry(out: &mut String, lun: &Lun) {
+    let m = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let p = lun.scsi.params();
+    let size = p.num_blocks.saturating_mul(u64::from(p.block_size));
+    let _ = write!(
+        out,
+        "        LUN: {}\n            Type: disk\n            SCSI ID: {}\n            SCSI SN: {}\n            Size: {} MB, Block size: {}\n            Online: {}\n            Removable media: {}\n            Prevent removal: No\n            Readonly: {}\n            SWP: No\n            Thin-provisioning: {}\n            Backing store type: {}\n            Backing store path: {}\n            Backing store flags: {}\n",
+        lun.number,
+        m.scsi_id,
+        m.scsi_sn,
+        tgt_size_mb(size),
+        p.block_size,
+        yes_no(m.online),
+        yes_no(m.removable),
+        yes_no(p.readonly),
+        yes_no(m.thin_provisioning),
+        m.bstype,
+        m.path,
+        m.bsoflags,
+    );
+}
+
+/// One target's block in `--op show --mode target`.
+pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
+    let mgmt = t.mgmt().clone();
+    let cc = t.conn_config();
+    let _ = writeln!(out, "Target {}: {}", t.tid, t.iqn);
+    out.push_str("    System information:\n        Driver: iscsi\n");
+    let _ = writeln!(out, "        State: {}", mgmt.state.as_str());
+    if cc.nop_interval_ms != 0 {
+        let _ = writeln!(out, "        Nop interval: {}", cc.nop_interval_ms / 1000);
+        let _ = writeln!(out, "        Nop count: {}", cc.nop_count);
+    }
+    out.push_str("    I_T nexus information:\n");
+    for s in sessions {
+        let _ = writeln!(out, "        I_T nexus: {}", s.tsih);
+        let _ = writeln!(
+            out,
+            "            Initiator: {} alias: {}",
+            s.initiator,
+            s.alias.as_deref().unwrap_or("none")
+        );
+        let _ = writeln!(out, "            Connection: {}", s.cid);
+        let _ = writeln!(out, "                IP Address: {}", s.peer.ip());
+    }
+    out.push_str("    LUN information:\n");
+    let luns = t.lun_set();
+    if !luns.map.contains_key(&0) {
+        out.push_str(
+            &CONTROLLER_LUN0
+                .replace("{tid:04x}", &format!("{:04x}", t.tid))
+                .replace("{tid}", &t.tid.to_string()),
+        );
+    }
+    for lun in luns.map.values() {
+        lun_entry(out, lun);
+    }
+    out.push_str("    Account information:\n");
+    for u in &mgmt.auth.incoming {
+        let _ = writeln!(out, "        {u}");
+    }
+    if let Some(u) = &mgmt.auth.outgoing {
+        let _ = writeln!(out, "        {u} (outgoing)");
+    }
+    out.push_str("    ACL information:\n");
+    for (text, _) in &mgmt.acl.addresses {
+        let _ = writeln!(out, "        {text}");
+    }
+    for n in &mgmt.acl.names {
+        let _ = writeln!(out, "        {n}");
+    }
+}
+
+/// `--op show --mode target` (every target, by tid).
+pub fn targets(reg: &Registry) -> String {
+    let mut ts = reg.targets();
+    ts.sort_by_key(|t| t.tid);
+    let mut out = String::new();
+    for t in ts {
+        let sessions = reg.sessions_of(&t.iqn);
+        target(&mut out, &t, &sessions);
+    }
+    out
+}
+
+fn digests(d: &[Digest]) -> String {
+    d.iter()
+        .map(|d| match d {
+            Digest::None => "None",
+            Digest::Crc32c => "CRC32C",
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The fixed session keys numatgt shows with their only supported value.
+pub const FIXED_KEYS: [(&str, &str); 9] = [
+    ("DataPDUInOrder", "Yes"),
+    ("DataSequenceInOrder", "Yes"),
+    ("ErrorRecoveryLevel", "0"),
+    ("IFMarker", "No"),
+    ("OFMarker", "No"),
+    ("OFMarkInt", "Reject"),
+    ("IFMarkInt", "Reject"),
+    ("MaxConnections", "1"),
+    ("MaxOutstandingUnexpectedPDUs", "0"),
+];
+
+/// `--op show --mode target --tid N`: the target's parameters, in tgtd's order.
+pub fn target_params(t: &Target) -> String {
+    let cc: ConnConfig = t.conn_config();
+    let extra = t.mgmt().extra.clone();
+    let get = |k: &str, dflt: String| -> String {
+        extra
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.clone())
+            .unwrap_or(dflt)
+    };
+    let fixed = |k: &str| {
+        FIXED_KEYS
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default()
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("nop_interval", (cc.nop_interval_ms / 1000).to_string()),
+        ("nop_count", cc.nop_count.to_string()),
+        (
+            "MaxRecvDataSegmentLength",
+            cc.max_recv_data_segment_length.to_string(),
+        ),
+        ("HeaderDigest", digests(&cc.header_digest)),
+        ("DataDigest", digests(&cc.data_digest)),
+        ("InitialR2T", yes_no(cc.initial_r2t).into()),
+        ("MaxOutstandingR2T", cc.max_outstanding_r2t.to_string()),
+        ("ImmediateData", yes_no(cc.immediate_data).into()),
+        ("FirstBurstLength", cc.first_burst_length.to_string()),
+        ("MaxBurstLength", cc.max_burst_length.to_string()),
+        ("DataPDUInOrder", fixed("DataPDUInOrder")),
+        ("DataSequenceInOrder", fixed("DataSequenceInOrder")),
+        ("ErrorRecoveryLevel", fixed("ErrorRecoveryLevel")),
+        ("IFMarker", fixed("IFMarker")),
+        ("OFMarker", fixed("OFMarker")),
+        ("DefaultTime2Wait", cc.default_time2wait.to_string()),
+        ("DefaultTime2Retain", cc.default_time2retain.to_string()),
+        ("OFMarkInt", fixed("OFMarkInt")),
+        ("IFMarkInt", fixed("IFMarkInt")),
+        ("MaxConnections", fixed("MaxConnections")),
+        ("RDMAExtensions", get("RDMAExtensions", "Yes".into())),
+        (
+            "TargetRecvDataSegmentLength",
+            get("TargetRecvDataSegmentLength", "262144".into()),
+        ),
+        (
+            "InitiatorRecvDataSegmentLength",
+            get("InitiatorRecvDataSegmentLength", "262144".into()),
+        ),
+        (
+            "MaxOutstandingUnexpectedPDUs",
+            fixed("MaxOutstandingUnexpectedPDUs"),
+        ),
+        (
+            "MaxXmitDataSegmentLength",
+            get("MaxXmitDataSegmentLength", "8192".into()),
+        ),
+        ("MaxQueueCmd", cc.max_queued_commands.to_string()),
+    ];
+    let mut out = String::new();
+    for (k, v) in rows {
+        let _ = writeln!(out, "{k}={v}");
+    }
+    out
+}
+
+/// `--op show --mode conn --tid N`.
+pub fn connections(sessions: &[SessionView]) -> String {
+    let mut out = String::new();
+    for s in sessions {
+        let _ = writeln!(out, "Session: {}", s.tsih);
+        let _ = writeln!(out, "    Connection: {}", s.cid);
+        let _ = writeln!(out, "        Initiator: {}", s.initiator);
+        let _ = writeln!(out, "        IP Address: {}", s.peer.ip());
+    }
+    out
+}
+
+/// `--op show --mode portal` (newest first, as tgtd).
+pub fn portals(reg: &Registry) -> String {
+    let mut out = String::new();
+    for p in reg.portals().iter().rev() {
+        let _ = writeln!(
+            out,
+            "Portal: {},{}",
+            p.addr,
+            crate::registry::PORTAL_GROUP_TAG
+        );
+    }
+    out
+}
+
+/// `--op show --mode lld`.
+pub fn llds(reg: &Registry) -> String {
+    let mut ts = reg.targets();
+    ts.sort_by_key(|t| t.tid);
+    let mut out = String::from("LLDs:\n    iscsi: ready\n");
+    for t in ts {
+        let _ = writeln!(out, "        Target {}: {}", t.tid, t.iqn);
+    }
+    out.push_str("    iser: error\n");
+    out
+}
+
+/// `--op show --mode sys`.
+pub fn system(reg: &Registry) -> String {
+    let st = *reg.system();
+    let mut out = String::from("System:\n");
+    let _ = writeln!(
+        out,
+        "    State: {}",
+        if st.offline { "offline" } else { "ready" }
+    );
+    let _ = writeln!(out, "    debug: {}", if st.debug { "on" } else { "off" });
+    out.push_str("LLDs:\n    iscsi: ready\n    iser: error\n");
+    out.push_str("Backing stores:\n    rdwr (bsoflags sync:direct)\n    aio\n");
+    out.push_str("Device types:\n    disk\n");
+    let disc = reg.accounts().discovery.clone();
+    if !disc.incoming.is_empty() || disc.outgoing.is_some() {
+        out.push_str("    Account information:\n");
+        for u in &disc.incoming {
+            let _ = write!(out, "\n    {u}");
+        }
+        if let Some(u) = &disc.outgoing {
+            let _ = write!(out, "\n    {u} (outgoing)");
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "iSNS:\n    iSNS=Off\n    iSNSServerIP=\n    iSNSServerPort=3205\n    iSNSAccessControl=Off\n",
+    );
+    out
+}
+
+/// The header of `--op stat`.
+pub const STAT_HEADER: &str = "tgt lun sid rd_subm(bytes,cmds) rd_done(bytes,cmds) wr_subm(bytes,cmds) wr_done(bytes,cmds) errs\n";
+
+/// One `--op stat` row (numatgt does not count per LUN and session: zeros).
+pub fn stat_row(out: &mut String, tid: u32, lun: u64, sid: u16) {
+    let _ = writeln!(
+        out,
+        "{:3} {:3} {:3} {:12} {:6} {:12} {:6} {:12} {:6} {:12} {:6} {:4}",
+        tid, lun, sid, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    );
+}
+
+/// `--op stat --mode target --tid N` (or one LUN of it).
+pub fn stats(reg: &Registry, t: &Target, only_lun: Option<u64>) -> String {
+    let mut out = String::from(STAT_HEADER);
+    let sessions = reg.sessions_of(&t.iqn);
+    let luns = t.lun_set();
+    let mut numbers: Vec<u64> = luns.numbers.clone();
+    if !luns.map.contains_key(&0) {
+        numbers.insert(0, 0);
+    }
+    for lun in numbers {
+        if only_lun.is_some_and(|l| l != lun) {
+            continue;
+        }
+        for s in &sessions {
+            stat_row(&mut out, t.tid, lun, s.tsih);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tgt_size_rounding() {
+        assert_eq!(tgt_size_mb(1 << 30), 1074);
+        assert_eq!(tgt_size_mb(10 << 20), 10);
+        assert_eq!(tgt_size_mb(0), 0);
+    }
+
+    #[test]
+    fn stat_row_layout() {
+        let mut s = String::new();
+        stat_row(&mut s, 1, 0, 2);
+        assert_eq!(
+            s,
+            "  1   0   2            0      0            0      0            0      0            0      0    0\n"
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The management socket thread: lock file (`<socket>.lock`, `lockf(F_TLOCK)`), unlink +
+//! bind + listen, then one request per connection, served in turn: SO_PEERCRED check (root or
+//! the daemon's uid), bounded reads with a timeout, decode, handle, answer.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::wire::{self, ErrCode, MAX_REQUEST_LEN, REQ_HEADER_LEN, ReqHeader};
+use super::{Ctx, handlers};
+
+/// How long a client may take to send its request or read the answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("another tgtd is using {0}")]
+    Locked(PathBuf),
+    #[error("cannot open the lock file {path}: {source}")]
+    LockFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on the management socket {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the management thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The bound socket and its lock; the lock is held as long as this lives.
+pub struct MgmtSocket {
+    path: PathBuf,
+    listener: UnixListener,
+    _lock: std::fs::File,
+}
+
+impl MgmtSocket {
+    /// Take the lock and bind `path`.
+    pub fn bind(path: &Path) -> Result<MgmtSocket, SocketError> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() && !dir.exists() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+        }
+        let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|source| SocketError::LockFile {
+                path: lock_path.clone(),
+                source,
+            })?;
+        // SAFETY: lockf on a file descriptor we own and keep open; no memory is passed.
+        let r = unsafe { libc::lockf(lock.as_raw_fd(), libc::F_TLOCK, 1) };
+        if r != 0 {
+            return Err(SocketError::Locked(lock_path));
+        }
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).map_err(|source| SocketError::Bind {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(MgmtSocket {
+            path: path.to_path_buf(),
+            listener,
+            _lock: lock,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serve requests on a thread of its own for the life of the process.
+    pub fn spawn(self, ctx: Ctx) -> Result<(), SocketError> {
+        std::thread::Builder::new()
+            .name("mgmt".into())
+            .spawn(move || {
+                tracing::info!(socket = %self.path.display(), "management socket ready");
+                for conn in self.listener.incoming() {
+                    match conn {
+                        Ok(s) => serve(s, &ctx),
+                        Err(e) => {
+                            tracing::warn!("management socket accept failed: {e}");
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                }
+            })
+            .map_err(SocketError::Thread)?;
+        Ok(())
+    }
+}
+
+/// The peer may manage us: root, or our own uid (SO_PEERCRED).
+fn peer_allowed(s: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    match getsockopt(s, PeerCredentials) {
+        Ok(c) => c.uid() == 0 || c.uid() == nix::unistd::getuid().as_raw(),
+        Err(_) => false,
+    }
+}
+
+fn serve(mut s: UnixStream, ctx: &Ctx) {
+    if !peer_allowed(&s) {
+        tracing::warn!("management request refused: peer is neither root nor our uid");
+        return;
+    }
+    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+    let mut head = [0u8; REQ_HEADER_LEN];
+    if let Err(e) = s.read_exact(&mut head) {
+        tracing::debug!("management request dropped: {e}");
+        return;
+    }
+    let mut shutdown = false;
+    let reply = match ReqHeader::decode(&head) {
+        Err(e) => {
+            tracing::warn!("malformed management request: {e:?}");
+            Err(ErrCode::InvalidRequest)
+        }
+        Ok(h) => {
+            let rest = (h.len as usize).saturating_sub(REQ_HEADER_LEN);
+            let mut body = vec![0u8; rest.min(MAX_REQUEST_LEN)];
+            if let Err(e) = s.read_exact(&mut body) {
+                tracing::debug!("management request payload incomplete: {e}");
+                return;
+            }
+            match wire::Payload::parse(&body) {
+                Ok(p) => {
+                    shutdown =
+                        h.mode == wire::Mode::System.as_u32() && h.op == wire::Op::Delete.as_u32();
+                    handlers::handle(ctx, &h, &p)
+                }
+                Err(e) => {
+                    tracing::warn!("malformed management payload: {e:?}");
+                    Err(ErrCode::InvalidRequest)
+                }
+            }
+        }
+    };
+    let (code, text) = match reply {
+        Ok(t) => (ErrCode::Success, t),
+        Err(c) => (c, String::new()),
+    };
+    let shutdown = shutdown && code == ErrCode::Success;
+    let _ = s.write_all(&wire::encode_response(code, &text));
+    drop(s);
+    if shutdown {
+        handlers::system::shutdown_now();
+    }
+}
