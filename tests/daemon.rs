@@ -163,11 +163,9 @@ pub fn random_control_port() -> u16 {
     rand::thread_rng().gen_range(1000..60000)
 }
 
-fn control_port_for(kind: TargetKind) -> u16 {
-    match kind {
-        TargetKind::Numatgtd => random_control_port(),
-        TargetKind::Tgtd => rand::thread_rng().gen_range(1000..32000),
-    }
+fn control_port_for(_kind: TargetKind) -> u16 {
+    // tgtadm accepts -C up to 32767, and numatgtd is driven by tgtadm too
+    rand::thread_rng().gen_range(1000..32000)
 }
 
 /// Creates a sparse file of `size` bytes.
@@ -224,6 +222,11 @@ pub struct Daemon {
     pub state_dir: PathBuf,
     pub log_path: PathBuf,
     pub luns: Vec<(LunSpec, PathBuf)>,
+    /// `TGT_IPC_SOCKET` for the daemon and its tgtadm: the management socket lives in the
+    /// temp dir (`<prefix>.<control_port>`), never in /var/run/tgtd.
+    pub ipc_prefix: PathBuf,
+    /// Started without targets (tgtd: nothing configured; numatgtd: a config with none).
+    pub bare: bool,
     child: Option<Child>,
     /// Declared last so the files outlive the process on drop.
     pub dir: TempDir,
@@ -246,6 +249,16 @@ impl Daemon {
     }
 
     pub fn start_kind_with(kind: TargetKind, luns: &[LunSpec], global_yaml: &str) -> Daemon {
+        Self::start_full(kind, luns, global_yaml, false)
+    }
+
+    /// A daemon with no targets at all, to be configured through its management socket
+    /// (tgtadm). numatgtd gets tgtd's iSCSI defaults so `show` output can be compared.
+    pub fn start_bare(kind: TargetKind) -> Daemon {
+        Self::start_full(kind, &[], "", true)
+    }
+
+    fn start_full(kind: TargetKind, luns: &[LunSpec], global_yaml: &str, bare: bool) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("numatgt-test.")
             .tempdir()
@@ -263,8 +276,15 @@ impl Daemon {
         let port = free_port();
         let control_port = control_port_for(kind);
         let config_path = dir.path().join("numatgtd.yaml");
-        std::fs::write(&config_path, numatgtd_config_with(port, &luns, global_yaml))
-            .expect("write config file");
+        let yaml = if bare {
+            format!(
+                "portals:\n  - address: 127.0.0.1:{port}\niscsi:\n  MaxRecvDataSegmentLength: 8192\n  HeaderDigest: None\n  DataDigest: None\n"
+            )
+        } else {
+            numatgtd_config_with(port, &luns, global_yaml)
+        };
+        std::fs::write(&config_path, yaml).expect("write config file");
+        let ipc_prefix = dir.path().join("tgtd-socket");
         let log_path = dir.path().join("daemon.log");
         let mut d = Daemon {
             kind,
@@ -274,12 +294,14 @@ impl Daemon {
             state_dir,
             log_path,
             luns,
+            ipc_prefix,
+            bare,
             child: None,
             dir,
         };
         d.spawn();
         d.wait_ready();
-        if kind == TargetKind::Tgtd {
+        if kind == TargetKind::Tgtd && !bare {
             d.configure_tgtd();
         }
         d
@@ -321,7 +343,8 @@ impl Daemon {
                 c
             }
         };
-        cmd.stdin(Stdio::null())
+        cmd.env("TGT_IPC_SOCKET", &self.ipc_prefix)
+            .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err));
         let child = cmd
@@ -350,11 +373,32 @@ impl Daemon {
         }
     }
 
-    fn tgtadm(&self, args: &[&str]) -> tools::ToolRun {
+    /// Runs Debian's `tgtadm -C <control port> ARGS` against this daemon's socket.
+    pub fn tgtadm(&self, args: &[&str]) -> tools::ToolRun {
+        self.admin_tool("tgtadm", args)
+    }
+
+    /// Runs `prog -C <control port> ARGS` (tgtadm, numatgtadm, tgt-admin) with this daemon's
+    /// `TGT_IPC_SOCKET`.
+    pub fn admin_tool(&self, prog: &str, args: &[&str]) -> tools::ToolRun {
         let ctl = self.control_port.to_string();
         let mut all = vec!["-C", ctl.as_str()];
         all.extend_from_slice(args);
-        tools::run(20, "tgtadm", all)
+        tools::run_env(
+            20,
+            prog,
+            all,
+            &[("TGT_IPC_SOCKET", self.ipc_prefix.as_os_str())],
+        )
+    }
+
+    /// The management socket path.
+    pub fn mgmt_socket(&self) -> PathBuf {
+        PathBuf::from(format!(
+            "{}.{}",
+            self.ipc_prefix.display(),
+            self.control_port
+        ))
     }
 
     fn configure_tgtd(&mut self) {
@@ -490,14 +534,27 @@ impl Daemon {
         )
     }
 
+    /// Target ids tgtd reports (for teardown).
+    fn tgtd_tids(&self) -> Vec<String> {
+        let r = self.tgtadm(&["--op", "show", "--mode", "target"]);
+        r.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("Target "))
+            .filter_map(|l| l.split(':').next())
+            .map(str::to_string)
+            .collect()
+    }
+
     fn tgtd_teardown(&self) {
         // SIGTERM alone does not stop tgtd while a target exists.
         let _ = self.tgtadm(&[
             "--op", "update", "--mode", "sys", "--name", "State", "-v", "offline",
         ]);
-        let _ = self.tgtadm(&[
-            "--lld", "iscsi", "--op", "delete", "--mode", "target", "--tid", "1", "--force",
-        ]);
+        for tid in self.tgtd_tids() {
+            let _ = self.tgtadm(&[
+                "--lld", "iscsi", "--op", "delete", "--mode", "target", "--tid", &tid, "--force",
+            ]);
+        }
         let _ = self.tgtadm(&["--op", "delete", "--mode", "system"]);
     }
 

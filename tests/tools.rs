@@ -79,7 +79,16 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    run_opts(timeout_secs, prog, args, false)
+    run_opts(timeout_secs, prog, args, false, &[])
+}
+
+/// Like [`run`], with extra environment variables for the tool (e.g. `TGT_IPC_SOCKET`).
+pub fn run_env<I, S>(timeout_secs: u64, prog: &str, args: I, env: &[(&str, &OsStr)]) -> ToolRun
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    run_opts(timeout_secs, prog, args, false, env)
 }
 
 /// Like [`run`], with SIGPIPE ignored in the tool (inherited across exec through `sh`), so a
@@ -91,10 +100,16 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    run_opts(timeout_secs, prog, args, true)
+    run_opts(timeout_secs, prog, args, true, &[])
 }
 
-fn run_opts<I, S>(timeout_secs: u64, prog: &str, args: I, ignore_sigpipe: bool) -> ToolRun
+fn run_opts<I, S>(
+    timeout_secs: u64,
+    prog: &str,
+    args: I,
+    ignore_sigpipe: bool,
+    env: &[(&str, &OsStr)],
+) -> ToolRun
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -130,6 +145,7 @@ where
         .arg(timeout_secs.to_string())
         .arg(prog)
         .args(&args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot spawn `timeout {prog}`: {e}"));
