@@ -539,3 +539,357 @@ fn session_views_match_tgtd() {
         first_difference(&got, &want)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// numatgtd only: run-time changes seen by live sessions, ACLs and state at login, forced
+// logout, hostile socket clients.
+
+use tests::pdu::{self, Bhs, ReadOutcome};
+
+/// REPORT LUNS on a raw session: the LUN numbers (peripheral addressing).
+fn report_luns(s: &mut std::net::TcpStream, itt: u32, cmd_sn: u32) -> Vec<u64> {
+    let mut bhs = Bhs::new(0x01, false)
+        .flags(0xC1)
+        .itt(itt)
+        .set_u32(20, 4096)
+        .set_u32(24, cmd_sn)
+        .set_u32(28, 0);
+    bhs.0[32] = 0xA0;
+    bhs.0[38..42].copy_from_slice(&4096u32.to_be_bytes());
+    s.write_all(bhs.bytes()).expect("send REPORT LUNS");
+    let mut data = Vec::new();
+    for _ in 0..8 {
+        match pdu::read_pdu(s, Duration::from_secs(5)) {
+            ReadOutcome::Pdu(p) => {
+                if p.opcode() == 0x25 {
+                    data.extend_from_slice(&p.data);
+                    if p.flags() & 0x01 != 0 {
+                        break;
+                    }
+                } else if p.opcode() == 0x21 {
+                    break;
+                }
+            }
+            other => panic!("no answer to REPORT LUNS: {other:?}"),
+        }
+    }
+    assert!(data.len() >= 8, "short REPORT LUNS data {data:?}");
+    let n = u32::from_be_bytes([data[0], data[1], data[2], data[3]]) as usize / 8;
+    (0..n)
+        .filter_map(|i| data.get(8 + i * 8..10 + i * 8))
+        .map(|b| u64::from(u16::from_be_bytes([b[0] & 0x3f, b[1]])))
+        .collect()
+}
+
+fn inq(d: &Daemon, iqn: &str, lun: u64) -> tools::ToolRun {
+    tools::run(
+        20,
+        "iscsi-inq",
+        [format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", d.port)],
+    )
+}
+
+#[test]
+fn runtime_changes_reach_live_sessions_and_logins() {
+    let files = tempfile::tempdir().expect("temp dir");
+    for n in 1..=2 {
+        create_sparse(&files.path().join(format!("r{n}.img")), 8 << 20);
+    }
+    let p = |n: u32| files.path().join(format!("r{n}.img")).display().to_string();
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    let (p1, p2) = (p(1), p(2));
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            &p1,
+        ],
+    ] {
+        d.tgtadm(&s).check("setup");
+    }
+    // no ACL yet: nobody may log in (as tgtd), and discovery does not list the target
+    let r = inq(&d, IQN1, 1);
+    assert!(!r.status.success(), "login without an ACL succeeded: {r}");
+    let ls = tools::run(20, "iscsi-ls", [d.portal_url()]);
+    assert!(
+        !ls.stdout.contains(IQN1),
+        "discovery lists a target the initiator may not use: {ls}"
+    );
+    d.tgtadm(&[
+        "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+    ])
+    .check("bind ALL");
+    inq(&d, IQN1, 1).check("inquiry after bind ALL");
+    let ls = tools::run(20, "iscsi-ls", [d.portal_url()]);
+    assert!(
+        ls.stdout.contains(IQN1),
+        "discovery misses the target: {ls}"
+    );
+
+    // a live session sees LUNs added and removed at run time
+    let mut s = pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:raw", IQN1)
+        .expect("raw login")
+        .stream;
+    assert_eq!(report_luns(&mut s, 1, 1), vec![1]);
+    d.tgtadm(&[
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "2",
+        "-b",
+        &p2,
+    ])
+    .check("add LUN 2");
+    assert_eq!(report_luns(&mut s, 2, 2), vec![1, 2]);
+    d.tgtadm(&[
+        "--op",
+        "delete",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+    ])
+    .check("delete LUN 1");
+    assert_eq!(report_luns(&mut s, 3, 3), vec![2]);
+
+    // identity updates show in INQUIRY
+    d.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "2",
+        "--params",
+        "vendor_id=ACME,product_id=Widget,product_rev=0042",
+    ])
+    .check("update identity");
+    let r = inq(&d, IQN1, 2);
+    r.check("inquiry after update");
+    assert!(r.stdout.contains("Vendor:ACME"), "{r}");
+    assert!(r.stdout.contains("Product:Widget"), "{r}");
+    assert!(r.stdout.contains("Revision:0042"), "{r}");
+
+    // the live session is listed, then logged out by force
+    let conns = d.tgtadm(&["--op", "show", "--mode", "conn", "--tid", "1"]);
+    let sid = conns
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Session: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no session listed: {conns}"));
+    assert!(
+        conns
+            .stdout
+            .contains("Initiator: iqn.2026-11.org.numatgt:raw"),
+        "{conns}"
+    );
+    d.tgtadm(&[
+        "--op", "delete", "--mode", "conn", "--tid", "1", "--sid", &sid, "--cid", "0",
+    ])
+    .check("conn delete");
+    let (_, closed) = pdu::drain_until_close(&mut s, Duration::from_secs(5));
+    assert!(closed, "the connection was not closed by conn delete");
+
+    // state offline refuses logins; ready allows them again
+    d.tgtadm(&[
+        "--op", "update", "--mode", "target", "--tid", "1", "-n", "state", "-v", "offline",
+    ])
+    .check("offline");
+    let r = inq(&d, IQN1, 2);
+    assert!(
+        !r.status.success(),
+        "login to an offline target succeeded: {r}"
+    );
+    d.tgtadm(&[
+        "--op", "update", "--mode", "target", "--tid", "1", "-n", "state", "-v", "ready",
+    ])
+    .check("ready");
+    inq(&d, IQN1, 2).check("inquiry after ready");
+
+    // an initiator-name rule that does not match refuses the login
+    d.tgtadm(&[
+        "--op",
+        "bind",
+        "--mode",
+        "target",
+        "--tid",
+        "1",
+        "-Q",
+        "iqn.2026-11.other:host",
+    ])
+    .check("bind name");
+    let r = inq(&d, IQN1, 2);
+    assert!(
+        !r.status.success(),
+        "login by a non-listed initiator succeeded: {r}"
+    );
+
+    // target delete --force with a session closes it
+    d.tgtadm(&[
+        "--op",
+        "unbind",
+        "--mode",
+        "target",
+        "--tid",
+        "1",
+        "-Q",
+        "iqn.2026-11.other:host",
+    ])
+    .check("unbind name");
+    let mut s = pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:raw", IQN1)
+        .expect("raw login 2")
+        .stream;
+    let r = d.tgtadm(&["--op", "delete", "--mode", "target", "--tid", "1"]);
+    assert_eq!(r.status.code(), Some(22), "{r}");
+    assert!(r.stderr.contains("this target is still active"), "{r}");
+    d.tgtadm(&[
+        "--op", "delete", "--mode", "target", "--tid", "1", "--force",
+    ])
+    .check("delete --force");
+    let (_, closed) = pdu::drain_until_close(&mut s, Duration::from_secs(5));
+    assert!(closed, "delete --force left the session open");
+    let r = d.tgtadm(&["--op", "show", "--mode", "target"]);
+    assert_eq!(r.stdout, "", "{r}");
+}
+
+/// A raw request: header fields as tgtadm lays them out, then the payload.
+fn raw_request(mode: u32, op: u32, tid: i32, len: u32, payload: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; 120];
+    b[0..4].copy_from_slice(&mode.to_le_bytes());
+    b[4..8].copy_from_slice(&op.to_le_bytes());
+    b[72..76].copy_from_slice(&len.to_le_bytes());
+    b[76..80].copy_from_slice(&tid.to_le_bytes());
+    b[88..96].copy_from_slice(&u64::MAX.to_le_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// Send `bytes`, read the answer (err, text) if any.
+fn exchange(path: &Path, bytes: &[u8]) -> Option<(u32, String)> {
+    let mut s = UnixStream::connect(path).expect("connect to the management socket");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    if out.len() < 8 {
+        return None;
+    }
+    let err = u32::from_le_bytes([out[0], out[1], out[2], out[3]]);
+    Some((err, String::from_utf8_lossy(&out[8..]).into_owned()))
+}
+
+fn assert_serving(d: &mut Daemon, ctx: &str) {
+    d.assert_alive(ctx);
+    let r = d.tgtadm(&["--op", "show", "--mode", "sys"]);
+    assert!(
+        r.status.success() && r.stdout.starts_with("System:"),
+        "{ctx}: {r}"
+    );
+}
+
+const INVALID_REQUEST: u32 = 17;
+
+#[test]
+fn hostile_socket_clients_get_errors_and_the_daemon_keeps_serving() {
+    let mut d = Daemon::start_bare(TargetKind::Numatgtd);
+    let path = d.mgmt_socket();
+    // garbage shorter than a header, then close: no answer, no harm
+    assert_eq!(exchange(&path, b"\x01\x02garbage"), None);
+    assert_serving(&mut d, "after short garbage");
+    // 120 random-ish bytes: the length field is nonsense
+    let junk: Vec<u8> = (0..120u32).map(|i| (i * 37 + 11) as u8).collect();
+    assert_eq!(exchange(&path, &junk).map(|r| r.0), Some(INVALID_REQUEST));
+    assert_serving(&mut d, "after a junk header");
+    // oversized: the header claims 1 MiB
+    let big = raw_request(1, 2, -1, 1 << 20, &[b'a'; 64]);
+    assert_eq!(exchange(&path, &big).map(|r| r.0), Some(INVALID_REQUEST));
+    assert_serving(&mut d, "after an oversized request");
+    // unknown mode and op
+    assert_eq!(
+        exchange(&path, &raw_request(99, 2, -1, 120, b"")).map(|r| r.0),
+        Some(INVALID_REQUEST)
+    );
+    assert_eq!(
+        exchange(&path, &raw_request(1, 42, -1, 120, b"")).map(|r| r.0),
+        Some(INVALID_REQUEST)
+    );
+    // invalid UTF-8 payload
+    let bad = raw_request(1, 0, 1, 124, &[0xff, 0xfe, 0xfd, 0]);
+    assert_eq!(exchange(&path, &bad).map(|r| r.0), Some(INVALID_REQUEST));
+    // target new without a name
+    let r = raw_request(1, 0, 1, 121, &[0]);
+    assert_eq!(exchange(&path, &r).map(|r| r.0), Some(INVALID_REQUEST));
+    // a stuck client (header announces a payload it never sends) does not hang the socket
+    let mut stuck = UnixStream::connect(&path).expect("connect");
+    stuck
+        .write_all(&raw_request(1, 2, -1, 200, b""))
+        .expect("send partial request");
+    let t0 = std::time::Instant::now();
+    assert_serving(&mut d, "while a client is stuck");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "socket blocked by a stuck client"
+    );
+    drop(stuck);
+    // a well-formed request through the raw path still works
+    let ok = exchange(&path, &raw_request(0, 2, -1, 120, b"")).expect("answer");
+    assert_eq!(ok.0, 0);
+    assert!(ok.1.starts_with("System:\n    State: ready\n"), "{ok:?}");
+}
+
+#[test]
+fn socket_refuses_other_users() {
+    tools::require_tool("setpriv");
+    let mut d = Daemon::start_bare(TargetKind::Numatgtd);
+    let path = d.mgmt_socket();
+    // let uid 65534 reach the socket at all: SO_PEERCRED must be what refuses it
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755));
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777));
+    let ctl = d.control_port.to_string();
+    let r = tools::run_env(
+        20,
+        "setpriv",
+        [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "tgtadm",
+            "-C",
+            &ctl,
+            "--op",
+            "show",
+            "--mode",
+            "sys",
+        ],
+        &[("TGT_IPC_SOCKET", d.ipc_prefix.as_os_str())],
+    );
+    assert!(!r.timed_out(), "{r}");
+    assert!(!r.status.success(), "another uid was served: {r}");
+    assert!(!r.stdout.contains("System:"), "{r}");
+    assert!(
+        d.log().contains("peer is neither root nor our uid"),
+        "{}",
+        d.log_tail(20)
+    );
+    assert_serving(&mut d, "after a refused peer");
+}
