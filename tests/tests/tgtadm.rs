@@ -20,7 +20,12 @@ const IQN2: &str = "iqn.2026-11.org.numatgt:mgmt2";
 
 /// One step's transcript: command, exit code, stdout, stderr.
 fn step(d: &Daemon, args: &[&str]) -> String {
-    let r = d.tgtadm(args);
+    step_with(d, "tgtadm", args)
+}
+
+/// [`step`] with another tgtadm-compatible program (numatgtadm).
+fn step_with(d: &Daemon, prog: &str, args: &[&str]) -> String {
+    let r = d.admin_tool(prog, args);
     assert!(!r.timed_out(), "tgtadm timed out: {r}");
     format!(
         "$ tgtadm {}\n[exit {:?}]\n{}{}",
@@ -51,6 +56,10 @@ fn normalise(text: &str, d: &Daemon) -> String {
 }
 
 fn sequence(d: &Daemon, files: &Path) -> String {
+    sequence_with(d, "tgtadm", files)
+}
+
+fn sequence_with(d: &Daemon, prog: &str, files: &Path) -> String {
     let lun1 = files.join("lun1.img");
     let lun2 = files.join("lun2.img");
     let (l1, l2) = (lun1.to_string_lossy(), lun2.to_string_lossy());
@@ -397,7 +406,7 @@ fn sequence(d: &Daemon, files: &Path) -> String {
     ];
     let mut out = String::new();
     for s in &steps {
-        out.push_str(&normalise(&step(d, s), d));
+        out.push_str(&normalise(&step_with(d, prog, s), d));
     }
     out
 }
@@ -995,5 +1004,131 @@ fn tgt_admin_configures_numatgtd_like_tgtd() {
         got == want,
         "tgt-admin results differ:\n{}\n---- numatgtd\n{got}\n---- tgtd\n{want}",
         first_difference(&got, &want)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// numatgtadm: tgtadm's command line, compared with Debian's tgtadm.
+
+fn numatgtadm_bin() -> String {
+    let p = tests::daemon::numatgtd_bin().with_file_name("numatgtadm");
+    assert!(
+        p.is_file(),
+        "numatgtadm not found at {} (build it: `cargo build -p tools`)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+#[test]
+fn numatgtadm_command_line_matches_tgtadm() {
+    let bin = numatgtadm_bin();
+    let nowhere = tempfile::tempdir().expect("temp dir");
+    let prefix = nowhere.path().join("no-daemon");
+    let cases: &[&str] = &[
+        "",
+        "--op show",
+        "--mode target",
+        "--op foo --mode target",
+        "--op show --mode foo",
+        "--op show --mode target extra",
+        "--bogus",
+        "-x",
+        "--o show --m target",
+        "--op new --mode target",
+        "--op new --mode target --tid 0",
+        "--op new --mode target --tid 1",
+        "--op new --mode target --tid 1 -T x -l 3",
+        "--op new --mode target -l 3",
+        "--op delete --mode target --tid 1 -F",
+        "--op delete --mode target --tid 1 -O x",
+        "--op bind --mode target --tid 1",
+        "--op unbind --mode target --tid 1",
+        "--op update --mode target --tid 1 -n a",
+        "--op update --mode target --tid 1 -P a=1",
+        "--op start --mode target --tid 1",
+        "--op new --mode account --user u",
+        "--op new --mode account -u a -p b -O x",
+        "--op bind --mode account",
+        "--op show --mode account -t 1",
+        "--op new --mode lu --tid 1",
+        "--op show --mode lu",
+        "--op new --mode lu --lun 1",
+        "--op new --mode lu --tid 1 --lun 1 -T x",
+        "--op delete --mode lu --tid 1 --lun 1 -b x",
+        "--op stop --mode lu --tid 1 --lun 1",
+        "--op new --mode lu --tid 1 --lun 1 -b /x -Y bogus",
+        "--op new --mode lu --tid 1 --lun 1 -b /x -B 1",
+        "--op new --mode portal",
+        "--op new --mode portal -t 1",
+        "--par portal=1.2.3.4 --op new --mode portal",
+        "--op stop --mode portal",
+        "--op new --mode lld",
+        "--op show --mode lld -t 1",
+        "--op stop --mode account",
+        "--op update --mode sys",
+        "--op update --mode sys -t 1 -n a -v b",
+        "--tid abc --op show --mode target",
+        "--tid -1 --op show --mode target",
+        "--op show --mode target --tid 99999999999",
+        "--lun -1 --op show --mode target",
+        "--sid x --op show --mode target",
+        "-C 40000 --op show --mode sys",
+        "-C x --op show --mode sys",
+        "--blocksize x --op show --mode target",
+        "--op=show --mode=target -t1 -x",
+        "--lu 3 --op show --mode target",
+        "--tid",
+        "--force=1 --op show --mode target",
+        // no daemon behind the socket
+        "--op show --mode target",
+        "--op show --mode sys -t 1",
+        "--op new --mode lu --tid 1 --lun 1",
+    ];
+    let mut diffs = Vec::new();
+    for c in cases {
+        let args: Vec<&str> = c.split_whitespace().collect();
+        let env = [("TGT_IPC_SOCKET", prefix.as_os_str())];
+        let theirs = tools::run_env(10, "tgtadm", &args, &env);
+        let ours = tools::run_env(10, &bin, &args, &env);
+        if (theirs.status.code(), &theirs.stdout, &theirs.stderr)
+            != (ours.status.code(), &ours.stdout, &ours.stderr)
+        {
+            diffs.push(format!(
+                "tgtadm {c}\n--- tgtadm:\n{theirs}\n--- numatgtadm:\n{ours}"
+            ));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "{} of {} differ:\n{}",
+        diffs.len(),
+        cases.len(),
+        diffs.join("\n\n")
+    );
+}
+
+#[test]
+fn numatgtadm_drives_numatgtd_like_tgtadm() {
+    let bin = numatgtadm_bin();
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("lun1.img"), 1 << 30);
+    create_sparse(&files.path().join("lun2.img"), 10 << 20);
+    let a = Daemon::start_bare(TargetKind::Numatgtd);
+    let b = Daemon::start_bare(TargetKind::Numatgtd);
+    let want = sequence_with(&a, "tgtadm", files.path()).replace("$ tgtadm", "$ X");
+    let got = sequence_with(&b, &bin, files.path()).replace("$ tgtadm", "$ X");
+    assert!(
+        got == want,
+        "numatgtadm vs tgtadm: {}",
+        first_difference(&got, &want)
+    );
+    // --op delete --mode system stops the daemon and returns once it is gone
+    let mut b = b;
+    step_with(&b, &bin, &["--op", "delete", "--mode", "system"]);
+    let (st, _) = b.terminate(Duration::from_secs(5));
+    assert!(
+        st.is_some_and(|s| s.success()),
+        "numatgtd did not exit cleanly: {st:?}"
     );
 }
