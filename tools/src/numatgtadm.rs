@@ -68,8 +68,11 @@ fn short_takes_arg(c: char) -> Option<bool> {
     Some(SHORT[i + c.len_utf8()..].starts_with(':'))
 }
 
+/// Options in command-line order (letter, argument) and the operands.
+type Scanned = (Vec<(char, String)>, Vec<String>);
+
 /// GNU getopt_long (permuting): the options in order, and the operands.
-fn getopt(args: &[String]) -> Result<(Vec<(char, String)>, Vec<String>), Fail> {
+fn getopt(args: &[String]) -> Result<Scanned, Fail> {
     let mut opts = Vec::new();
     let mut operands = Vec::new();
     let mut i = 0;

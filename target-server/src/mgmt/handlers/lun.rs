@@ -128,11 +128,10 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         last_read_end: AtomicU64::new(u64::MAX),
         meta: std::sync::Mutex::new(meta),
     });
-    let added = t.update_luns(|m| {
-        if m.contains_key(&number) {
-            false
-        } else {
-            m.insert(number, lun);
+    let added = t.update_luns(|m| match m.entry(number) {
+        std::collections::btree_map::Entry::Occupied(_) => false,
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(lun);
             true
         }
     });
