@@ -90,7 +90,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn inbox(&self, thread: usize) -> Option<&Arc<Inbox>> {
+    pub fn inbox(&self, thread: usize) -> Option<&Arc<Inbox>> {
         self.inboxes.get().and_then(|v| v.get(thread))
     }
     fn thread_count(&self) -> usize {
@@ -100,7 +100,7 @@ impl Shared {
     /// The event thread for a new connection that arrived on local address `ip`: round robin
     /// over the threads of the node its network device is attached to, when that is known
     /// (and has threads), else over all threads.
-    fn thread_for(&self, ip: std::net::IpAddr) -> usize {
+    pub fn thread_for(&self, ip: std::net::IpAddr) -> usize {
         let node = {
             let mut m = self.nic_nodes.lock().unwrap_or_else(|p| p.into_inner());
             *m.entry(ip).or_insert_with(|| self.topology.nic_node(ip))

@@ -325,7 +325,7 @@ impl Accounts {
 /// Targets, portals and the session table.
 pub struct Registry {
     targets: RwLock<Vec<Arc<Target>>>,
-    portals: Vec<Portal>,
+    portals: RwLock<Vec<Portal>>,
     /// Limits for connections before login picks a target (and for discovery sessions).
     default_config: ConnConfig,
     sessions: Mutex<HashMap<(String, [u8; 6]), SessionEntry>>,
@@ -358,7 +358,7 @@ impl Registry {
             .unwrap_or(0);
         Registry {
             targets: RwLock::new(targets),
-            portals,
+            portals: RwLock::new(portals),
             default_config,
             sessions: Mutex::new(HashMap::new()),
             next_tsih: AtomicU16::new(1),
@@ -390,8 +390,28 @@ impl Registry {
         &self.default_config
     }
 
-    pub fn portals(&self) -> &[Portal] {
-        &self.portals
+    /// The listening portals, in the order they were added.
+    pub fn portals(&self) -> Vec<Portal> {
+        self.portals
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A portal was bound at run time (`--mode portal --op new`).
+    pub fn add_portal(&self, p: Portal) {
+        self.portals
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(p);
+    }
+
+    /// A portal was closed at run time.
+    pub fn remove_portal(&self, addr: SocketAddr) {
+        self.portals
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| p.addr != addr);
     }
 
     pub fn accounts(&self) -> std::sync::MutexGuard<'_, Accounts> {
@@ -491,16 +511,21 @@ impl Registry {
         c
     }
 
-    fn portal_of(&self, local: SocketAddr) -> Option<&Portal> {
-        self.portals.iter().find(|p| p.addr == local).or_else(|| {
-            self.portals
-                .iter()
-                .find(|p| p.addr.ip().is_unspecified() && p.addr.port() == local.port())
-        })
+    fn portal_of(&self, local: SocketAddr) -> Option<Portal> {
+        let portals = self.portals.read().unwrap_or_else(|p| p.into_inner());
+        portals
+            .iter()
+            .find(|p| p.addr == local)
+            .or_else(|| {
+                portals
+                    .iter()
+                    .find(|p| p.addr.ip().is_unspecified() && p.addr.port() == local.port())
+            })
+            .cloned()
     }
 
     fn portal_strings(&self, local: SocketAddr) -> Vec<String> {
-        self.portals
+        self.portals()
             .iter()
             .map(|p| p.addr)
             .map(|p| {

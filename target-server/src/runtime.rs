@@ -442,10 +442,19 @@ impl Daemon {
     }
 
     /// What the management socket works on.
+    /// Starts the acceptor thread for portals added at run time.
     pub fn mgmt_ctx(&self) -> crate::mgmt::Ctx {
+        let portals = match crate::mgmt::portals::PortalAcceptor::start(Arc::clone(&self.shared)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!("cannot start the portal acceptor: {e}; portals are fixed");
+                None
+            }
+        };
         crate::mgmt::Ctx {
             registry: Arc::clone(&self.shared.registry),
             control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
+            portals,
         }
     }
 

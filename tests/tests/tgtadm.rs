@@ -1132,3 +1132,71 @@ fn numatgtadm_drives_numatgtd_like_tgtadm() {
         "numatgtd did not exit cleanly: {st:?}"
     );
 }
+
+#[test]
+fn portals_added_and_removed_at_run_time() {
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("p1.img"), 8 << 20);
+    let p1 = files.path().join("p1.img").display().to_string();
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            &p1,
+        ],
+        vec![
+            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    ] {
+        d.tgtadm(&s).check("setup");
+    }
+    let port = tests::daemon::free_port();
+    let portal = format!("portal=127.0.0.1:{port}");
+    d.tgtadm(&["--op", "new", "--mode", "portal", "--param", &portal])
+        .check("portal new");
+    let r = d.tgtadm(&["--op", "new", "--mode", "portal", "--param", &portal]);
+    assert!(
+        r.stderr.contains("invalid request"),
+        "duplicate portal: {r}"
+    );
+    let r = d.tgtadm(&["--op", "new", "--mode", "portal", "--param", "portal=bogus"]);
+    assert!(r.stderr.contains("invalid request"), "bad portal: {r}");
+    let shown = d.tgtadm(&["--op", "show", "--mode", "portal"]);
+    assert_eq!(
+        shown.stdout,
+        format!(
+            "Portal: 127.0.0.1:{port},1\nPortal: 127.0.0.1:{},1\n",
+            d.port
+        ),
+        "{shown}"
+    );
+    // an initiator uses the new portal; discovery through it advertises both
+    let url = format!("iscsi://127.0.0.1:{port}/{IQN1}/1");
+    tools::run(20, "iscsi-inq", [&url]).check("inquiry through the new portal");
+    let ls = tools::run(20, "iscsi-ls", [format!("iscsi://127.0.0.1:{port}")]);
+    ls.check("discovery through the new portal");
+    assert!(ls.stdout.contains(&format!("127.0.0.1:{port},1")), "{ls}");
+    d.tgtadm(&["--op", "delete", "--mode", "portal", "--param", &portal])
+        .check("portal delete");
+    let r = tools::run(10, "iscsi-inq", [&url]);
+    assert!(!r.status.success(), "the deleted portal still serves: {r}");
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_secs(2)
+        )
+        .is_err(),
+        "the deleted portal still accepts"
+    );
+    let r = d.tgtadm(&["--op", "delete", "--mode", "portal", "--param", &portal]);
+    assert!(r.stderr.contains("invalid request"), "{r}");
+}

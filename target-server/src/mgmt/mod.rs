@@ -3,6 +3,7 @@
 //! listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
 
 pub mod handlers;
+pub mod portals;
 pub mod show;
 pub mod socket;
 pub mod wire;
@@ -17,6 +18,8 @@ pub struct Ctx {
     pub registry: Arc<Registry>,
     /// Closes connections (forced logout, target delete --force).
     pub control: Arc<dyn ConnControl>,
+    /// Binds and closes portals at run time (None: not available).
+    pub portals: Option<Arc<portals::PortalAcceptor>>,
 }
 
 /// The outcome of one request: text for stdout, or tgtd's error code.

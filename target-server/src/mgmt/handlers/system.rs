@@ -6,6 +6,11 @@ use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
 
 use super::parse_bool;
+use crate::mgmt::portals::PortalError;
+
+fn op_word(op: Op) -> &'static str {
+    if op == Op::New { "new" } else { "delete" }
+}
 use super::target::lookup;
 
 pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
@@ -70,11 +75,23 @@ pub fn portal(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
     match op {
         Op::Show => Ok(show::portals(&ctx.registry)),
         Op::New | Op::Delete => {
-            if !p.params.iter().any(|(k, _)| k == "portal") {
+            let Some((_, v)) = p.params.iter().find(|(k, _)| k == "portal") else {
                 return Err(ErrCode::InvalidRequest);
-            }
-            // listeners are fixed at start in this version
-            Err(ErrCode::UnsupportedOperation)
+            };
+            let addr = crate::cli::parse_portal(v).map_err(|_| ErrCode::InvalidRequest)?;
+            let acceptor = ctx.portals.as_ref().ok_or(ErrCode::UnsupportedOperation)?;
+            let r = if op == Op::New {
+                acceptor.add(addr)
+            } else {
+                acceptor.remove(addr)
+            };
+            r.map(|()| String::new()).map_err(|e| {
+                tracing::info!(%addr, "portal {}: {e:?}", op_word(op));
+                match e {
+                    PortalError::Fixed => ErrCode::UnsupportedOperation,
+                    _ => ErrCode::InvalidRequest,
+                }
+            })
         }
         _ => Err(ErrCode::UnsupportedOperation),
     }
