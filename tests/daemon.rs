@@ -249,16 +249,27 @@ impl Daemon {
     }
 
     pub fn start_kind_with(kind: TargetKind, luns: &[LunSpec], global_yaml: &str) -> Daemon {
-        Self::start_full(kind, luns, global_yaml, false)
+        Self::start_full(kind, luns, global_yaml, false, None)
     }
 
     /// A daemon with no targets at all, to be configured through its management socket
     /// (tgtadm). numatgtd gets tgtd's iSCSI defaults so `show` output can be compared.
     pub fn start_bare(kind: TargetKind) -> Daemon {
-        Self::start_full(kind, &[], "", true)
+        Self::start_full(kind, &[], "", true, None)
     }
 
-    fn start_full(kind: TargetKind, luns: &[LunSpec], global_yaml: &str, bare: bool) -> Daemon {
+    /// numatgtd with the YAML `yaml(portal_port)` (it must listen on 127.0.0.1:portal_port).
+    pub fn start_numatgtd_yaml(yaml: &dyn Fn(u16) -> String) -> Daemon {
+        Self::start_full(TargetKind::Numatgtd, &[], "", true, Some(yaml))
+    }
+
+    fn start_full(
+        kind: TargetKind,
+        luns: &[LunSpec],
+        global_yaml: &str,
+        bare: bool,
+        custom: Option<&dyn Fn(u16) -> String>,
+    ) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("numatgt-test.")
             .tempdir()
@@ -276,7 +287,9 @@ impl Daemon {
         let port = free_port();
         let control_port = control_port_for(kind);
         let config_path = dir.path().join("numatgtd.yaml");
-        let yaml = if bare {
+        let yaml = if let Some(f) = custom {
+            f(port)
+        } else if bare {
             format!(
                 "portals:\n  - address: 127.0.0.1:{port}\niscsi:\n  MaxRecvDataSegmentLength: 8192\n  HeaderDigest: None\n  DataDigest: None\n"
             )

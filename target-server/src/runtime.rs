@@ -59,6 +59,8 @@ pub enum StartError {
 /// A running daemon.
 pub struct Daemon {
     shared: Arc<Shared>,
+    /// The configuration it started with.
+    base: Arc<config::Config>,
     flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
@@ -392,6 +394,7 @@ impl Daemon {
         );
         Ok(Daemon {
             shared,
+            base: Arc::new(rc.config.clone()),
             flushers,
             threads,
             listening,
@@ -454,6 +457,7 @@ impl Daemon {
         crate::mgmt::Ctx {
             registry: Arc::clone(&self.shared.registry),
             control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
+            base: Arc::clone(&self.base),
             portals,
         }
     }

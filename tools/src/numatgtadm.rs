@@ -1,7 +1,8 @@
 //! numatgtadm: tgtadm's command line, byte for byte where scripts can see it (GNU
 //! getopt_long parsing with unambiguous long prefixes and the `-F`/`-O` quirk, per-mode
 //! validation messages, exit codes 0/22/1, `tgtadm: <message>` on stderr), speaking the
-//! tgtadm wire protocol to numatgtd (or tgtd) on `$TGT_IPC_SOCKET.<port>`.
+//! tgtadm wire protocol to numatgtd (or tgtd) on `$TGT_IPC_SOCKET.<port>`. `--dump` (numatgt
+//! only) prints the running configuration as YAML.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -643,12 +644,39 @@ Usage: tgtadm [OPTION]
 --lld <driver> --mode lld --op start|stop|show
 --mode sys --op show|delete
 --mode sys --op update --name State|debug --value <value>
+--dump                     print the running configuration as numatgt YAML (numatgtd only)
 -C, --control-port <port>  use /var/run/tgtd/socket.<port> ($TGT_IPC_SOCKET.<port>)
 -h, --help                 display this help and exit
 -V, --version              display version and exit
 ";
 
+/// `numatgtadm [-C N] --dump`: the running configuration as numatgt YAML (numatgtd only).
+fn dump(argv: &[String]) -> Result<String, Fail> {
+    let rest: Vec<String> = argv.iter().filter(|a| *a != "--dump").cloned().collect();
+    let a = match parse(&rest)? {
+        Parsed::Run(a) => a,
+        _ => return Err(fail("--dump takes no other options than -C")),
+    };
+    if let Some(c) = a.letters.iter().find(|c| **c != 'C' && **c != 'd') {
+        return Err(fail(format!("--dump: option '-{c}' is not allowed")));
+    }
+    let req = ReqHeader {
+        mode: Mode::System.as_u32(),
+        op: Op::Show.as_u32(),
+        ..ReqHeader::default()
+    }
+    .encode("dump=yaml");
+    let out = exchange(&socket_path(a.control_port), &req)?;
+    if !out.starts_with('#') {
+        return Err(fail("the daemon does not support --dump (is it tgtd?)"));
+    }
+    Ok(out)
+}
+
 fn run(argv: &[String]) -> Result<String, Fail> {
+    if argv.iter().any(|a| a == "--dump") {
+        return dump(argv);
+    }
     let mut a = match parse(argv)? {
         Parsed::Help => return Ok(USAGE.to_string()),
         Parsed::Version => return Ok(format!("{}\n", env!("CARGO_PKG_VERSION"))),

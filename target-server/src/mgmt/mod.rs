@@ -2,6 +2,7 @@
 //! and `tgt-admin` (and `numatgtadm`) drive numatgtd. `wire` is the codec, `socket` the
 //! listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
 
+pub mod dump;
 pub mod handlers;
 pub mod portals;
 pub mod show;
@@ -18,6 +19,8 @@ pub struct Ctx {
     pub registry: Arc<Registry>,
     /// Closes connections (forced logout, target delete --force).
     pub control: Arc<dyn ConnControl>,
+    /// The configuration the daemon started with (global sections for `--dump`).
+    pub base: Arc<config::Config>,
     /// Binds and closes portals at run time (None: not available).
     pub portals: Option<Arc<portals::PortalAcceptor>>,
 }

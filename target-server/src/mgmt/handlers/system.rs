@@ -16,6 +16,8 @@ use super::target::lookup;
 pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
     let reg = &ctx.registry;
     match op {
+        // numatgt's extension: `dump=yaml` asks for the running configuration as YAML
+        Op::Show if p.get("dump") == Some("yaml") => Ok(crate::mgmt::dump::yaml(reg, &ctx.base)),
         Op::Show => Ok(show::system(reg)),
         Op::Stats => Ok(show::STAT_HEADER.to_string()),
         Op::Update => {

@@ -1,0 +1,114 @@
+//! The running configuration as numatgt YAML (`numatgtadm --dump`): the startup
+//! configuration's global sections with the portals, targets, LUNs, ACLs and per-target
+//! iSCSI keys as they are now. Feeding the output back to `numatgtd --config` recreates the
+//! same targets (CHAP accounts are not part of the YAML model yet; targets nobody may log in
+//! to are left out, with a comment).
+
+use iscsi_proto::ConnConfig;
+
+use crate::registry::{Lun, Registry, Target};
+
+fn digest(d: &iscsi_proto::Digest) -> config::Digest {
+    match d {
+        iscsi_proto::Digest::None => config::Digest::None,
+        iscsi_proto::Digest::Crc32c => config::Digest::Crc32c,
+    }
+}
+
+/// `Some(v)` when the target's value differs from the global one.
+fn differs<T: PartialEq>(mine: T, global: T) -> Option<T> {
+    (mine != global).then_some(mine)
+}
+
+fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiParamsOverride> {
+    let hd: Vec<config::Digest> = cc.header_digest.iter().map(digest).collect();
+    let dd: Vec<config::Digest> = cc.data_digest.iter().map(digest).collect();
+    let o = config::IscsiParamsOverride {
+        max_recv_data_segment_length: differs(
+            cc.max_recv_data_segment_length,
+            g.max_recv_data_segment_length,
+        ),
+        max_burst_length: differs(cc.max_burst_length, g.max_burst_length),
+        first_burst_length: differs(cc.first_burst_length, g.first_burst_length),
+        immediate_data: differs(cc.immediate_data, g.immediate_data),
+        initial_r2t: differs(cc.initial_r2t, g.initial_r2t),
+        max_outstanding_r2t: differs(cc.max_outstanding_r2t, g.max_outstanding_r2t),
+        header_digest: differs(hd, g.header_digest.clone()),
+        data_digest: differs(dd, g.data_digest.clone()),
+        max_queued_commands: differs(cc.max_queued_commands, g.max_queued_commands),
+        nop_interval: differs((cc.nop_interval_ms / 1000) as u32, g.nop_interval),
+        nop_count: differs(cc.nop_count, g.nop_count),
+    };
+    (o != config::IscsiParamsOverride::default()).then_some(o)
+}
+
+fn lun_config(l: &Lun) -> config::LunConfig {
+    let p = l.scsi.params();
+    let meta = l.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mode = if l.cached {
+        config::CacheMode::Numa
+    } else if l.store.is_direct() {
+        config::CacheMode::Off
+    } else {
+        config::CacheMode::Page
+    };
+    config::LunConfig {
+        block_size: p.block_size,
+        write_cache: l.scsi.write_cache_enabled(),
+        readonly: p.readonly,
+        create_size: None,
+        vendor_id: Some(p.vendor_id.clone()),
+        product_id: Some(p.product_id.clone()),
+        product_rev: Some(p.product_rev.clone()),
+        serial: Some(p.serial.clone()),
+        cache: Some(mode),
+        ..config::LunConfig::new(l.number, meta.path.into())
+    }
+}
+
+fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConfig {
+    let m = t.mgmt().clone();
+    config::TargetConfig {
+        iqn: t.iqn.clone(),
+        tid: Some(t.tid),
+        alias: t.alias.clone(),
+        allow_initiators: m.acl.names.clone(),
+        allow_addresses: m.acl.addresses.iter().map(|(_, r)| *r).collect(),
+        iscsi: overrides(&t.conn_config(), global),
+        luns: t.lun_set().map.values().map(|l| lun_config(l)).collect(),
+    }
+}
+
+/// The YAML text, with a comment for what YAML cannot say.
+pub fn yaml(reg: &Registry, base: &config::Config) -> String {
+    let mut cfg = base.clone();
+    cfg.portals = reg
+        .portals()
+        .iter()
+        .map(|p| config::PortalConfig {
+            addr: p.addr,
+            nop_interval: p.nop_interval,
+            nop_count: p.nop_count,
+        })
+        .collect();
+    let mut targets = reg.targets();
+    targets.sort_by_key(|t| t.tid);
+    let mut notes = String::from("# numatgtd running configuration (numatgtadm --dump)\n");
+    // YAML cannot say "nobody" (an empty allow list means everyone): a target without an
+    // address rule is left out rather than opened to every initiator
+    targets.retain(|t| {
+        let closed = t.mgmt().acl.addresses.is_empty();
+        if closed {
+            notes.push_str(&format!(
+                "# not dumped: {} (tid {}) has no initiator-address rule bound, so nobody may\n#   log in; YAML cannot express that (an empty allow list means everyone)\n",
+                t.iqn, t.tid
+            ));
+        }
+        !closed
+    });
+    cfg.targets = targets
+        .iter()
+        .map(|t| target_config(t, &base.iscsi))
+        .collect();
+    notes + &cfg.to_yaml()
+}
