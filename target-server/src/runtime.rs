@@ -457,6 +457,7 @@ impl Daemon {
         crate::mgmt::Ctx {
             registry: Arc::clone(&self.shared.registry),
             control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
+            cache: self.shared.cache.clone(),
             base: Arc::clone(&self.base),
             portals,
         }

@@ -1339,3 +1339,53 @@ fn dump_recreates_the_running_targets() {
         dumped.stdout
     );
 }
+
+/// Deleting a LUN that goes through the NUMA block cache (write cache on) first writes its
+/// dirty blocks back: the backing file holds the data as soon as tgtadm returns.
+#[test]
+fn lun_delete_writes_cached_data_back() {
+    let d = Daemon::start(&[tests::LunSpec::new(1, 512, 16 << 20)
+        .with_cache("numa")
+        .with_write_cache(true)]);
+    let url = d.url(1);
+    let r = tools::run(
+        30,
+        "qemu-io",
+        [
+            "-f",
+            "raw",
+            "-t",
+            "unsafe",
+            "-c",
+            "write -P 0xa7 65536 131072",
+            &url,
+        ],
+    );
+    r.check("qemu-io write");
+    let shown = d.tgtadm(&["--op", "show", "--mode", "target"]);
+    let tid = shown
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Target "))
+        .and_then(|l| l.split(':').next())
+        .unwrap_or_else(|| panic!("no target shown: {shown}"))
+        .to_string();
+    d.tgtadm(&[
+        "--op",
+        "delete",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        &tid,
+        "--lun",
+        "1",
+    ])
+    .check("delete the LUN");
+    let data = std::fs::read(d.lun_path(1)).expect("read backing file");
+    assert!(
+        data[65536..65536 + 131072].iter().all(|&b| b == 0xa7),
+        "the backing file misses data written before the LUN was deleted"
+    );
+    let r = d.tgtadm(&["--op", "show", "--mode", "target"]);
+    assert!(!r.stdout.contains("LUN: 1"), "{r}");
+}

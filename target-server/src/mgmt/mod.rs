@@ -19,6 +19,8 @@ pub struct Ctx {
     pub registry: Arc<Registry>,
     /// Closes connections (forced logout, target delete --force).
     pub control: Arc<dyn ConnControl>,
+    /// The NUMA block cache, to write a LUN's dirty blocks back before it goes away.
+    pub cache: Option<Arc<cache::BlockCache>>,
     /// The configuration the daemon started with (global sections for `--dump`).
     pub base: Arc<config::Config>,
     /// Binds and closes portals at run time (None: not available).
@@ -35,4 +37,12 @@ pub fn socket_path(control_port: u16) -> std::path::PathBuf {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "/var/run/tgtd/socket".to_string());
     std::path::PathBuf::from(format!("{prefix}.{control_port}"))
+}
+
+impl Ctx {
+    /// Make everything written to `lun` durable (cached dirty blocks first): before a LUN or
+    /// its target is deleted, since the final sync at shutdown only sees registered LUNs.
+    pub fn sync_lun(&self, lun: &crate::registry::Lun) -> std::io::Result<()> {
+        crate::storage::sync(self.cache.as_ref(), lun)
+    }
 }

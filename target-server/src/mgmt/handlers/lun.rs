@@ -162,7 +162,7 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
-    if let Err(e) = lun.store.sync() {
+    if let Err(e) = ctx.sync_lun(&lun) {
         tracing::warn!(target = %t.iqn, lun = lun.number, "sync on LUN delete failed: {e}");
     }
     tracing::info!(tid = t.tid, target = %t.iqn, lun = lun.number, "LUN deleted");

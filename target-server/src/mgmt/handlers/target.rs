@@ -96,7 +96,7 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     ctx.registry
         .update_targets(|ts| ts.retain(|x| x.tid != t.tid));
     for lun in t.lun_set().map.values() {
-        if let Err(e) = lun.store.sync() {
+        if let Err(e) = ctx.sync_lun(lun) {
             tracing::warn!(target = %t.iqn, lun = lun.number, "sync on target delete failed: {e}");
         }
     }
