@@ -19,16 +19,17 @@ pub mod seq;
 pub mod text;
 
 pub use conn::{
-    CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant, LoginReject,
-    LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord, TmfFunction, TmfRequest,
-    TmfResponse,
+    Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant,
+    LoginReject, LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord,
+    TmfFunction, TmfRequest, TmfResponse,
 };
 pub use text::negotiate::SessionParams;
 
 /// Data-In payload that the connection holds until it is sent: one contiguous buffer or a
-/// scatter list (e.g. several pinned cache blocks). Cheap to clone (Arc-backed in the
-/// server); the connection sends straight from it with writev, never copying it.
-pub trait DataBuf: Clone + Send + 'static {
+/// scatter list (e.g. several pinned cache blocks). The connection holds it once for all of
+/// the Data-In PDUs that carry it, sends straight from it with writev (never copying it),
+/// and drops it when the last of them has been written.
+pub trait DataBuf: Send + 'static {
     /// Payload length in bytes.
     fn len(&self) -> usize;
     /// True when the payload is empty.

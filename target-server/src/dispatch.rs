@@ -27,9 +27,11 @@ pub fn to_result(c: Completion) -> CommandResult<Payload> {
 
 /// Run `cmd` against `target`. Returns the result now, or `None` when it continues on an I/O
 /// worker (the result then arrives through `reply`). Results of commands with a write part
-/// carry the CDB's transfer length, for the write residuals.
+/// carry the CDB's transfer length, for the write residuals. A write buffer the command no
+/// longer needs is left in `cmd.data_out` (to be recycled); one an I/O worker still uses is
+/// taken out.
 pub fn execute(
-    cmd: ScsiCommand,
+    cmd: &mut ScsiCommand,
     target: &Target,
     ctx: &StorageCtx<'_>,
     mut reply: Replier,
@@ -71,7 +73,7 @@ pub fn execute(
                 lba,
                 blocks,
                 durable,
-                cmd.data_out,
+                &mut cmd.data_out,
                 data_offset,
                 ctx,
                 reply,
@@ -85,7 +87,7 @@ pub fn execute(
             let bs = u64::from(lun.store.block_size());
             let len = u64::from(blocks) * bs;
             let lun = Arc::clone(lun);
-            let data = cmd.data_out;
+            let data = std::mem::take(&mut cmd.data_out);
             let cache = storage::uses_cache(&lun, ctx).cloned();
             ctx.pool(ctx.node).submit(Box::new(move || {
                 // the medium itself is compared, after dirty cached data reached it

@@ -180,6 +180,8 @@ pub struct EventThread {
     current: Option<usize>,
     /// The writev iovec array, kept between flushes (empty, capacity IOV_MAX).
     iov_spare: Vec<IoSlice<'static>>,
+    /// Connections with completions in this inbox batch (kept to reuse its memory).
+    touched: Vec<usize>,
 }
 
 /// Empty an iovec array and give its allocation back for the next flush (an in-place
@@ -211,6 +213,7 @@ impl EventThread {
             stopping: false,
             current: None,
             iov_spare: Vec::with_capacity(IOV_MAX),
+            touched: Vec::new(),
         }
     }
 
@@ -219,6 +222,7 @@ impl EventThread {
     }
 
     pub fn run(mut self) {
+        crate::alloc_count::mark_event_thread();
         for (i, l) in self.listeners.iter_mut().enumerate() {
             if let Err(e) =
                 self.poll
@@ -465,7 +469,7 @@ impl EventThread {
                         target = info.target_name.as_deref().unwrap_or("(discovery)"),
                         tsih = info.tsih, thread = self.index, node = self.node, "login complete");
                 }
-                Event::Command(cmd) => {
+                Event::Command(mut cmd) => {
                     let itt = cmd.itt;
                     let Some(target) = slot.target.as_ref() else {
                         // not reachable: the protocol layer refuses commands in discovery sessions
@@ -481,7 +485,10 @@ impl EventThread {
                         itt,
                         write_transfer_len: None,
                     };
-                    match dispatch::execute(cmd, target, &ctx, reply) {
+                    let now = dispatch::execute(&mut cmd, target, &ctx, reply);
+                    // the write buffer serves the connection's next commands
+                    slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
+                    match now {
                         Some(result) => slot.conn.complete_command(itt, result),
                         None => slot.inflight += 1,
                     }
@@ -564,7 +571,8 @@ impl EventThread {
 
     fn drain_inbox(&mut self) {
         self.inbox.wake_pending.store(false, Ordering::Release);
-        let mut touched: Vec<usize> = Vec::new();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
         loop {
             let msg = match self.rx.try_recv() {
                 Ok(m) => m,
@@ -614,10 +622,11 @@ impl EventThread {
                 }
             }
         }
-        for s in touched {
+        for &s in &touched {
             self.process_events(s);
             self.flush(s);
         }
+        self.touched = touched;
     }
 
     fn tick(&mut self) {

@@ -1,6 +1,7 @@
 //! numatgtd as a library: the pieces of the daemon, so that `main.rs` stays a thin shell and
 //! tests can start a daemon in-process.
 
+pub mod alloc_count;
 pub mod cli;
 pub mod dispatch;
 pub mod event_loop;

@@ -8,6 +8,9 @@ use nix::sys::signal::{SigSet, Signal};
 use target_server::cli::{Cli, parse_iscsi_opts};
 use target_server::runtime::{Daemon, RuntimeConfig};
 
+#[global_allocator]
+static ALLOC: target_server::alloc_count::CountingAlloc = target_server::alloc_count::CountingAlloc;
+
 fn init_logging(debug: Option<u32>) {
     let level = match debug.unwrap_or(0) {
         0 => "info",
@@ -136,7 +139,13 @@ fn main() -> ExitCode {
             Ok(Signal::SIGHUP) => {
                 tracing::warn!("SIGHUP: configuration reload is not implemented yet")
             }
-            Ok(Signal::SIGUSR1) => daemon.report(),
+            Ok(Signal::SIGUSR1) => {
+                daemon.report();
+                let (allocs, bytes) = target_server::alloc_count::event_thread_allocations();
+                tracing::info!(
+                    "alloc report: event_thread_allocs={allocs} event_thread_alloc_bytes={bytes}"
+                );
+            }
             Ok(sig) => {
                 tracing::info!("{sig:?}: stopping");
                 break;

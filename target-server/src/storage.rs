@@ -17,7 +17,7 @@ use cache::{
 use iscsi_proto::CommandResult;
 
 use crate::event_loop::{Inbox, Msg};
-use crate::payload::Payload;
+use crate::payload::{BlockList, Payload};
 use crate::registry::{ConnId, Lun};
 
 /// Largest single data transfer executed (bytes); the SCSI layer's block limits stop larger
@@ -155,24 +155,18 @@ pub fn read(
         }));
         return None;
     }
-    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
-        // some block is busy or has no room: read around the cache (after its dirty data)
-        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-        ctx.pool(ctx.node).submit(Box::new(move || {
-            reply.send(read_around(&cache, &lun, lba, offset, len))
-        }));
-        return None;
+    let pieces = match lookup_all(cache, lun, offset, len) {
+        Some(Looked::AllHits(refs)) => return Some(served(cache, refs, ctx.node)),
+        Some(Looked::Pieces(pieces)) => pieces,
+        None => {
+            // some block is busy or has no room: read around the cache (after its dirty data)
+            let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
+            ctx.pool(ctx.node).submit(Box::new(move || {
+                reply.send(read_around(&cache, &lun, lba, offset, len))
+            }));
+            return None;
+        }
     };
-    if pieces.iter().all(|p| matches!(p, Piece::Hit(_))) {
-        let refs: Vec<BlockRef> = pieces
-            .into_iter()
-            .filter_map(|p| match p {
-                Piece::Hit(r) => Some(r),
-                Piece::Miss(_) => None,
-            })
-            .collect();
-        return Some(served(cache, refs, ctx.node));
-    }
     let node = ctx.node;
     let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
     ctx.pool(node).submit(Box::new(move || {
@@ -243,11 +237,11 @@ fn maybe_read_ahead(
 
 /// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
 /// sends them.
-fn served(cache: &BlockCache, refs: Vec<BlockRef>, node: usize) -> CommandResult<Payload> {
-    for r in &refs {
+fn served(cache: &BlockCache, refs: BlockList, node: usize) -> CommandResult<Payload> {
+    for r in refs.iter() {
         cache.record_served(r.node(), node, r.len() as u64);
     }
-    with_data(Payload::blocks(refs))
+    with_data(Payload::Blocks(refs))
 }
 
 #[allow(
@@ -265,26 +259,46 @@ enum FillFailure {
     Io(std::io::Error),
 }
 
+/// What looking a request's blocks up found.
+enum Looked {
+    /// Every block cached: pinned references, in a pooled list (no allocation).
+    AllHits(BlockList),
+    /// Some blocks must be read first.
+    Pieces(Vec<Piece>),
+}
+
 /// Look every block of the request up, pinning hits and reserving misses. `None`: some block
 /// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
 /// the hits and releases the reservations).
-fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Vec<Piece>> {
+fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
     let spans = cache.spans(offset, len).ok()?;
-    let mut pieces = Vec::new();
+    let mut hits = BlockList::new();
+    let mut pieces: Option<Vec<Piece>> = None;
     for span in spans {
-        match cache.lookup(lun.cache_id, &span, ReadAhead::None) {
-            Lookup::Hit(r) => pieces.push(Piece::Hit(r)),
-            Lookup::Miss(f) => pieces.push(Piece::Miss(f)),
-            Lookup::Busy | Lookup::NoSpace => return None,
+        let l = cache.lookup(lun.cache_id, &span, ReadAhead::None);
+        match (l, &mut pieces) {
+            (Lookup::Hit(r), None) => hits.push(r),
+            (Lookup::Hit(r), Some(p)) => p.push(Piece::Hit(r)),
+            (Lookup::Miss(f), Some(p)) => p.push(Piece::Miss(f)),
+            (Lookup::Miss(f), None) => {
+                // the first miss: from here on the request needs an I/O worker
+                let mut p: Vec<Piece> = hits.drain().map(Piece::Hit).collect();
+                p.push(Piece::Miss(f));
+                pieces = Some(p);
+            }
+            (Lookup::Busy | Lookup::NoSpace, _) => return None,
         }
     }
-    Some(pieces)
+    Some(match pieces {
+        Some(p) => Looked::Pieces(p),
+        None => Looked::AllHits(hits),
+    })
 }
 
 /// On an I/O worker: read the missing sectors of every reserved block (O_DIRECT, straight
 /// into the block's home-node memory) and turn the reservations into pinned references.
-fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<Vec<BlockRef>, FillFailure> {
-    let mut out = Vec::with_capacity(pieces.len());
+fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<BlockList, FillFailure> {
+    let mut out = BlockList::new();
     for p in pieces {
         match p {
             Piece::Hit(r) => out.push(r),
@@ -319,21 +333,23 @@ fn gather_read(
     len: u64,
     node: usize,
 ) -> CommandResult<Payload> {
-    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
-        return read_around(cache, lun, lba, offset, len);
+    let pieces = match lookup_all(cache, lun, offset, len) {
+        Some(Looked::AllHits(refs)) => Ok(refs),
+        Some(Looked::Pieces(pieces)) => fill_pieces(lun, pieces),
+        None => return read_around(cache, lun, lba, offset, len),
     };
-    match fill_pieces(lun, pieces) {
+    match pieces {
         Ok(refs) => {
             let mut buf = AlignedBuf::new(len as usize);
             let out = buf.as_mut_slice();
             let mut at = 0usize;
-            for r in &refs {
+            for r in refs.iter() {
                 let b = r.bytes();
                 out[at..at + b.len()].copy_from_slice(b);
                 at += b.len();
                 cache.record_served(r.node(), node, b.len() as u64);
             }
-            with_data(Payload::Block(Arc::new(buf)))
+            with_data(Payload::Block(buf))
         }
         Err(FillFailure::Bypass) => read_around(cache, lun, lba, offset, len),
         Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
@@ -359,7 +375,7 @@ pub fn read_around(
 pub fn direct_read(lun: &Lun, lba: u64, offset: u64, len: u64) -> CommandResult<Payload> {
     let mut buf = AlignedBuf::new(len as usize);
     match lun.store.read_at(buf.as_mut_slice(), offset) {
-        Ok(()) => with_data(Payload::Block(Arc::new(buf))),
+        Ok(()) => with_data(Payload::Block(buf)),
         Err(e) => io_failure(lun, &e, false, lba),
     }
 }
@@ -375,7 +391,7 @@ pub fn write(
     lba: u64,
     blocks: u32,
     durable: bool,
-    data: Vec<u8>,
+    data: &mut Vec<u8>,
     data_offset: usize,
     ctx: &StorageCtx<'_>,
     reply: Replier,
@@ -400,6 +416,7 @@ pub fn write(
         }
     }
     let lun = Arc::clone(lun);
+    let data = std::mem::take(data);
     ctx.pool(ctx.node).submit(Box::new(move || {
         let payload = &data[data_offset..end];
         let result = match &cache {

@@ -15,7 +15,8 @@ pub use crate::login::{
     Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionInfo, SessionType, TargetRecord,
 };
 pub use types::{
-    CommandResult, ConnConfig, ConnError, Event, ScsiCommand, TmfFunction, TmfRequest, TmfResponse,
+    Cdb, CommandResult, ConnConfig, ConnError, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction,
+    TmfRequest, TmfResponse,
 };
 
 use crate::DataBuf;
@@ -89,6 +90,11 @@ pub struct Connection<B: DataBuf> {
     tmfs: HashMap<u32, control::PendingTmf>,
     last_drop: Option<String>,
     stats: ConnStats,
+    /// Write buffers handed back by the server, for the next commands.
+    spare_bufs: Vec<Vec<u8>>,
+    spare_bytes: usize,
+    /// R2T queues of finished tasks, for the next ones.
+    spare_r2ts: Vec<VecDeque<scsi::R2tState>>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for Connection<B> {
@@ -142,6 +148,9 @@ impl<B: DataBuf> Connection<B> {
             tmfs: HashMap::new(),
             last_drop: None,
             stats: ConnStats::default(),
+            spare_bufs: Vec::new(),
+            spare_bytes: 0,
+            spare_r2ts: Vec::new(),
         }
     }
 
@@ -300,7 +309,7 @@ impl<B: DataBuf> Connection<B> {
         t
     }
 
-    pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData<B>) {
+    pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData) {
         self.tx.push(bhs, data, self.dg);
     }
 
@@ -492,7 +501,7 @@ impl<B: DataBuf> Connection<B> {
     }
 }
 
-fn owned<B>(v: Vec<u8>) -> TxData<B> {
+fn owned(v: Vec<u8>) -> TxData {
     if v.is_empty() {
         TxData::None
     } else {

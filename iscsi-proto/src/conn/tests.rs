@@ -1161,3 +1161,53 @@ fn per_target_limits_from_the_login_grant() {
     };
     assert_eq!(info.params.max_burst_length, 65536);
 }
+
+#[test]
+fn recycled_write_buffers_are_reused() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let payload = vec![5u8; 4096];
+    i.scsi(1, false, true, 4096, 0x2a, &payload, true);
+    let mut cmds = cmd_events(i.events());
+    let first = std::mem::take(&mut cmds[0].data_out);
+    assert_eq!(first, payload);
+    let ptr = first.as_ptr() as usize;
+    i.c.recycle_buffer(first);
+    i.c.complete_command(1, CommandResult::<Buf>::good());
+    let _ = i.recv();
+    // the next write of the same size gets the same memory, holding only its own data
+    let payload2 = vec![6u8; 2048];
+    i.scsi(2, false, true, 2048, 0x2a, &payload2, true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds[0].data_out, payload2);
+    assert_eq!(cmds[0].data_out.as_ptr() as usize, ptr, "buffer not reused");
+}
+
+#[test]
+fn cdb_longer_than_260_bytes_is_rejected() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x7f;
+    let h = Bhs::ScsiCommand(ScsiCommandHdr {
+        immediate: true,
+        final_: true,
+        read: false,
+        write: false,
+        attr: 1,
+        lun: 0,
+        itt: 1,
+        edtl: 0,
+        cmd_sn: i.cmd_sn,
+        exp_stat_sn: 0,
+        cdb,
+    });
+    // 16 + 248 = 264 bytes of CDB
+    i.send(h, vec![Ahs::extended_cdb(&[9u8; 248])], &[]);
+    assert!(cmd_events(i.events()).is_empty());
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else {
+        panic!("{:?}", r[0])
+    };
+    assert_eq!(rj.reason, reason::INVALID_FIELD);
+}
