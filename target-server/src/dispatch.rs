@@ -7,6 +7,7 @@ use std::sync::Arc;
 use iscsi_proto::{CommandResult, ScsiCommand};
 use scsi::{Action, CmdCtx, Completion};
 
+use crate::jobs::Job;
 use crate::payload::Payload;
 use crate::registry::Target;
 use crate::storage::{self, Replier, StorageCtx};
@@ -89,7 +90,7 @@ pub fn execute(
             let lun = Arc::clone(lun);
             let data = std::mem::take(&mut cmd.data_out);
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx.pool(ctx.node).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
                 // the medium itself is compared, after dirty cached data reached it
                 let read = match &cache {
                     Some(c) => storage::read_around(c, &lun, lba, lba * bs, len),
@@ -106,19 +107,19 @@ pub fn execute(
                     _ => read,
                 };
                 reply.send(result);
-            }));
+            })));
             None
         }
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx.pool(ctx.node).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
                 let result = match storage::sync(cache.as_ref(), &lun) {
                     Ok(()) => CommandResult::good(),
                     Err(e) => storage::io_failure(&lun, &e, true, lba),
                 };
                 reply.send(result);
-            }));
+            })));
             None
         }
     };

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod dispatch;
 pub mod event_loop;
 pub mod flusher;
+pub mod jobs;
 pub mod payload;
 pub mod registry;
 pub mod runtime;

@@ -17,6 +17,7 @@ use cache::{
 use iscsi_proto::CommandResult;
 
 use crate::event_loop::{Inbox, Msg};
+use crate::jobs::{Extent, Job};
 use crate::payload::{BlockList, Payload};
 use crate::registry::{ConnId, Lun};
 
@@ -31,7 +32,7 @@ const INLINE_WRITE_BACK: u64 = 128 << 10;
 /// Where a command runs and what it may use.
 pub struct StorageCtx<'a> {
     /// One I/O pool per node.
-    pub pools: &'a [IoPool],
+    pub pools: &'a [IoPool<Job>],
     /// The node of the event thread that owns the connection.
     pub node: usize,
     pub cache: Option<&'a Arc<BlockCache>>,
@@ -40,7 +41,7 @@ pub struct StorageCtx<'a> {
 
 impl<'a> StorageCtx<'a> {
     /// The I/O pool of `node` (the last one for an out-of-range node).
-    pub fn pool(&self, node: usize) -> &'a IoPool {
+    pub fn pool(&self, node: usize) -> &'a IoPool<Job> {
         let last = self.pools.len().saturating_sub(1);
         &self.pools[node.min(last)]
     }
@@ -57,12 +58,18 @@ pub struct Replier {
 }
 
 impl Replier {
-    pub fn send(&self, mut result: CommandResult<Payload>) {
+    pub fn send(&self, result: CommandResult<Payload>) {
+        self.send_with_buffer(result, Vec::new());
+    }
+
+    /// The result, and the command's write buffer back for the connection to reuse.
+    pub fn send_with_buffer(&self, mut result: CommandResult<Payload>, buffer: Vec<u8>) {
         result.write_transfer_len = self.write_transfer_len;
         self.inbox.send(Msg::IoDone {
             conn: self.conn,
             itt: self.itt,
             result,
+            buffer,
         });
     }
 }
@@ -117,11 +124,15 @@ pub fn read(
     if len > MAX_IO_BYTES {
         return Some(too_large(lun, false, lba));
     }
+    let at = || Extent {
+        lun: Arc::clone(lun),
+        lba,
+        offset,
+        len,
+    };
     let Some(cache) = uses_cache(lun, ctx) else {
-        let lun = Arc::clone(lun);
-        ctx.pool(ctx.node).submit(Box::new(move || {
-            reply.send(direct_read(&lun, lba, offset, len))
-        }));
+        ctx.pool(ctx.node)
+            .submit(Job::DirectRead { at: at(), reply });
         return None;
     };
     maybe_read_ahead(cache, lun, offset, len, ctx);
@@ -149,10 +160,12 @@ pub fn read(
     if serve_on != ctx.node {
         // forwarded (marked: it is never routed again): node `serve_on` gathers from its
         // local blocks into a buffer of its own memory
-        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-        ctx.pool(serve_on).submit(Box::new(move || {
-            reply.send(gather_read(&cache, &lun, lba, offset, len, serve_on));
-        }));
+        ctx.pool(serve_on).submit(Job::Gather {
+            cache: Arc::clone(cache),
+            at: at(),
+            node: serve_on,
+            reply,
+        });
         return None;
     }
     let pieces = match lookup_all(cache, lun, offset, len) {
@@ -160,24 +173,37 @@ pub fn read(
         Some(Looked::Pieces(pieces)) => pieces,
         None => {
             // some block is busy or has no room: read around the cache (after its dirty data)
-            let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-            ctx.pool(ctx.node).submit(Box::new(move || {
-                reply.send(read_around(&cache, &lun, lba, offset, len))
-            }));
+            ctx.pool(ctx.node).submit(Job::ReadAround {
+                cache: Arc::clone(cache),
+                at: at(),
+                reply,
+            });
             return None;
         }
     };
-    let node = ctx.node;
-    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-    ctx.pool(node).submit(Box::new(move || {
-        let result = match fill_pieces(&lun, pieces) {
-            Ok(refs) => served(&cache, refs, node),
-            Err(FillFailure::Bypass) => read_around(&cache, &lun, lba, offset, len),
-            Err(FillFailure::Io(e)) => io_failure(&lun, &e, false, lba),
-        };
-        reply.send(result);
-    }));
+    ctx.pool(ctx.node).submit(Job::Fill {
+        cache: Arc::clone(cache),
+        at: at(),
+        pieces,
+        node: ctx.node,
+        reply,
+    });
     None
+}
+
+/// On an I/O worker: read a request's missing blocks into the cache, then serve it from there.
+pub(crate) fn fill_and_serve(
+    cache: &BlockCache,
+    at: &Extent,
+    pieces: PieceList,
+    node: usize,
+) -> CommandResult<Payload> {
+    let (lun, lba) = (&*at.lun, at.lba);
+    match fill_pieces(lun, pieces) {
+        Ok(refs) => served(cache, refs, node),
+        Err(FillFailure::Bypass) => read_around(cache, lun, lba, at.offset, at.len),
+        Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
+    }
 }
 
 /// Read-ahead policy: when a read starts where the previous read of the LUN ended and
@@ -208,8 +234,19 @@ fn maybe_read_ahead(
         return;
     }
     let home = cache.home_node(lun.cache_id, first);
-    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-    ctx.pool(home).submit(Box::new(move || {
+    ctx.pool(home).submit(Job::ReadAhead {
+        cache: Arc::clone(cache),
+        lun: Arc::clone(lun),
+        first,
+        last,
+    });
+}
+
+/// On an I/O worker: load cache blocks `first..last` (skipping cached and busy ones).
+pub(crate) fn read_ahead(cache: &BlockCache, lun: &Lun, first: u64, last: u64) {
+    let bs = cache.geometry().block_size() as u64;
+    let size = lun.store.size();
+    {
         for b in first..last {
             let start = b * bs;
             let Some(span) = BlockSpan::new(bs as usize, b, 0, (size - start).min(bs) as usize)
@@ -232,7 +269,7 @@ fn maybe_read_ahead(
                 Lookup::Busy | Lookup::NoSpace => return,
             }
         }
-    }));
+    }
 }
 
 /// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
@@ -248,9 +285,44 @@ fn served(cache: &BlockCache, refs: BlockList, node: usize) -> CommandResult<Pay
     clippy::large_enum_variant,
     reason = "a Fill carries its sector mask inline; boxing would allocate per miss"
 )]
-enum Piece {
+pub(crate) enum Piece {
     Hit(BlockRef),
     Miss(Fill),
+}
+
+/// Pieces lists kept for reuse (they travel from event threads to I/O workers, so the pool
+/// is shared), and the longest list kept.
+const PIECE_LISTS: usize = 1024;
+const PIECE_LIST_MAX: usize = 256;
+static PIECE_POOL: std::sync::Mutex<Vec<Vec<Piece>>> = std::sync::Mutex::new(Vec::new());
+
+/// The pieces of a request with misses, in request order; the list's memory is reused.
+pub struct PieceList {
+    pieces: Vec<Piece>,
+}
+
+impl PieceList {
+    fn new() -> Self {
+        let pooled = PIECE_POOL.lock().ok().and_then(|mut p| p.pop());
+        PieceList {
+            pieces: pooled.unwrap_or_else(|| Vec::with_capacity(16)),
+        }
+    }
+}
+
+impl Drop for PieceList {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.pieces);
+        v.clear(); // unpins hits, releases reservations
+        if v.capacity() == 0 || v.capacity() > PIECE_LIST_MAX {
+            return;
+        }
+        if let Ok(mut p) = PIECE_POOL.lock()
+            && p.len() < PIECE_LISTS
+        {
+            p.push(v);
+        }
+    }
 }
 
 enum FillFailure {
@@ -264,7 +336,7 @@ enum Looked {
     /// Every block cached: pinned references, in a pooled list (no allocation).
     AllHits(BlockList),
     /// Some blocks must be read first.
-    Pieces(Vec<Piece>),
+    Pieces(PieceList),
 }
 
 /// Look every block of the request up, pinning hits and reserving misses. `None`: some block
@@ -273,17 +345,18 @@ enum Looked {
 fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
     let spans = cache.spans(offset, len).ok()?;
     let mut hits = BlockList::new();
-    let mut pieces: Option<Vec<Piece>> = None;
+    let mut pieces: Option<PieceList> = None;
     for span in spans {
         let l = cache.lookup(lun.cache_id, &span, ReadAhead::None);
         match (l, &mut pieces) {
             (Lookup::Hit(r), None) => hits.push(r),
-            (Lookup::Hit(r), Some(p)) => p.push(Piece::Hit(r)),
-            (Lookup::Miss(f), Some(p)) => p.push(Piece::Miss(f)),
+            (Lookup::Hit(r), Some(p)) => p.pieces.push(Piece::Hit(r)),
+            (Lookup::Miss(f), Some(p)) => p.pieces.push(Piece::Miss(f)),
             (Lookup::Miss(f), None) => {
                 // the first miss: from here on the request needs an I/O worker
-                let mut p: Vec<Piece> = hits.drain().map(Piece::Hit).collect();
-                p.push(Piece::Miss(f));
+                let mut p = PieceList::new();
+                p.pieces.extend(hits.drain().map(Piece::Hit));
+                p.pieces.push(Piece::Miss(f));
                 pieces = Some(p);
             }
             (Lookup::Busy | Lookup::NoSpace, _) => return None,
@@ -297,9 +370,9 @@ fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Lo
 
 /// On an I/O worker: read the missing sectors of every reserved block (O_DIRECT, straight
 /// into the block's home-node memory) and turn the reservations into pinned references.
-fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<BlockList, FillFailure> {
+fn fill_pieces(lun: &Lun, mut pieces: PieceList) -> Result<BlockList, FillFailure> {
     let mut out = BlockList::new();
-    for p in pieces {
+    for p in pieces.pieces.drain(..) {
         match p {
             Piece::Hit(r) => out.push(r),
             Piece::Miss(mut f) => {
@@ -325,7 +398,7 @@ fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<BlockList, FillFailure> 
 
 /// A forwarded READ, on a worker of `node`: look up and fill there, then copy the blocks into
 /// a buffer first touched by this node's worker (so it lives in `node`'s memory).
-fn gather_read(
+pub(crate) fn gather_read(
     cache: &BlockCache,
     lun: &Lun,
     lba: u64,
@@ -404,8 +477,8 @@ pub fn write(
     let Some(end) = end else {
         return Some(too_large(lun, true, lba));
     };
-    let cache = uses_cache(lun, ctx).cloned();
-    if let Some(cache) = &cache {
+    let cache = uses_cache(lun, ctx);
+    if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
         // partition lock costs less than the hand-off to an I/O worker and back
         if !durable
@@ -415,27 +488,46 @@ pub fn write(
             return Some(good());
         }
     }
-    let lun = Arc::clone(lun);
-    let data = std::mem::take(data);
-    ctx.pool(ctx.node).submit(Box::new(move || {
-        let payload = &data[data_offset..end];
-        let result = match &cache {
-            Some(cache)
-                if !durable
-                    && len > INLINE_WRITE_BACK
-                    && write_back(cache, &lun, offset, payload) =>
-            {
-                good()
-            }
-            Some(cache) => match flush_range(cache, &lun, offset, len) {
-                Ok(()) => write_through(Some(cache), &lun, lba, offset, payload, durable),
-                Err(e) => io_failure(&lun, &e, true, lba),
-            },
-            None => write_through(None, &lun, lba, offset, payload, durable),
-        };
-        reply.send(result);
-    }));
+    ctx.pool(ctx.node).submit(Job::Write {
+        cache: cache.cloned(),
+        at: Extent {
+            lun: Arc::clone(lun),
+            lba,
+            offset,
+            len,
+        },
+        durable,
+        data: std::mem::take(data),
+        data_offset,
+        reply,
+    });
     None
+}
+
+/// On an I/O worker: a write that did not complete on the event thread.
+pub(crate) fn write_job(
+    cache: Option<&Arc<BlockCache>>,
+    at: &Extent,
+    durable: bool,
+    data: &[u8],
+    data_offset: usize,
+) -> CommandResult<Payload> {
+    let (lun, lba, offset, len) = (&*at.lun, at.lba, at.offset, at.len);
+    let Some(payload) = data.get(data_offset..data_offset + len as usize) else {
+        return too_large(lun, true, lba);
+    };
+    match cache {
+        Some(cache)
+            if !durable && len > INLINE_WRITE_BACK && write_back(cache, lun, offset, payload) =>
+        {
+            good()
+        }
+        Some(cache) => match flush_range(cache, lun, offset, len) {
+            Ok(()) => write_through(Some(cache), lun, lba, offset, payload, durable),
+            Err(e) => io_failure(lun, &e, true, lba),
+        },
+        None => write_through(None, lun, lba, offset, payload, durable),
+    }
 }
 
 /// Put the data in the cache as dirty blocks. `false`: the cache could not take all of it

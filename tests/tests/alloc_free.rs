@@ -8,6 +8,10 @@
 //!     zero-copy from pinned blocks.
 //! (b) qemu-io, one session: 4 KiB and 128 KiB writes into the write-back cache (WCE=1;
 //!     immediate data, and R2T-solicited Data-Out), each read back and checked.
+//! (c) iscsi-perf random reads over a LUN eight times larger than the cache: misses, read on
+//!     I/O workers into the cache (evicting), results handed back to the event thread.
+//! (d) qemu-io writes with the write cache off (WCE=0): write-through on I/O workers, each
+//!     durable before status, the write buffer handed back to the connection.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,6 +74,23 @@ fn snapshot(d: &Daemon) -> Snapshot {
 }
 
 fn assert_no_allocations(d: &Daemon, what: &str, a: Snapshot, b: Snapshot, min_hits: u64) {
+    assert_no_allocations_served(d, what, a, b, min_hits, 0);
+}
+
+fn assert_no_allocations_served(
+    d: &Daemon,
+    what: &str,
+    a: Snapshot,
+    b: Snapshot,
+    min_hits: u64,
+    min_misses: u64,
+) {
+    let misses = b.misses - a.misses;
+    assert!(
+        misses >= min_misses,
+        "{what}: only {misses} cache misses in the window (want >= {min_misses})\n{}",
+        d.log_tail(30)
+    );
     let hits = b.hits - a.hits;
     eprintln!(
         "{what}: {hits} cache hits, {} misses, {} event-thread allocations ({} bytes) in the window",
@@ -171,4 +192,82 @@ fn write_back_writes_and_reads_allocate_nothing() {
     let b = snapshot(&d);
     let _ = s.close(Duration::from_secs(5));
     assert_no_allocations(&d, "qemu-io write-back writes + reads", a, b, 300);
+}
+
+/// iscsi-perf 4 KiB random reads for ~2 s after a 1.5 s start, between two snapshots.
+fn perf_window(d: &Daemon, url: &str) -> (Snapshot, Snapshot) {
+    let perf = tools::require_tool("iscsi-perf");
+    let mut load = Command::new("timeout")
+        .args(["-k", "5", "60"])
+        .arg(perf)
+        .args(["-m", "8", "-b", "8", "-r", url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn iscsi-perf");
+    std::thread::sleep(Duration::from_millis(1500));
+    let a = snapshot(d);
+    std::thread::sleep(Duration::from_millis(2000));
+    let b = snapshot(d);
+    let running = load.try_wait().expect("try_wait").is_none();
+    send_signal(load.id(), libc::SIGTERM);
+    let _ = load.wait();
+    assert!(running, "iscsi-perf stopped early\n{}", d.log_tail(30));
+    (a, b)
+}
+
+#[test]
+fn cache_misses_allocate_nothing_on_event_threads() {
+    require_numatgtd("alloc_free");
+    // 8 MiB of cache per node in front of a 128 MiB LUN: most random reads miss and evict
+    let d = Daemon::start_with(
+        &[LunSpec::new(1, 512, 128 * MIB).with_cache("numa")],
+        "cache:\n  mode: numa\n  size_per_node: 8M\n  block_size: 64K\n",
+    );
+    let (a, b) = perf_window(&d, &d.url(1));
+    assert_no_allocations_served(
+        &d,
+        "iscsi-perf 4K random read QD8, cache misses",
+        a,
+        b,
+        0,
+        500,
+    );
+}
+
+#[test]
+fn write_through_writes_allocate_nothing_on_event_threads() {
+    require_numatgtd("alloc_free");
+    let d = Daemon::start(&[LunSpec::new(1, 512, 16 * MIB)
+        .with_cache("numa")
+        .with_write_cache(false)]);
+    let mut s = Session::open(&d.url(1), 120).unwrap_or_else(|e| panic!("qemu-io: {e}"));
+    let k = 1024u64;
+    let round = |seed: u64| -> Vec<IoCmd> {
+        (0..48u64)
+            .map(|i| {
+                let x = (i * 5 + seed * 11) % 64;
+                let len = if i % 3 == 0 { 128 * k } else { 4 * k };
+                IoCmd::Write {
+                    off: x * 128 * k,
+                    len,
+                    pat: ((i + seed) % 251) as u8,
+                }
+            })
+            .collect()
+    };
+    for seed in 0..2 {
+        s.run(&round(seed), Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("warm-up: {e}"));
+    }
+    let a = snapshot(&d);
+    for seed in 2..6 {
+        s.run(&round(seed), Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("steady state: {e}"));
+    }
+    let b = snapshot(&d);
+    let _ = s.close(Duration::from_secs(5));
+    // write-through: no hits needed, the writes themselves are the workload (192 of them)
+    assert_no_allocations(&d, "qemu-io write-through writes (WCE=0)", a, b, 0);
 }
