@@ -10,4 +10,5 @@ pub mod jobs;
 pub mod payload;
 pub mod registry;
 pub mod runtime;
+pub mod sd_notify;
 pub mod storage;

@@ -134,6 +134,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // systemd (Type=notify): the portals are listening and every LUN is open
+    target_server::sd_notify::notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving on {}",
+        std::process::id(),
+        daemon
+            .listening()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
@@ -156,6 +167,7 @@ fn main() -> ExitCode {
             }
         }
     }
+    target_server::sd_notify::notify("STOPPING=1");
     daemon.stop();
     tracing::info!("numatgtd stopped");
     ExitCode::SUCCESS
