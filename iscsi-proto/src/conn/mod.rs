@@ -168,6 +168,15 @@ impl<B: DataBuf> Connection<B> {
         &mut self.rx[self.rx_end..]
     }
 
+    /// The source of CHAP identifiers and challenges for this connection's login (e.g.
+    /// `getrandom`). Without one, a login that the [`Directory`] subjects to CHAP fails
+    /// with a target error. No effect after the login phase.
+    pub fn set_random_source(&mut self, rng: Box<dyn crate::login::RandomSource>) {
+        if let Some(lm) = self.login.as_mut() {
+            lm.set_random_source(rng);
+        }
+    }
+
     /// `n` bytes were read into `rx_space()`: parse and process every complete PDU.
     pub fn rx_commit(&mut self, n: usize, dir: &dyn Directory, now_ms: u64) {
         self.now = now_ms;
@@ -443,7 +452,7 @@ impl<B: DataBuf> Connection<B> {
                 }
                 self.events.push_back(Event::LoggedIn(info));
             }
-            LoginStep::Fail(mut r, why) => {
+            LoginStep::Fail(mut r, why, auth) => {
                 fill(self, &mut r);
                 let (class, detail) = (r.status_class, r.status_detail);
                 self.push(&Bhs::LoginResponse(r), TxData::None);
@@ -451,6 +460,7 @@ impl<B: DataBuf> Connection<B> {
                     class,
                     detail,
                     reason: why,
+                    auth,
                 });
             }
         }
