@@ -84,7 +84,7 @@ pub trait Directory {
     /// Target lookup, ACL and TSIH allocation. Session reinstatement (same initiator name
     /// and ISID as a live session) is the server's business here: it closes the old one.
     fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject>;
-    /// SendTargets=All (scope None) or SendTargets=<name>: targets this initiator may see.
+    /// `SendTargets=All` (scope None) or `SendTargets=<name>`: targets this initiator may see.
     fn send_targets(
         &self,
         initiator_name: &str,
@@ -187,9 +187,10 @@ pub enum LoginStep {
     Continue(LoginResponse, Vec<u8>),
     /// Send this response; the connection is now in full feature phase.
     Complete(LoginResponse, Vec<u8>, SessionInfo),
-    /// Send this (failure) response, then close; the string says why (no secrets), and
+    /// Send this (failure) response and its text (usually none; `CHAP_A=Reject` when no
+    /// CHAP algorithm is acceptable), then close; the string says why (no secrets), and
     /// an authentication failure says so in detail.
-    Fail(LoginResponse, String, Option<AuthFailure>),
+    Fail(LoginResponse, Vec<u8>, String, Option<AuthFailure>),
 }
 
 /// Limits for the login state machine.
@@ -309,10 +310,14 @@ impl LoginMachine {
         r.nsg = 0;
         r.status_class = st.0;
         r.status_detail = st.1;
-        LoginStep::Fail(r, why.into(), None)
+        LoginStep::Fail(r, Vec::new(), why.into(), None)
     }
 
     fn fail_auth(&self, req: &LoginRequest, f: AuthFailure) -> LoginStep {
+        self.fail_auth_with(req, f, Vec::new())
+    }
+
+    fn fail_auth_with(&self, req: &LoginRequest, f: AuthFailure, text: Vec<u8>) -> LoginStep {
         let st = if f.reason == AuthFailureReason::RandomUnavailable {
             status::TARGET_ERROR
         } else {
@@ -321,7 +326,7 @@ impl LoginMachine {
         let mut r = self.response(req);
         r.status_class = st.0;
         r.status_detail = st.1;
-        LoginStep::Fail(r, f.to_string(), Some(f))
+        LoginStep::Fail(r, text, f.to_string(), Some(f))
     }
 
     fn allows_no_auth(&self) -> bool {
@@ -610,9 +615,10 @@ impl LoginMachine {
             return self.fail_auth(req, f);
         }
         // Security stage: run the authenticator (None completes at once).
+        let mut auth_out = Vec::new();
         if req.csg == 0 {
             match self.auth.as_mut() {
-                Some(a) => match a.step(&auth_keys, &mut out) {
+                Some(a) => match a.step(&auth_keys, &mut auth_out) {
                     AuthStatus::Done => {
                         if !self.auth_done
                             && let Some(step) = self.authenticated(req, dir, peer, local)
@@ -621,7 +627,7 @@ impl LoginMachine {
                         }
                     }
                     AuthStatus::Continue => {}
-                    AuthStatus::Failed(f) => return self.fail_auth(req, f),
+                    AuthStatus::Failed(f) => return self.fail_auth_with(req, f, auth_out),
                 },
                 None => {
                     // No AuthMethod offered: acceptable only when we allow None.
@@ -646,6 +652,7 @@ impl LoginMachine {
                 return step;
             }
         }
+        out.append(&mut auth_out);
         if req.csg == 1 && !self.mrdsl_declared {
             self.mrdsl_declared = true;
             let m = self.cfg.offer.max_recv_data_segment_length;

@@ -1,7 +1,7 @@
 //! The connection state machine (ERL 0, one connection per session): receive buffer and
 //! PDU framing, login, dispatch of full-feature PDUs, events to the server, and the
-//! transmit queue. SCSI command / Data-Out / Data-In handling lives in [`scsi`];
-//! NOP, Text, Logout, task management and rejects in [`control`].
+//! transmit queue. SCSI command / Data-Out / Data-In handling lives in `scsi`;
+//! NOP, Text, Logout, task management and rejects in `control`.
 
 mod control;
 mod scsi;
@@ -452,10 +452,10 @@ impl<B: DataBuf> Connection<B> {
                 }
                 self.events.push_back(Event::LoggedIn(info));
             }
-            LoginStep::Fail(mut r, why, auth) => {
+            LoginStep::Fail(mut r, text, why, auth) => {
                 fill(self, &mut r);
                 let (class, detail) = (r.status_class, r.status_detail);
-                self.push(&Bhs::LoginResponse(r), TxData::None);
+                self.push(&Bhs::LoginResponse(r), owned(text));
                 self.close(ConnError::LoginFailed {
                     class,
                     detail,

@@ -3,6 +3,44 @@
 //! secrets that never appear in `Debug` output, the injected [`RandomSource`] for
 //! challenges, and the secret-free outcome of an authentication ([`ChapIdentity`] on
 //! success, [`AuthFailure`] on failure) for logs and metrics.
+//!
+//! What a server does to require CHAP:
+//!
+//! ```
+//! use iscsi_proto::{
+//!     AuthPolicy, ChapCredential, ChapPolicy, ConnConfig, Connection, Directory, LoginGrant,
+//!     LoginReject, LoginRequestInfo, RandomUnavailable, TargetRecord,
+//! };
+//! use std::net::SocketAddr;
+//!
+//! struct Registry;
+//! impl Directory for Registry {
+//!     fn login(&self, _req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
+//!         Ok(LoginGrant { tsih: 1, target_portal_group_tag: 1, target_alias: None, config: None })
+//!     }
+//!     fn send_targets(&self, _: &str, _: SocketAddr, _: SocketAddr, _: Option<&str>)
+//!         -> Vec<TargetRecord> { Vec::new() }
+//!     // tgtd: the target's (or, for discovery, the global) incoming/outgoing accounts
+//!     fn auth_policy(&self, req: &LoginRequestInfo<'_>) -> AuthPolicy {
+//!         match req.target_name {
+//!             Some(_) => AuthPolicy::Chap(ChapPolicy::new(
+//!                 vec![ChapCredential::new("alice", "alice-secret-1234")],
+//!                 Some(ChapCredential::new("target", "target-secret-5678")),
+//!             )),
+//!             None => AuthPolicy::None, // discovery without accounts
+//!         }
+//!     }
+//! }
+//!
+//! let peer: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+//! let local: SocketAddr = "127.0.0.1:3260".parse().unwrap();
+//! let mut conn: Connection<Vec<u8>> = Connection::new(ConnConfig::default(), peer, local);
+//! // the server's CSPRNG (e.g. getrandom::fill); this one is only for the example
+//! conn.set_random_source(Box::new(|buf: &mut [u8]| -> Result<(), RandomUnavailable> {
+//!     buf.fill(0x5a);
+//!     Ok(())
+//! }));
+//! ```
 
 use super::chap::ChapAlgorithm;
 

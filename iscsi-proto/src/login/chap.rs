@@ -366,7 +366,13 @@ impl Authenticator for ChapAuthenticator {
                     AuthStatus::Continue
                 }
             }
-            Err(f) => AuthStatus::Failed(f),
+            Err(f) => {
+                if f.reason == R::NoCommonAlgorithm {
+                    // RFC 7143 §6.2: no acceptable value → Reject
+                    kv::push(out, "CHAP_A", crate::text::negotiate::REJECT);
+                }
+                AuthStatus::Failed(f)
+            }
         }
     }
 

@@ -183,7 +183,7 @@ impl Login {
     }
     fn fail(&mut self, r: LoginRequest, t: &str) -> (u8, u8, AuthFailure) {
         match self.send(r, t) {
-            LoginStep::Fail(r, why, Some(f)) => {
+            LoginStep::Fail(r, _, why, Some(f)) => {
                 assert!(!why.contains(ALICE) && !why.contains(TARGET_SECRET));
                 (r.status_class, r.status_detail, f)
             }
@@ -340,6 +340,16 @@ fn algorithm_choice() {
         ("iqn.t:oneway", "1,2,300"),
         ("iqn.t:oneway", ""),
     ] {
+        let mut l = Login::new();
+        l.send(
+            req(0, 1, false),
+            &format!("InitiatorName=iqn.i;TargetName={target};AuthMethod=CHAP;"),
+        );
+        let LoginStep::Fail(_, txt, _, _) = l.send(req(0, 1, false), &format!("CHAP_A={a};"))
+        else {
+            panic!()
+        };
+        assert_eq!(txt, b"CHAP_A=Reject\0");
         let mut l = Login::new();
         l.send(
             req(0, 1, false),
