@@ -1,7 +1,7 @@
 //! The connection state machine (ERL 0, one connection per session): receive buffer and
 //! PDU framing, login, dispatch of full-feature PDUs, events to the server, and the
-//! transmit queue. SCSI command / Data-Out / Data-In handling lives in [`scsi`];
-//! NOP, Text, Logout, task management and rejects in [`control`].
+//! transmit queue. SCSI command / Data-Out / Data-In handling lives in `scsi`;
+//! NOP, Text, Logout, task management and rejects in `control`.
 
 mod control;
 mod scsi;
@@ -175,6 +175,15 @@ impl<B: DataBuf> Connection<B> {
             }
         }
         &mut self.rx[self.rx_end..]
+    }
+
+    /// The source of CHAP identifiers and challenges for this connection's login (e.g.
+    /// `getrandom`). Without one, a login that the [`Directory`] subjects to CHAP fails
+    /// with a target error. No effect after the login phase.
+    pub fn set_random_source(&mut self, rng: Box<dyn crate::login::RandomSource>) {
+        if let Some(lm) = self.login.as_mut() {
+            lm.set_random_source(rng);
+        }
     }
 
     /// `n` bytes were read into `rx_space()`: parse and process every complete PDU.
@@ -452,14 +461,15 @@ impl<B: DataBuf> Connection<B> {
                 }
                 self.events.push_back(Event::LoggedIn(info));
             }
-            LoginStep::Fail(mut r, why) => {
+            LoginStep::Fail(mut r, text, why, auth) => {
                 fill(self, &mut r);
                 let (class, detail) = (r.status_class, r.status_detail);
-                self.push(&Bhs::LoginResponse(r), TxData::None);
+                self.push(&Bhs::LoginResponse(r), owned(text));
                 self.close(ConnError::LoginFailed {
                     class,
                     detail,
                     reason: why,
+                    auth,
                 });
             }
         }

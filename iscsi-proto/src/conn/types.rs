@@ -262,7 +262,10 @@ pub enum ConnError {
     LoginFailed {
         class: u8,
         detail: u8,
+        /// Why, in words (never a secret).
         reason: String,
+        /// For authentication failures: the reason and CHAP user, to count and log.
+        auth: Option<crate::login::AuthFailure>,
     },
     #[error("login did not complete in time")]
     LoginTimeout,
