@@ -13,6 +13,7 @@
 //! This crate does no I/O: it opens no files, starts nothing and reads no
 //! clock. See `docs/configuration.md` for the file format.
 
+mod auth;
 mod error;
 mod locate;
 mod model;
@@ -22,11 +23,13 @@ mod raw;
 mod size;
 mod validate;
 
+pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
 pub use error::ConfigError;
 pub use model::{
-    AddressRule, CacheMode, CacheSettings, Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN,
-    DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit, IscsiParams, IscsiParamsOverride, LunConfig,
-    NumaConfig, PortalConfig, RouterSettings, TargetConfig, ThreadConfig,
+    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, DEFAULT_PORTAL,
+    DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit, DiscoveryAuth, Driver,
+    IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, RouterSettings,
+    SenseFormat, TargetConfig, TargetState, ThreadConfig,
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};

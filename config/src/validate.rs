@@ -6,16 +6,18 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::auth::check_chap_field;
 use crate::error::ConfigError;
 use crate::model::{
-    AddressRule, CacheMode, CacheSettings, Config, Digest, DirtyLimit, IscsiParams,
-    IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, RouterSettings, TargetConfig,
-    ThreadConfig, default_portal_addr,
+    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, Digest, DirtyLimit,
+    DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig,
+    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig, default_portal_addr,
 };
 use crate::names::validate_iscsi_name;
 use crate::net::parse_portal_addr;
 use crate::raw::{
-    List, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter, RawTarget, Scalar, Word,
+    List, RawAccount, RawAuth, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter,
+    RawTarget, Scalar, Word,
 };
 use crate::size::{format_size, parse_size};
 
@@ -37,6 +39,20 @@ pub mod limits {
     pub const PRODUCT_REV: usize = 4;
     pub const SERIAL: usize = 36;
     pub const ALIAS: usize = 255;
+    /// tgt's `scsi_id` (SCSI_ID_LEN).
+    pub const SCSI_ID: usize = 24;
+    pub const ERROR_RECOVERY_LEVEL: (u64, u64) = (0, 2);
+    /// `DefaultTime2Wait` / `DefaultTime2Retain`, seconds (RFC 7143 §13.15-16).
+    pub const TIME2: (u64, u64) = (0, 3600);
+    pub const MAX_CONNECTIONS: (u64, u64) = (1, 65_535);
+    /// Logical blocks per physical block exponent (4 bits).
+    pub const LBPPBE: (u64, u64) = (0, 15);
+    /// Lowest aligned LBA (14 bits).
+    pub const LA_LBA: (u64, u64) = (0, 16_383);
+    /// Block Limits VPD optimal transfer granularity (16 bits).
+    pub const OPTIMAL_XFER_GRAN: (u64, u64) = (0, 65_535);
+    /// Block Limits VPD optimal transfer length (32 bits).
+    pub const OPTIMAL_XFER_LEN: (u64, u64) = (0, 4_294_967_295);
     /// `cache.block_size`: a power of two in 4 KiB ..= 1 MiB.
     pub const CACHE_BLOCK_SIZE: (u64, u64) = (4096, 1 << 20);
     /// `cache.group_blocks`: a power of two.
@@ -152,9 +168,26 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
     };
     let cache = cache(ctx, raw.cache.as_ref())?;
     let router = router(ctx, raw.router.as_ref())?;
+    let accounts = accounts(ctx, raw.accounts.unwrap_or_default())?;
+    let discovery_auth = match &raw.discovery_auth {
+        Some(a) => {
+            let (incoming_users, outgoing_user) = auth(ctx, "discovery_auth", a, &accounts)?;
+            DiscoveryAuth {
+                incoming_users,
+                outgoing_user,
+            }
+        }
+        None => DiscoveryAuth::default(),
+    };
     let mut targets = Vec::new();
     for (i, rt) in raw.targets.unwrap_or_default().into_iter().enumerate() {
-        targets.push(target(ctx, &format!("targets[{i}]"), rt, &iscsi)?);
+        targets.push(target(
+            ctx,
+            &format!("targets[{i}]"),
+            rt,
+            &iscsi,
+            &accounts,
+        )?);
     }
     cross_checks(ctx, &targets)?;
     Ok(Config {
@@ -164,8 +197,71 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         iscsi,
         cache,
         router,
+        accounts,
+        discovery_auth,
         targets,
     })
+}
+
+/// `accounts:`: unique user names, well-formed names and secrets.
+fn accounts(ctx: &Ctx<'_>, raw: Vec<RawAccount>) -> R<Vec<Account>> {
+    let mut out: Vec<Account> = Vec::new();
+    for (i, a) in raw.into_iter().enumerate() {
+        let p = format!("accounts[{i}]");
+        check_chap_field("a user name", &a.user).map_err(|m| ctx.err(&format!("{p}.user"), m))?;
+        check_chap_field("a CHAP secret", &a.password)
+            .map_err(|m| ctx.err(&format!("{p}.password"), m))?;
+        if let Some(k) = out.iter().position(|o| o.user == a.user) {
+            return Err(ctx.err(
+                &format!("{p}.user"),
+                format!(
+                    "duplicate account {:?}, already defined by accounts[{k}]",
+                    a.user
+                ),
+            ));
+        }
+        out.push(Account {
+            user: a.user,
+            password: a.password,
+        });
+    }
+    Ok(out)
+}
+
+/// `incoming_users` / `outgoing_user` at `base` (a target or `discovery_auth`):
+/// every user must be an account, listed once.
+fn auth(
+    ctx: &Ctx<'_>,
+    base: &str,
+    a: &RawAuth,
+    accounts: &[Account],
+) -> R<(Vec<String>, Option<String>)> {
+    let known = |path: &str, u: &str| -> R<()> {
+        if accounts.iter().any(|x| x.user == u) {
+            Ok(())
+        } else {
+            Err(ctx.err(
+                path,
+                format!("no account {u:?} (define it under accounts: with a user and password)"),
+            ))
+        }
+    };
+    let mut incoming: Vec<String> = Vec::new();
+    if let Some(l) = &a.incoming_users {
+        let p = format!("{base}.incoming_users");
+        for (j, u) in l.items.iter().enumerate() {
+            let ip = item_path(&p, l, j);
+            known(&ip, u)?;
+            if incoming.contains(u) {
+                return Err(ctx.err(&ip, format!("user {u:?} is listed twice")));
+            }
+            incoming.push(u.clone());
+        }
+    }
+    if let Some(u) = &a.outgoing_user {
+        known(&format!("{base}.outgoing_user"), u)?;
+    }
+    Ok((incoming, a.outgoing_user.clone()))
 }
 
 /// The `cache:` section: each value in its range, then the rules between them
@@ -449,6 +545,48 @@ fn iscsi_override(ctx: &Ctx<'_>, base: &str, r: &RawIscsi) -> R<IscsiParamsOverr
             .nop_count
             .map(|v| ctx.range32(&p("NopCount"), v, limits::NOP_COUNT))
             .transpose()?,
+        data_pdu_in_order: r.data_pdu_in_order.map(|b| b.0),
+        data_sequence_in_order: r.data_sequence_in_order.map(|b| b.0),
+        error_recovery_level: r
+            .error_recovery_level
+            .map(|v| {
+                ctx.range(&p("ErrorRecoveryLevel"), v, limits::ERROR_RECOVERY_LEVEL)
+                    .map(|v| v as u8)
+            })
+            .transpose()?,
+        default_time2wait: r
+            .default_time2wait
+            .map(|v| {
+                ctx.range(&p("DefaultTime2Wait"), v, limits::TIME2)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        default_time2retain: r
+            .default_time2retain
+            .map(|v| {
+                ctx.range(&p("DefaultTime2Retain"), v, limits::TIME2)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        max_connections: r
+            .max_connections
+            .map(|v| ctx.range32(&p("MaxConnections"), v, limits::MAX_CONNECTIONS))
+            .transpose()?,
+        max_xmit_data_segment_length: len(
+            "MaxXmitDataSegmentLength",
+            r.max_xmit_data_segment_length,
+        )?,
+    })
+    .and_then(|o| {
+        for (key, v) in [("IFMarker", r.if_marker), ("OFMarker", r.of_marker)] {
+            if v.is_some_and(|b| b.0) {
+                return Err(ctx.err(
+                    &p(key),
+                    "markers are not supported (RFC 7143 removed them); only No is accepted",
+                ));
+            }
+        }
+        Ok(o)
     })
 }
 
@@ -478,7 +616,13 @@ fn check_bursts(
     ))
 }
 
-fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<TargetConfig> {
+fn target(
+    ctx: &Ctx<'_>,
+    path: &str,
+    rt: RawTarget,
+    global: &IscsiParams,
+    accounts: &[Account],
+) -> R<TargetConfig> {
     validate_iscsi_name(&rt.iqn).map_err(|m| ctx.err(&format!("{path}.iqn"), m))?;
     let tid = rt
         .tid
@@ -535,6 +679,29 @@ fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<T
         }
         None => None,
     };
+    let driver = match &rt.driver {
+        Some(w) => Driver::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.driver"),
+                format!("must be iscsi or iser (got {:?})", w.0),
+            )
+        })?,
+        None => Driver::Iscsi,
+    };
+    let state = match &rt.state {
+        Some(w) => TargetState::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.state"),
+                format!("must be ready or offline (got {:?})", w.0),
+            )
+        })?,
+        None => TargetState::Ready,
+    };
+    let raw_auth = RawAuth {
+        incoming_users: rt.incoming_users.clone(),
+        outgoing_user: rt.outgoing_user.clone(),
+    };
+    let (incoming_users, outgoing_user) = auth(ctx, path, &raw_auth, accounts)?;
     let mut luns: Vec<LunConfig> = Vec::new();
     for (j, rl) in rt.luns.unwrap_or_default().into_iter().enumerate() {
         let lp = format!("{path}.luns[{j}]");
@@ -554,6 +721,10 @@ fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<T
         allow_initiators,
         allow_addresses,
         iscsi,
+        driver,
+        state,
+        incoming_users,
+        outgoing_user,
         luns,
     })
 }
@@ -590,6 +761,17 @@ fn ident(ctx: &Ctx<'_>, path: &str, v: Option<String>, max: usize) -> R<Option<S
 
 fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
     let lun = ctx.range(&format!("{p}.lun"), rl.lun, limits::LUN)?;
+    if let Some(w) = &rl.device_type {
+        if !w.0.trim().eq_ignore_ascii_case("disk") {
+            return Err(ctx.err(
+                &format!("{p}.device_type"),
+                format!(
+                    "device type {:?} is not supported; numatgt exports disks only (disk)",
+                    w.0
+                ),
+            ));
+        }
+    }
     if rl.path.is_empty() {
         return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
     }
@@ -664,6 +846,70 @@ fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             .cache
             .as_ref()
             .map(|w| ctx.cache_mode(&format!("{p}.cache"), w))
+            .transpose()?,
+        scsi_id: ident(ctx, &format!("{p}.scsi_id"), rl.scsi_id, limits::SCSI_ID)?,
+        sense_format: match &rl.sense_format {
+            None => SenseFormat::Fixed,
+            Some(w) => SenseFormat::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.sense_format"),
+                    format!("must be 0/fixed or 1/descriptor (got {:?})", w.0),
+                )
+            })?,
+        },
+        removable: rl.removable.is_some_and(|b| b.0),
+        thin_provisioning: rl.thin_provisioning.is_some_and(|b| b.0),
+        online: rl.online.is_none_or(|b| b.0),
+        bs_type: match &rl.bs_type {
+            None => BsType::Rdwr,
+            Some(w) => BsType::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.bs_type"),
+                    format!(
+                        "backing-store type {:?} is not supported; numatgt serves files and \
+                         block devices only (rdwr or aio)",
+                        w.0
+                    ),
+                )
+            })?,
+        },
+        bsoflags: match &rl.bsoflags {
+            None => BsOflags::default(),
+            Some(w) => BsOflags::parse(&w.0).map_err(|m| ctx.err(&format!("{p}.bsoflags"), m))?,
+        },
+        lbppbe: rl
+            .lbppbe
+            .map(|v| {
+                ctx.range(&format!("{p}.lbppbe"), v, limits::LBPPBE)
+                    .map(|v| v as u8)
+            })
+            .transpose()?,
+        la_lba: rl
+            .la_lba
+            .map(|v| {
+                ctx.range(&format!("{p}.la_lba"), v, limits::LA_LBA)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        optimal_xfer_gran: rl
+            .optimal_xfer_gran
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_gran"),
+                    v,
+                    limits::OPTIMAL_XFER_GRAN,
+                )
+            })
+            .transpose()?,
+        optimal_xfer_len: rl
+            .optimal_xfer_len
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_len"),
+                    v,
+                    limits::OPTIMAL_XFER_LEN,
+                )
+            })
             .transpose()?,
     })
 }
