@@ -21,6 +21,7 @@ mod names;
 mod net;
 mod raw;
 mod size;
+pub mod targets_conf;
 mod validate;
 
 pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
@@ -34,14 +35,44 @@ pub use model::{
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};
 pub use size::{format_size, parse_size};
+pub use targets_conf::Imported;
 pub use validate::limits;
 
 /// Parses and validates a configuration file's text. `source` is the file
 /// name used in error messages. An empty (or comments-only) text is the
 /// default configuration: portal `0.0.0.0:3260`, no targets.
 pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
+    parse_yaml(text, source)
+}
+
+/// Reads the configuration file at `path`: tgt's targets.conf syntax when the
+/// name ends in `.conf` or the text looks like it (its first meaningful line
+/// is a `<target ...>` block, an `include` or another targets.conf global
+/// directive), YAML otherwise. The warnings are the importer's plus
+/// [`Config::warnings`].
+pub fn load(path: &std::path::Path) -> Result<Imported, ConfigError> {
+    let name = path.display().to_string();
+    let is_conf = path.extension().is_some_and(|e| e == "conf");
+    if is_conf {
+        return targets_conf::import(path);
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&name, None, None, "", format!("cannot read: {e}")))?;
+    if targets_conf::looks_like_targets_conf(&text) {
+        return targets_conf::import_str(&text, path);
+    }
+    let config = parse_yaml(&text, &name)?;
+    let warnings = config.warnings();
+    Ok(Imported { config, warnings })
+}
+
+fn parse_yaml(text: &str, source: &str) -> Result<Config, ConfigError> {
     let raw: Option<raw::RawConfig> =
         serde_yaml::from_str(text).map_err(|e| ConfigError::from_yaml(text, source, &e))?;
-    let ctx = validate::Ctx { text, file: source };
+    let ctx = validate::Ctx {
+        text,
+        file: source,
+        conf: None,
+    };
     validate::build(&ctx, raw.unwrap_or_default())
 }

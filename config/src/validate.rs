@@ -72,13 +72,19 @@ pub mod limits {
 pub(crate) struct Ctx<'a> {
     pub text: &'a str,
     pub file: &'a str,
+    /// For an imported targets.conf: where each field path came from
+    /// (errors are then located there instead of in `text`).
+    pub conf: Option<&'a crate::targets_conf::Locations>,
 }
 
 type R<T> = Result<T, ConfigError>;
 
 impl Ctx<'_> {
     fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
-        ConfigError::at_path(self.text, self.file, path, msg)
+        match self.conf {
+            Some(l) => l.error(path, msg),
+            None => ConfigError::at_path(self.text, self.file, path, msg),
+        }
     }
 
     fn range(&self, path: &str, v: u64, (lo, hi): (u64, u64)) -> R<u64> {
