@@ -14,6 +14,7 @@
 //! clock. See `docs/configuration.md` for the file format.
 
 mod auth;
+mod diff;
 mod error;
 mod locate;
 mod model;
@@ -25,6 +26,7 @@ pub mod targets_conf;
 mod validate;
 
 pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
+pub use diff::{ConfigDiff, TargetChange, diff};
 pub use error::ConfigError;
 pub use model::{
     Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, DEFAULT_PORTAL,
