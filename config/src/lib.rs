@@ -10,8 +10,13 @@
 //! demo.yaml:14:9: targets[0].luns[1].block_size: must be 512 or 4096 (got 1000)
 //! ```
 //!
-//! This crate does no I/O: it opens no files, starts nothing and reads no
-//! clock. See `docs/configuration.md` for the file format.
+//! [`targets_conf`] imports tgt's `/etc/tgt/targets.conf` into the same model,
+//! [`load`] reads a file in either format, and [`diff`] compares two
+//! configurations for a reload.
+//!
+//! The only I/O is reading configuration files ([`load`], the targets.conf
+//! importer and its includes); [`parse`] reads nothing. Nothing is started, no
+//! clock or network is used. See `docs/configuration.md` for the file formats.
 
 mod auth;
 mod diff;

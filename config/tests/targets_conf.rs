@@ -390,6 +390,13 @@ iSNS On
         "{:?}",
         i.warnings
     );
+    let i = imp(
+        "Default_Driver iser\n<Target iqn.2026-11.org.example:t>\nController-Tid 4\nInitiator_Address 10.0.0.1\nNOP_INTERVAL 5\n</Target>\n",
+    );
+    let t = &i.config.targets[0];
+    assert_eq!((t.driver, t.tid), (Driver::Iser, Some(4)));
+    assert_eq!(t.allow_addresses.len(), 1);
+    assert_eq!(t.effective_iscsi(&i.config.iscsi).nop_interval, 5);
     let e = imp_err("default-driver iscsi\ndefault-driver iser\n");
     assert!(
         e.starts_with("/etc/tgt/targets.conf:2: default-driver: multiple"),

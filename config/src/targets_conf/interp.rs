@@ -258,7 +258,7 @@ impl Interp {
         // ignore-errors applies to the whole file wherever it is written.
         for n in nodes {
             if let Node::Directive { name, value, .. } = n {
-                if name.eq_ignore_ascii_case("ignore-errors") && flag(value) == Some(true) {
+                if norm(name) == "ignore-errors" && flag(value) == Some(true) {
                     self.ignore_errors = true;
                 }
             }
@@ -275,7 +275,7 @@ impl Interp {
                     arg,
                     children,
                     loc,
-                } if name.eq_ignore_ascii_case("target") => {
+                } if norm(name) == "target" => {
                     if arg.is_empty() {
                         self.fail(err_at(loc, "target", "<target> needs a target name"))?;
                         continue;
@@ -297,7 +297,7 @@ impl Interp {
                     self.fail(err_at(loc, name, msg))?;
                 }
                 Node::Directive { name, value, loc } => {
-                    let lname = name.to_ascii_lowercase();
+                    let lname = norm(name);
                     match lname.as_str() {
                         "default-driver" => {
                             if let Some((_, first)) = &default_driver {
@@ -397,9 +397,6 @@ impl Interp {
                 password: p.clone(),
             })
             .collect();
-        for (k, (_, _, loc)) in self.accounts.clone().iter().enumerate() {
-            self.locations.set(format!("accounts[{k}]"), loc, "account");
-        }
         Ok(RawConfig {
             accounts: (!accounts.is_empty()).then_some(accounts),
             discovery_auth: (!disc_in.is_empty() || disc_out.is_some()).then(|| RawAuth {
@@ -423,7 +420,7 @@ impl Interp {
             let mut tid = prev.saturating_add(1);
             for n in targets[i].2 {
                 if let Node::Directive { name, value, loc } = n {
-                    if name.eq_ignore_ascii_case("controller_tid") {
+                    if norm(name) == "controller-tid" {
                         match number(value) {
                             Ok(t) if t > 0 => {
                                 tid = t;
@@ -485,7 +482,7 @@ impl Interp {
                     children: inner,
                     loc: bloc,
                 } => {
-                    let lb = bname.to_ascii_lowercase();
+                    let lb = norm(bname);
                     if lb != "backing-store" && lb != "direct-store" {
                         let msg = format!(
                             "unknown block <{bname}> (expected <backing-store PATH> or <direct-store PATH>)"
@@ -537,7 +534,7 @@ impl Interp {
                     value,
                     loc: dloc,
                 } => {
-                    let lname = dname.to_ascii_lowercase();
+                    let lname = norm(dname);
                     if value.is_empty() {
                         self.fail(err_at(dloc, dname, "missing value"))?;
                         continue;
@@ -602,9 +599,9 @@ impl Interp {
                                 t.outgoing_user = Some(u);
                             }
                         }
-                        "controller_tid" | "controller-tid" => {}
-                        "nop_interval" | "nop-interval" | "nop_count" | "nop-count" => {
-                            let key = if lname.starts_with("nop_i") || lname.starts_with("nop-i") {
+                        "controller-tid" => {}
+                        "nop-interval" | "nop-count" => {
+                            let key = if lname == "nop-interval" {
                                 "NopInterval"
                             } else {
                                 "NopCount"
