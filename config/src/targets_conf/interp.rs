@@ -914,7 +914,11 @@ impl Interp {
         let r: R<()> = (|| {
             match key {
                 "write-cache" => match value.trim().to_ascii_lowercase().as_str() {
-                    "on" | "" => l.write_cache = Some(YesNo(true)),
+                    // tgt-admin runs no command for `on` (the default), so a
+                    // caching mode_page applied before it stays in force.
+                    "on" | "" => {
+                        l.write_cache.get_or_insert(YesNo(true));
+                    }
                     "off" => l.write_cache = Some(YesNo(false)),
                     _ => return Err(bad(format!("must be on or off (got {value:?})"))),
                 },
