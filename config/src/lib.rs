@@ -21,6 +21,7 @@
 mod auth;
 mod diff;
 mod error;
+mod kinds;
 mod locate;
 mod model;
 mod names;
@@ -29,6 +30,7 @@ mod raw;
 mod size;
 pub mod targets_conf;
 mod validate;
+mod validate_auth;
 
 pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
 pub use diff::{ConfigDiff, TargetChange, diff};

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::auth::check_chap_field;
 use crate::error::ConfigError;
 use crate::model::{
     Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, Digest, DirtyLimit,
@@ -16,10 +15,11 @@ use crate::model::{
 use crate::names::validate_iscsi_name;
 use crate::net::parse_portal_addr;
 use crate::raw::{
-    List, RawAccount, RawAuth, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter,
-    RawTarget, Scalar, Word,
+    List, RawAuth, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter, RawTarget, Scalar,
+    Word,
 };
 use crate::size::{format_size, parse_size};
+use crate::validate_auth::{accounts, auth};
 
 /// Bounds of the configurable values.
 pub mod limits {
@@ -77,10 +77,10 @@ pub(crate) struct Ctx<'a> {
     pub conf: Option<&'a crate::targets_conf::Locations>,
 }
 
-type R<T> = Result<T, ConfigError>;
+pub(crate) type R<T> = Result<T, ConfigError>;
 
 impl Ctx<'_> {
-    fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
+    pub(crate) fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
         match self.conf {
             Some(l) => l.error(path, msg),
             None => ConfigError::at_path(self.text, self.file, path, msg),
@@ -207,67 +207,6 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         discovery_auth,
         targets,
     })
-}
-
-/// `accounts:`: unique user names, well-formed names and secrets.
-fn accounts(ctx: &Ctx<'_>, raw: Vec<RawAccount>) -> R<Vec<Account>> {
-    let mut out: Vec<Account> = Vec::new();
-    for (i, a) in raw.into_iter().enumerate() {
-        let p = format!("accounts[{i}]");
-        check_chap_field("a user name", &a.user).map_err(|m| ctx.err(&format!("{p}.user"), m))?;
-        check_chap_field("a CHAP secret", &a.password)
-            .map_err(|m| ctx.err(&format!("{p}.password"), m))?;
-        if let Some(k) = out.iter().position(|o| o.user == a.user) {
-            return Err(ctx.err(
-                &format!("{p}.user"),
-                format!(
-                    "duplicate account {:?}, already defined by accounts[{k}]",
-                    a.user
-                ),
-            ));
-        }
-        out.push(Account {
-            user: a.user,
-            password: a.password,
-        });
-    }
-    Ok(out)
-}
-
-/// `incoming_users` / `outgoing_user` at `base` (a target or `discovery_auth`):
-/// every user must be an account, listed once.
-fn auth(
-    ctx: &Ctx<'_>,
-    base: &str,
-    a: &RawAuth,
-    accounts: &[Account],
-) -> R<(Vec<String>, Option<String>)> {
-    let known = |path: &str, u: &str| -> R<()> {
-        if accounts.iter().any(|x| x.user == u) {
-            Ok(())
-        } else {
-            Err(ctx.err(
-                path,
-                format!("no account {u:?} (define it under accounts: with a user and password)"),
-            ))
-        }
-    };
-    let mut incoming: Vec<String> = Vec::new();
-    if let Some(l) = &a.incoming_users {
-        let p = format!("{base}.incoming_users");
-        for (j, u) in l.items.iter().enumerate() {
-            let ip = item_path(&p, l, j);
-            known(&ip, u)?;
-            if incoming.contains(u) {
-                return Err(ctx.err(&ip, format!("user {u:?} is listed twice")));
-            }
-            incoming.push(u.clone());
-        }
-    }
-    if let Some(u) = &a.outgoing_user {
-        known(&format!("{base}.outgoing_user"), u)?;
-    }
-    Ok((incoming, a.outgoing_user.clone()))
 }
 
 /// The `cache:` section: each value in its range, then the rules between them
@@ -735,7 +674,7 @@ fn target(
     })
 }
 
-fn item_path(p: &str, l: &List, j: usize) -> String {
+pub(crate) fn item_path(p: &str, l: &List, j: usize) -> String {
     if l.single {
         p.to_string()
     } else {

@@ -9,6 +9,7 @@
 mod glob;
 mod interp;
 mod locations;
+mod luns;
 mod syntax;
 
 use std::path::Path;
