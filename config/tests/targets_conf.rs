@@ -310,7 +310,10 @@ fn every_lun_directive_and_target_defaults() {
     assert_eq!(b.serial.as_deref(), Some("sn-1-2"));
     assert!(b.bsoflags.direct && !b.bsoflags.sync);
     assert_eq!(b.bs_type, BsType::Rdwr);
-    for w in ["bsopts: ignored", "allow-in-use: ignored"] {
+    for w in [
+        "bsopts: bsopts is ignored",
+        "allow-in-use: allow-in-use is ignored",
+    ] {
         assert!(
             i.warnings.iter().any(|x| x.contains(w)),
             "{w}: {:?}",
@@ -794,4 +797,30 @@ fn example_file_imports() {
     assert!(l.thin_provisioning && l.bsoflags.direct);
     assert_eq!(c.discovery_auth.incoming_users, vec!["discover"]);
     round_trips(c);
+}
+
+#[test]
+fn remaining_directives() {
+    let i = imp("\
+<target iqn.2026-11.org.example:t>
+    MaxQueueCmd 64
+    OFMarkInt 2048
+    <backing-store /a>
+        rotation_rate 1
+        params online=0,readonly=yes,rotation_rate=7200
+    </backing-store>
+</target>
+<target iqn.2026-11.org.example:t>
+</target>
+ignore-errors yes
+");
+    let t = &i.config.targets[0];
+    assert_eq!(t.effective_iscsi(&i.config.iscsi).max_queued_commands, 64);
+    assert!(!t.luns[0].online && t.luns[0].readonly);
+    let w = i.warnings.join("\n");
+    assert!(w.contains("OFMarkInt: ignored"), "{w}");
+    assert_eq!(w.matches("rotation_rate is ignored").count(), 2, "{w}");
+    assert!(w.contains(":6: params: rotation_rate is ignored"), "{w}");
+    assert!(w.contains(":9: target: duplicate target"), "{w}");
+    assert_eq!(i.config.targets.len(), 1);
 }

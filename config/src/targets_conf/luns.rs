@@ -222,14 +222,18 @@ impl Interp {
             "bsopts" => self.warn(
                 &set.loc,
                 &set.name,
-                "ignored: only rbd/glfs backing stores use bsopts",
+                "bsopts is ignored: only rbd/glfs backing stores use it",
             ),
             "allow-in-use" => self.warn(
                 &set.loc,
                 &set.name,
-                "ignored: numatgt does not check whether a backing store is in use",
+                "allow-in-use is ignored: numatgt does not check whether a backing store is in use",
             ),
-            "rotation_rate" => self.warn(&set.loc, &set.name, "ignored: not supported"),
+            "rotation_rate" => self.warn(
+                &set.loc,
+                &set.name,
+                "rotation_rate is ignored: not supported",
+            ),
             "mode_page" => self.mode_page(l, lp, value, set)?,
             "params" => self.params(l, lp, tid, lun, value, set)?,
             "write-cache" => at(self, "write_cache"),
