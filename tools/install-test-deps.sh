@@ -8,6 +8,8 @@
 #   these machines comes from bookworm-backports, so it is taken from there too
 # - qemu-system-x86 + linux-image-amd64 (backports, 6.12) + busybox-static ...: the VM test
 # - libhwloc-dev libudev-dev pkg-config: to build the cache crate (hwlocality)
+# - systemd (same version as the installed libsystemd0): systemd-analyze, to verify the
+#   shipped unit file
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -21,7 +23,7 @@ BOOKWORM_PKGS=(libiscsi-bin tgt libhwloc-dev pkg-config busybox-static cpio
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)
-MATCHED_DEV=(libudev1:libudev-dev)
+MATCHED_DEV=(libudev1:libudev-dev libsystemd0:systemd)
 
 installed() { # PKG -> 0 if dpkg has it fully installed
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

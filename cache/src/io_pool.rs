@@ -1,7 +1,8 @@
 //! Per-node I/O worker pools: threads bound to one node's CPUs that run blocking backing-store
 //! calls (pread/pwrite/fdatasync) submitted by event threads, so that no event thread ever
 //! blocks on a disk. The queue is bounded only by the callers' task limits (each session's
-//! CmdSN window bounds its outstanding commands).
+//! CmdSN window bounds its outstanding commands). Jobs are any [`IoJob`] type: a boxed
+//! closure, or a server's own enum of requests, which submits without allocating.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,23 +14,34 @@ use crate::topology::{Node, bind_current_thread};
 /// One unit of blocking work; it reports its own completion (e.g. a channel + waker).
 pub type IoRequest = Box<dyn FnOnce() + Send + 'static>;
 
-struct Shared {
-    queue: Mutex<VecDeque<IoRequest>>,
+/// Work a pool's workers can run.
+pub trait IoJob: Send + 'static {
+    fn run(self);
+}
+
+impl IoJob for IoRequest {
+    fn run(self) {
+        self()
+    }
+}
+
+struct Shared<J> {
+    queue: Mutex<VecDeque<J>>,
     ready: Condvar,
     stop: AtomicBool,
     queued: AtomicUsize,
 }
 
 /// The I/O workers of one node.
-pub struct IoPool {
-    shared: Arc<Shared>,
+pub struct IoPool<J: IoJob = IoRequest> {
+    shared: Arc<Shared<J>>,
     workers: Vec<JoinHandle<()>>,
     node: usize,
 }
 
-impl IoPool {
+impl<J: IoJob> IoPool<J> {
     /// Start `threads` workers bound to `node`'s CPUs.
-    pub fn start(node: &Node, threads: usize) -> std::io::Result<IoPool> {
+    pub fn start(node: &Node, threads: usize) -> std::io::Result<IoPool<J>> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
@@ -57,7 +69,7 @@ impl IoPool {
     }
 
     /// Queue a request; a worker of this node runs it.
-    pub fn submit(&self, req: IoRequest) {
+    pub fn submit(&self, req: J) {
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         match self.shared.queue.lock() {
             Ok(mut q) => q.push_back(req),
@@ -89,13 +101,13 @@ impl IoPool {
     }
 }
 
-impl Drop for IoPool {
+impl<J: IoJob> Drop for IoPool<J> {
     fn drop(&mut self) {
         self.stop_and_join();
     }
 }
 
-fn worker(shared: &Shared) {
+fn worker<J: IoJob>(shared: &Shared<J>) {
     loop {
         let job = {
             let mut q = match shared.queue.lock() {
@@ -117,7 +129,7 @@ fn worker(shared: &Shared) {
         };
         let Some(job) = job else { return };
         // a panicking job must not take the worker (and every later request) with it
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
             tracing::error!("an I/O request panicked; the worker continues");
         }
         shared.queued.fetch_sub(1, Ordering::Relaxed);
@@ -136,7 +148,7 @@ mod tests {
             os_index: 0,
             cpus: vec![0],
         };
-        let pool = IoPool::start(&node, 3).expect("start");
+        let pool: IoPool = IoPool::start(&node, 3).expect("start");
         let (tx, rx) = mpsc::channel();
         for i in 0..100u32 {
             let tx = tx.clone();
@@ -157,7 +169,7 @@ mod tests {
             os_index: 0,
             cpus: vec![0],
         };
-        let pool = IoPool::start(&node, 1).expect("start");
+        let pool: IoPool = IoPool::start(&node, 1).expect("start");
         pool.submit(Box::new(|| panic!("boom")));
         let (tx, rx) = mpsc::channel();
         pool.submit(Box::new(move || {

@@ -20,7 +20,7 @@ pub use backing::{BackingError, BackingStore, OpenOptions as BackingOptions};
 pub use block_cache::{BlockCache, CacheConfig, CacheError, DirtyScan};
 pub use counters::{CounterSnapshot, NodeCounters};
 pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};
-pub use io_pool::{IoPool, IoRequest};
+pub use io_pool::{IoJob, IoPool, IoRequest};
 pub use partition::{
     BlockKey, BlockRef, DirtyProbe, DirtyRange, Fill, FillRaced, FillRun, Lookup, Partition,
     PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,

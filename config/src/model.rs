@@ -8,6 +8,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+pub use crate::auth::{Account, DiscoveryAuth};
+pub use crate::kinds::{BsOflags, BsType, Driver, SenseFormat, TargetState};
 pub use crate::net::AddressRule;
 
 /// Default portal when the file lists none: all IPv4 addresses, port 3260.
@@ -34,6 +36,11 @@ pub struct Config {
     pub cache: CacheSettings,
     /// The affinity router (`router:`).
     pub router: RouterSettings,
+    /// CHAP accounts (`accounts:`), referenced by name from targets and
+    /// `discovery_auth`.
+    pub accounts: Vec<Account>,
+    /// CHAP for discovery sessions (`discovery_auth:`).
+    pub discovery_auth: DiscoveryAuth,
     pub targets: Vec<TargetConfig>,
 }
 
@@ -47,6 +54,8 @@ impl Default for Config {
             iscsi: IscsiParams::default(),
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
+            accounts: Vec::new(),
+            discovery_auth: DiscoveryAuth::default(),
             targets: Vec::new(),
         }
     }
@@ -78,19 +87,30 @@ impl Config {
             iscsi: IscsiParams::default(),
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
+            accounts: Vec::new(),
+            discovery_auth: DiscoveryAuth::default(),
             targets: vec![TargetConfig {
-                iqn: DEMO_IQN.to_string(),
-                tid: None,
-                alias: None,
-                allow_initiators: Vec::new(),
-                allow_addresses: Vec::new(),
-                iscsi: None,
                 luns: vec![LunConfig {
                     create_size: Some(DEMO_SIZE),
                     ..LunConfig::new(1, state_dir.join(DEMO_IMAGE))
                 }],
+                ..TargetConfig::new(DEMO_IQN)
             }],
         }
+    }
+
+    /// The account called `user`.
+    pub fn account(&self, user: &str) -> Option<&Account> {
+        self.accounts.iter().find(|a| a.user == user)
+    }
+
+    /// Advisories about a valid configuration that tgtd would also accept
+    /// (today: CHAP secrets shorter than 12 bytes). The daemon logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        self.accounts
+            .iter()
+            .filter_map(|a| crate::auth::secret_advice(&a.user, &a.password))
+            .collect()
     }
 
     /// The target named `iqn` (iSCSI names compare case-insensitively).
@@ -365,6 +385,22 @@ pub struct IscsiParams {
     pub nop_interval: u32,
     /// `NopCount`: unanswered pings before dropping the connection, 0 = never (default). 0..=65535.
     pub nop_count: u32,
+    /// `DataPDUInOrder`, default true.
+    pub data_pdu_in_order: bool,
+    /// `DataSequenceInOrder`, default true.
+    pub data_sequence_in_order: bool,
+    /// `ErrorRecoveryLevel`: 0..=2, default 0.
+    pub error_recovery_level: u8,
+    /// `DefaultTime2Wait`: seconds, 0..=3600, default 2.
+    pub default_time2wait: u16,
+    /// `DefaultTime2Retain`: seconds, 0..=3600, default 20.
+    pub default_time2retain: u16,
+    /// `MaxConnections`: per session, 1..=65535, default 1.
+    pub max_connections: u32,
+    /// `MaxXmitDataSegmentLength`: largest data segment the target sends,
+    /// further limited by the initiator's MaxRecvDataSegmentLength;
+    /// `None` (default) = only the initiator's limit. 512..=16777215.
+    pub max_xmit_data_segment_length: Option<u32>,
 }
 
 impl Default for IscsiParams {
@@ -381,6 +417,13 @@ impl Default for IscsiParams {
             max_queued_commands: 128,
             nop_interval: 0,
             nop_count: 0,
+            data_pdu_in_order: true,
+            data_sequence_in_order: true,
+            error_recovery_level: 0,
+            default_time2wait: 2,
+            default_time2retain: 20,
+            max_connections: 1,
+            max_xmit_data_segment_length: None,
         }
     }
 }
@@ -408,6 +451,17 @@ impl IscsiParams {
             max_queued_commands: o.max_queued_commands.unwrap_or(self.max_queued_commands),
             nop_interval: o.nop_interval.unwrap_or(self.nop_interval),
             nop_count: o.nop_count.unwrap_or(self.nop_count),
+            data_pdu_in_order: o.data_pdu_in_order.unwrap_or(self.data_pdu_in_order),
+            data_sequence_in_order: o
+                .data_sequence_in_order
+                .unwrap_or(self.data_sequence_in_order),
+            error_recovery_level: o.error_recovery_level.unwrap_or(self.error_recovery_level),
+            default_time2wait: o.default_time2wait.unwrap_or(self.default_time2wait),
+            default_time2retain: o.default_time2retain.unwrap_or(self.default_time2retain),
+            max_connections: o.max_connections.unwrap_or(self.max_connections),
+            max_xmit_data_segment_length: o
+                .max_xmit_data_segment_length
+                .or(self.max_xmit_data_segment_length),
         }
     }
 }
@@ -427,6 +481,20 @@ pub struct IscsiParamsOverride {
     pub max_queued_commands: Option<u32>,
     pub nop_interval: Option<u32>,
     pub nop_count: Option<u32>,
+    pub data_pdu_in_order: Option<bool>,
+    pub data_sequence_in_order: Option<bool>,
+    pub error_recovery_level: Option<u8>,
+    pub default_time2wait: Option<u16>,
+    pub default_time2retain: Option<u16>,
+    pub max_connections: Option<u32>,
+    pub max_xmit_data_segment_length: Option<u32>,
+}
+
+impl IscsiParamsOverride {
+    /// True when no value is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == IscsiParamsOverride::default()
+    }
 }
 
 /// One exported target.
@@ -444,10 +512,35 @@ pub struct TargetConfig {
     pub allow_addresses: Vec<AddressRule>,
     /// Overrides of the global `iscsi` values for this target.
     pub iscsi: Option<IscsiParamsOverride>,
+    /// `iscsi` (default) or `iser`.
+    pub driver: Driver,
+    /// `ready` (default) or `offline`.
+    pub state: TargetState,
+    /// CHAP accounts an initiator may log in as; empty = no CHAP required.
+    pub incoming_users: Vec<String>,
+    /// CHAP account the target answers with (mutual CHAP).
+    pub outgoing_user: Option<String>,
     pub luns: Vec<LunConfig>,
 }
 
 impl TargetConfig {
+    /// A target called `iqn` with no LUNs, open to all, every other field at its default.
+    pub fn new(iqn: &str) -> Self {
+        TargetConfig {
+            iqn: iqn.to_string(),
+            tid: None,
+            alias: None,
+            allow_initiators: Vec::new(),
+            allow_addresses: Vec::new(),
+            iscsi: None,
+            driver: Driver::Iscsi,
+            state: TargetState::Ready,
+            incoming_users: Vec::new(),
+            outgoing_user: None,
+            luns: Vec::new(),
+        }
+    }
+
     /// True when an initiator called `initiator_name` connecting from `addr`
     /// passes both ACL lists (names compare ASCII-case-insensitively; an
     /// IPv4-mapped IPv6 address matches IPv4 rules).
@@ -499,10 +592,32 @@ pub struct LunConfig {
     pub product_id: Option<String>,
     /// INQUIRY product revision override, 1..=4 printable ASCII.
     pub product_rev: Option<String>,
-    /// Unit serial number override, 1..=36 printable ASCII.
+    /// Unit serial number override (`serial`, alias `scsi_sn`), 1..=36 printable ASCII.
     pub serial: Option<String>,
     /// `cache:` this LUN's cache mode; `None` = the global `cache.mode`.
     pub cache: Option<CacheMode>,
+    /// Device identification (VPD page 0x83) override, 1..=24 printable ASCII (tgt's `scsi_id`).
+    pub scsi_id: Option<String>,
+    /// Sense data format (default fixed).
+    pub sense_format: SenseFormat,
+    /// Report removable media (INQUIRY RMB). Default false.
+    pub removable: bool,
+    /// Thin provisioned: UNMAP / WRITE SAME unmap and the LBP VPD page. Default false.
+    pub thin_provisioning: bool,
+    /// Online (default true); an offline LUN answers NOT READY.
+    pub online: bool,
+    /// tgt backing-store type (`rdwr` default, `aio`).
+    pub bs_type: BsType,
+    /// tgt `bsoflags` as configured (O_DIRECT / O_SYNC).
+    pub bsoflags: BsOflags,
+    /// Logical blocks per physical block exponent (READ CAPACITY 16), 0..=15.
+    pub lbppbe: Option<u8>,
+    /// Lowest aligned LBA (READ CAPACITY 16), 0..=16383.
+    pub la_lba: Option<u16>,
+    /// Optimal transfer length granularity in blocks (Block Limits VPD).
+    pub optimal_xfer_gran: Option<u32>,
+    /// Optimal transfer length in blocks (Block Limits VPD).
+    pub optimal_xfer_len: Option<u32>,
 }
 
 impl LunConfig {
@@ -520,6 +635,17 @@ impl LunConfig {
             product_rev: None,
             serial: None,
             cache: None,
+            scsi_id: None,
+            sense_format: SenseFormat::Fixed,
+            removable: false,
+            thin_provisioning: false,
+            online: true,
+            bs_type: BsType::Rdwr,
+            bsoflags: BsOflags::default(),
+            lbppbe: None,
+            la_lba: None,
+            optimal_xfer_gran: None,
+            optimal_xfer_len: None,
         }
     }
 

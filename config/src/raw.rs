@@ -11,11 +11,11 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    CacheSettings, Config, Digest, DirtyLimit, IscsiParams, IscsiParamsOverride, LunConfig,
-    PortalConfig, RouterSettings, TargetConfig,
+    BsOflags, BsType, CacheSettings, Config, Digest, DirtyLimit, DiscoveryAuth, IscsiParams,
+    IscsiParamsOverride, LunConfig, PortalConfig, RouterSettings, SenseFormat, TargetConfig,
 };
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,10 +31,30 @@ pub(crate) struct RawConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<RawRouter>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounts: Option<Vec<RawAccount>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery_auth: Option<RawAuth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub targets: Option<Vec<RawTarget>>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccount {
+    pub user: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming_users: Option<List>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outgoing_user: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCache {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,7 +75,7 @@ pub(crate) struct RawCache {
     pub read_ahead: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRouter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,7 +86,7 @@ pub(crate) struct RawRouter {
     pub enabled: Option<YesNo>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPortal {
     pub address: String,
@@ -76,14 +96,14 @@ pub(crate) struct RawPortal {
     pub nop_count: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNuma {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<Scalar>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawThreads {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,7 +112,7 @@ pub(crate) struct RawThreads {
     pub io_threads: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawIscsi {
     #[serde(
@@ -157,9 +177,57 @@ pub(crate) struct RawIscsi {
     pub nop_interval: Option<u64>,
     #[serde(rename = "NopCount", default, skip_serializing_if = "Option::is_none")]
     pub nop_count: Option<u64>,
+    #[serde(
+        rename = "DataPDUInOrder",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data_pdu_in_order: Option<YesNo>,
+    #[serde(
+        rename = "DataSequenceInOrder",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data_sequence_in_order: Option<YesNo>,
+    #[serde(
+        rename = "ErrorRecoveryLevel",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error_recovery_level: Option<u64>,
+    #[serde(
+        rename = "DefaultTime2Wait",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub default_time2wait: Option<u64>,
+    #[serde(
+        rename = "DefaultTime2Retain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub default_time2retain: Option<u64>,
+    #[serde(
+        rename = "MaxConnections",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_connections: Option<u64>,
+    #[serde(
+        rename = "MaxXmitDataSegmentLength",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_xmit_data_segment_length: Option<u64>,
+    /// Accepted only as `No` (markers were removed from iSCSI); not stored.
+    #[serde(rename = "IFMarker", default, skip_serializing_if = "Option::is_none")]
+    pub if_marker: Option<YesNo>,
+    /// Accepted only as `No`; not stored.
+    #[serde(rename = "OFMarker", default, skip_serializing_if = "Option::is_none")]
+    pub of_marker: Option<YesNo>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTarget {
     pub iqn: String,
@@ -172,10 +240,18 @@ pub(crate) struct RawTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi: Option<RawIscsi>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming_users: Option<List>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outgoing_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub luns: Option<Vec<RawLun>>,
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAllow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,7 +260,7 @@ pub(crate) struct RawAllow {
     pub addresses: Option<List>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLun {
     pub lun: u64,
@@ -203,10 +279,35 @@ pub(crate) struct RawLun {
     pub product_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_rev: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, alias = "scsi_sn", skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scsi_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sense_format: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removable: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thin_provisioning: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online: Option<YesNo>,
+    /// Only `disk` is accepted; not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bs_type: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bsoflags: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lbppbe: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub la_lba: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimal_xfer_gran: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimal_xfer_len: Option<u64>,
 }
 
 /// A scalar that may be written as a number or a word (`auto`, `1G`).
@@ -303,15 +404,22 @@ impl<'de> Deserialize<'de> for YesNo {
         impl Visitor<'_> for V {
             type Value = YesNo;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("true/false or Yes/No")
+                f.write_str("true/false, Yes/No or 1/0")
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<YesNo, E> {
                 Ok(YesNo(v))
             }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<YesNo, E> {
+                match v {
+                    0 => Ok(YesNo(false)),
+                    1 => Ok(YesNo(true)),
+                    _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &self)),
+                }
+            }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<YesNo, E> {
                 match v.trim().to_ascii_lowercase().as_str() {
-                    "yes" | "on" | "true" => Ok(YesNo(true)),
-                    "no" | "off" | "false" => Ok(YesNo(false)),
+                    "yes" | "on" | "true" | "1" => Ok(YesNo(true)),
+                    "no" | "off" | "false" | "0" => Ok(YesNo(false)),
                     _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
                 }
             }
@@ -393,6 +501,13 @@ fn raw_iscsi(p: &IscsiParams) -> RawIscsi {
         max_queued_commands: Some(p.max_queued_commands),
         nop_interval: Some(p.nop_interval),
         nop_count: Some(p.nop_count),
+        data_pdu_in_order: Some(p.data_pdu_in_order),
+        data_sequence_in_order: Some(p.data_sequence_in_order),
+        error_recovery_level: Some(p.error_recovery_level),
+        default_time2wait: Some(p.default_time2wait),
+        default_time2retain: Some(p.default_time2retain),
+        max_connections: Some(p.max_connections),
+        max_xmit_data_segment_length: p.max_xmit_data_segment_length,
     })
 }
 
@@ -409,6 +524,15 @@ fn raw_override(o: &IscsiParamsOverride) -> RawIscsi {
         max_queued_commands: o.max_queued_commands.map(u64::from),
         nop_interval: o.nop_interval.map(u64::from),
         nop_count: o.nop_count.map(u64::from),
+        data_pdu_in_order: o.data_pdu_in_order.map(YesNo),
+        data_sequence_in_order: o.data_sequence_in_order.map(YesNo),
+        error_recovery_level: o.error_recovery_level.map(u64::from),
+        default_time2wait: o.default_time2wait.map(u64::from),
+        default_time2retain: o.default_time2retain.map(u64::from),
+        max_connections: o.max_connections.map(u64::from),
+        max_xmit_data_segment_length: o.max_xmit_data_segment_length.map(u64::from),
+        if_marker: None,
+        of_marker: None,
     }
 }
 
@@ -435,7 +559,23 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         product_rev: l.product_rev.clone(),
         serial: l.serial.clone(),
         cache: l.cache.map(|m| Word(m.as_str().to_string())),
+        scsi_id: l.scsi_id.clone(),
+        sense_format: (l.sense_format != SenseFormat::Fixed).then(|| word(l.sense_format.as_str())),
+        removable: l.removable.then_some(YesNo(true)),
+        thin_provisioning: l.thin_provisioning.then_some(YesNo(true)),
+        online: (!l.online).then_some(YesNo(false)),
+        device_type: None,
+        bs_type: (l.bs_type != BsType::Rdwr).then(|| word(l.bs_type.as_str())),
+        bsoflags: (l.bsoflags != BsOflags::default()).then(|| Word(l.bsoflags.as_string())),
+        lbppbe: l.lbppbe.map(u64::from),
+        la_lba: l.la_lba.map(u64::from),
+        optimal_xfer_gran: l.optimal_xfer_gran.map(u64::from),
+        optimal_xfer_len: l.optimal_xfer_len.map(u64::from),
     }
+}
+
+fn word(s: &str) -> Word {
+    Word(s.to_string())
 }
 
 /// A size in its short form (`64K`), or a plain number when it has no unit,
@@ -492,7 +632,20 @@ fn raw_target(t: &TargetConfig) -> RawTarget {
             }),
         }),
         iscsi: t.iscsi.as_ref().map(raw_override),
+        driver: Some(word(t.driver.as_str())),
+        state: Some(word(t.state.as_str())),
+        incoming_users: (!t.incoming_users.is_empty())
+            .then(|| list(t.incoming_users.iter().cloned())),
+        outgoing_user: t.outgoing_user.clone(),
         luns: Some(t.luns.iter().map(raw_lun).collect()),
+    }
+}
+
+fn raw_auth(a: &DiscoveryAuth) -> RawAuth {
+    RawAuth {
+        incoming_users: (!a.incoming_users.is_empty())
+            .then(|| list(a.incoming_users.iter().cloned())),
+        outgoing_user: a.outgoing_user.clone(),
     }
 }
 
@@ -516,6 +669,17 @@ pub(crate) fn to_yaml(c: &Config) -> String {
         iscsi: Some(raw_iscsi(&c.iscsi)),
         cache: Some(raw_cache(&c.cache)),
         router: Some(raw_router(&c.router)),
+        accounts: (!c.accounts.is_empty()).then(|| {
+            c.accounts
+                .iter()
+                .map(|a| RawAccount {
+                    user: a.user.clone(),
+                    password: a.password.clone(),
+                })
+                .collect()
+        }),
+        discovery_auth: (c.discovery_auth != DiscoveryAuth::default())
+            .then(|| raw_auth(&c.discovery_auth)),
         targets: Some(c.targets.iter().map(raw_target).collect()),
     };
     // Serialising these plain structures cannot fail; keep a readable fallback anyway.

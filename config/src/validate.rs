@@ -8,16 +8,18 @@ use std::path::PathBuf;
 
 use crate::error::ConfigError;
 use crate::model::{
-    AddressRule, CacheMode, CacheSettings, Config, Digest, DirtyLimit, IscsiParams,
-    IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, RouterSettings, TargetConfig,
-    ThreadConfig, default_portal_addr,
+    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, Digest, DirtyLimit,
+    DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig,
+    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig, default_portal_addr,
 };
 use crate::names::validate_iscsi_name;
 use crate::net::parse_portal_addr;
 use crate::raw::{
-    List, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter, RawTarget, Scalar, Word,
+    List, RawAuth, RawCache, RawConfig, RawIscsi, RawLun, RawPortal, RawRouter, RawTarget, Scalar,
+    Word,
 };
 use crate::size::{format_size, parse_size};
+use crate::validate_auth::{accounts, auth};
 
 /// Bounds of the configurable values.
 pub mod limits {
@@ -37,6 +39,20 @@ pub mod limits {
     pub const PRODUCT_REV: usize = 4;
     pub const SERIAL: usize = 36;
     pub const ALIAS: usize = 255;
+    /// tgt's `scsi_id` (SCSI_ID_LEN).
+    pub const SCSI_ID: usize = 24;
+    pub const ERROR_RECOVERY_LEVEL: (u64, u64) = (0, 2);
+    /// `DefaultTime2Wait` / `DefaultTime2Retain`, seconds (RFC 7143 §13.15-16).
+    pub const TIME2: (u64, u64) = (0, 3600);
+    pub const MAX_CONNECTIONS: (u64, u64) = (1, 65_535);
+    /// Logical blocks per physical block exponent (4 bits).
+    pub const LBPPBE: (u64, u64) = (0, 15);
+    /// Lowest aligned LBA (14 bits).
+    pub const LA_LBA: (u64, u64) = (0, 16_383);
+    /// Block Limits VPD optimal transfer granularity (16 bits).
+    pub const OPTIMAL_XFER_GRAN: (u64, u64) = (0, 65_535);
+    /// Block Limits VPD optimal transfer length (32 bits).
+    pub const OPTIMAL_XFER_LEN: (u64, u64) = (0, 4_294_967_295);
     /// `cache.block_size`: a power of two in 4 KiB ..= 1 MiB.
     pub const CACHE_BLOCK_SIZE: (u64, u64) = (4096, 1 << 20);
     /// `cache.group_blocks`: a power of two.
@@ -56,13 +72,19 @@ pub mod limits {
 pub(crate) struct Ctx<'a> {
     pub text: &'a str,
     pub file: &'a str,
+    /// For an imported targets.conf: where each field path came from
+    /// (errors are then located there instead of in `text`).
+    pub conf: Option<&'a crate::targets_conf::Locations>,
 }
 
-type R<T> = Result<T, ConfigError>;
+pub(crate) type R<T> = Result<T, ConfigError>;
 
 impl Ctx<'_> {
-    fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
-        ConfigError::at_path(self.text, self.file, path, msg)
+    pub(crate) fn err(&self, path: &str, msg: impl Into<String>) -> ConfigError {
+        match self.conf {
+            Some(l) => l.error(path, msg),
+            None => ConfigError::at_path(self.text, self.file, path, msg),
+        }
     }
 
     fn range(&self, path: &str, v: u64, (lo, hi): (u64, u64)) -> R<u64> {
@@ -152,9 +174,26 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
     };
     let cache = cache(ctx, raw.cache.as_ref())?;
     let router = router(ctx, raw.router.as_ref())?;
+    let accounts = accounts(ctx, raw.accounts.unwrap_or_default())?;
+    let discovery_auth = match &raw.discovery_auth {
+        Some(a) => {
+            let (incoming_users, outgoing_user) = auth(ctx, "discovery_auth", a, &accounts)?;
+            DiscoveryAuth {
+                incoming_users,
+                outgoing_user,
+            }
+        }
+        None => DiscoveryAuth::default(),
+    };
     let mut targets = Vec::new();
     for (i, rt) in raw.targets.unwrap_or_default().into_iter().enumerate() {
-        targets.push(target(ctx, &format!("targets[{i}]"), rt, &iscsi)?);
+        targets.push(target(
+            ctx,
+            &format!("targets[{i}]"),
+            rt,
+            &iscsi,
+            &accounts,
+        )?);
     }
     cross_checks(ctx, &targets)?;
     Ok(Config {
@@ -164,6 +203,8 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         iscsi,
         cache,
         router,
+        accounts,
+        discovery_auth,
         targets,
     })
 }
@@ -449,6 +490,48 @@ fn iscsi_override(ctx: &Ctx<'_>, base: &str, r: &RawIscsi) -> R<IscsiParamsOverr
             .nop_count
             .map(|v| ctx.range32(&p("NopCount"), v, limits::NOP_COUNT))
             .transpose()?,
+        data_pdu_in_order: r.data_pdu_in_order.map(|b| b.0),
+        data_sequence_in_order: r.data_sequence_in_order.map(|b| b.0),
+        error_recovery_level: r
+            .error_recovery_level
+            .map(|v| {
+                ctx.range(&p("ErrorRecoveryLevel"), v, limits::ERROR_RECOVERY_LEVEL)
+                    .map(|v| v as u8)
+            })
+            .transpose()?,
+        default_time2wait: r
+            .default_time2wait
+            .map(|v| {
+                ctx.range(&p("DefaultTime2Wait"), v, limits::TIME2)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        default_time2retain: r
+            .default_time2retain
+            .map(|v| {
+                ctx.range(&p("DefaultTime2Retain"), v, limits::TIME2)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        max_connections: r
+            .max_connections
+            .map(|v| ctx.range32(&p("MaxConnections"), v, limits::MAX_CONNECTIONS))
+            .transpose()?,
+        max_xmit_data_segment_length: len(
+            "MaxXmitDataSegmentLength",
+            r.max_xmit_data_segment_length,
+        )?,
+    })
+    .and_then(|o| {
+        for (key, v) in [("IFMarker", r.if_marker), ("OFMarker", r.of_marker)] {
+            if v.is_some_and(|b| b.0) {
+                return Err(ctx.err(
+                    &p(key),
+                    "markers are not supported (RFC 7143 removed them); only No is accepted",
+                ));
+            }
+        }
+        Ok(o)
     })
 }
 
@@ -478,7 +561,13 @@ fn check_bursts(
     ))
 }
 
-fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<TargetConfig> {
+fn target(
+    ctx: &Ctx<'_>,
+    path: &str,
+    rt: RawTarget,
+    global: &IscsiParams,
+    accounts: &[Account],
+) -> R<TargetConfig> {
     validate_iscsi_name(&rt.iqn).map_err(|m| ctx.err(&format!("{path}.iqn"), m))?;
     let tid = rt
         .tid
@@ -535,6 +624,29 @@ fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<T
         }
         None => None,
     };
+    let driver = match &rt.driver {
+        Some(w) => Driver::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.driver"),
+                format!("must be iscsi or iser (got {:?})", w.0),
+            )
+        })?,
+        None => Driver::Iscsi,
+    };
+    let state = match &rt.state {
+        Some(w) => TargetState::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.state"),
+                format!("must be ready or offline (got {:?})", w.0),
+            )
+        })?,
+        None => TargetState::Ready,
+    };
+    let raw_auth = RawAuth {
+        incoming_users: rt.incoming_users.clone(),
+        outgoing_user: rt.outgoing_user.clone(),
+    };
+    let (incoming_users, outgoing_user) = auth(ctx, path, &raw_auth, accounts)?;
     let mut luns: Vec<LunConfig> = Vec::new();
     for (j, rl) in rt.luns.unwrap_or_default().into_iter().enumerate() {
         let lp = format!("{path}.luns[{j}]");
@@ -554,11 +666,15 @@ fn target(ctx: &Ctx<'_>, path: &str, rt: RawTarget, global: &IscsiParams) -> R<T
         allow_initiators,
         allow_addresses,
         iscsi,
+        driver,
+        state,
+        incoming_users,
+        outgoing_user,
         luns,
     })
 }
 
-fn item_path(p: &str, l: &List, j: usize) -> String {
+pub(crate) fn item_path(p: &str, l: &List, j: usize) -> String {
     if l.single {
         p.to_string()
     } else {
@@ -590,6 +706,17 @@ fn ident(ctx: &Ctx<'_>, path: &str, v: Option<String>, max: usize) -> R<Option<S
 
 fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
     let lun = ctx.range(&format!("{p}.lun"), rl.lun, limits::LUN)?;
+    if let Some(w) = &rl.device_type {
+        if !w.0.trim().eq_ignore_ascii_case("disk") {
+            return Err(ctx.err(
+                &format!("{p}.device_type"),
+                format!(
+                    "device type {:?} is not supported; numatgt exports disks only (disk)",
+                    w.0
+                ),
+            ));
+        }
+    }
     if rl.path.is_empty() {
         return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
     }
@@ -664,6 +791,70 @@ fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             .cache
             .as_ref()
             .map(|w| ctx.cache_mode(&format!("{p}.cache"), w))
+            .transpose()?,
+        scsi_id: ident(ctx, &format!("{p}.scsi_id"), rl.scsi_id, limits::SCSI_ID)?,
+        sense_format: match &rl.sense_format {
+            None => SenseFormat::Fixed,
+            Some(w) => SenseFormat::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.sense_format"),
+                    format!("must be 0/fixed or 1/descriptor (got {:?})", w.0),
+                )
+            })?,
+        },
+        removable: rl.removable.is_some_and(|b| b.0),
+        thin_provisioning: rl.thin_provisioning.is_some_and(|b| b.0),
+        online: rl.online.is_none_or(|b| b.0),
+        bs_type: match &rl.bs_type {
+            None => BsType::Rdwr,
+            Some(w) => BsType::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.bs_type"),
+                    format!(
+                        "backing-store type {:?} is not supported; numatgt serves files and \
+                         block devices only (rdwr or aio)",
+                        w.0
+                    ),
+                )
+            })?,
+        },
+        bsoflags: match &rl.bsoflags {
+            None => BsOflags::default(),
+            Some(w) => BsOflags::parse(&w.0).map_err(|m| ctx.err(&format!("{p}.bsoflags"), m))?,
+        },
+        lbppbe: rl
+            .lbppbe
+            .map(|v| {
+                ctx.range(&format!("{p}.lbppbe"), v, limits::LBPPBE)
+                    .map(|v| v as u8)
+            })
+            .transpose()?,
+        la_lba: rl
+            .la_lba
+            .map(|v| {
+                ctx.range(&format!("{p}.la_lba"), v, limits::LA_LBA)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        optimal_xfer_gran: rl
+            .optimal_xfer_gran
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_gran"),
+                    v,
+                    limits::OPTIMAL_XFER_GRAN,
+                )
+            })
+            .transpose()?,
+        optimal_xfer_len: rl
+            .optimal_xfer_len
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_len"),
+                    v,
+                    limits::OPTIMAL_XFER_LEN,
+                )
+            })
             .transpose()?,
     })
 }

@@ -8,7 +8,8 @@
 //! Modules:
 //! - [`pdu`]: encode/decode of every RFC 7143 PDU, AHS, padding, CRC32C digests, framing.
 //! - [`text`]: `key=value` text encoding and the negotiation rules of RFC 7143 §13.
-//! - [`login`]: the login phase state machine (security / operational stages).
+//! - [`login`]: the login phase state machine (security / operational stages, CHAP
+//!   authentication one-way and mutual in [`login::chap`]).
 //! - [`seq`]: CmdSN window and serial-number arithmetic (RFC 1982).
 //! - [`conn`]: the full connection state machine (ERL 0, one connection per session).
 
@@ -19,16 +20,21 @@ pub mod seq;
 pub mod text;
 
 pub use conn::{
-    CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant, LoginReject,
-    LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord, TmfFunction, TmfRequest,
-    TmfResponse,
+    Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant,
+    LoginReject, LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord,
+    TmfFunction, TmfRequest, TmfResponse,
+};
+pub use login::{
+    AuthFailure, AuthFailureReason, AuthPolicy, ChapAlgorithm, ChapCredential, ChapIdentity,
+    ChapPolicy, ChapSecret, RandomSource, RandomUnavailable,
 };
 pub use text::negotiate::SessionParams;
 
 /// Data-In payload that the connection holds until it is sent: one contiguous buffer or a
-/// scatter list (e.g. several pinned cache blocks). Cheap to clone (Arc-backed in the
-/// server); the connection sends straight from it with writev, never copying it.
-pub trait DataBuf: Clone + Send + 'static {
+/// scatter list (e.g. several pinned cache blocks). The connection holds it once for all of
+/// the Data-In PDUs that carry it, sends straight from it with writev (never copying it),
+/// and drops it when the last of them has been written.
+pub trait DataBuf: Send + 'static {
     /// Payload length in bytes.
     fn len(&self) -> usize;
     /// True when the payload is empty.

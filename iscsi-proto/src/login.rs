@@ -3,8 +3,25 @@
 //! normal sessions, target lookup/ACL/TSIH through the [`Directory`], status classes and
 //! details, and a bound on the number of login PDUs.
 //!
-//! Authentication is pluggable through [`Authenticator`]; only `AuthMethod=None` exists
-//! today (CHAP comes later as another implementation).
+//! Authentication: after the identity keys of the first login text, the server's
+//! [`Directory::auth_policy`] says whether this login needs CHAP ([`AuthPolicy`]). With
+//! CHAP the target offers only `AuthMethod=CHAP` and runs [`chap::ChapAuthenticator`]
+//! (one-way or mutual, RFC 7143 §12.1.3; challenges from the [`RandomSource`] given with
+//! [`LoginMachine::set_random_source`]); without, only `AuthMethod=None`. Every refusal
+//! carries a secret-free [`AuthFailure`] for logs and metrics; a successful CHAP login
+//! reports the account in [`SessionInfo::chap`]. Other methods plug in through
+//! [`Authenticator`].
+
+pub mod auth;
+pub mod chap;
+#[cfg(test)]
+mod chap_tests;
+
+pub use auth::{
+    AuthFailure, AuthFailureReason, AuthPolicy, ChapCredential, ChapIdentity, ChapPolicy,
+    ChapSecret, RandomSource, RandomUnavailable,
+};
+pub use chap::ChapAlgorithm;
 
 use crate::pdu::{LoginRequest, LoginResponse};
 use crate::text::kv::{self, Accumulator};
@@ -67,7 +84,7 @@ pub trait Directory {
     /// Target lookup, ACL and TSIH allocation. Session reinstatement (same initiator name
     /// and ISID as a live session) is the server's business here: it closes the old one.
     fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject>;
-    /// SendTargets=All (scope None) or SendTargets=<name>: targets this initiator may see.
+    /// `SendTargets=All` (scope None) or `SendTargets=<name>`: targets this initiator may see.
     fn send_targets(
         &self,
         initiator_name: &str,
@@ -75,6 +92,27 @@ pub trait Directory {
         local: SocketAddr,
         scope: Option<&str>,
     ) -> Vec<TargetRecord>;
+
+    /// The authentication this login needs, asked once right after `login` accepted it
+    /// (same request). Discovery sessions come with `target_name == None` (tgtd's
+    /// discovery accounts). Default: [`AuthPolicy::None`].
+    fn auth_policy(&self, req: &LoginRequestInfo<'_>) -> AuthPolicy {
+        let _ = req;
+        AuthPolicy::None
+    }
+
+    /// The initiator passed the security stage (or needed none): `chap` names the CHAP
+    /// account it proved. Called once per login, before any operational key is answered;
+    /// the place for work that must not happen for unauthenticated peers (session
+    /// reinstatement, binding a CHAP user to initiator names). An `Err` ends the login.
+    fn authenticated(
+        &self,
+        req: &LoginRequestInfo<'_>,
+        chap: Option<&ChapIdentity>,
+    ) -> Result<(), LoginReject> {
+        let _ = (req, chap);
+        Ok(())
+    }
 }
 
 /// The outcome of a successful login.
@@ -86,6 +124,8 @@ pub struct SessionInfo {
     pub isid: [u8; 6],
     pub tsih: u16,
     pub params: SessionParams,
+    /// The CHAP account the initiator authenticated with (`None`: no authentication).
+    pub chap: Option<ChapIdentity>,
 }
 
 /// Login status class/detail pairs (RFC 7143 §11.13.5).
@@ -108,11 +148,11 @@ pub mod status {
 }
 
 /// Result of one authentication step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthStatus {
     Done,
     Continue,
-    Failed,
+    Failed(AuthFailure),
 }
 
 /// An authentication method run during the security stage (CHAP plugs in here).
@@ -121,6 +161,10 @@ pub trait Authenticator: Send {
     fn method(&self) -> &'static str;
     /// Consumes method-specific keys of one login PDU, appends answers to `out`.
     fn step(&mut self, keys: &[(String, String)], out: &mut Vec<u8>) -> AuthStatus;
+    /// The CHAP account proved, once done (CHAP only).
+    fn chap_identity(&self) -> Option<ChapIdentity> {
+        None
+    }
 }
 
 /// `AuthMethod=None`.
@@ -143,8 +187,10 @@ pub enum LoginStep {
     Continue(LoginResponse, Vec<u8>),
     /// Send this response; the connection is now in full feature phase.
     Complete(LoginResponse, Vec<u8>, SessionInfo),
-    /// Send this (failure) response, then close; the string says why.
-    Fail(LoginResponse, String),
+    /// Send this (failure) response and its text (usually none; `CHAP_A=Reject` when no
+    /// CHAP algorithm is acceptable), then close; the string says why (no secrets), and
+    /// an authentication failure says so in detail.
+    Fail(LoginResponse, Vec<u8>, String, Option<AuthFailure>),
 }
 
 /// Limits for the login state machine.
@@ -169,6 +215,10 @@ pub struct LoginMachine {
     grant: Option<LoginGrant>,
     auth: Option<Box<dyn Authenticator>>,
     auth_done: bool,
+    /// The Directory asked for CHAP (only CHAP is offered then).
+    chap_required: bool,
+    chap_policy: Option<ChapPolicy>,
+    rng: Option<Box<dyn RandomSource>>,
     mrdsl_declared: bool,
     /// The first complete login text has been processed.
     text_seen: bool,
@@ -215,11 +265,20 @@ impl LoginMachine {
             grant: None,
             auth: None,
             auth_done: false,
+            chap_required: false,
+            chap_policy: None,
+            rng: None,
             mrdsl_declared: false,
             text_seen: false,
             initial_cmd_sn: 0,
             initial_exp_stat_sn: 0,
         }
+    }
+
+    /// The source of CHAP identifiers and challenges (required for CHAP logins: without
+    /// one they fail with a target error).
+    pub fn set_random_source(&mut self, rng: Box<dyn RandomSource>) {
+        self.rng = Some(rng);
     }
 
     /// True once the first login request has been seen.
@@ -251,7 +310,57 @@ impl LoginMachine {
         r.nsg = 0;
         r.status_class = st.0;
         r.status_detail = st.1;
-        LoginStep::Fail(r, why.into())
+        LoginStep::Fail(r, Vec::new(), why.into(), None)
+    }
+
+    fn fail_auth(&self, req: &LoginRequest, f: AuthFailure) -> LoginStep {
+        self.fail_auth_with(req, f, Vec::new())
+    }
+
+    fn fail_auth_with(&self, req: &LoginRequest, f: AuthFailure, text: Vec<u8>) -> LoginStep {
+        let st = if f.reason == AuthFailureReason::RandomUnavailable {
+            status::TARGET_ERROR
+        } else {
+            status::AUTH_FAILED
+        };
+        let mut r = self.response(req);
+        r.status_class = st.0;
+        r.status_detail = st.1;
+        LoginStep::Fail(r, text, f.to_string(), Some(f))
+    }
+
+    fn allows_no_auth(&self) -> bool {
+        self.cfg.offer.auth_methods.iter().any(|m| m == "None")
+    }
+
+    /// Authentication is complete: tell the Directory (`Some(step)` ends the login).
+    fn authenticated(
+        &mut self,
+        req: &LoginRequest,
+        dir: &dyn Directory,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> Option<LoginStep> {
+        self.auth_done = true;
+        let iname = self.initiator_name.clone().unwrap_or_default();
+        let info = LoginRequestInfo {
+            initiator_name: &iname,
+            initiator_alias: self.neg.params.initiator_alias.as_deref(),
+            target_name: match self.session_type {
+                SessionType::Normal => self.target_name.as_deref(),
+                SessionType::Discovery => None,
+            },
+            session_type: self.session_type,
+            isid: self.isid,
+            tsih: self.tsih,
+            peer,
+            local,
+        };
+        let chap = self.auth.as_ref().and_then(|a| a.chap_identity());
+        match dir.authenticated(&info, chap.as_ref()) {
+            Ok(()) => None,
+            Err(r) => Some(self.fail(req, reject_status(r), format!("login refused: {r:?}"))),
+        }
     }
 
     /// Processes one login request PDU and its data segment.
@@ -287,6 +396,7 @@ impl LoginMachine {
         };
         match dir.login(&info) {
             Ok(g) => {
+                let policy = dir.auth_policy(&info);
                 if self.session_type == SessionType::Normal {
                     kv::push(
                         out,
@@ -309,6 +419,13 @@ impl LoginMachine {
                     self.neg.discovery = discovery;
                     self.cfg.offer = offer;
                     self.cfg.max_login_pdus = c.max_login_pdus.max(1);
+                }
+                if let AuthPolicy::Chap(p) = policy {
+                    let only_chap = vec!["CHAP".to_string()];
+                    self.neg.offer.auth_methods = only_chap.clone();
+                    self.cfg.offer.auth_methods = only_chap;
+                    self.chap_required = true;
+                    self.chap_policy = Some(p);
                 }
                 self.grant = Some(g);
             }
@@ -446,10 +563,12 @@ impl LoginMachine {
                 "SessionType" if !first => {
                     return self.fail(req, status::INITIATOR_ERROR, "SessionType too late");
                 }
-                _ if k.starts_with("CHAP_") && self.auth.is_some() => {
+                "CHAP_A" | "CHAP_I" | "CHAP_C" | "CHAP_N" | "CHAP_R" if self.chap_required => {
                     auth_keys.push((k.clone(), v.clone()));
                     continue;
                 }
+                // no CHAP for this login: ignored once AuthMethod=None was agreed
+                _ if k.starts_with("CHAP_") && self.auth.is_some() => continue,
                 _ => {}
             }
             match self.neg.respond(k, v, phase) {
@@ -457,8 +576,19 @@ impl LoginMachine {
                     if k == "AuthMethod" && phase == Phase::Security {
                         if a == crate::text::negotiate::REJECT {
                             auth_failed = true;
+                        } else if self.auth.is_some() {
+                            // answered once already (a repeat is a negotiation error)
                         } else if a == "None" {
                             self.auth = Some(Box::new(NoAuth));
+                        } else if a == "CHAP" {
+                            let policy = self
+                                .chap_policy
+                                .take()
+                                .unwrap_or_else(|| auth::ChapPolicy::new(Vec::new(), None));
+                            self.auth = Some(Box::new(chap::ChapAuthenticator::new(
+                                policy,
+                                self.rng.take(),
+                            )));
                         }
                     }
                     kv::push(&mut out, k, &a);
@@ -468,33 +598,61 @@ impl LoginMachine {
             }
         }
         if auth_failed {
-            return self.fail(req, status::AUTH_FAILED, "no acceptable AuthMethod");
+            return self.fail_auth(req, AuthFailure::new(AuthFailureReason::MethodRejected));
+        }
+        let chap_selected = self.auth.as_ref().is_some_and(|a| a.method() == "CHAP");
+        if let Some((k, _)) = auth_keys.first()
+            && (req.csg != 0 || !chap_selected)
+        {
+            // CHAP keys before CHAP was selected, or outside the security stage
+            let key = ["CHAP_A", "CHAP_I", "CHAP_C", "CHAP_N", "CHAP_R"]
+                .into_iter()
+                .find(|c| c == k);
+            let f = AuthFailure {
+                key,
+                ..AuthFailure::new(AuthFailureReason::UnexpectedKey)
+            };
+            return self.fail_auth(req, f);
         }
         // Security stage: run the authenticator (None completes at once).
+        let mut auth_out = Vec::new();
         if req.csg == 0 {
             match self.auth.as_mut() {
-                Some(a) => match a.step(&auth_keys, &mut out) {
-                    AuthStatus::Done => self.auth_done = true,
-                    AuthStatus::Continue => {}
-                    AuthStatus::Failed => {
-                        return self.fail(req, status::AUTH_FAILED, "authentication failed");
+                Some(a) => match a.step(&auth_keys, &mut auth_out) {
+                    AuthStatus::Done => {
+                        if !self.auth_done
+                            && let Some(step) = self.authenticated(req, dir, peer, local)
+                        {
+                            return step;
+                        }
                     }
+                    AuthStatus::Continue => {}
+                    AuthStatus::Failed(f) => return self.fail_auth_with(req, f, auth_out),
                 },
                 None => {
                     // No AuthMethod offered: acceptable only when we allow None.
-                    if self.cfg.offer.auth_methods.iter().any(|m| m == "None") {
-                        self.auth_done = true;
+                    if self.allows_no_auth() {
+                        if !self.auth_done
+                            && let Some(step) = self.authenticated(req, dir, peer, local)
+                        {
+                            return step;
+                        }
+                    } else if req.transit {
+                        return self
+                            .fail_auth(req, AuthFailure::new(AuthFailureReason::NotAuthenticated));
                     }
                 }
             }
         } else if !self.auth_done {
             // Skipped the security stage: allowed when no authentication is required.
-            if self.cfg.offer.auth_methods.iter().any(|m| m == "None") {
-                self.auth_done = true;
-            } else {
-                return self.fail(req, status::AUTH_FAILED, "authentication required");
+            if !self.allows_no_auth() {
+                return self.fail_auth(req, AuthFailure::new(AuthFailureReason::NotAuthenticated));
+            }
+            if let Some(step) = self.authenticated(req, dir, peer, local) {
+                return step;
             }
         }
+        out.append(&mut auth_out);
         if req.csg == 1 && !self.mrdsl_declared {
             self.mrdsl_declared = true;
             let m = self.cfg.offer.max_recv_data_segment_length;
@@ -527,6 +685,7 @@ impl LoginMachine {
                     isid: self.isid,
                     tsih: g.tsih,
                     params,
+                    chap: self.auth.as_ref().and_then(|a| a.chap_identity()),
                 };
                 return LoginStep::Complete(resp, out, info);
             }
@@ -657,7 +816,7 @@ mod tests {
         for (t, st) in cases {
             let mut m = machine();
             match m.handle(&req(0, 1, true), &text(t), &Dir, addr(), addr()) {
-                LoginStep::Fail(r, _) => assert_eq!((r.status_class, r.status_detail), st, "{t}"),
+                LoginStep::Fail(r, ..) => assert_eq!((r.status_class, r.status_detail), st, "{t}"),
                 other => panic!("{t}: {other:?}"),
             }
         }
@@ -666,7 +825,7 @@ mod tests {
         r.version_min = 1;
         assert!(matches!(
             m.handle(&r, &text("InitiatorName=i;"), &Dir, addr(), addr()),
-            LoginStep::Fail(x, _) if (x.status_class, x.status_detail) == status::UNSUPPORTED_VERSION
+            LoginStep::Fail(x, ..) if (x.status_class, x.status_detail) == status::UNSUPPORTED_VERSION
         ));
     }
 

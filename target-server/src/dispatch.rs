@@ -7,6 +7,7 @@ use std::sync::Arc;
 use iscsi_proto::{CommandResult, ScsiCommand};
 use scsi::{Action, CmdCtx, Completion};
 
+use crate::jobs::Job;
 use crate::payload::Payload;
 use crate::registry::Target;
 use crate::storage::{self, Replier, StorageCtx};
@@ -27,9 +28,11 @@ pub fn to_result(c: Completion) -> CommandResult<Payload> {
 
 /// Run `cmd` against `target`. Returns the result now, or `None` when it continues on an I/O
 /// worker (the result then arrives through `reply`). Results of commands with a write part
-/// carry the CDB's transfer length, for the write residuals.
+/// carry the CDB's transfer length, for the write residuals. A write buffer the command no
+/// longer needs is left in `cmd.data_out` (to be recycled); one an I/O worker still uses is
+/// taken out.
 pub fn execute(
-    cmd: ScsiCommand,
+    cmd: &mut ScsiCommand,
     target: &Target,
     ctx: &StorageCtx<'_>,
     mut reply: Replier,
@@ -72,7 +75,7 @@ pub fn execute(
                 lba,
                 blocks,
                 durable,
-                cmd.data_out,
+                &mut cmd.data_out,
                 data_offset,
                 ctx,
                 reply,
@@ -86,9 +89,9 @@ pub fn execute(
             let bs = u64::from(lun.store.block_size());
             let len = u64::from(blocks) * bs;
             let lun = Arc::clone(lun);
-            let data = cmd.data_out;
+            let data = std::mem::take(&mut cmd.data_out);
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx.pool(ctx.node).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
                 // the medium itself is compared, after dirty cached data reached it
                 let read = match &cache {
                     Some(c) => storage::read_around(c, &lun, lba, lba * bs, len),
@@ -105,19 +108,19 @@ pub fn execute(
                     _ => read,
                 };
                 reply.send(result);
-            }));
+            })));
             None
         }
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
-            ctx.pool(ctx.node).submit(Box::new(move || {
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
                 let result = match storage::sync(cache.as_ref(), &lun) {
                     Ok(()) => CommandResult::good(),
                     Err(e) => storage::io_failure(&lun, &e, true, lba),
                 };
                 reply.send(result);
-            }));
+            })));
             None
         }
     };

@@ -1,13 +1,14 @@
 //! One event thread: a mio poll loop, bound to its NUMA node's CPUs, that owns a set of TCP
 //! connections for their whole life. Each wakeup reads every PDU that has arrived, hands
 //! SCSI commands to `dispatch`, and sends everything ready on a connection with one writev.
-//! Backing-store results come back through the thread's [`Inbox`] (channel + coalesced waker).
+//! Backing-store results come back through the thread's [`Inbox`] (a queue whose memory is
+//! reused, and a coalesced waker).
 
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cache::{BlockCache, IoPool, Router};
@@ -16,6 +17,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::dispatch;
+use crate::jobs::Job;
 use crate::payload::Payload;
 use crate::registry::{ConnControl, ConnId, LoginContext, Registry, Target};
 use crate::storage::{Replier, StorageCtx};
@@ -39,6 +41,8 @@ pub enum Msg {
         conn: ConnId,
         itt: u32,
         result: CommandResult<Payload>,
+        /// The command's write buffer, back for the connection to reuse (empty if none).
+        buffer: Vec<u8>,
     },
     /// Close one connection.
     Close(ConnId, &'static str),
@@ -47,17 +51,24 @@ pub enum Msg {
 }
 
 /// An event thread's mailbox: anyone may send; the thread is woken at most once per batch.
+/// The queue keeps its memory (the thread swaps it with an emptied one), so sending does not
+/// allocate once the queue has reached its working size.
 pub struct Inbox {
-    tx: Sender<Msg>,
+    queue: Mutex<VecDeque<Msg>>,
     waker: Waker,
     wake_pending: AtomicBool,
+    stopped: AtomicBool,
 }
 
 impl Inbox {
     pub fn send(&self, msg: Msg) {
-        if self.tx.send(msg).is_err() {
-            return; // the thread has stopped
+        if self.stopped.load(Ordering::Acquire) {
+            return; // the thread has stopped; the message is dropped
         }
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(msg);
         if !self.wake_pending.swap(true, Ordering::AcqRel) {
             if let Err(e) = self.waker.wake() {
                 tracing::error!("cannot wake event thread: {e}");
@@ -70,7 +81,7 @@ impl Inbox {
 pub struct Shared {
     pub registry: Arc<Registry>,
     /// One I/O pool per NUMA node.
-    pub pools: Vec<IoPool>,
+    pub pools: Vec<IoPool<Job>>,
     /// The NUMA-aware block cache (absent when no LUN uses it).
     pub cache: Option<Arc<BlockCache>>,
     /// Algorithm 1 (absent when routing is off).
@@ -144,22 +155,20 @@ struct Slot {
 pub struct EventThreadSetup {
     pub poll: Poll,
     pub inbox: Arc<Inbox>,
-    pub rx: Receiver<Msg>,
 }
 
 impl EventThreadSetup {
     pub fn new() -> io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        let (tx, rx) = std::sync::mpsc::channel();
         Ok(EventThreadSetup {
             poll,
             inbox: Arc::new(Inbox {
-                tx,
+                queue: Mutex::new(VecDeque::with_capacity(256)),
                 waker,
                 wake_pending: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
             }),
-            rx,
         })
     }
 }
@@ -169,7 +178,8 @@ pub struct EventThread {
     node: usize,
     poll: Poll,
     inbox: Arc<Inbox>,
-    rx: Receiver<Msg>,
+    /// The inbox batch being worked through (swapped with the inbox's queue).
+    batch: VecDeque<Msg>,
     shared: Arc<Shared>,
     listeners: Vec<TcpListener>,
     slots: Vec<Option<Slot>>,
@@ -180,6 +190,8 @@ pub struct EventThread {
     current: Option<usize>,
     /// The writev iovec array, kept between flushes (empty, capacity IOV_MAX).
     iov_spare: Vec<IoSlice<'static>>,
+    /// Connections with completions in this inbox batch (kept to reuse its memory).
+    touched: Vec<usize>,
 }
 
 /// Empty an iovec array and give its allocation back for the next flush (an in-place
@@ -202,7 +214,7 @@ impl EventThread {
             node,
             poll: setup.poll,
             inbox: setup.inbox,
-            rx: setup.rx,
+            batch: VecDeque::with_capacity(256),
             shared,
             listeners,
             slots: Vec::new(),
@@ -211,6 +223,7 @@ impl EventThread {
             stopping: false,
             current: None,
             iov_spare: Vec::with_capacity(IOV_MAX),
+            touched: Vec::new(),
         }
     }
 
@@ -219,6 +232,7 @@ impl EventThread {
     }
 
     pub fn run(mut self) {
+        crate::alloc_count::mark_event_thread();
         for (i, l) in self.listeners.iter_mut().enumerate() {
             if let Err(e) =
                 self.poll
@@ -276,6 +290,13 @@ impl EventThread {
                 break;
             }
         }
+        self.inbox.stopped.store(true, Ordering::Release);
+        // messages that raced with the stop (results of dropped connections) go now
+        self.inbox
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         tracing::debug!(thread = self.index, "event thread stopped");
     }
 
@@ -465,7 +486,7 @@ impl EventThread {
                         target = info.target_name.as_deref().unwrap_or("(discovery)"),
                         tsih = info.tsih, thread = self.index, node = self.node, "login complete");
                 }
-                Event::Command(cmd) => {
+                Event::Command(mut cmd) => {
                     let itt = cmd.itt;
                     let Some(target) = slot.target.as_ref() else {
                         // not reachable: the protocol layer refuses commands in discovery sessions
@@ -481,7 +502,10 @@ impl EventThread {
                         itt,
                         write_transfer_len: None,
                     };
-                    match dispatch::execute(cmd, target, &ctx, reply) {
+                    let now = dispatch::execute(&mut cmd, target, &ctx, reply);
+                    // the write buffer serves the connection's next commands
+                    slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
+                    match now {
                         Some(result) => slot.conn.complete_command(itt, result),
                         None => slot.inflight += 1,
                     }
@@ -564,11 +588,21 @@ impl EventThread {
 
     fn drain_inbox(&mut self) {
         self.inbox.wake_pending.store(false, Ordering::Release);
-        let mut touched: Vec<usize> = Vec::new();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        let mut batch = std::mem::take(&mut self.batch);
         loop {
-            let msg = match self.rx.try_recv() {
-                Ok(m) => m,
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            if batch.is_empty() {
+                std::mem::swap(
+                    &mut *self.inbox.queue.lock().unwrap_or_else(|p| p.into_inner()),
+                    &mut batch,
+                );
+                if batch.is_empty() {
+                    break;
+                }
+            }
+            let Some(msg) = batch.pop_front() else {
+                break;
             };
             match msg {
                 Msg::NewConn(sock, peer) => {
@@ -576,12 +610,18 @@ impl EventThread {
                         self.adopt(sock, peer);
                     }
                 }
-                Msg::IoDone { conn, itt, result } => {
+                Msg::IoDone {
+                    conn,
+                    itt,
+                    result,
+                    buffer,
+                } => {
                     if self.id(conn.slot) != Some(conn) {
                         continue; // the connection is gone; the result is dropped
                     }
                     self.current = Some(conn.slot);
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
+                        slot.conn.recycle_buffer(buffer);
                         slot.inflight = slot.inflight.saturating_sub(1);
                         slot.conn.complete_command(itt, result);
                         if slot.inflight == 0 {
@@ -614,10 +654,12 @@ impl EventThread {
                 }
             }
         }
-        for s in touched {
+        self.batch = batch;
+        for &s in &touched {
             self.process_events(s);
             self.flush(s);
         }
+        self.touched = touched;
     }
 
     fn tick(&mut self) {

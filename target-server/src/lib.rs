@@ -1,12 +1,15 @@
 //! numatgtd as a library: the pieces of the daemon, so that `main.rs` stays a thin shell and
 //! tests can start a daemon in-process.
 
+pub mod alloc_count;
 pub mod cli;
 pub mod dispatch;
 pub mod event_loop;
 pub mod flusher;
+pub mod jobs;
 pub mod mgmt;
 pub mod payload;
 pub mod registry;
 pub mod runtime;
+pub mod sd_notify;
 pub mod storage;

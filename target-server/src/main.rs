@@ -9,6 +9,9 @@ use target_server::cli::{Cli, parse_iscsi_opts};
 use target_server::mgmt::socket::MgmtSocket;
 use target_server::runtime::{Daemon, RuntimeConfig};
 
+#[global_allocator]
+static ALLOC: target_server::alloc_count::CountingAlloc = target_server::alloc_count::CountingAlloc;
+
 fn init_logging(debug: Option<u32>) {
     let level = match debug.unwrap_or(0) {
         0 => "info",
@@ -143,12 +146,29 @@ fn main() -> ExitCode {
         daemon.stop();
         return ExitCode::from(1);
     }
+    // systemd (Type=notify): the portals are listening and every LUN is open
+    target_server::sd_notify::notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving on {}",
+        std::process::id(),
+        daemon
+            .listening()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
                 tracing::warn!("SIGHUP: configuration reload is not implemented yet")
             }
-            Ok(Signal::SIGUSR1) => daemon.report(),
+            Ok(Signal::SIGUSR1) => {
+                daemon.report();
+                let (allocs, bytes) = target_server::alloc_count::event_thread_allocations();
+                tracing::info!(
+                    "alloc report: event_thread_allocs={allocs} event_thread_alloc_bytes={bytes}"
+                );
+            }
             Ok(sig) => {
                 tracing::info!("{sig:?}: stopping");
                 break;
@@ -159,6 +179,7 @@ fn main() -> ExitCode {
             }
         }
     }
+    target_server::sd_notify::notify("STOPPING=1");
     daemon.stop();
     // the socket file stays (as tgtd's): `tgtadm --op delete --mode system` waits for
     // ECONNREFUSED on it

@@ -18,7 +18,9 @@ use mio::net::TcpListener;
 
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
 use crate::flusher::Flushers;
-use crate::registry::{Acl, Lun, LunMeta, Portal, Registry, Target};
+use crate::registry::{
+    Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target, TargetState,
+};
 
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
@@ -145,20 +147,11 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                     cached: mode == config::CacheMode::Numa,
                     read_ahead: cfg.cache.read_ahead,
                     last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
-                    meta: std::sync::Mutex::new(LunMeta {
-                        bstype: "rdwr".into(),
-                        bsoflags: if mode == config::CacheMode::Page {
-                            String::new()
-                        } else {
-                            "direct".into()
-                        },
-                        scsi_sn: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
-                        ..LunMeta::tgt_defaults(tid, l.lun, &l.path.display().to_string())
-                    }),
+                    meta: std::sync::Mutex::new(lun_meta(tid, l, mode, id)),
                 }),
             );
         }
-        out.push(Arc::new(Target::new(
+        let target = Target::new(
             tid,
             t.iqn.clone(),
             t.alias.clone(),
@@ -166,9 +159,44 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
             conn_config(&t.effective_iscsi(&cfg.iscsi)),
             t.clone(),
             Acl::from_config(t),
-        )));
+        );
+        {
+            let mut m = target.mgmt();
+            m.state = match t.state {
+                config::TargetState::Ready => TargetState::Ready,
+                config::TargetState::Offline => TargetState::Offline,
+            };
+            m.auth = AuthBinding {
+                incoming: t.incoming_users.clone(),
+                outgoing: t.outgoing_user.clone(),
+            };
+        }
+        out.push(Arc::new(target));
     }
     Ok(out)
+}
+
+/// What tgtadm shows for a LUN from the configuration.
+fn lun_meta(tid: u32, l: &config::LunConfig, mode: config::CacheMode, id: u64) -> LunMeta {
+    let mut flags = Vec::new();
+    if l.bsoflags.sync {
+        flags.push("sync");
+    }
+    if l.bsoflags.direct || mode != config::CacheMode::Page {
+        flags.push("direct");
+    }
+    let d = LunMeta::tgt_defaults(tid, l.lun, &l.path.display().to_string());
+    LunMeta {
+        scsi_id: l.scsi_id.clone().unwrap_or(d.scsi_id.clone()),
+        scsi_sn: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
+        bstype: l.bs_type.as_str().to_string(),
+        bsoflags: flags.join(":"),
+        online: l.online,
+        removable: l.removable,
+        thin_provisioning: l.thin_provisioning,
+        sense_format: u8::from(l.sense_format == config::SenseFormat::Descriptor),
+        ..d
+    }
 }
 
 /// The connection limits and offers for one set of iSCSI parameters.
@@ -313,12 +341,23 @@ impl Daemon {
         for _ in 0..n_threads {
             setups.push(EventThreadSetup::new().map_err(StartError::Threads)?);
         }
+        let registry = Registry::new(targets, portals, conn_config(&rc.config.iscsi));
+        *registry.accounts() = Accounts {
+            // newest first, as tgtd lists them
+            users: rc
+                .config
+                .accounts
+                .iter()
+                .rev()
+                .map(|a| (a.user.clone(), a.password.clone()))
+                .collect(),
+            discovery: AuthBinding {
+                incoming: rc.config.discovery_auth.incoming_users.clone(),
+                outgoing: rc.config.discovery_auth.outgoing_user.clone(),
+            },
+        };
         let shared = Arc::new(Shared {
-            registry: Arc::new(Registry::new(
-                targets,
-                portals,
-                conn_config(&rc.config.iscsi),
-            )),
+            registry: Arc::new(registry),
             pools,
             cache: block_cache,
             router,

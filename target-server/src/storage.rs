@@ -17,7 +17,8 @@ use cache::{
 use iscsi_proto::CommandResult;
 
 use crate::event_loop::{Inbox, Msg};
-use crate::payload::Payload;
+use crate::jobs::{Extent, Job};
+use crate::payload::{BlockList, Payload};
 use crate::registry::{ConnId, Lun};
 
 /// Largest single data transfer executed (bytes); the SCSI layer's block limits stop larger
@@ -31,7 +32,7 @@ const INLINE_WRITE_BACK: u64 = 128 << 10;
 /// Where a command runs and what it may use.
 pub struct StorageCtx<'a> {
     /// One I/O pool per node.
-    pub pools: &'a [IoPool],
+    pub pools: &'a [IoPool<Job>],
     /// The node of the event thread that owns the connection.
     pub node: usize,
     pub cache: Option<&'a Arc<BlockCache>>,
@@ -40,7 +41,7 @@ pub struct StorageCtx<'a> {
 
 impl<'a> StorageCtx<'a> {
     /// The I/O pool of `node` (the last one for an out-of-range node).
-    pub fn pool(&self, node: usize) -> &'a IoPool {
+    pub fn pool(&self, node: usize) -> &'a IoPool<Job> {
         let last = self.pools.len().saturating_sub(1);
         &self.pools[node.min(last)]
     }
@@ -57,12 +58,18 @@ pub struct Replier {
 }
 
 impl Replier {
-    pub fn send(&self, mut result: CommandResult<Payload>) {
+    pub fn send(&self, result: CommandResult<Payload>) {
+        self.send_with_buffer(result, Vec::new());
+    }
+
+    /// The result, and the command's write buffer back for the connection to reuse.
+    pub fn send_with_buffer(&self, mut result: CommandResult<Payload>, buffer: Vec<u8>) {
         result.write_transfer_len = self.write_transfer_len;
         self.inbox.send(Msg::IoDone {
             conn: self.conn,
             itt: self.itt,
             result,
+            buffer,
         });
     }
 }
@@ -117,11 +124,15 @@ pub fn read(
     if len > MAX_IO_BYTES {
         return Some(too_large(lun, false, lba));
     }
+    let at = || Extent {
+        lun: Arc::clone(lun),
+        lba,
+        offset,
+        len,
+    };
     let Some(cache) = uses_cache(lun, ctx) else {
-        let lun = Arc::clone(lun);
-        ctx.pool(ctx.node).submit(Box::new(move || {
-            reply.send(direct_read(&lun, lba, offset, len))
-        }));
+        ctx.pool(ctx.node)
+            .submit(Job::DirectRead { at: at(), reply });
         return None;
     };
     maybe_read_ahead(cache, lun, offset, len, ctx);
@@ -149,41 +160,50 @@ pub fn read(
     if serve_on != ctx.node {
         // forwarded (marked: it is never routed again): node `serve_on` gathers from its
         // local blocks into a buffer of its own memory
-        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-        ctx.pool(serve_on).submit(Box::new(move || {
-            reply.send(gather_read(&cache, &lun, lba, offset, len, serve_on));
-        }));
+        ctx.pool(serve_on).submit(Job::Gather {
+            cache: Arc::clone(cache),
+            at: at(),
+            node: serve_on,
+            reply,
+        });
         return None;
     }
-    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
-        // some block is busy or has no room: read around the cache (after its dirty data)
-        let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-        ctx.pool(ctx.node).submit(Box::new(move || {
-            reply.send(read_around(&cache, &lun, lba, offset, len))
-        }));
-        return None;
+    let pieces = match lookup_all(cache, lun, offset, len) {
+        Some(Looked::AllHits(refs)) => return Some(served(cache, refs, ctx.node)),
+        Some(Looked::Pieces(pieces)) => pieces,
+        None => {
+            // some block is busy or has no room: read around the cache (after its dirty data)
+            ctx.pool(ctx.node).submit(Job::ReadAround {
+                cache: Arc::clone(cache),
+                at: at(),
+                reply,
+            });
+            return None;
+        }
     };
-    if pieces.iter().all(|p| matches!(p, Piece::Hit(_))) {
-        let refs: Vec<BlockRef> = pieces
-            .into_iter()
-            .filter_map(|p| match p {
-                Piece::Hit(r) => Some(r),
-                Piece::Miss(_) => None,
-            })
-            .collect();
-        return Some(served(cache, refs, ctx.node));
-    }
-    let node = ctx.node;
-    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-    ctx.pool(node).submit(Box::new(move || {
-        let result = match fill_pieces(&lun, pieces) {
-            Ok(refs) => served(&cache, refs, node),
-            Err(FillFailure::Bypass) => read_around(&cache, &lun, lba, offset, len),
-            Err(FillFailure::Io(e)) => io_failure(&lun, &e, false, lba),
-        };
-        reply.send(result);
-    }));
+    ctx.pool(ctx.node).submit(Job::Fill {
+        cache: Arc::clone(cache),
+        at: at(),
+        pieces,
+        node: ctx.node,
+        reply,
+    });
     None
+}
+
+/// On an I/O worker: read a request's missing blocks into the cache, then serve it from there.
+pub(crate) fn fill_and_serve(
+    cache: &BlockCache,
+    at: &Extent,
+    pieces: PieceList,
+    node: usize,
+) -> CommandResult<Payload> {
+    let (lun, lba) = (&*at.lun, at.lba);
+    match fill_pieces(lun, pieces) {
+        Ok(refs) => served(cache, refs, node),
+        Err(FillFailure::Bypass) => read_around(cache, lun, lba, at.offset, at.len),
+        Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
+    }
 }
 
 /// Read-ahead policy: when a read starts where the previous read of the LUN ended and
@@ -214,8 +234,19 @@ fn maybe_read_ahead(
         return;
     }
     let home = cache.home_node(lun.cache_id, first);
-    let (cache, lun) = (Arc::clone(cache), Arc::clone(lun));
-    ctx.pool(home).submit(Box::new(move || {
+    ctx.pool(home).submit(Job::ReadAhead {
+        cache: Arc::clone(cache),
+        lun: Arc::clone(lun),
+        first,
+        last,
+    });
+}
+
+/// On an I/O worker: load cache blocks `first..last` (skipping cached and busy ones).
+pub(crate) fn read_ahead(cache: &BlockCache, lun: &Lun, first: u64, last: u64) {
+    let bs = cache.geometry().block_size() as u64;
+    let size = lun.store.size();
+    {
         for b in first..last {
             let start = b * bs;
             let Some(span) = BlockSpan::new(bs as usize, b, 0, (size - start).min(bs) as usize)
@@ -238,25 +269,60 @@ fn maybe_read_ahead(
                 Lookup::Busy | Lookup::NoSpace => return,
             }
         }
-    }));
+    }
 }
 
 /// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
 /// sends them.
-fn served(cache: &BlockCache, refs: Vec<BlockRef>, node: usize) -> CommandResult<Payload> {
-    for r in &refs {
+fn served(cache: &BlockCache, refs: BlockList, node: usize) -> CommandResult<Payload> {
+    for r in refs.iter() {
         cache.record_served(r.node(), node, r.len() as u64);
     }
-    with_data(Payload::blocks(refs))
+    with_data(Payload::Blocks(refs))
 }
 
 #[allow(
     clippy::large_enum_variant,
     reason = "a Fill carries its sector mask inline; boxing would allocate per miss"
 )]
-enum Piece {
+pub(crate) enum Piece {
     Hit(BlockRef),
     Miss(Fill),
+}
+
+/// Pieces lists kept for reuse (they travel from event threads to I/O workers, so the pool
+/// is shared), and the longest list kept.
+const PIECE_LISTS: usize = 1024;
+const PIECE_LIST_MAX: usize = 256;
+static PIECE_POOL: std::sync::Mutex<Vec<Vec<Piece>>> = std::sync::Mutex::new(Vec::new());
+
+/// The pieces of a request with misses, in request order; the list's memory is reused.
+pub struct PieceList {
+    pieces: Vec<Piece>,
+}
+
+impl PieceList {
+    fn new() -> Self {
+        let pooled = PIECE_POOL.lock().ok().and_then(|mut p| p.pop());
+        PieceList {
+            pieces: pooled.unwrap_or_else(|| Vec::with_capacity(16)),
+        }
+    }
+}
+
+impl Drop for PieceList {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.pieces);
+        v.clear(); // unpins hits, releases reservations
+        if v.capacity() == 0 || v.capacity() > PIECE_LIST_MAX {
+            return;
+        }
+        if let Ok(mut p) = PIECE_POOL.lock()
+            && p.len() < PIECE_LISTS
+        {
+            p.push(v);
+        }
+    }
 }
 
 enum FillFailure {
@@ -265,27 +331,48 @@ enum FillFailure {
     Io(std::io::Error),
 }
 
+/// What looking a request's blocks up found.
+enum Looked {
+    /// Every block cached: pinned references, in a pooled list (no allocation).
+    AllHits(BlockList),
+    /// Some blocks must be read first.
+    Pieces(PieceList),
+}
+
 /// Look every block of the request up, pinning hits and reserving misses. `None`: some block
 /// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
 /// the hits and releases the reservations).
-fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Vec<Piece>> {
+fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
     let spans = cache.spans(offset, len).ok()?;
-    let mut pieces = Vec::new();
+    let mut hits = BlockList::new();
+    let mut pieces: Option<PieceList> = None;
     for span in spans {
-        match cache.lookup(lun.cache_id, &span, ReadAhead::None) {
-            Lookup::Hit(r) => pieces.push(Piece::Hit(r)),
-            Lookup::Miss(f) => pieces.push(Piece::Miss(f)),
-            Lookup::Busy | Lookup::NoSpace => return None,
+        let l = cache.lookup(lun.cache_id, &span, ReadAhead::None);
+        match (l, &mut pieces) {
+            (Lookup::Hit(r), None) => hits.push(r),
+            (Lookup::Hit(r), Some(p)) => p.pieces.push(Piece::Hit(r)),
+            (Lookup::Miss(f), Some(p)) => p.pieces.push(Piece::Miss(f)),
+            (Lookup::Miss(f), None) => {
+                // the first miss: from here on the request needs an I/O worker
+                let mut p = PieceList::new();
+                p.pieces.extend(hits.drain().map(Piece::Hit));
+                p.pieces.push(Piece::Miss(f));
+                pieces = Some(p);
+            }
+            (Lookup::Busy | Lookup::NoSpace, _) => return None,
         }
     }
-    Some(pieces)
+    Some(match pieces {
+        Some(p) => Looked::Pieces(p),
+        None => Looked::AllHits(hits),
+    })
 }
 
 /// On an I/O worker: read the missing sectors of every reserved block (O_DIRECT, straight
 /// into the block's home-node memory) and turn the reservations into pinned references.
-fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<Vec<BlockRef>, FillFailure> {
-    let mut out = Vec::with_capacity(pieces.len());
-    for p in pieces {
+fn fill_pieces(lun: &Lun, mut pieces: PieceList) -> Result<BlockList, FillFailure> {
+    let mut out = BlockList::new();
+    for p in pieces.pieces.drain(..) {
         match p {
             Piece::Hit(r) => out.push(r),
             Piece::Miss(mut f) => {
@@ -311,7 +398,7 @@ fn fill_pieces(lun: &Lun, pieces: Vec<Piece>) -> Result<Vec<BlockRef>, FillFailu
 
 /// A forwarded READ, on a worker of `node`: look up and fill there, then copy the blocks into
 /// a buffer first touched by this node's worker (so it lives in `node`'s memory).
-fn gather_read(
+pub(crate) fn gather_read(
     cache: &BlockCache,
     lun: &Lun,
     lba: u64,
@@ -319,21 +406,23 @@ fn gather_read(
     len: u64,
     node: usize,
 ) -> CommandResult<Payload> {
-    let Some(pieces) = lookup_all(cache, lun, offset, len) else {
-        return read_around(cache, lun, lba, offset, len);
+    let pieces = match lookup_all(cache, lun, offset, len) {
+        Some(Looked::AllHits(refs)) => Ok(refs),
+        Some(Looked::Pieces(pieces)) => fill_pieces(lun, pieces),
+        None => return read_around(cache, lun, lba, offset, len),
     };
-    match fill_pieces(lun, pieces) {
+    match pieces {
         Ok(refs) => {
             let mut buf = AlignedBuf::new(len as usize);
             let out = buf.as_mut_slice();
             let mut at = 0usize;
-            for r in &refs {
+            for r in refs.iter() {
                 let b = r.bytes();
                 out[at..at + b.len()].copy_from_slice(b);
                 at += b.len();
                 cache.record_served(r.node(), node, b.len() as u64);
             }
-            with_data(Payload::Block(Arc::new(buf)))
+            with_data(Payload::Block(buf))
         }
         Err(FillFailure::Bypass) => read_around(cache, lun, lba, offset, len),
         Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
@@ -359,7 +448,7 @@ pub fn read_around(
 pub fn direct_read(lun: &Lun, lba: u64, offset: u64, len: u64) -> CommandResult<Payload> {
     let mut buf = AlignedBuf::new(len as usize);
     match lun.store.read_at(buf.as_mut_slice(), offset) {
-        Ok(()) => with_data(Payload::Block(Arc::new(buf))),
+        Ok(()) => with_data(Payload::Block(buf)),
         Err(e) => io_failure(lun, &e, false, lba),
     }
 }
@@ -375,7 +464,7 @@ pub fn write(
     lba: u64,
     blocks: u32,
     durable: bool,
-    data: Vec<u8>,
+    data: &mut Vec<u8>,
     data_offset: usize,
     ctx: &StorageCtx<'_>,
     reply: Replier,
@@ -388,8 +477,8 @@ pub fn write(
     let Some(end) = end else {
         return Some(too_large(lun, true, lba));
     };
-    let cache = uses_cache(lun, ctx).cloned();
-    if let Some(cache) = &cache {
+    let cache = uses_cache(lun, ctx);
+    if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
         // partition lock costs less than the hand-off to an I/O worker and back
         if !durable
@@ -399,26 +488,46 @@ pub fn write(
             return Some(good());
         }
     }
-    let lun = Arc::clone(lun);
-    ctx.pool(ctx.node).submit(Box::new(move || {
-        let payload = &data[data_offset..end];
-        let result = match &cache {
-            Some(cache)
-                if !durable
-                    && len > INLINE_WRITE_BACK
-                    && write_back(cache, &lun, offset, payload) =>
-            {
-                good()
-            }
-            Some(cache) => match flush_range(cache, &lun, offset, len) {
-                Ok(()) => write_through(Some(cache), &lun, lba, offset, payload, durable),
-                Err(e) => io_failure(&lun, &e, true, lba),
-            },
-            None => write_through(None, &lun, lba, offset, payload, durable),
-        };
-        reply.send(result);
-    }));
+    ctx.pool(ctx.node).submit(Job::Write {
+        cache: cache.cloned(),
+        at: Extent {
+            lun: Arc::clone(lun),
+            lba,
+            offset,
+            len,
+        },
+        durable,
+        data: std::mem::take(data),
+        data_offset,
+        reply,
+    });
     None
+}
+
+/// On an I/O worker: a write that did not complete on the event thread.
+pub(crate) fn write_job(
+    cache: Option<&Arc<BlockCache>>,
+    at: &Extent,
+    durable: bool,
+    data: &[u8],
+    data_offset: usize,
+) -> CommandResult<Payload> {
+    let (lun, lba, offset, len) = (&*at.lun, at.lba, at.offset, at.len);
+    let Some(payload) = data.get(data_offset..data_offset + len as usize) else {
+        return too_large(lun, true, lba);
+    };
+    match cache {
+        Some(cache)
+            if !durable && len > INLINE_WRITE_BACK && write_back(cache, lun, offset, payload) =>
+        {
+            good()
+        }
+        Some(cache) => match flush_range(cache, lun, offset, len) {
+            Ok(()) => write_through(Some(cache), lun, lba, offset, payload, durable),
+            Err(e) => io_failure(lun, &e, true, lba),
+        },
+        None => write_through(None, lun, lba, offset, payload, durable),
+    }
 }
 
 /// Put the data in the cache as dirty blocks. `false`: the cache could not take all of it

@@ -1320,6 +1320,8 @@ fn dump_recreates_the_running_targets() {
         for s in [
             vec!["--op", "show", "--mode", "target"],
             vec!["--op", "show", "--mode", "target", "--tid", "3"],
+            vec!["--op", "show", "--mode", "account"],
+            vec!["--op", "show", "--mode", "sys"],
         ] {
             out.push_str(&normalise(&step(d, &s), d));
         }

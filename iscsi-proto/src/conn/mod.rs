@@ -1,7 +1,7 @@
 //! The connection state machine (ERL 0, one connection per session): receive buffer and
 //! PDU framing, login, dispatch of full-feature PDUs, events to the server, and the
-//! transmit queue. SCSI command / Data-Out / Data-In handling lives in [`scsi`];
-//! NOP, Text, Logout, task management and rejects in [`control`].
+//! transmit queue. SCSI command / Data-Out / Data-In handling lives in `scsi`;
+//! NOP, Text, Logout, task management and rejects in `control`.
 
 mod control;
 mod scsi;
@@ -15,7 +15,8 @@ pub use crate::login::{
     Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionInfo, SessionType, TargetRecord,
 };
 pub use types::{
-    CommandResult, ConnConfig, ConnError, Event, ScsiCommand, TmfFunction, TmfRequest, TmfResponse,
+    Cdb, CommandResult, ConnConfig, ConnError, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction,
+    TmfRequest, TmfResponse,
 };
 
 use crate::DataBuf;
@@ -89,6 +90,11 @@ pub struct Connection<B: DataBuf> {
     tmfs: HashMap<u32, control::PendingTmf>,
     last_drop: Option<String>,
     stats: ConnStats,
+    /// Write buffers handed back by the server, for the next commands.
+    spare_bufs: Vec<Vec<u8>>,
+    spare_bytes: usize,
+    /// R2T queues of finished tasks, for the next ones.
+    spare_r2ts: Vec<VecDeque<scsi::R2tState>>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for Connection<B> {
@@ -142,6 +148,9 @@ impl<B: DataBuf> Connection<B> {
             tmfs: HashMap::new(),
             last_drop: None,
             stats: ConnStats::default(),
+            spare_bufs: Vec::new(),
+            spare_bytes: 0,
+            spare_r2ts: Vec::new(),
         }
     }
 
@@ -166,6 +175,15 @@ impl<B: DataBuf> Connection<B> {
             }
         }
         &mut self.rx[self.rx_end..]
+    }
+
+    /// The source of CHAP identifiers and challenges for this connection's login (e.g.
+    /// `getrandom`). Without one, a login that the [`Directory`] subjects to CHAP fails
+    /// with a target error. No effect after the login phase.
+    pub fn set_random_source(&mut self, rng: Box<dyn crate::login::RandomSource>) {
+        if let Some(lm) = self.login.as_mut() {
+            lm.set_random_source(rng);
+        }
     }
 
     /// `n` bytes were read into `rx_space()`: parse and process every complete PDU.
@@ -300,7 +318,7 @@ impl<B: DataBuf> Connection<B> {
         t
     }
 
-    pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData<B>) {
+    pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData) {
         self.tx.push(bhs, data, self.dg);
     }
 
@@ -443,14 +461,15 @@ impl<B: DataBuf> Connection<B> {
                 }
                 self.events.push_back(Event::LoggedIn(info));
             }
-            LoginStep::Fail(mut r, why) => {
+            LoginStep::Fail(mut r, text, why, auth) => {
                 fill(self, &mut r);
                 let (class, detail) = (r.status_class, r.status_detail);
-                self.push(&Bhs::LoginResponse(r), TxData::None);
+                self.push(&Bhs::LoginResponse(r), owned(text));
                 self.close(ConnError::LoginFailed {
                     class,
                     detail,
                     reason: why,
+                    auth,
                 });
             }
         }
@@ -492,7 +511,7 @@ impl<B: DataBuf> Connection<B> {
     }
 }
 
-fn owned<B>(v: Vec<u8>) -> TxData<B> {
+fn owned(v: Vec<u8>) -> TxData {
     if v.is_empty() {
         TxData::None
     } else {

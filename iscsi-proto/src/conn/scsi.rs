@@ -5,7 +5,7 @@
 
 use super::control::{REASON_IMMEDIATE, REASON_INVALID_FIELD, REASON_PROTOCOL, REASON_RESOURCES};
 use super::tx::TxData;
-use super::{CommandResult, ConnError, Connection, Event, ScsiCommand};
+use super::{Cdb, CommandResult, ConnError, Connection, Event, ScsiCommand};
 use crate::DataBuf;
 use crate::pdu::fields::lun_decode;
 use crate::pdu::frame::{AHS_BIDI_READ_LEN, AHS_EXTENDED_CDB, parse_ahs};
@@ -14,6 +14,11 @@ use std::collections::VecDeque;
 
 /// Largest write (EDTL) accepted; bounds the memory one task can make us hold.
 pub const MAX_WRITE_LEN: u32 = 128 << 20;
+/// Recycled write buffers: largest kept, and total bytes kept per connection.
+const SPARE_BUF_MAX: usize = 2 << 20;
+const SPARE_BYTES_MAX: usize = 8 << 20;
+/// Recycled R2T queues kept per connection.
+const SPARE_R2T_QUEUES: usize = 64;
 
 /// An outstanding R2T.
 #[derive(Debug)]
@@ -105,11 +110,14 @@ impl<B: DataBuf> Connection<B> {
             reject_consume(self, REASON_INVALID_FIELD);
             return;
         };
-        let mut cdb = c.cdb.to_vec();
+        let Some(mut cdb) = Cdb::new(&c.cdb) else {
+            reject_consume(self, REASON_INVALID_FIELD);
+            return;
+        };
         let mut bidi_len = None;
         for a in &ahs {
             match a.ahs_type {
-                AHS_EXTENDED_CDB if a.data.len() > 1 => cdb.extend_from_slice(&a.data[1..]),
+                AHS_EXTENDED_CDB if a.data.len() > 1 && cdb.extend(&a.data[1..]) => {}
                 AHS_BIDI_READ_LEN if a.data.len() == 5 => {
                     bidi_len = Some(u32::from_be_bytes([
                         a.data[1], a.data[2], a.data[3], a.data[4],
@@ -141,7 +149,7 @@ impl<B: DataBuf> Connection<B> {
             edtl_write.min(p.first_burst_length).max(dlen)
         };
         let lun = lun_decode(c.lun);
-        let mut data_out = Vec::with_capacity((edtl_write as usize).min(1 << 20));
+        let mut data_out = self.take_buffer(edtl_write as usize);
         data_out.extend_from_slice(data);
         let task = Task {
             lun_raw: c.lun,
@@ -169,7 +177,7 @@ impl<B: DataBuf> Connection<B> {
             unsol_done: dlen >= unsol_limit,
             unsol_data_sn: 0,
             next_r2t_offset: dlen,
-            r2ts: VecDeque::new(),
+            r2ts: self.spare_r2ts.pop().unwrap_or_default(),
             r2t_sn: 0,
         };
         self.tasks.insert(c.itt, task);
@@ -303,13 +311,50 @@ impl<B: DataBuf> Connection<B> {
         }
     }
 
-    /// Removes a task (abort / completion), keeping the window accounting right.
+    /// Removes a task (abort / completion), keeping the window accounting right. Its
+    /// buffers go back to the connection's pools.
     pub(crate) fn drop_task(&mut self, itt: u32) -> Option<Task> {
-        let t = self.tasks.remove(&itt)?;
+        let mut t = self.tasks.remove(&itt)?;
         if t.ordered {
             self.active = self.active.saturating_sub(1);
         }
+        let mut r2ts = std::mem::take(&mut t.r2ts);
+        if r2ts.capacity() > 0 && self.spare_r2ts.len() < SPARE_R2T_QUEUES {
+            r2ts.clear();
+            self.spare_r2ts.push(r2ts);
+        }
+        if let Some(cmd) = t.cmd.take() {
+            self.recycle_buffer(cmd.data_out);
+        }
         Some(t)
+    }
+
+    /// A write buffer for `expected` bytes: a recycled one when there is one (its capacity
+    /// grows to the sizes in use, after which writes stop allocating).
+    fn take_buffer(&mut self, expected: usize) -> Vec<u8> {
+        let want = expected.min(1 << 20);
+        if want == 0 {
+            return Vec::new();
+        }
+        let mut v = match self.spare_bufs.iter().rposition(|b| b.capacity() >= want) {
+            Some(i) => self.spare_bufs.swap_remove(i),
+            None => self.spare_bufs.pop().unwrap_or_default(),
+        };
+        self.spare_bytes -= v.capacity().min(self.spare_bytes);
+        v.clear();
+        v.reserve(want);
+        v
+    }
+
+    /// Gives a command's write buffer (`ScsiCommand::data_out`) back for reuse by later
+    /// commands of this connection. Buffers beyond the pool's bound are freed.
+    pub fn recycle_buffer(&mut self, v: Vec<u8>) {
+        let cap = v.capacity();
+        if cap == 0 || cap > SPARE_BUF_MAX || self.spare_bytes + cap > SPARE_BYTES_MAX {
+            return;
+        }
+        self.spare_bytes += cap;
+        self.spare_bufs.push(v);
     }
 
     /// The server's answer to a command: Data-In PDUs (split per the initiator's
@@ -356,7 +401,10 @@ impl<B: DataBuf> Connection<B> {
         let mrdsl = self.params.initiator_max_recv_data_segment_length.max(512) as usize;
         let mbl = self.params.max_burst_length.max(512) as usize;
         let mut data_sn = 0u32;
-        if let Some(buf) = result.data.as_ref().filter(|_| send > 0) {
+        let status = result.status;
+        if let Some(buf) = result.data.filter(|_| send > 0) {
+            // held once for all of its Data-In PDUs, dropped when the last is written
+            let id = self.tx.add_buf(buf);
             let mut off = 0usize;
             let mut burst = 0usize;
             while off < send {
@@ -373,7 +421,7 @@ impl<B: DataBuf> Connection<B> {
                     ack: false,
                     overflow: with_status && over,
                     underflow: with_status && under,
-                    status: with_status.then_some(result.status),
+                    status: with_status.then_some(status),
                     lun: 0,
                     itt,
                     ttt: RESERVED_TAG,
@@ -388,7 +436,7 @@ impl<B: DataBuf> Connection<B> {
                     buffer_offset: off as u32,
                     residual: if with_status { residual } else { 0 },
                 };
-                self.push(&Bhs::DataIn(di), TxData::Buf(buf.clone(), off, len));
+                self.push(&Bhs::DataIn(di), TxData::Shared { id, off, len });
                 data_sn = data_sn.wrapping_add(1);
                 off += len;
             }
@@ -417,7 +465,7 @@ impl<B: DataBuf> Connection<B> {
                 overflow,
                 underflow,
                 response: 0,
-                status: result.status,
+                status,
                 itt,
                 snack_tag: 0,
                 stat_sn: self.stat_sn.advance(),

@@ -12,12 +12,14 @@ struct Dir;
 impl Directory for Dir {
     fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
         match req.target_name {
-            None | Some("iqn.2026-11.org.numatgt:disk1") => Ok(LoginGrant {
-                config: None,
-                tsih: 0x11,
-                target_portal_group_tag: 1,
-                target_alias: Some("disk1".into()),
-            }),
+            None | Some("iqn.2026-11.org.numatgt:disk1" | "iqn.2026-11.org.numatgt:chap") => {
+                Ok(LoginGrant {
+                    config: None,
+                    tsih: 0x11,
+                    target_portal_group_tag: 1,
+                    target_alias: Some("disk1".into()),
+                })
+            }
             Some("iqn.2026-11.org.numatgt:acl") => Err(LoginReject::NotAuthorized),
             Some("iqn.2026-11.org.numatgt:small") => Ok(LoginGrant {
                 config: Some(ConnConfig {
@@ -56,6 +58,17 @@ impl Directory for Dir {
         all.into_iter()
             .filter(|t| scope.is_none_or(|s| s == t.name))
             .collect()
+    }
+    fn auth_policy(&self, req: &LoginRequestInfo<'_>) -> crate::AuthPolicy {
+        match req.target_name {
+            Some("iqn.2026-11.org.numatgt:chap") => {
+                crate::AuthPolicy::Chap(crate::ChapPolicy::new(
+                    vec![crate::ChapCredential::new("alice", "alice-secret-1234")],
+                    None,
+                ))
+            }
+            _ => crate::AuthPolicy::None,
+        }
     }
 }
 
@@ -305,6 +318,63 @@ fn open_iscsi_login_negotiates() {
     assert_eq!(info.isid, ISID);
     assert_eq!(info.target_name.as_deref(), Some(TARGET));
     assert!(i.c.session().is_some());
+}
+
+/// CHAP through the connection: challenge from the injected random source, the response
+/// checked, and a wrong one closing with the failure reason.
+#[test]
+fn chap_login_over_the_wire() {
+    const CHAP_TARGET: &str = "iqn.2026-11.org.numatgt:chap";
+    for good in [true, false] {
+        let mut i = Ini::new(ConnConfig::default());
+        i.c.set_random_source(Box::new(|b: &mut [u8]| {
+            b.fill(0x33);
+            Ok(())
+        }));
+        let (b, d) = i.login_pdu(
+            0,
+            1,
+            true,
+            &format!("InitiatorName=iqn.x;TargetName={CHAP_TARGET};AuthMethod=CHAP,None;"),
+        );
+        i.send(b, vec![], &d);
+        let r = i.recv();
+        let txt = String::from_utf8(r[0].data.clone()).unwrap();
+        assert!(txt.contains("AuthMethod=CHAP\0"), "{txt}");
+        let (b, d) = i.login_pdu(0, 1, false, "CHAP_A=5;");
+        i.send(b, vec![], &d);
+        let r = i.recv();
+        let txt = String::from_utf8(r[0].data.clone()).unwrap();
+        assert!(txt.contains("CHAP_I=51\0"), "{txt}");
+        assert!(
+            txt.contains(&format!("CHAP_C=0x{}\0", "33".repeat(16))),
+            "{txt}"
+        );
+        let secret: &[u8] = if good { b"alice-secret-1234" } else { b"guess" };
+        let resp = crate::ChapAlgorithm::Md5.response(0x33, secret, &[0x33; 16]);
+        let hex: String = resp.iter().map(|b| format!("{b:02x}")).collect();
+        let (b, d) = i.login_pdu(0, 3, true, &format!("CHAP_N=alice;CHAP_R=0x{hex};"));
+        i.send(b, vec![], &d);
+        let r = i.recv();
+        let Bhs::LoginResponse(lr) = r[0].bhs else {
+            panic!()
+        };
+        if good {
+            assert_eq!((lr.status_class, lr.status_detail), (0, 0));
+            let Some(Event::LoggedIn(info)) = i.c.poll_event() else {
+                panic!()
+            };
+            assert_eq!(info.chap.map(|c| c.user), Some("alice".into()));
+        } else {
+            assert_eq!((lr.status_class, lr.status_detail), (2, 1));
+            let Some(Event::Close(ConnError::LoginFailed { auth: Some(f), .. })) = i.c.poll_event()
+            else {
+                panic!()
+            };
+            assert_eq!(f.reason, crate::AuthFailureReason::BadResponse);
+            assert_eq!(f.user.as_deref(), Some("alice"));
+        }
+    }
 }
 
 #[test]
@@ -1160,4 +1230,54 @@ fn per_target_limits_from_the_login_grant() {
         panic!("no login")
     };
     assert_eq!(info.params.max_burst_length, 65536);
+}
+
+#[test]
+fn recycled_write_buffers_are_reused() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let payload = vec![5u8; 4096];
+    i.scsi(1, false, true, 4096, 0x2a, &payload, true);
+    let mut cmds = cmd_events(i.events());
+    let first = std::mem::take(&mut cmds[0].data_out);
+    assert_eq!(first, payload);
+    let ptr = first.as_ptr() as usize;
+    i.c.recycle_buffer(first);
+    i.c.complete_command(1, CommandResult::<Buf>::good());
+    let _ = i.recv();
+    // the next write of the same size gets the same memory, holding only its own data
+    let payload2 = vec![6u8; 2048];
+    i.scsi(2, false, true, 2048, 0x2a, &payload2, true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds[0].data_out, payload2);
+    assert_eq!(cmds[0].data_out.as_ptr() as usize, ptr, "buffer not reused");
+}
+
+#[test]
+fn cdb_longer_than_260_bytes_is_rejected() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x7f;
+    let h = Bhs::ScsiCommand(ScsiCommandHdr {
+        immediate: true,
+        final_: true,
+        read: false,
+        write: false,
+        attr: 1,
+        lun: 0,
+        itt: 1,
+        edtl: 0,
+        cmd_sn: i.cmd_sn,
+        exp_stat_sn: 0,
+        cdb,
+    });
+    // 16 + 248 = 264 bytes of CDB
+    i.send(h, vec![Ahs::extended_cdb(&[9u8; 248])], &[]);
+    assert!(cmd_events(i.events()).is_empty());
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else {
+        panic!("{:?}", r[0])
+    };
+    assert_eq!(rj.reason, reason::INVALID_FIELD);
 }

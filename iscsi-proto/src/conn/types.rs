@@ -76,6 +76,52 @@ impl ConnConfig {
     }
 }
 
+/// Longest CDB accepted: SPC-4's variable-length CDBs stop at 260 bytes (16 in the BHS plus
+/// an extended CDB AHS).
+pub const MAX_CDB_LEN: usize = 260;
+
+/// A CDB held inline (no heap allocation per command); dereferences to its bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Cdb {
+    bytes: [u8; MAX_CDB_LEN],
+    len: u16,
+}
+
+impl Cdb {
+    /// A CDB from its bytes; `None` when longer than [`MAX_CDB_LEN`].
+    pub fn new(bytes: &[u8]) -> Option<Cdb> {
+        let mut c = Cdb {
+            bytes: [0; MAX_CDB_LEN],
+            len: 0,
+        };
+        c.extend(bytes).then_some(c)
+    }
+
+    /// Appends `more` (an extended CDB); false (and unchanged) when it would not fit.
+    pub fn extend(&mut self, more: &[u8]) -> bool {
+        let at = usize::from(self.len);
+        let Some(dst) = self.bytes.get_mut(at..at + more.len()) else {
+            return false;
+        };
+        dst.copy_from_slice(more);
+        self.len += more.len() as u16;
+        true
+    }
+}
+
+impl std::ops::Deref for Cdb {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for Cdb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cdb({:02x?})", &**self)
+    }
+}
+
 /// A SCSI command, delivered with all of its write data collected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScsiCommand {
@@ -83,7 +129,7 @@ pub struct ScsiCommand {
     /// Decoded LUN number (peripheral / flat addressing).
     pub lun: u64,
     /// CDB including the extended CDB AHS.
-    pub cdb: Vec<u8>,
+    pub cdb: Cdb,
     /// Task attribute (0 untagged, 1 simple, 2 ordered, 3 head of queue, 4 ACA).
     pub attr: u8,
     pub read: bool,
@@ -91,7 +137,9 @@ pub struct ScsiCommand {
     /// EDTL for reads, or the bidirectional read length AHS.
     pub expected_read_len: u32,
     pub expected_write_len: u32,
-    /// Write payload received (immediate + Data-Out); equals `expected_write_len`.
+    /// Write payload received (immediate + Data-Out); equals `expected_write_len`. The buffer
+    /// comes from the connection's pool: hand it back with `Connection::recycle_buffer` once
+    /// used, and the next write reuses it instead of allocating.
     pub data_out: Vec<u8>,
     pub immediate: bool,
 }
@@ -214,7 +262,10 @@ pub enum ConnError {
     LoginFailed {
         class: u8,
         detail: u8,
+        /// Why, in words (never a secret).
         reason: String,
+        /// For authentication failures: the reason and CHAP user, to count and log.
+        auth: Option<crate::login::AuthFailure>,
     },
     #[error("login did not complete in time")]
     LoginTimeout,

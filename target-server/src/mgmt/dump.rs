@@ -1,12 +1,12 @@
 //! The running configuration as numatgt YAML (`numatgtadm --dump`): the startup
 //! configuration's global sections with the portals, targets, LUNs, ACLs and per-target
 //! iSCSI keys as they are now. Feeding the output back to `numatgtd --config` recreates the
-//! same targets (CHAP accounts are not part of the YAML model yet; targets nobody may log in
-//! to are left out, with a comment).
+//! same targets, accounts and bindings (targets nobody may log in to are left out, with a
+//! comment: YAML cannot say "nobody").
 
 use iscsi_proto::ConnConfig;
 
-use crate::registry::{Lun, Registry, Target};
+use crate::registry::{Lun, Registry, Target, TargetState};
 
 fn digest(d: &iscsi_proto::Digest) -> config::Digest {
     match d {
@@ -38,6 +38,9 @@ fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiPa
         max_queued_commands: differs(cc.max_queued_commands, g.max_queued_commands),
         nop_interval: differs((cc.nop_interval_ms / 1000) as u32, g.nop_interval),
         nop_count: differs(cc.nop_count, g.nop_count),
+        default_time2wait: differs(cc.default_time2wait, g.default_time2wait),
+        default_time2retain: differs(cc.default_time2retain, g.default_time2retain),
+        ..config::IscsiParamsOverride::default()
     };
     (o != config::IscsiParamsOverride::default()).then_some(o)
 }
@@ -62,6 +65,21 @@ fn lun_config(l: &Lun) -> config::LunConfig {
         product_rev: Some(p.product_rev.clone()),
         serial: Some(p.serial.clone()),
         cache: Some(mode),
+        scsi_id: Some(meta.scsi_id.clone()),
+        sense_format: if meta.sense_format == 1 {
+            config::SenseFormat::Descriptor
+        } else {
+            config::SenseFormat::Fixed
+        },
+        removable: meta.removable,
+        thin_provisioning: meta.thin_provisioning,
+        online: meta.online,
+        bs_type: if meta.bstype == "aio" {
+            config::BsType::Aio
+        } else {
+            config::BsType::Rdwr
+        },
+        bsoflags: config::BsOflags::parse(&meta.bsoflags).unwrap_or_default(),
         ..config::LunConfig::new(l.number, meta.path.into())
     }
 }
@@ -69,13 +87,19 @@ fn lun_config(l: &Lun) -> config::LunConfig {
 fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConfig {
     let m = t.mgmt().clone();
     config::TargetConfig {
-        iqn: t.iqn.clone(),
         tid: Some(t.tid),
         alias: t.alias.clone(),
         allow_initiators: m.acl.names.clone(),
         allow_addresses: m.acl.addresses.iter().map(|(_, r)| *r).collect(),
         iscsi: overrides(&t.conn_config(), global),
+        state: match m.state {
+            TargetState::Ready => config::TargetState::Ready,
+            TargetState::Offline => config::TargetState::Offline,
+        },
+        incoming_users: m.auth.incoming.clone(),
+        outgoing_user: m.auth.outgoing.clone(),
         luns: t.lun_set().map.values().map(|l| lun_config(l)).collect(),
+        ..config::TargetConfig::new(&t.iqn)
     }
 }
 
@@ -106,6 +130,23 @@ pub fn yaml(reg: &Registry, base: &config::Config) -> String {
         }
         !closed
     });
+    {
+        let a = reg.accounts();
+        // oldest first, as they were created
+        cfg.accounts = a
+            .users
+            .iter()
+            .rev()
+            .map(|(u, p)| config::Account {
+                user: u.clone(),
+                password: p.clone(),
+            })
+            .collect();
+        cfg.discovery_auth = config::DiscoveryAuth {
+            incoming_users: a.discovery.incoming.clone(),
+            outgoing_user: a.discovery.outgoing.clone(),
+        };
+    }
     cfg.targets = targets
         .iter()
         .map(|t| target_config(t, &base.iscsi))

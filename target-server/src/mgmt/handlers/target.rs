@@ -59,13 +59,8 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             return Err(ErrCode::TargetExist);
         }
         let cfg = config::TargetConfig {
-            iqn: name.to_string(),
             tid: Some(tid),
-            alias: None,
-            allow_initiators: Vec::new(),
-            allow_addresses: Vec::new(),
-            iscsi: None,
-            luns: Vec::new(),
+            ..config::TargetConfig::new(name)
         };
         ts.push(Arc::new(Target::new(
             tid,

@@ -1,0 +1,182 @@
+//! The small closed sets of words tgt uses for targets and LUNs: the
+//! transport (`iscsi`/`iser`), a target's state, a LUN's sense format,
+//! backing-store type and open flags, each with its parser and spelling.
+
+/// The transport a target is exported over (tgtadm `--lld`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Driver {
+    /// `iscsi`: iSCSI over TCP.
+    #[default]
+    Iscsi,
+    /// `iser`: iSCSI Extensions for RDMA.
+    Iser,
+}
+
+impl Driver {
+    /// `iscsi` or `iser`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::Iscsi => "iscsi",
+            Driver::Iser => "iser",
+        }
+    }
+
+    /// Parses `iscsi` / `iser` (any case).
+    pub fn parse(text: &str) -> Option<Driver> {
+        [Driver::Iscsi, Driver::Iser]
+            .into_iter()
+            .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+    }
+}
+
+/// A target's state (tgtadm `--op update --mode target -n state`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum TargetState {
+    /// `ready`: serves initiators.
+    #[default]
+    Ready,
+    /// `offline`: logins are refused (Target Error, service unavailable).
+    Offline,
+}
+
+impl TargetState {
+    /// `ready` or `offline`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetState::Ready => "ready",
+            TargetState::Offline => "offline",
+        }
+    }
+
+    /// Parses `ready` / `offline` (any case).
+    pub fn parse(text: &str) -> Option<TargetState> {
+        [TargetState::Ready, TargetState::Offline]
+            .into_iter()
+            .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+    }
+}
+
+/// The sense data format a LUN reports (tgt's `sense_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SenseFormat {
+    /// `fixed` (0): fixed-format sense data (default).
+    #[default]
+    Fixed,
+    /// `descriptor` (1): descriptor-format sense data.
+    Descriptor,
+}
+
+impl SenseFormat {
+    /// `fixed` or `descriptor`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SenseFormat::Fixed => "fixed",
+            SenseFormat::Descriptor => "descriptor",
+        }
+    }
+
+    /// Parses `0`/`fixed` or `1`/`descriptor` (any case).
+    pub fn parse(text: &str) -> Option<SenseFormat> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "0" | "fixed" => Some(SenseFormat::Fixed),
+            "1" | "descriptor" => Some(SenseFormat::Descriptor),
+            _ => None,
+        }
+    }
+}
+
+/// tgt's backing-store type of a LUN. Both mean a file or block device
+/// served by numatgt's own I/O path; the value is kept for `tgtadm` output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum BsType {
+    /// `rdwr` (default): pread/pwrite.
+    #[default]
+    Rdwr,
+    /// `aio`: Linux native AIO in tgtd.
+    Aio,
+}
+
+impl BsType {
+    /// `rdwr` or `aio`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BsType::Rdwr => "rdwr",
+            BsType::Aio => "aio",
+        }
+    }
+
+    /// Parses `rdwr` / `aio` (any case).
+    pub fn parse(text: &str) -> Option<BsType> {
+        [BsType::Rdwr, BsType::Aio]
+            .into_iter()
+            .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+    }
+}
+
+/// tgt's `bsoflags`: extra open(2) flags for the backing store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct BsOflags {
+    /// `direct`: O_DIRECT.
+    pub direct: bool,
+    /// `sync`: O_SYNC.
+    pub sync: bool,
+}
+
+impl BsOflags {
+    /// Parses tgt's form: `direct`, `sync`, `sync:direct` (`:` or `,`
+    /// separated, any order and case); empty = none.
+    pub fn parse(text: &str) -> Result<BsOflags, String> {
+        let mut f = BsOflags::default();
+        for w in text
+            .split([':', ','])
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+        {
+            match w.to_ascii_lowercase().as_str() {
+                "direct" => f.direct = true,
+                "sync" => f.sync = true,
+                _ => {
+                    return Err(format!(
+                        "unknown flag {w:?} (expected direct, sync or sync:direct)"
+                    ));
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// tgt's spelling: `sync:direct`, `direct`, `sync` or an empty string.
+    pub fn as_string(self) -> String {
+        match (self.sync, self.direct) {
+            (true, true) => "sync:direct",
+            (true, false) => "sync",
+            (false, true) => "direct",
+            (false, false) => "",
+        }
+        .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words() {
+        assert_eq!(Driver::parse(" ISER "), Some(Driver::Iser));
+        assert_eq!(Driver::parse("fc"), None);
+        assert_eq!(TargetState::parse("Offline"), Some(TargetState::Offline));
+        assert_eq!(SenseFormat::parse("1"), Some(SenseFormat::Descriptor));
+        assert_eq!(SenseFormat::parse("Fixed"), Some(SenseFormat::Fixed));
+        assert_eq!(BsType::parse("AIO"), Some(BsType::Aio));
+        assert_eq!(BsType::parse("rbd"), None);
+        for t in ["", "direct", "sync", "sync:direct"] {
+            assert_eq!(BsOflags::parse(t).map(|f| f.as_string()), Ok(t.to_string()));
+        }
+        assert_eq!(
+            BsOflags::parse("direct,SYNC").map(|f| f.as_string()),
+            Ok("sync:direct".to_string())
+        );
+        assert!(BsOflags::parse("fast").is_err());
+    }
+}
