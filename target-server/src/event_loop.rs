@@ -385,9 +385,11 @@ impl EventThread {
         self.next_generation += 1;
         self.shared.connections.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
+        let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
+        conn.set_random_source(Box::new(crate::registry::os_random));
         self.slots[s] = Some(Slot {
             sock,
-            conn: Connection::new(self.shared.registry.config_for(None, local), peer, local),
+            conn,
             generation,
             peer,
             target: None,

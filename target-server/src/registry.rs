@@ -12,8 +12,28 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use cache::BackingStore;
 use iscsi_proto::{
-    ConnConfig, Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionType, TargetRecord,
+    AuthPolicy, ChapCredential, ChapPolicy, ConnConfig, Directory, LoginGrant, LoginReject,
+    LoginRequestInfo, RandomUnavailable, SessionType, TargetRecord,
 };
+
+/// CHAP identifiers and challenges from the kernel's CSPRNG (`getrandom(2)`).
+pub fn os_random(buf: &mut [u8]) -> Result<(), RandomUnavailable> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`, a live, exclusively
+        // borrowed slice.
+        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(RandomUnavailable);
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
 
 /// Identifies a connection: which event thread owns it, its slot, and the slot's generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -329,6 +349,8 @@ pub struct Registry {
     /// Limits for connections before login picks a target (and for discovery sessions).
     default_config: ConnConfig,
     sessions: Mutex<HashMap<(String, [u8; 6]), SessionEntry>>,
+    /// TSIHs granted to normal logins that have not authenticated yet, by connection.
+    pending: Mutex<HashMap<ConnId, u16>>,
     next_tsih: AtomicU16,
     accounts: Mutex<Accounts>,
     system: Mutex<SystemState>,
@@ -361,6 +383,7 @@ impl Registry {
             portals: RwLock::new(portals),
             default_config,
             sessions: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
             next_tsih: AtomicU16::new(1),
             accounts: Mutex::new(Accounts::default()),
             system: Mutex::new(SystemState {
@@ -486,6 +509,11 @@ impl Registry {
     pub fn connection_closed(&self, id: ConnId) {
         let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         s.retain(|_, e| e.owner != id);
+        drop(s);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
     }
 
     /// Sessions currently registered (for logs and, later, tgtadm show).
@@ -587,8 +615,6 @@ impl Directory for LoginContext<'_> {
                 "login refused: initiator not allowed by the target's ACL");
             return Err(LoginReject::NotAuthorized);
         }
-        let key = (req.initiator_name.to_string(), req.isid);
-        let mut sessions = reg.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if req.tsih != 0 {
             // adding a connection to an existing session (MC/S) or ERL2 recovery: not supported
             tracing::info!(
@@ -598,6 +624,43 @@ impl Directory for LoginContext<'_> {
             );
             return Err(LoginReject::TooManySessions);
         }
+        // the session is registered (and an old one with the same ISID reinstated) only
+        // once the initiator has authenticated: see `authenticated`
+        let tsih = reg.alloc_tsih();
+        reg.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(self.me, tsih);
+        Ok(LoginGrant {
+            tsih,
+            target_portal_group_tag: PORTAL_GROUP_TAG,
+            target_alias: target.alias.clone(),
+            config: Some(reg.config_for(Some(&target.conn_config()), req.local)),
+        })
+    }
+
+    /// The initiator passed the security stage: now an older session with the same
+    /// initiator name and ISID is reinstated (closed) and this one registered, so an
+    /// unauthenticated peer cannot knock out a live session.
+    fn authenticated(
+        &self,
+        req: &LoginRequestInfo<'_>,
+        _chap: Option<&iscsi_proto::ChapIdentity>,
+    ) -> Result<(), LoginReject> {
+        let reg = self.registry;
+        let Some(tsih) = reg
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.me)
+        else {
+            return Ok(()); // discovery sessions are not registered
+        };
+        let Some(target) = req.target_name.and_then(|n| reg.target(n)) else {
+            return Err(LoginReject::TargetRemoved);
+        };
+        let key = (req.initiator_name.to_string(), req.isid);
+        let mut sessions = reg.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = sessions.remove(&key) {
             // session reinstatement (RFC 7143 6.3.5): the old session is closed
             tracing::info!(initiator = req.initiator_name, target = %old.target, old_tsih = old.tsih,
@@ -607,7 +670,6 @@ impl Directory for LoginContext<'_> {
                     .close(old.owner, "session reinstated by a new login");
             }
         }
-        let tsih = reg.alloc_tsih();
         sessions.insert(
             key,
             SessionEntry {
@@ -618,12 +680,28 @@ impl Directory for LoginContext<'_> {
                 peer: req.peer,
             },
         );
-        Ok(LoginGrant {
-            tsih,
-            target_portal_group_tag: PORTAL_GROUP_TAG,
-            target_alias: target.alias.clone(),
-            config: Some(reg.config_for(Some(&target.conn_config()), req.local)),
-        })
+        Ok(())
+    }
+
+    /// tgtd's rule: CHAP is required when incoming accounts are bound to the target (or,
+    /// for discovery sessions, to discovery); the outgoing account enables mutual CHAP.
+    fn auth_policy(&self, req: &LoginRequestInfo<'_>) -> AuthPolicy {
+        let target = match req.session_type {
+            SessionType::Discovery => None,
+            SessionType::Normal => match req.target_name {
+                Some(t) => Some(t),
+                None => return AuthPolicy::None,
+            },
+        };
+        let creds = self.registry.chap_credentials(target);
+        if creds.incoming.is_empty() {
+            return AuthPolicy::None;
+        }
+        let cred = |(u, p): (String, String)| ChapCredential::new(u, p);
+        AuthPolicy::Chap(ChapPolicy::new(
+            creds.incoming.into_iter().map(cred).collect(),
+            creds.outgoing.map(cred),
+        ))
     }
 
     fn send_targets(

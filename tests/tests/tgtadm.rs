@@ -1391,3 +1391,97 @@ fn lun_delete_writes_cached_data_back() {
     let r = d.tgtadm(&["--op", "show", "--mode", "target"]);
     assert!(!r.stdout.contains("LUN: 1"), "{r}");
 }
+
+/// CHAP accounts bound with tgtadm are enforced at login, as tgtd does: for a target, and
+/// for discovery (`--op bind --mode account` without `--tid`).
+fn chap_checks(d: &Daemon, files: &Path) -> Vec<String> {
+    let p = files.join("chap.img").display().to_string();
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            &p,
+        ],
+        vec![
+            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "account",
+            "--user",
+            "alice",
+            "--password",
+            "alicesecret12",
+        ],
+        vec![
+            "--op", "bind", "--mode", "account", "--tid", "1", "--user", "alice",
+        ],
+    ] {
+        d.tgtadm(&s).check("setup");
+    }
+    let url = |cred: &str| format!("iscsi://{cred}127.0.0.1:{}/{IQN1}/1", d.port);
+    let mut out = Vec::new();
+    let mut probe = |what: &str, prog: &str, u: String| {
+        let r = tools::run(20, prog, [u]);
+        assert!(!r.timed_out(), "{r}");
+        out.push(format!(
+            "{what}: {}",
+            if r.status.success() { "ok" } else { "refused" }
+        ));
+    };
+    probe("no credentials", "iscsi-inq", url(""));
+    probe("wrong secret", "iscsi-inq", url("alice%wrongsecret12@"));
+    probe("unknown user", "iscsi-inq", url("mallory%alicesecret12@"));
+    probe("right secret", "iscsi-inq", url("alice%alicesecret12@"));
+    let portal = |cred: &str| format!("iscsi://{cred}127.0.0.1:{}", d.port);
+    probe("discovery, no accounts bound", "iscsi-ls", portal(""));
+    d.tgtadm(&["--op", "bind", "--mode", "account", "--user", "alice"])
+        .check("bind discovery account");
+    probe("discovery, no credentials", "iscsi-ls", portal(""));
+    probe(
+        "discovery, right secret",
+        "iscsi-ls",
+        portal("alice%alicesecret12@"),
+    );
+    d.tgtadm(&[
+        "--op", "unbind", "--mode", "account", "--tid", "1", "--user", "alice",
+    ])
+    .check("unbind target account");
+    probe("after unbind, no credentials", "iscsi-inq", url(""));
+    out
+}
+
+#[test]
+fn chap_accounts_are_enforced_like_tgtd() {
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("chap.img"), 8 << 20);
+    let ours = Daemon::start_bare(TargetKind::Numatgtd);
+    let got = chap_checks(&ours, files.path());
+    drop(ours);
+    let tgtd = Daemon::start_bare(TargetKind::Tgtd);
+    let want = chap_checks(&tgtd, files.path());
+    assert_eq!(got, want, "numatgtd vs tgtd");
+    assert_eq!(
+        want,
+        vec![
+            "no credentials: refused",
+            "wrong secret: refused",
+            "unknown user: refused",
+            "right secret: ok",
+            "discovery, no accounts bound: ok",
+            "discovery, no credentials: refused",
+            "discovery, right secret: ok",
+            "after unbind, no credentials: ok",
+        ]
+    );
+}
