@@ -1485,3 +1485,67 @@ fn chap_accounts_are_enforced_like_tgtd() {
         ]
     );
 }
+
+/// A second login with the same initiator name and ISID reinstates (closes) the first
+/// session, but only once it has authenticated: a login that fails CHAP leaves the live
+/// session alone.
+#[test]
+fn reinstatement_needs_authentication() {
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("ri.img"), 8 << 20);
+    let p = files.path().join("ri.img").display().to_string();
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            &p,
+        ],
+        vec![
+            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "account",
+            "--user",
+            "alice",
+            "--password",
+            "alicesecret12",
+        ],
+    ] {
+        d.tgtadm(&s).check("setup");
+    }
+    let who = "iqn.2026-11.org.numatgt:same";
+    let mut a = pdu::login_normal(d.addr(), who, IQN1)
+        .expect("login A")
+        .stream;
+    assert_eq!(report_luns(&mut a, 1, 1), vec![1]);
+    d.tgtadm(&[
+        "--op", "bind", "--mode", "account", "--tid", "1", "--user", "alice",
+    ])
+    .check("require CHAP");
+    let b = pdu::login_normal(d.addr(), who, IQN1);
+    assert!(b.is_err(), "a login without CHAP succeeded");
+    assert_eq!(
+        report_luns(&mut a, 2, 2),
+        vec![1],
+        "session A was disturbed"
+    );
+    d.tgtadm(&[
+        "--op", "unbind", "--mode", "account", "--tid", "1", "--user", "alice",
+    ])
+    .check("drop CHAP");
+    let _c = pdu::login_normal(d.addr(), who, IQN1).expect("login C");
+    let (_, closed) = pdu::drain_until_close(&mut a, Duration::from_secs(5));
+    assert!(closed, "session A was not reinstated by C");
+}
