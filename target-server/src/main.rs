@@ -12,20 +12,38 @@ use target_server::runtime::{Daemon, RuntimeConfig};
 #[global_allocator]
 static ALLOC: target_server::alloc_count::CountingAlloc = target_server::alloc_count::CountingAlloc;
 
-fn init_logging(debug: Option<u32>) {
+/// Sets up logging; returns the switch `tgtadm --mode sys --op update -n debug -v on|off`
+/// flips (debug level on, or back to the level the daemon started with).
+fn init_logging(debug: Option<u32>) -> target_server::mgmt::DebugSwitch {
+    use std::io::IsTerminal;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
     let level = match debug.unwrap_or(0) {
         0 => "info",
         1 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NUMATGT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+    let start = std::env::var("NUMATGT_LOG").unwrap_or_else(|_| level.to_string());
+    let filter = EnvFilter::try_new(&start).unwrap_or_else(|_| EnvFilter::new(level));
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            fmt::layer()
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr),
+        )
         .init();
+    std::sync::Arc::new(move |on: bool| {
+        let f = if on {
+            EnvFilter::new("debug")
+        } else {
+            EnvFilter::try_new(&start).unwrap_or_else(|_| EnvFilter::new("info"))
+        };
+        if let Err(e) = handle.reload(f) {
+            tracing::warn!("cannot change the log level: {e}");
+        }
+    })
 }
 
 fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
@@ -92,7 +110,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.debug);
+    let debug_switch = init_logging(cli.debug);
     let rc = match load(&cli) {
         Ok(rc) => rc,
         Err(e) => {
@@ -140,7 +158,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if let Err(e) = mgmt.spawn(daemon.mgmt_ctx()) {
+    let mut ctx = daemon.mgmt_ctx();
+    ctx.debug = Some(debug_switch);
+    if let Err(e) = mgmt.spawn(ctx) {
         tracing::error!("{e}");
         eprintln!("numatgtd: {e}");
         daemon.stop();

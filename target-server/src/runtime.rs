@@ -498,6 +498,7 @@ impl Daemon {
             control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
             cache: self.shared.cache.clone(),
             base: Arc::clone(&self.base),
+            debug: None,
             portals,
         }
     }

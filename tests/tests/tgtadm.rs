@@ -1549,3 +1549,32 @@ fn reinstatement_needs_authentication() {
     let (_, closed) = pdu::drain_until_close(&mut a, Duration::from_secs(5));
     assert!(closed, "session A was not reinstated by C");
 }
+
+/// `--mode sys --op update -n debug -v on` turns debug logging on at run time, `off` back.
+#[test]
+fn debug_flag_switches_logging() {
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    let marker = "management request mode=Portal";
+    d.tgtadm(&["--op", "show", "--mode", "portal"])
+        .check("show");
+    assert!(!d.log().contains(marker), "debug lines before debug=on");
+    d.tgtadm(&["--op", "update", "--mode", "sys", "-n", "debug", "-v", "on"])
+        .check("debug on");
+    d.tgtadm(&["--op", "show", "--mode", "portal"])
+        .check("show");
+    let sys = d.tgtadm(&["--op", "show", "--mode", "sys"]);
+    assert!(sys.stdout.contains("    debug: on\n"), "{sys}");
+    assert!(d.log().contains(marker), "{}", d.log_tail(20));
+    d.tgtadm(&[
+        "--op", "update", "--mode", "sys", "-n", "debug", "-v", "off",
+    ])
+    .check("debug off");
+    let n = d.log().matches(marker).count();
+    d.tgtadm(&["--op", "show", "--mode", "portal"])
+        .check("show");
+    assert_eq!(
+        d.log().matches(marker).count(),
+        n,
+        "debug lines after debug=off"
+    );
+}

@@ -13,6 +13,9 @@ use std::sync::Arc;
 
 use crate::registry::{ConnControl, Registry};
 
+/// Turns debug logging on (`true`) or back to the starting level (`false`).
+pub type DebugSwitch = Arc<dyn Fn(bool) + Send + Sync>;
+
 /// What request handlers work on.
 #[derive(Clone)]
 pub struct Ctx {
@@ -23,6 +26,8 @@ pub struct Ctx {
     pub cache: Option<Arc<cache::BlockCache>>,
     /// The configuration the daemon started with (global sections for `--dump`).
     pub base: Arc<config::Config>,
+    /// `sys update debug=on|off` (None: the flag is only recorded).
+    pub debug: Option<DebugSwitch>,
     /// Binds and closes portals at run time (None: not available).
     pub portals: Option<Arc<portals::PortalAcceptor>>,
 }

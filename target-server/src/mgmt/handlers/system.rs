@@ -37,6 +37,9 @@ pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
                     "debug" => {
                         let on = parse_bool(v)?;
                         reg.system().debug = on;
+                        if let Some(switch) = &ctx.debug {
+                            switch(on);
+                        }
                     }
                     "iSNS" | "iSNSServerIP" | "iSNSServerPort" | "iSNSAccessControl" => {
                         return Err(ErrCode::UnsupportedOperation);
