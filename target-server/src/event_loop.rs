@@ -143,10 +143,10 @@ struct Slot {
     target: Option<Arc<Target>>,
     /// Commands handed to the I/O pool and not completed yet.
     inflight: usize,
-    /// Task management requests waiting for in-flight commands to finish.
-    pending_tmf: Vec<u32>,
     /// Close once the output has drained.
     closing: bool,
+    /// A TARGET COLD RESET was received: close once it has been answered.
+    close_after_tmf: bool,
     /// More input may be waiting (read budget ran out).
     more_input: bool,
 }
@@ -394,8 +394,8 @@ impl EventThread {
             peer,
             target: None,
             inflight: 0,
-            pending_tmf: Vec::new(),
             closing: false,
+            close_after_tmf: false,
             more_input: false,
         });
     }
@@ -514,21 +514,31 @@ impl EventThread {
                 }
                 Event::TaskMgmt(req) => {
                     use iscsi_proto::TmfFunction as F;
-                    match req.function {
-                        F::AbortTask
-                        | F::AbortTaskSet
-                        | F::ClearTaskSet
-                        | F::LogicalUnitReset
-                        | F::TargetWarmReset => {
-                            // backing-store jobs cannot be cancelled: the abort takes effect when
-                            // the commands already running have completed (RFC 7143 11.6.1 b)
-                            if slot.inflight == 0 {
-                                slot.conn.complete_tmf(req.itt, TmfResponse::Complete);
-                            } else {
-                                slot.pending_tmf.push(req.itt);
-                            }
+                    // The connection has marked this session's affected tasks aborted: their
+                    // results will be dropped, and it answers once they have ended (backing
+                    // store jobs run to completion; RFC 7143 11.6.1 b).
+                    let lun_known = slot
+                        .target
+                        .as_ref()
+                        .is_some_and(|t| t.lun_set().map.contains_key(&req.lun));
+                    let resp = match req.function {
+                        F::AbortTask | F::TargetWarmReset => TmfResponse::Complete,
+                        F::AbortTaskSet | F::ClearTaskSet | F::LogicalUnitReset if lun_known => {
+                            TmfResponse::Complete
                         }
-                        _ => slot.conn.complete_tmf(req.itt, TmfResponse::NotSupported),
+                        F::AbortTaskSet | F::ClearTaskSet | F::LogicalUnitReset => {
+                            TmfResponse::LunNotExist
+                        }
+                        F::TargetColdReset => {
+                            // RFC 7143 11.5.1: the target drops its connections after answering
+                            slot.close_after_tmf = true;
+                            TmfResponse::Complete
+                        }
+                        _ => TmfResponse::NotSupported,
+                    };
+                    slot.conn.complete_tmf(req.itt, resp);
+                    if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
+                        slot.closing = true;
                     }
                 }
                 Event::LoggedOut => {
@@ -626,10 +636,8 @@ impl EventThread {
                         slot.conn.recycle_buffer(buffer);
                         slot.inflight = slot.inflight.saturating_sub(1);
                         slot.conn.complete_command(itt, result);
-                        if slot.inflight == 0 {
-                            for tmf in std::mem::take(&mut slot.pending_tmf) {
-                                slot.conn.complete_tmf(tmf, TmfResponse::Complete);
-                            }
+                        if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
+                            slot.closing = true;
                         }
                         if !touched.contains(&conn.slot) {
                             touched.push(conn.slot);

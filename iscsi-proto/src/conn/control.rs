@@ -37,12 +37,15 @@ pub(crate) struct PendingText {
     rest: Vec<u8>,
 }
 
-/// A task management request waiting for the server.
+/// A task management request waiting for the server's verdict and for the tasks it aborted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PendingTmf {
-    req: TmfRequest,
     /// The connection already removed an undelivered task this request aimed at.
     cleaned: bool,
+    /// Aborted tasks the server is still running: the response waits for them.
+    waiting: usize,
+    /// The server's answer, once given.
+    verdict: Option<TmfResponse>,
 }
 
 impl<B: DataBuf> Connection<B> {
@@ -316,14 +319,39 @@ impl<B: DataBuf> Connection<B> {
             self.send_tmf_response(t.itt, 4);
             return;
         }
-        // Tasks the server never saw (still waiting for Data-Out or their turn) are
-        // cleaned up here.
-        let victims: Vec<u32> = self
-            .tasks
-            .iter()
-            .filter(|(itt, task)| !task.delivered && tmf_hits(&req, **itt, task.lun))
-            .map(|(itt, _)| *itt)
-            .collect();
+        if req.function == TmfFunction::AbortTask && !self.tasks.contains_key(&req.referenced_itt) {
+            // RFC 7143 11.5.1: a task never received whose CmdSN is still inside the window
+            // (and older than this request) counts as received and aborted; otherwise it does
+            // not exist (it completed, or never was).
+            let r = req.ref_cmd_sn;
+            let never_received =
+                self.window.check(r).is_ok() && (t.immediate || crate::seq::sn_lt(r, t.cmd_sn));
+            let resp = if never_received && self.window.arrive(r, None).is_ok() {
+                self.pump_window();
+                TmfResponse::Complete
+            } else {
+                TmfResponse::TaskNotExist
+            };
+            self.send_tmf_response(t.itt, resp.code());
+            return;
+        }
+        // Tasks the server never saw (still waiting for Data-Out or their turn) are removed
+        // here; tasks it is running are marked aborted: their responses are never sent, and
+        // this request is answered once they have all finished (SAM-5: an aborted task ends
+        // without status; the TMF response follows its end).
+        let mut victims: Vec<u32> = Vec::new();
+        let mut waiting = 0usize;
+        for (itt, task) in self.tasks.iter_mut() {
+            if !tmf_hits(&req, *itt, task.lun) {
+                continue;
+            }
+            if !task.delivered {
+                victims.push(*itt);
+            } else if task.aborted_by.is_none() {
+                task.aborted_by = Some(t.itt);
+                waiting += 1;
+            }
+        }
         let cleaned = !victims.is_empty();
         for v in victims {
             self.drop_task(v);
@@ -331,7 +359,14 @@ impl<B: DataBuf> Connection<B> {
         if cleaned {
             self.window.update_max(self.active);
         }
-        self.tmfs.insert(t.itt, PendingTmf { req, cleaned });
+        self.tmfs.insert(
+            t.itt,
+            PendingTmf {
+                cleaned,
+                waiting,
+                verdict: None,
+            },
+        );
         self.events.push_back(Event::TaskMgmt(req));
     }
 
@@ -346,35 +381,53 @@ impl<B: DataBuf> Connection<B> {
         self.push(&Bhs::TaskMgmtResponse(r), TxData::None);
     }
 
-    /// The server's answer to a task management request. On success the affected tasks
-    /// are forgotten (their late completions are dropped, as SAM requires no response
-    /// for aborted tasks).
+    /// The server's answer to a task management request (its own part done: unit
+    /// attentions, other sessions' tasks…). The response is sent once every task of this
+    /// connection the request aborted has also finished; those tasks' own completions are
+    /// swallowed by `complete_command`, so an initiator never sees status for an aborted
+    /// task and may reuse its tag as soon as it has the TMF response.
     pub fn complete_tmf(&mut self, itt: u32, resp: TmfResponse) {
         if self.state != State::FullFeature {
+            return;
+        }
+        let Some(p) = self.tmfs.get_mut(&itt) else {
+            return;
+        };
+        p.verdict = Some(resp);
+        self.try_finish_tmf(itt);
+    }
+
+    /// An aborted task finished in the server: its TMF may be answered now.
+    pub(crate) fn aborted_task_done(&mut self, tmf_itt: u32) {
+        if let Some(p) = self.tmfs.get_mut(&tmf_itt) {
+            p.waiting = p.waiting.saturating_sub(1);
+            self.try_finish_tmf(tmf_itt);
+        }
+    }
+
+    fn try_finish_tmf(&mut self, itt: u32) {
+        let ready = self
+            .tmfs
+            .get(&itt)
+            .is_some_and(|p| p.waiting == 0 && p.verdict.is_some());
+        if !ready {
             return;
         }
         let Some(p) = self.tmfs.remove(&itt) else {
             return;
         };
-        let resp = if resp == TmfResponse::TaskNotExist && p.cleaned {
-            TmfResponse::Complete
-        } else {
-            resp
+        let resp = match p.verdict {
+            Some(TmfResponse::TaskNotExist) if p.cleaned => TmfResponse::Complete,
+            Some(r) => r,
+            None => TmfResponse::Complete,
         };
-        if resp == TmfResponse::Complete {
-            let victims: Vec<u32> = self
-                .tasks
-                .iter()
-                .filter(|(titt, task)| tmf_hits(&p.req, **titt, task.lun))
-                .map(|(titt, _)| *titt)
-                .collect();
-            for v in victims {
-                self.drop_task(v);
-            }
-            self.window.update_max(self.active);
-        }
         self.send_tmf_response(itt, resp.code());
         self.maybe_finish_logout();
+    }
+
+    /// Task management requests not answered yet.
+    pub fn tmfs_pending(&self) -> usize {
+        self.tmfs.len()
     }
 }
 

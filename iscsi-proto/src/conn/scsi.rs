@@ -37,6 +37,9 @@ pub(crate) struct Task {
     pub(crate) lun: u64,
     pub(crate) ordered: bool,
     pub(crate) delivered: bool,
+    /// Aborted by the task management request with this ITT while the server ran it: its
+    /// completion sends nothing.
+    pub(crate) aborted_by: Option<u32>,
     read: bool,
     write: bool,
     expected_read_len: u32,
@@ -156,6 +159,7 @@ impl<B: DataBuf> Connection<B> {
             lun,
             ordered: c.immediate,
             delivered: false,
+            aborted_by: None,
             read: c.read,
             write: c.write,
             expected_read_len,
@@ -372,6 +376,12 @@ impl<B: DataBuf> Connection<B> {
             return;
         };
         self.window.update_max(self.active);
+        if let Some(tmf) = t.aborted_by {
+            // aborted: no Data-In, no status; the payload is dropped (unpinning its blocks)
+            drop(result);
+            self.aborted_task_done(tmf);
+            return;
+        }
         // Data-In only exists for commands with a read part.
         let data_len = if t.read {
             result.data.as_ref().map_or(0, |d| d.len()) as u64

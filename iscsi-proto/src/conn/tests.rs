@@ -1281,3 +1281,122 @@ fn cdb_longer_than_260_bytes_is_rejected() {
     };
     assert_eq!(rj.reason, reason::INVALID_FIELD);
 }
+
+fn tmf_pdu(i: &Ini, function: u8, lun: u64, itt: u32, rtt: u32, ref_cmd_sn: u32) -> Bhs {
+    Bhs::TaskMgmtRequest(TaskMgmtRequest {
+        immediate: true,
+        function,
+        lun: fields::lun_encode(lun),
+        itt,
+        rtt,
+        cmd_sn: i.cmd_sn,
+        exp_stat_sn: 0,
+        ref_cmd_sn,
+        exp_data_sn: 0,
+    })
+}
+
+fn tmf_response(r: &[Pdu]) -> Option<(u32, u8)> {
+    r.iter().find_map(|p| match p.bhs {
+        Bhs::TaskMgmtResponse(t) => Some((t.itt, t.response)),
+        _ => None,
+    })
+}
+
+#[test]
+fn abort_of_a_running_task_swallows_its_status_and_answers_after_it_ends() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let write_sn = i.cmd_sn;
+    i.scsi(5, false, true, 512, 0x2a, &[1u8; 512], true);
+    assert_eq!(cmd_events(i.events()).len(), 1); // the server runs it
+    let h = tmf_pdu(&i, 1, 1, 9, 5, write_sn);
+    i.send(h, vec![], &[]);
+    let Some(Event::TaskMgmt(t)) = i.c.poll_event() else {
+        panic!("no TMF event")
+    };
+    assert_eq!(t.function, TmfFunction::AbortTask);
+    // the server agrees at once; the task is still running: no response yet
+    i.c.complete_tmf(9, TmfResponse::Complete);
+    assert!(
+        i.recv().is_empty(),
+        "TMF answered before the aborted task ended"
+    );
+    // the task ends: no SCSI status for it, then the TMF response
+    i.c.complete_command(5, CommandResult::<Buf>::good());
+    let r = i.recv();
+    assert!(
+        !r.iter().any(|p| matches!(p.bhs, Bhs::ScsiResponse(_))),
+        "status sent for an aborted task: {r:?}"
+    );
+    assert_eq!(tmf_response(&r), Some((9, 0)));
+    assert_eq!(i.c.tasks_in_flight(), 0);
+    // the tag may be used again at once
+    i.scsi(5, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+}
+
+#[test]
+fn abort_of_a_finished_task_says_it_does_not_exist() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    let sn = i.cmd_sn;
+    i.scsi(5, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+    i.c.complete_command(5, CommandResult::<Buf>::good());
+    let _ = i.recv();
+    let h = tmf_pdu(&i, 1, 1, 9, 5, sn);
+    i.send(h, vec![], &[]);
+    assert!(i.events().is_empty(), "nothing for the server to do");
+    assert_eq!(tmf_response(&i.recv()), Some((9, 1)));
+}
+
+#[test]
+fn abort_of_a_command_never_received_consumes_its_cmdsn() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    // CmdSN `lost` never arrives; the next command waits behind it
+    let lost = i.cmd_sn;
+    i.cmd_sn += 1;
+    i.scsi(6, true, false, 512, 0x28, &[], true);
+    assert!(cmd_events(i.events()).is_empty(), "ran out of CmdSN order");
+    let h = tmf_pdu(&i, 1, 1, 9, 5, lost);
+    i.send(h, vec![], &[]);
+    let r = i.recv();
+    assert_eq!(tmf_response(&r), Some((9, 0)));
+    // the hole is filled: the waiting command runs now
+    assert_eq!(cmd_events(i.events()).len(), 1);
+}
+
+#[test]
+fn lun_reset_aborts_only_that_luns_tasks() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(1, true, false, 512, 0x28, &[], true); // LUN 1 (the helper's)
+    i.scsi(2, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 2);
+    let h = tmf_pdu(&i, 5, 1, 9, 0, 0);
+    i.send(h, vec![], &[]);
+    let Some(Event::TaskMgmt(t)) = i.c.poll_event() else {
+        panic!("no TMF event")
+    };
+    assert_eq!((t.function, t.lun), (TmfFunction::LogicalUnitReset, 1));
+    i.c.complete_command(1, CommandResult::<Buf>::good());
+    assert!(i.recv().is_empty());
+    i.c.complete_tmf(9, TmfResponse::Complete);
+    assert!(i.recv().is_empty(), "answered while task 2 still runs");
+    i.c.complete_command(2, CommandResult::<Buf>::good());
+    let r = i.recv();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(tmf_response(&r), Some((9, 0)));
+    // a reset of another LUN leaves LUN 1's new task alone
+    i.scsi(3, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+    let h = tmf_pdu(&i, 5, 2, 10, 0, 0);
+    i.send(h, vec![], &[]);
+    let _ = i.events();
+    i.c.complete_tmf(10, TmfResponse::Complete);
+    assert_eq!(tmf_response(&i.recv()), Some((10, 0)));
+    i.c.complete_command(3, CommandResult::<Buf>::good());
+    assert!(matches!(i.recv()[0].bhs, Bhs::ScsiResponse(_)));
+}
