@@ -65,6 +65,8 @@ fn sequence_with(d: &Daemon, prog: &str, files: &Path) -> String {
     let (l1, l2) = (lun1.to_string_lossy(), lun2.to_string_lossy());
     let missing = files.join("missing.img");
     let steps: Vec<Vec<&str>> = vec![
+        vec!["--op", "show", "--mode", "account"],
+        vec!["--op", "show", "--mode", "target"],
         vec![
             "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1,
         ],
@@ -803,7 +805,12 @@ fn exchange(path: &Path, bytes: &[u8]) -> Option<(u32, String)> {
         return None;
     }
     let err = u32::from_le_bytes([out[0], out[1], out[2], out[3]]);
-    Some((err, String::from_utf8_lossy(&out[8..]).into_owned()))
+    let text = &out[8..];
+    if let Some(last) = text.last() {
+        assert_eq!(*last, 0, "a text answer must end with its NUL, as tgtd's");
+    }
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    Some((err, String::from_utf8_lossy(&text[..end]).into_owned()))
 }
 
 fn assert_serving(d: &mut Daemon, ctx: &str) {
@@ -957,6 +964,45 @@ fn tgt_admin_steps(d: &Daemon, conf: &Path) -> String {
     out.push_str(&format!(
         "$ tgt-admin -e (again)\n[exit {:?}]\n",
         r.status.code()
+    ));
+    // the systemd unit's stop/reload steps: offline, ready, update from a changed file
+    let changed = conf.with_file_name("targets-changed.conf");
+    let text = std::fs::read_to_string(conf).expect("read targets.conf");
+    std::fs::write(
+        &changed,
+        text.replace(
+            "initiator-address 127.0.0.1",
+            "initiator-address 127.0.0.0/8",
+        )
+        .replace(
+            "MaxRecvDataSegmentLength 65536",
+            "MaxRecvDataSegmentLength 32768",
+        ),
+    )
+    .expect("write changed targets.conf");
+    let cc = changed.to_string_lossy().into_owned();
+    for args in [
+        vec!["--offline", "ALL"],
+        vec!["--ready", "tid=2"],
+        vec!["--update", "ALL", "-f", "-c", &cc],
+    ] {
+        let r = d.admin_tool("tgt-admin", &args);
+        assert!(!r.timed_out(), "{r}");
+        out.push_str(&format!(
+            "$ tgt-admin {}\n[exit {:?}]\n{}{}",
+            args.join(" ").replace(&cc, "CHANGED"),
+            r.status.code(),
+            r.stdout,
+            r.stderr
+        ));
+        out.push_str(&normalise(
+            &step(d, &["--op", "show", "--mode", "target"]),
+            d,
+        ));
+    }
+    out.push_str(&normalise(
+        &step(d, &["--op", "show", "--mode", "target", "--tid", "1"]),
+        d,
     ));
     out
 }

@@ -603,7 +603,9 @@ fn exchange(path: &str, req: &[u8]) -> Result<String, Fail> {
     s.take(body_len as u64)
         .read_to_end(&mut body)
         .map_err(|e| fail(format!("can't get the response, {e}")))?;
-    Ok(String::from_utf8_lossy(&body).into_owned())
+    // the text is a C string (tgtd sends its NUL): print up to the NUL, as tgtadm does
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    Ok(String::from_utf8_lossy(&body[..end]).into_owned())
 }
 
 /// After `--op delete --mode system`: wait until the daemon is gone (bounded).

@@ -357,13 +357,19 @@ impl Payload {
     }
 }
 
-/// Encode a response: header (`err`, `len` including the header) and text.
+/// Encode a response: header (`err`, `len` including the header) and text. As tgtd, a
+/// non-empty text carries its terminating NUL (counted in `len`): tgtadm prints the buffer
+/// as a C string and would print whatever follows it otherwise.
 pub fn encode_response(err: ErrCode, text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(RSP_HEADER_LEN + text.len());
+    let body = if text.is_empty() { 0 } else { text.len() + 1 };
+    let mut out = Vec::with_capacity(RSP_HEADER_LEN + body);
     out.extend_from_slice(&err.as_u32().to_le_bytes());
-    let len = (RSP_HEADER_LEN + text.len()) as u32;
+    let len = (RSP_HEADER_LEN + body) as u32;
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(text.as_bytes());
+    if body > 0 {
+        out.extend_from_slice(text.as_bytes());
+        out.push(0);
+    }
     out
 }
 
@@ -454,11 +460,16 @@ mod tests {
             ErrCode::TargetActive.message(),
             "this target is still active"
         );
-        let r = encode_response(ErrCode::NoTarget, "x\n");
-        assert_eq!(&r[0..4], &4u32.to_le_bytes());
-        assert_eq!(&r[4..8], &10u32.to_le_bytes());
+        let r = encode_response(ErrCode::Success, "x\n");
+        assert_eq!(&r[0..4], &0u32.to_le_bytes());
+        assert_eq!(&r[4..8], &11u32.to_le_bytes());
+        assert_eq!(&r[8..], b"x\n\0");
         let mut h = [0u8; 8];
         h.copy_from_slice(&r[..8]);
-        assert_eq!(decode_response_header(&h), (4, 10));
+        assert_eq!(decode_response_header(&h), (0, 11));
+        assert_eq!(
+            encode_response(ErrCode::NoTarget, ""),
+            [4, 0, 0, 0, 8, 0, 0, 0]
+        );
     }
 }

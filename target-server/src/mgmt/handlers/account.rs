@@ -46,8 +46,12 @@ pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
             Ok(String::new())
         }
         Op::Show => {
+            let a = reg.accounts();
+            if a.users.is_empty() {
+                return Ok(String::new()); // tgtd prints nothing at all then
+            }
             let mut out = String::from("Account list:\n");
-            for (u, _) in &reg.accounts().users {
+            for (u, _) in &a.users {
                 out.push_str("    ");
                 out.push_str(u);
                 out.push('\n');
