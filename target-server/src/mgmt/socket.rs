@@ -138,7 +138,14 @@ fn serve(mut s: UnixStream, ctx: &Ctx) {
                 Ok(p) => {
                     shutdown =
                         h.mode == wire::Mode::System.as_u32() && h.op == wire::Op::Delete.as_u32();
-                    handlers::handle(ctx, &h, &p)
+                    // a bug in a handler must not take the management thread down
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        handlers::handle(ctx, &h, &p)
+                    }))
+                    .unwrap_or_else(|_| {
+                        tracing::error!("management request handler panicked");
+                        Err(ErrCode::UnknownErr)
+                    })
                 }
                 Err(e) => {
                     tracing::warn!("malformed management payload: {e:?}");
