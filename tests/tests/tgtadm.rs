@@ -1624,3 +1624,32 @@ fn debug_flag_switches_logging() {
         "debug lines after debug=off"
     );
 }
+
+/// A second daemon on the same control port stops at start, as tgtd does, and the first
+/// keeps serving.
+#[test]
+fn second_daemon_on_the_same_control_port_is_refused() {
+    let mut d = Daemon::start_bare(TargetKind::Numatgtd);
+    let port = tests::daemon::free_port();
+    let cfg = d.dir.path().join("second.yaml");
+    std::fs::write(&cfg, format!("portals:\n  - address: 127.0.0.1:{port}\n"))
+        .expect("write config");
+    let ctl = d.control_port.to_string();
+    let bin = tests::daemon::numatgtd_bin().display().to_string();
+    let cfg_s = cfg.display().to_string();
+    let r = tools::run_env(
+        20,
+        &bin,
+        ["-f", "--config", &cfg_s, "-C", &ctl],
+        &[("TGT_IPC_SOCKET", d.ipc_prefix.as_os_str())],
+    );
+    assert_eq!(r.status.code(), Some(1), "{r}");
+    assert!(
+        r.stderr.contains(&format!(
+            "another tgtd is using {}.lock",
+            d.mgmt_socket().display()
+        )),
+        "{r}"
+    );
+    assert_serving(&mut d, "after a second daemon was refused");
+}

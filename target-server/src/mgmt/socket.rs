@@ -84,8 +84,11 @@ impl MgmtSocket {
         std::thread::Builder::new()
             .name("mgmt".into())
             .spawn(move || {
-                tracing::info!(socket = %self.path.display(), "management socket ready");
-                for conn in self.listener.incoming() {
+                // the whole value moves into the thread: the lock file (and with it the
+                // lockf lock) must stay open as long as the socket is served
+                let this = self;
+                tracing::info!(socket = %this.path.display(), "management socket ready");
+                for conn in this.listener.incoming() {
                     match conn {
                         Ok(s) => serve(s, &ctx),
                         Err(e) => {
