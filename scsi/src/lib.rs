@@ -215,6 +215,12 @@ impl LogicalUnit {
         self.state.d_sense.load(Ordering::Relaxed)
     }
 
+    /// Set D_SENSE as a management command does (tgtadm `sense_format=1`): later CHECK
+    /// CONDITIONs use descriptor-format sense; MODE SENSE shows the bit.
+    pub fn set_descriptor_sense(&self, on: bool) {
+        self.state.d_sense.store(on, Ordering::Relaxed);
+    }
+
     pub(crate) fn state(&self) -> &LuState {
         &self.state
     }

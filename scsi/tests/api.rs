@@ -337,3 +337,26 @@ proptest! {
         check_result(&lu, &cdb, &list, &a);
     }
 }
+
+#[test]
+fn management_sets_descriptor_sense() {
+    let lu = LogicalUnit::new(params(512, 8, false));
+    assert!(!lu.descriptor_sense());
+    lu.set_descriptor_sense(true);
+    assert!(lu.descriptor_sense());
+    // READ(10) beyond the end: the CHECK CONDITION now carries descriptor sense (72h)
+    let cdb = [0x28, 0, 0, 0, 0, 100, 0, 0, 1, 0];
+    match lu.execute(&CmdCtx {
+        cdb: &cdb,
+        data_out: &[],
+        luns: &[0],
+    }) {
+        Action::Complete(c) => {
+            assert_eq!(c.status, status::CHECK_CONDITION);
+            assert_eq!(c.sense.first(), Some(&0x72));
+        }
+        _ => panic!("READ beyond the end was not refused"),
+    }
+    lu.set_descriptor_sense(false);
+    assert!(!lu.descriptor_sense());
+}

@@ -141,7 +141,11 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                 l.lun,
                 Arc::new(Lun {
                     number: l.lun,
-                    scsi: scsi::LogicalUnit::new(params),
+                    scsi: {
+                        let lu = scsi::LogicalUnit::new(params);
+                        lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
+                        lu
+                    },
                     store: Arc::new(store),
                     cache_id,
                     cached: mode == config::CacheMode::Numa,

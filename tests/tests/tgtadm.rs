@@ -1653,3 +1653,88 @@ fn second_daemon_on_the_same_control_port_is_refused() {
     );
     assert_serving(&mut d, "after a second daemon was refused");
 }
+
+/// READ(10) past the end on a raw session: the sense response code of the CHECK CONDITION.
+fn read_past_end_sense_code(s: &mut std::net::TcpStream, itt: u32, cmd_sn: u32) -> u8 {
+    let mut bhs = Bhs::new(0x01, false)
+        .flags(0xC1)
+        .itt(itt)
+        .set_u32(20, 512)
+        .set_u32(24, cmd_sn)
+        .set_u32(28, 0);
+    bhs.0[8] = 0;
+    bhs.0[9] = 1; // LUN 1
+    bhs.0[32..42].copy_from_slice(&[0x28, 0, 0x7f, 0, 0, 0, 0, 0, 1, 0]);
+    s.write_all(bhs.bytes()).expect("send READ(10)");
+    for _ in 0..8 {
+        match pdu::read_pdu(s, Duration::from_secs(5)) {
+            ReadOutcome::Pdu(p) if p.opcode() == 0x21 => {
+                assert_eq!(p.bhs[3], 0x02, "not CHECK CONDITION");
+                return *p.data.get(2).expect("sense data");
+            }
+            ReadOutcome::Pdu(_) => continue,
+            other => panic!("no response to READ(10): {other:?}"),
+        }
+    }
+    panic!("no SCSI Response to READ(10)");
+}
+
+#[test]
+fn sense_format_update_reaches_scsi() {
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("sf.img"), 1 << 20);
+    let p = files.path().join("sf.img").display().to_string();
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            &p,
+        ],
+        vec![
+            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    ] {
+        d.tgtadm(&s).check("setup");
+    }
+    let mut s = pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:sf", IQN1)
+        .expect("login")
+        .stream;
+    assert_eq!(read_past_end_sense_code(&mut s, 1, 1), 0x70);
+    d.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "sense_format=1",
+    ])
+    .check("sense_format=1");
+    assert_eq!(read_past_end_sense_code(&mut s, 2, 2), 0x72);
+    d.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "sense_format=0,vendor_id=ACME",
+    ])
+    .check("sense_format=0 with a rebuild");
+    assert_eq!(read_past_end_sense_code(&mut s, 3, 3), 0x70);
+}

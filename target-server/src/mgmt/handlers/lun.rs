@@ -242,11 +242,14 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             _ => return Err(ErrCode::InvalidRequest),
         }
     }
+    let descriptor = meta.sense_format == 1;
     if rebuild {
         // INQUIRY data lives in the SCSI logical unit: swap in a new one on the same store
+        let scsi = scsi::LogicalUnit::new(params);
+        scsi.set_descriptor_sense(descriptor);
         let next = Arc::new(Lun {
             number: lun.number,
-            scsi: scsi::LogicalUnit::new(params),
+            scsi,
             store: Arc::clone(&lun.store),
             cache_id: lun.cache_id,
             cached: lun.cached,
@@ -258,6 +261,16 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             m.insert(next.number, next);
         });
     } else {
+        if descriptor
+            != (lun
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .sense_format
+                == 1)
+        {
+            lun.scsi.set_descriptor_sense(descriptor);
+        }
         *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
     }
     Ok(String::new())
