@@ -11,29 +11,13 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use cache::BackingStore;
-use iscsi_proto::{
-    AuthPolicy, ChapCredential, ChapPolicy, ConnConfig, Directory, LoginGrant, LoginReject,
-    LoginRequestInfo, RandomUnavailable, SessionType, TargetRecord,
-};
+use iscsi_proto::ConnConfig;
 
-/// CHAP identifiers and challenges from the kernel's CSPRNG (`getrandom(2)`).
-pub fn os_random(buf: &mut [u8]) -> Result<(), RandomUnavailable> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`, a live, exclusively
-        // borrowed slice.
-        let r = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if r < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(RandomUnavailable);
-        }
-        done += r as usize;
-    }
-    Ok(())
-}
+mod access;
+mod login;
+
+pub use access::{Accounts, Acl, AuthBinding, ChapCredentials, TargetState, os_random};
+pub use login::LoginContext;
 
 /// Identifies a connection: which event thread owns it, its slot, and the slot's generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,80 +90,6 @@ impl LunSet {
         let numbers = map.keys().copied().collect();
         LunSet { map, numbers }
     }
-}
-
-/// A target's state (`tgtadm --op update --mode target -n state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetState {
-    Ready,
-    Offline,
-}
-
-impl TargetState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TargetState::Ready => "ready",
-            TargetState::Offline => "offline",
-        }
-    }
-}
-
-/// A target's access rules, as tgtd: an initiator must match one address rule (none = nobody)
-/// and, when any name rule exists, one name rule.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Acl {
-    /// As given (`ALL`, an IP, a CIDR network) with its parsed form.
-    pub addresses: Vec<(String, config::AddressRule)>,
-    pub names: Vec<String>,
-}
-
-impl Acl {
-    pub fn allows(&self, initiator: &str, ip: std::net::IpAddr) -> bool {
-        self.addresses.iter().any(|(_, r)| r.matches(ip))
-            && (self.names.is_empty()
-                || self.names.iter().any(|n| n.eq_ignore_ascii_case(initiator)))
-    }
-
-    /// The rules of a target from the YAML configuration (empty lists there mean "anyone").
-    pub fn from_config(t: &config::TargetConfig) -> Acl {
-        let mut acl = Acl::default();
-        if t.allow_addresses.is_empty() {
-            acl.addresses.push(("ALL".into(), config::AddressRule::All));
-        }
-        for r in &t.allow_addresses {
-            let text = match r {
-                config::AddressRule::All => "ALL".to_string(),
-                other => other.to_string(),
-            };
-            acl.addresses.push((text, *r));
-        }
-        if !t
-            .allow_initiators
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case("all"))
-        {
-            acl.names = t.allow_initiators.clone();
-        }
-        acl
-    }
-}
-
-/// CHAP users bound to a target (or to discovery): any number of incoming users, at most one
-/// outgoing (mutual CHAP) user. Names refer to [`Registry`] accounts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AuthBinding {
-    pub incoming: Vec<String>,
-    pub outgoing: Option<String>,
-}
-
-/// The credentials a CHAP authenticator needs for one target (or discovery), resolved from
-/// the bindings and the account table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChapCredentials {
-    /// (user, secret) pairs an initiator may authenticate as.
-    pub incoming: Vec<(String, String)>,
-    /// (user, secret) the target answers with for mutual CHAP.
-    pub outgoing: Option<(String, String)>,
 }
 
 /// What tgtadm changes about a target at run time.
@@ -307,39 +217,6 @@ pub struct SessionView {
 pub struct SystemState {
     pub offline: bool,
     pub debug: bool,
-}
-
-/// The CHAP account table and the discovery bindings.
-#[derive(Debug, Clone, Default)]
-pub struct Accounts {
-    /// (user, secret), newest first (tgtd lists them that way).
-    pub users: Vec<(String, String)>,
-    /// Accounts bound to discovery sessions (`GLOBAL_TID`).
-    pub discovery: AuthBinding,
-}
-
-impl Accounts {
-    pub fn secret(&self, user: &str) -> Option<&str> {
-        self.users
-            .iter()
-            .find(|(u, _)| u == user)
-            .map(|(_, p)| p.as_str())
-    }
-
-    /// Resolve `binding` to credentials (unknown names are skipped).
-    pub fn resolve(&self, binding: &AuthBinding) -> ChapCredentials {
-        ChapCredentials {
-            incoming: binding
-                .incoming
-                .iter()
-                .filter_map(|u| self.secret(u).map(|p| (u.clone(), p.to_string())))
-                .collect(),
-            outgoing: binding
-                .outgoing
-                .as_ref()
-                .and_then(|u| self.secret(u).map(|p| (u.clone(), p.to_string()))),
-        }
-    }
 }
 
 /// Targets, portals and the session table.
@@ -564,161 +441,6 @@ impl Registry {
                     p
                 };
                 format!("{},{}", addr, PORTAL_GROUP_TAG)
-            })
-            .collect()
-    }
-}
-
-/// The registry as seen by one connection's login: implements `iscsi_proto::Directory`.
-pub struct LoginContext<'a> {
-    pub registry: &'a Registry,
-    pub me: ConnId,
-    pub control: &'a dyn ConnControl,
-}
-
-impl Directory for LoginContext<'_> {
-    fn login(&self, req: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
-        let reg = self.registry;
-        let target_name = match req.session_type {
-            SessionType::Discovery => {
-                return Ok(LoginGrant {
-                    tsih: if req.tsih != 0 {
-                        req.tsih
-                    } else {
-                        reg.alloc_tsih()
-                    },
-                    target_portal_group_tag: PORTAL_GROUP_TAG,
-                    target_alias: None,
-                    config: None,
-                });
-            }
-            SessionType::Normal => match req.target_name {
-                Some(n) => n,
-                None => return Err(LoginReject::TargetNotFound),
-            },
-        };
-        let Some(target) = reg.target(target_name) else {
-            tracing::info!(initiator = req.initiator_name, target = target_name, peer = %req.peer,
-                "login refused: no such target");
-            return Err(LoginReject::TargetNotFound);
-        };
-        if reg.system().offline || target.mgmt().state == TargetState::Offline {
-            tracing::info!(
-                initiator = req.initiator_name,
-                target = target_name,
-                "login refused: target not available (offline)"
-            );
-            return Err(LoginReject::ServiceUnavailable);
-        }
-        if !target.allows(req.initiator_name, req.peer) {
-            tracing::warn!(initiator = req.initiator_name, target = target_name, peer = %req.peer,
-                "login refused: initiator not allowed by the target's ACL");
-            return Err(LoginReject::NotAuthorized);
-        }
-        if req.tsih != 0 {
-            // adding a connection to an existing session (MC/S) or ERL2 recovery: not supported
-            tracing::info!(
-                initiator = req.initiator_name,
-                tsih = req.tsih,
-                "login refused: joining an existing session (MaxConnections=1)"
-            );
-            return Err(LoginReject::TooManySessions);
-        }
-        // the session is registered (and an old one with the same ISID reinstated) only
-        // once the initiator has authenticated: see `authenticated`
-        let tsih = reg.alloc_tsih();
-        reg.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(self.me, tsih);
-        Ok(LoginGrant {
-            tsih,
-            target_portal_group_tag: PORTAL_GROUP_TAG,
-            target_alias: target.alias.clone(),
-            config: Some(reg.config_for(Some(&target.conn_config()), req.local)),
-        })
-    }
-
-    /// The initiator passed the security stage: now an older session with the same
-    /// initiator name and ISID is reinstated (closed) and this one registered, so an
-    /// unauthenticated peer cannot knock out a live session.
-    fn authenticated(
-        &self,
-        req: &LoginRequestInfo<'_>,
-        _chap: Option<&iscsi_proto::ChapIdentity>,
-    ) -> Result<(), LoginReject> {
-        let reg = self.registry;
-        let Some(tsih) = reg
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.me)
-        else {
-            return Ok(()); // discovery sessions are not registered
-        };
-        let Some(target) = req.target_name.and_then(|n| reg.target(n)) else {
-            return Err(LoginReject::TargetRemoved);
-        };
-        let key = (req.initiator_name.to_string(), req.isid);
-        let mut sessions = reg.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(old) = sessions.remove(&key) {
-            // session reinstatement (RFC 7143 6.3.5): the old session is closed
-            tracing::info!(initiator = req.initiator_name, target = %old.target, old_tsih = old.tsih,
-                "session reinstatement: closing the old session with the same ISID");
-            if old.owner != self.me {
-                self.control
-                    .close(old.owner, "session reinstated by a new login");
-            }
-        }
-        sessions.insert(
-            key,
-            SessionEntry {
-                owner: self.me,
-                tsih,
-                target: target.iqn.clone(),
-                alias: req.initiator_alias.map(str::to_string),
-                peer: req.peer,
-            },
-        );
-        Ok(())
-    }
-
-    /// tgtd's rule: CHAP is required when incoming accounts are bound to the target (or,
-    /// for discovery sessions, to discovery); the outgoing account enables mutual CHAP.
-    fn auth_policy(&self, req: &LoginRequestInfo<'_>) -> AuthPolicy {
-        let target = match req.session_type {
-            SessionType::Discovery => None,
-            SessionType::Normal => match req.target_name {
-                Some(t) => Some(t),
-                None => return AuthPolicy::None,
-            },
-        };
-        let creds = self.registry.chap_credentials(target);
-        if creds.incoming.is_empty() {
-            return AuthPolicy::None;
-        }
-        let cred = |(u, p): (String, String)| ChapCredential::new(u, p);
-        AuthPolicy::Chap(ChapPolicy::new(
-            creds.incoming.into_iter().map(cred).collect(),
-            creds.outgoing.map(cred),
-        ))
-    }
-
-    fn send_targets(
-        &self,
-        initiator_name: &str,
-        peer: SocketAddr,
-        local: SocketAddr,
-        scope: Option<&str>,
-    ) -> Vec<TargetRecord> {
-        let reg = self.registry;
-        reg.targets()
-            .iter()
-            .filter(|t| scope.is_none_or(|s| t.iqn.eq_ignore_ascii_case(s)))
-            .filter(|t| t.allows(initiator_name, peer))
-            .map(|t| TargetRecord {
-                name: t.iqn.clone(),
-                addresses: reg.portal_strings(local),
             })
             .collect()
     }
