@@ -1,0 +1,193 @@
+//! Helpers for the management-socket tests (`tests/tgtadm.rs`, `tests/mgmt_runtime.rs`):
+//! tgtadm transcripts and their normalisation, raw management requests, and raw SCSI
+//! commands on an iSCSI session to watch run-time changes from a live session.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::pdu::{self, Bhs, ReadOutcome};
+use crate::{Daemon, tools};
+
+pub const IQN1: &str = "iqn.2026-11.org.numatgt:mgmt1";
+
+pub const IQN2: &str = "iqn.2026-11.org.numatgt:mgmt2";
+
+/// One step's transcript: command, exit code, stdout, stderr.
+pub fn step(d: &Daemon, args: &[&str]) -> String {
+    step_with(d, "tgtadm", args)
+}
+
+/// [`step`] with another tgtadm-compatible program (numatgtadm).
+pub fn step_with(d: &Daemon, prog: &str, args: &[&str]) -> String {
+    let r = d.admin_tool(prog, args);
+    assert!(!r.timed_out(), "tgtadm timed out: {r}");
+    format!(
+        "$ tgtadm {}\n[exit {:?}]\n{}{}",
+        args.join(" "),
+        r.status.code(),
+        r.stdout,
+        r.stderr
+    )
+}
+
+/// The ports differ between the two daemons; session ids are each daemon's own.
+pub fn normalise(text: &str, d: &Daemon) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let l = line.replace(&format!(":{}", d.port), ":PORT");
+        let l = match l.split_once("I_T nexus: ") {
+            Some((a, _)) => format!("{a}I_T nexus: SID"),
+            None => l,
+        };
+        let l = match l.strip_prefix("Session: ") {
+            Some(_) => "Session: SID".to_string(),
+            None => l,
+        };
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn first_difference(a: &str, b: &str) -> String {
+    for (i, (x, y)) in a.lines().zip(b.lines()).enumerate() {
+        if x != y {
+            let from = i.saturating_sub(8);
+            let ctx: Vec<&str> = a.lines().skip(from).take(i - from).collect();
+            return format!(
+                "line {}: numatgtd {x:?} vs tgtd {y:?}\ncontext:\n{}",
+                i + 1,
+                ctx.join("\n")
+            );
+        }
+    }
+    format!(
+        "lengths differ: numatgtd {} lines, tgtd {} lines",
+        a.lines().count(),
+        b.lines().count()
+    )
+}
+
+/// REPORT LUNS on a raw session: the LUN numbers (peripheral addressing).
+pub fn report_luns(s: &mut std::net::TcpStream, itt: u32, cmd_sn: u32) -> Vec<u64> {
+    let mut bhs = Bhs::new(0x01, false)
+        .flags(0xC1)
+        .itt(itt)
+        .set_u32(20, 4096)
+        .set_u32(24, cmd_sn)
+        .set_u32(28, 0);
+    bhs.0[32] = 0xA0;
+    bhs.0[38..42].copy_from_slice(&4096u32.to_be_bytes());
+    s.write_all(bhs.bytes()).expect("send REPORT LUNS");
+    let mut data = Vec::new();
+    for _ in 0..8 {
+        match pdu::read_pdu(s, Duration::from_secs(5)) {
+            ReadOutcome::Pdu(p) => {
+                if p.opcode() == 0x25 {
+                    data.extend_from_slice(&p.data);
+                    if p.flags() & 0x01 != 0 {
+                        break;
+                    }
+                } else if p.opcode() == 0x21 {
+                    break;
+                }
+            }
+            other => panic!("no answer to REPORT LUNS: {other:?}"),
+        }
+    }
+    assert!(data.len() >= 8, "short REPORT LUNS data {data:?}");
+    let n = u32::from_be_bytes([data[0], data[1], data[2], data[3]]) as usize / 8;
+    (0..n)
+        .filter_map(|i| data.get(8 + i * 8..10 + i * 8))
+        .map(|b| u64::from(u16::from_be_bytes([b[0] & 0x3f, b[1]])))
+        .collect()
+}
+
+/// READ(10) past the end on a raw session: the sense response code of the CHECK CONDITION.
+pub fn read_past_end_sense_code(s: &mut std::net::TcpStream, itt: u32, cmd_sn: u32) -> u8 {
+    let mut bhs = Bhs::new(0x01, false)
+        .flags(0xC1)
+        .itt(itt)
+        .set_u32(20, 512)
+        .set_u32(24, cmd_sn)
+        .set_u32(28, 0);
+    bhs.0[8] = 0;
+    bhs.0[9] = 1; // LUN 1
+    bhs.0[32..42].copy_from_slice(&[0x28, 0, 0x7f, 0, 0, 0, 0, 0, 1, 0]);
+    s.write_all(bhs.bytes()).expect("send READ(10)");
+    for _ in 0..8 {
+        match pdu::read_pdu(s, Duration::from_secs(5)) {
+            ReadOutcome::Pdu(p) if p.opcode() == 0x21 => {
+                assert_eq!(p.bhs[3], 0x02, "not CHECK CONDITION");
+                return *p.data.get(2).expect("sense data");
+            }
+            ReadOutcome::Pdu(_) => continue,
+            other => panic!("no response to READ(10): {other:?}"),
+        }
+    }
+    panic!("no SCSI Response to READ(10)");
+}
+
+pub fn inq(d: &Daemon, iqn: &str, lun: u64) -> tools::ToolRun {
+    tools::run(
+        20,
+        "iscsi-inq",
+        [format!("iscsi://127.0.0.1:{}/{iqn}/{lun}", d.port)],
+    )
+}
+
+/// A raw request: header fields as tgtadm lays them out, then the payload.
+pub fn raw_request(mode: u32, op: u32, tid: i32, len: u32, payload: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; 120];
+    b[0..4].copy_from_slice(&mode.to_le_bytes());
+    b[4..8].copy_from_slice(&op.to_le_bytes());
+    b[72..76].copy_from_slice(&len.to_le_bytes());
+    b[76..80].copy_from_slice(&tid.to_le_bytes());
+    b[88..96].copy_from_slice(&u64::MAX.to_le_bytes());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// Send `bytes`, read the answer (err, text) if any.
+pub fn exchange(path: &Path, bytes: &[u8]) -> Option<(u32, String)> {
+    let mut s = UnixStream::connect(path).expect("connect to the management socket");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    if out.len() < 8 {
+        return None;
+    }
+    let err = u32::from_le_bytes([out[0], out[1], out[2], out[3]]);
+    let text = &out[8..];
+    if let Some(last) = text.last() {
+        assert_eq!(*last, 0, "a text answer must end with its NUL, as tgtd's");
+    }
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    Some((err, String::from_utf8_lossy(&text[..end]).into_owned()))
+}
+
+pub fn assert_serving(d: &mut Daemon, ctx: &str) {
+    d.assert_alive(ctx);
+    let r = d.tgtadm(&["--op", "show", "--mode", "sys"]);
+    assert!(
+        r.status.success() && r.stdout.starts_with("System:"),
+        "{ctx}: {r}"
+    );
+}
+
+pub fn numatgtadm_bin() -> String {
+    let p = crate::daemon::numatgtd_bin().with_file_name("numatgtadm");
+    assert!(
+        p.is_file(),
+        "numatgtadm not found at {} (build it: `cargo build -p tools`)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+pub const INVALID_REQUEST: u32 = 17;
