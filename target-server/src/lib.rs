@@ -12,3 +12,4 @@ pub mod registry;
 pub mod runtime;
 pub mod sd_notify;
 pub mod storage;
+pub mod thin;

@@ -133,11 +133,13 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                 cache = mode.as_str(), write_cache = l.write_cache, "LUN ready");
             let cache_id = next_cache_id;
             next_cache_id += 1;
+            let lu = scsi::LogicalUnit::new(params);
+            lu.set_thin_provisioning(l.thin_provisioning);
             luns.insert(
                 l.lun,
                 Arc::new(Lun {
                     number: l.lun,
-                    scsi: scsi::LogicalUnit::new(params),
+                    scsi: lu,
                     store: Arc::new(store),
                     cache_id,
                     cached: mode == config::CacheMode::Numa,
