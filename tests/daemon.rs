@@ -67,6 +67,8 @@ pub struct LunSpec {
     pub cache: Option<String>,
     /// numatgtd only: the LUN's `write_cache` (initial WCE bit); None = the daemon's default.
     pub write_cache: Option<bool>,
+    /// numatgtd only: thin provisioned (UNMAP, deallocating WRITE SAME). Ignored for tgtd.
+    pub thin: bool,
 }
 
 /// INQUIRY identity of a LUN.
@@ -91,12 +93,19 @@ impl LunSpec {
             identity: None,
             cache: None,
             write_cache: None,
+            thin: false,
         }
     }
 
     /// numatgtd: this LUN's cache mode (`numa`, `off` or `page`). Ignored for tgtd.
     pub fn with_cache(mut self, mode: &str) -> Self {
         self.cache = Some(mode.into());
+        self
+    }
+
+    /// numatgtd: a thin-provisioned LUN. Ignored for tgtd.
+    pub fn thin(mut self) -> Self {
+        self.thin = true;
         self
     }
 
@@ -205,6 +214,9 @@ pub fn numatgtd_config_with(port: u16, luns: &[(LunSpec, PathBuf)], global_yaml:
         }
         if let Some(mode) = &spec.cache {
             y.push_str(&format!("        cache: {mode}\n"));
+        }
+        if spec.thin {
+            y.push_str("        thin_provisioning: true\n");
         }
         if let Some(wce) = spec.write_cache {
             y.push_str(&format!("        write_cache: {wce}\n"));

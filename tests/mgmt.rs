@@ -191,3 +191,40 @@ pub fn numatgtadm_bin() -> String {
 }
 
 pub const INVALID_REQUEST: u32 = 17;
+
+/// A data-in SCSI command on a raw session to LUN `lun`: the data, or None on CHECK CONDITION.
+pub fn data_in(
+    s: &mut std::net::TcpStream,
+    itt: u32,
+    cmd_sn: u32,
+    lun: u8,
+    cdb: &[u8],
+    alloc: u32,
+) -> Option<Vec<u8>> {
+    let mut bhs = Bhs::new(0x01, false)
+        .flags(0xC1)
+        .itt(itt)
+        .set_u32(20, alloc)
+        .set_u32(24, cmd_sn)
+        .set_u32(28, 0);
+    bhs.0[9] = lun;
+    bhs.0[32..32 + cdb.len()].copy_from_slice(cdb);
+    s.write_all(bhs.bytes()).expect("send a SCSI command");
+    let mut data = Vec::new();
+    for _ in 0..16 {
+        match pdu::read_pdu(s, Duration::from_secs(5)) {
+            ReadOutcome::Pdu(p) if p.opcode() == 0x25 => {
+                data.extend_from_slice(&p.data);
+                if p.flags() & 0x01 != 0 {
+                    return Some(data);
+                }
+            }
+            ReadOutcome::Pdu(p) if p.opcode() == 0x21 => {
+                return (p.bhs[3] == 0).then_some(data);
+            }
+            ReadOutcome::Pdu(_) => continue,
+            other => panic!("no answer to the SCSI command: {other:?}"),
+        }
+    }
+    panic!("no SCSI Response");
+}

@@ -290,6 +290,121 @@ impl BackingStore {
         Ok(())
     }
 
+    /// Deallocate `len` bytes at `offset` so that they read back as zeros: a hole punched in
+    /// a file (fallocate PUNCH_HOLE, space returned to the file system), a discard that
+    /// zeroes on a block device; where neither is possible (the file system or device cannot)
+    /// the range is zeroed instead (ZERO_RANGE, then plain zero writes), so reads return
+    /// zeros in every case. Returns whether space was really deallocated.
+    pub fn deallocate(&self, offset: u64, len: u64) -> io::Result<bool> {
+        if self.readonly {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check_range(offset, usize::try_from(len).unwrap_or(usize::MAX))?;
+        if len == 0 {
+            return Ok(false);
+        }
+        let fallocate = |mode: libc::c_int| {
+            // SAFETY: plain syscall on our own descriptor; the range was checked above.
+            let r = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    mode,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        let unsupported = |e: &io::Error| {
+            matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENODEV)
+            )
+        };
+        match fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) {
+            Ok(()) => return Ok(true),
+            Err(e) if !unsupported(&e) => return Err(e),
+            Err(_) => {}
+        }
+        match fallocate(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE) {
+            Ok(()) => return Ok(false),
+            Err(e) if !unsupported(&e) => return Err(e),
+            Err(_) => {}
+        }
+        // last resort: write zeros (aligned, for O_DIRECT)
+        let chunk = len.min(1 << 20) as usize;
+        let zeros = AlignedBuf::new(chunk);
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(chunk as u64) as usize;
+            self.write_at(&zeros.as_slice()[..n], offset + at, false)?;
+            at += n as u64;
+        }
+        Ok(false)
+    }
+
+    /// The allocation state of `offset .. offset + len` as `(offset, len, allocated)` runs in
+    /// order, from the file's holes and data (lseek SEEK_DATA / SEEK_HOLE). A block device,
+    /// or a file system that cannot tell, reports everything allocated.
+    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, u64, bool)>> {
+        let end = offset.saturating_add(len).min(self.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        if self.block_device {
+            return Ok(vec![(offset, end - offset, true)]);
+        }
+        let fd = self.file.as_raw_fd();
+        let seek = |pos: u64, whence: libc::c_int| -> io::Result<Option<u64>> {
+            // SAFETY: lseek on our descriptor; positional I/O never uses the file offset.
+            let r = unsafe { libc::lseek(fd, pos as libc::off_t, whence) };
+            if r >= 0 {
+                return Ok(Some(r as u64));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ENXIO) => Ok(None), // no data at or after pos
+                _ => Err(e),
+            }
+        };
+        let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+        let mut push = |start: u64, stop: u64, allocated: bool| {
+            if stop <= start {
+                return;
+            }
+            match runs.last_mut() {
+                Some(last) if last.2 == allocated && last.0 + last.1 == start => {
+                    last.1 += stop - start
+                }
+                _ => runs.push((start, stop - start, allocated)),
+            }
+        };
+        let mut pos = offset;
+        while pos < end {
+            let data = match seek(pos, libc::SEEK_DATA) {
+                Ok(d) => d,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // the file system does not report holes
+                    return Ok(vec![(offset, end - offset, true)]);
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(data) = data.filter(|&d| d < end) else {
+                push(pos, end, false);
+                break;
+            };
+            push(pos, data, false);
+            let hole = seek(data, libc::SEEK_HOLE)?.unwrap_or(self.size).min(end);
+            push(data, hole, true);
+            pos = hole.max(data + 1);
+        }
+        Ok(runs)
+    }
+
     /// Make every completed write durable (fdatasync).
     pub fn sync(&self) -> io::Result<()> {
         if self.readonly {
@@ -363,6 +478,42 @@ mod tests {
             s.read_at(zero.as_mut_slice(), 0).expect("read hole");
             assert!(zero.as_slice().iter().all(|&b| b == 0));
         }
+    }
+
+    #[test]
+    fn deallocate_zeroes_and_reports_holes() {
+        let (_d, s) = store(4 << 20, 512);
+        let mut data = AlignedBuf::new(1 << 20);
+        data.as_mut_slice().fill(0xAB);
+        s.write_at(data.as_slice(), 1 << 20, false).expect("write");
+        s.write_at(data.as_slice(), 2 << 20, false).expect("write");
+        s.sync().expect("sync");
+        let runs = s.allocation(0, 4 << 20).expect("allocation");
+        // the file system may round to its own blocks; the written MiBs are data
+        assert!(
+            runs.iter()
+                .any(|&(o, l, a)| a && o <= 1 << 20 && o + l >= 3 << 20),
+            "{runs:?}"
+        );
+        assert!(runs.iter().any(|&(o, _, a)| !a && o == 0), "{runs:?}");
+        // punch the middle of the first written MiB
+        s.deallocate((1 << 20) + 65536, 131072).expect("deallocate");
+        let mut back = AlignedBuf::new(1 << 20);
+        s.read_at(back.as_mut_slice(), 1 << 20).expect("read");
+        let b = back.as_slice();
+        assert!(b[..65536].iter().all(|&x| x == 0xAB));
+        assert!(b[65536..196608].iter().all(|&x| x == 0));
+        assert!(b[196608..].iter().all(|&x| x == 0xAB));
+        // the runs cover the range exactly, in order
+        let runs = s.allocation(4096, (4 << 20) - 8192).expect("allocation");
+        assert_eq!(runs.first().map(|r| r.0), Some(4096));
+        let mut at = 4096;
+        for &(o, l, _) in &runs {
+            assert_eq!(o, at);
+            at += l;
+        }
+        assert_eq!(at, (4 << 20) - 4096);
+        assert!(s.deallocate(4 << 20, 512).is_err(), "beyond the end");
     }
 
     #[test]

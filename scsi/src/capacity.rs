@@ -38,6 +38,7 @@ pub(crate) fn read_capacity_16(
     let mut d = vec![0u8; 32];
     d[0..8].copy_from_slice(&last_lba(lu).to_be_bytes());
     d[8..12].copy_from_slice(&lu.params().block_size.to_be_bytes());
+    d[14] = crate::thin::capacity_flags(lu);
     Ok(Action::data(truncate(d, alloc)))
 }
 

@@ -124,7 +124,7 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &CmdCtx<'_>) -> Result<Ac
             page::DEVICE_ID => device_id_body(lu),
             page::BLOCK_LIMITS => block_limits_body(lu),
             page::BLOCK_CHARACTERISTICS => block_characteristics_body(),
-            page::PROVISIONING => provisioning_body(),
+            page::PROVISIONING => crate::thin::provisioning_body(lu),
             _ => return Err(Sense::invalid_field_in_cdb(2, Some(7))),
         };
         vpd_page(PDT_DISK, code, &body)
@@ -222,6 +222,7 @@ fn block_limits_body(lu: &LogicalUnit) -> Vec<u8> {
     b[4..8].copy_from_slice(&lu.max_transfer_blocks().to_be_bytes()); // byte 8
     let opt = (OPTIMAL_TRANSFER_BYTES / bs).max(1);
     b[8..12].copy_from_slice(&opt.to_be_bytes()); // byte 12
+    crate::thin::block_limits(lu, &mut b); // WSNZ, unmap limits, MAXIMUM WRITE SAME LENGTH
     b
 }
 
@@ -229,11 +230,6 @@ fn block_characteristics_body() -> Vec<u8> {
     let mut b = vec![0u8; 0x3C];
     b[0..2].copy_from_slice(&1u16.to_be_bytes()); // non-rotating medium
     b
-}
-
-fn provisioning_body() -> Vec<u8> {
-    // threshold exponent 0; LBPU, LBPWS, LBPWS10, LBPRZ, ANC_SUP, DP = 0; fully provisioned
-    vec![0u8; 4]
 }
 
 #[cfg(test)]

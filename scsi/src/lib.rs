@@ -24,12 +24,14 @@ pub mod report_luns;
 mod request_sense;
 mod rw;
 pub mod sense;
+pub mod thin;
 mod unmapped;
 
 pub use inquiry::{NAA_COMPANY_ID, naa6};
 pub use report_luns::encode_lun;
 pub use rw::{data_out_len, verify_compare};
 pub use sense::Sense;
+pub use thin::{LbaExtent, lba_status_completion};
 pub use unmapped::{PQ_NOT_SUPPORTED, execute_unmapped};
 
 use std::sync::Mutex;
@@ -93,6 +95,8 @@ pub(crate) struct LuState {
     pub d_sense: AtomicBool,
     /// Serialises MODE SELECT so that a multi-page parameter list applies as a whole.
     pub select_lock: Mutex<()>,
+    /// Thin provisioned (LBPME): UNMAP, deallocating WRITE SAME, unmapped blocks read zeros.
+    pub thin: AtomicBool,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -141,6 +145,21 @@ pub enum Action {
         blocks: u32,
         same_block: bool,
     },
+    /// UNMAP: deallocate these `(lba, blocks)` ranges (thin LU; afterwards they read as
+    /// zeros), then GOOD.
+    Unmap { ranges: Vec<(u64, u64)> },
+    /// WRITE SAME: write the first block of `data_out` (zeros when `ndob`) to every block of
+    /// `lba .. lba + blocks`. `unmap`: the LU is thin and the initiator allows deallocation,
+    /// which the server may do instead of writing when that block is all zeros.
+    WriteSame {
+        lba: u64,
+        blocks: u64,
+        ndob: bool,
+        unmap: bool,
+    },
+    /// GET LBA STATUS: find which blocks from `lba` are mapped or deallocated and answer
+    /// [`lba_status_completion`] with `alloc_len`.
+    GetLbaStatus { lba: u64, alloc_len: u32 },
 }
 
 impl Action {
@@ -196,6 +215,7 @@ impl LogicalUnit {
             wce: AtomicBool::new(p.write_cache),
             d_sense: AtomicBool::new(false),
             select_lock: Mutex::new(()),
+            thin: AtomicBool::new(false),
         };
         LogicalUnit { params: p, state }
     }
@@ -208,6 +228,17 @@ impl LogicalUnit {
     /// Current Caching mode page WCE (write-back allowed).
     pub fn write_cache_enabled(&self) -> bool {
         self.state.wce.load(Ordering::Relaxed)
+    }
+
+    /// Thin provisioned: the server can deallocate blocks (hole punching, discard) and
+    /// reads of deallocated blocks return zeros.
+    pub fn thin_provisioning(&self) -> bool {
+        self.state.thin.load(Ordering::Relaxed)
+    }
+
+    /// Makes the LU thin provisioned or not (configuration, tgtadm `thin_provisioning`).
+    pub fn set_thin_provisioning(&self, on: bool) {
+        self.state.thin.store(on, Ordering::Relaxed);
     }
 
     /// Current Control mode page D_SENSE (sense data in descriptor format).

@@ -71,11 +71,11 @@ fn cdb_len(op: &OpInfo) -> [u8; 2] {
 
 /// The all_commands parameter data (SPC-4 6.35.2): one command descriptor (8 bytes, 20 with
 /// a command timeouts descriptor) per table entry, in table order.
-fn all_commands(rctd: bool) -> Vec<u8> {
+fn all_commands(lu: &LogicalUnit, rctd: bool) -> Vec<u8> {
     let per = if rctd { 8 + TIMEOUTS_LEN } else { 8 };
     let mut d = Vec::with_capacity(4 + TABLE.len() * per);
     d.extend_from_slice(&[0; 4]);
-    for op in TABLE {
+    for op in TABLE.iter().filter(|e| offered(lu, e)) {
         d.push(op.opcode);
         d.push(0);
         d.extend_from_slice(&u16::from(op.service_action.unwrap_or(0)).to_be_bytes());
@@ -125,7 +125,7 @@ fn one_command(op: Option<&OpInfo>, rctd: bool) -> Vec<u8> {
 /// INVALID FIELD IN CDB pointing at REQUESTED OPERATION CODE; reserved options point at
 /// REPORTING OPTIONS.
 pub(crate) fn report_supported_opcodes(
-    _: &LogicalUnit,
+    lu: &LogicalUnit,
     cdb: &[u8],
     _: &CmdCtx<'_>,
 ) -> Result<Action, Sense> {
@@ -136,7 +136,7 @@ pub(crate) fn report_supported_opcodes(
     let alloc = be32(cdb, 6) as usize;
 
     // The table gives an operation code service actions in all its entries or in none.
-    let first = TABLE.iter().find(|e| e.opcode == req_op);
+    let first = TABLE.iter().find(|e| e.opcode == req_op && offered(lu, e));
     let has_sa = first.is_some_and(|e| e.service_action.is_some());
     let without_sa = || first.filter(|e| e.service_action.is_none());
     let with_sa = || {
@@ -147,7 +147,7 @@ pub(crate) fn report_supported_opcodes(
     let bad_opcode = || Sense::invalid_field_in_cdb(3, Some(7));
 
     let data = match opt {
-        options::ALL => all_commands(rctd),
+        options::ALL => all_commands(lu, rctd),
         options::OPCODE if has_sa => return Err(bad_opcode()),
         options::OPCODE => one_command(without_sa(), rctd),
         options::OPCODE_SA if first.is_some() && !has_sa => return Err(bad_opcode()),
@@ -157,6 +157,11 @@ pub(crate) fn report_supported_opcodes(
         _ => return Err(Sense::invalid_field_in_cdb(2, Some(2))),
     };
     Ok(Action::data(truncate(data, alloc)))
+}
+
+/// Whether this LU offers table entry `e` (UNMAP only on thin LUs).
+pub(crate) fn offered(lu: &LogicalUnit, e: &OpInfo) -> bool {
+    e.opcode != crate::ops::opcode::UNMAP || lu.thin_provisioning()
 }
 
 /// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS byte 2: return extended parameter data.
@@ -249,6 +254,7 @@ mod tests {
     #[test]
     fn all_commands_layout() {
         let lu = lu();
+        lu.set_thin_provisioning(true); // every table entry offered
         let d = complete(&lu, &rsoc(false, 0, 0, 0, 65535)).data;
         let all = parse_all(&d);
         assert_eq!(all.len(), TABLE.len());
@@ -281,6 +287,7 @@ mod tests {
     #[test]
     fn all_commands_with_timeouts() {
         let lu = lu();
+        lu.set_thin_provisioning(true); // every table entry offered
         let d = complete(&lu, &rsoc(true, 0, 0, 0, 65535)).data;
         assert_eq!(d.len(), 4 + 20 * TABLE.len());
         let all = parse_all(&d);
@@ -306,6 +313,7 @@ mod tests {
     #[test]
     fn one_command_supported() {
         let lu = lu();
+        lu.set_thin_provisioning(true); // every table entry offered
         // WRITE(10): usage map with DPO and FUA, byte 0 the opcode
         let d = complete(&lu, &rsoc(false, 1, 0x2A, 0, 65535)).data;
         assert_eq!(
@@ -357,8 +365,11 @@ mod tests {
         assert_eq!(complete(&lu, &rsoc(false, 3, 0xC0, 0, 65535)).data, not);
         assert_eq!(complete(&lu, &rsoc(true, 1, 0x42, 0, 65535)).data, not);
         // supported opcode, unsupported service action
-        assert_eq!(complete(&lu, &rsoc(false, 2, 0x9E, 0x12, 65535)).data, not);
-        assert_eq!(complete(&lu, &rsoc(false, 3, 0x9E, 0x12, 65535)).data, not);
+        assert_eq!(complete(&lu, &rsoc(false, 2, 0x9E, 0x13, 65535)).data, not);
+        assert_eq!(complete(&lu, &rsoc(false, 3, 0x9E, 0x13, 65535)).data, not);
+        // UNMAP exists on thin LUs only
+        lu.set_thin_provisioning(true);
+        assert_ne!(complete(&lu, &rsoc(true, 1, 0x42, 0, 65535)).data, not);
         assert_eq!(complete(&lu, &rsoc(false, 2, 0xA3, 0x0A, 65535)).data, not);
         // the service action is 16 bits: 0x010C is not 0x0C
         assert_eq!(
@@ -433,25 +444,28 @@ mod tests {
     fn list_matches_execute() {
         // an opcode is listed iff execute knows it, and every listed command executes
         // without INVALID COMMAND OPERATION CODE
-        let lu = lu();
-        for op in 0..=255u8 {
-            let listed = TABLE.iter().any(|e| e.opcode == op);
-            let mut cdb = [0u8; 16];
-            cdb[0] = op;
-            if let Some(sa) = TABLE
-                .iter()
-                .find(|e| e.opcode == op)
-                .and_then(|e| e.service_action)
-            {
-                cdb[1] = sa;
-            }
-            let invalid_opcode = match exec(&lu, &cdb, &[]) {
-                Action::Complete(c) if c.status != 0 => {
-                    crate::sense::parse_key_asc(&c.sense) == Some((5, 0x20, 0))
+        for thin in [false, true] {
+            let lu = lu();
+            lu.set_thin_provisioning(thin);
+            for op in 0..=255u8 {
+                let listed = TABLE.iter().any(|e| e.opcode == op && offered(&lu, e));
+                let mut cdb = [0u8; 16];
+                cdb[0] = op;
+                if let Some(sa) = TABLE
+                    .iter()
+                    .find(|e| e.opcode == op)
+                    .and_then(|e| e.service_action)
+                {
+                    cdb[1] = sa;
                 }
-                _ => false,
-            };
-            assert_eq!(listed, !invalid_opcode, "opcode {op:#04x}");
+                let invalid_opcode = match exec(&lu, &cdb, &[]) {
+                    Action::Complete(c) if c.status != 0 => {
+                        crate::sense::parse_key_asc(&c.sense) == Some((5, 0x20, 0))
+                    }
+                    _ => false,
+                };
+                assert_eq!(listed, !invalid_opcode, "opcode {op:#04x} (thin: {thin})");
+            }
         }
     }
 

@@ -10,7 +10,7 @@
 use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, CmdCtx, LogicalUnit};
-use crate::{capacity, inquiry, maintenance, mode, report_luns, request_sense, rw};
+use crate::{capacity, inquiry, maintenance, mode, report_luns, request_sense, rw, thin};
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
 pub(crate) type Handler = fn(&LogicalUnit, &[u8], &CmdCtx<'_>) -> Result<Action, Sense>;
@@ -52,6 +52,8 @@ pub mod opcode {
     pub const WRITE_AND_VERIFY_10: u8 = 0x2E;
     pub const VERIFY_10: u8 = 0x2F;
     pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
+    pub const WRITE_SAME_10: u8 = 0x41;
+    pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
     pub const MODE_SENSE_10: u8 = 0x5A;
     pub const READ_16: u8 = 0x88;
@@ -59,6 +61,7 @@ pub mod opcode {
     pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
     pub const VERIFY_16: u8 = 0x8F;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
+    pub const WRITE_SAME_16: u8 = 0x93;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
     pub const MAINTENANCE_IN: u8 = 0xA3;
@@ -68,6 +71,8 @@ pub mod opcode {
     pub const VERIFY_12: u8 = 0xAF;
     /// SERVICE ACTION IN(16) service action READ CAPACITY(16).
     pub const SA_READ_CAPACITY_16: u8 = 0x10;
+    /// SERVICE ACTION IN(16) service action GET LBA STATUS.
+    pub const SA_GET_LBA_STATUS: u8 = 0x12;
     /// MAINTENANCE IN service action REPORT SUPPORTED OPERATION CODES.
     pub const SA_REPORT_SUPPORTED_OPCODES: u8 = 0x0C;
     /// MAINTENANCE IN service action REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS.
@@ -221,6 +226,24 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_SYNC,
     },
     OpInfo {
+        opcode: WRITE_SAME_10,
+        service_action: None,
+        name: "WRITE SAME(10)",
+        // WRPROTECT, ANCHOR, UNMAP; LBA; GROUP NUMBER; NUMBER OF LOGICAL BLOCKS
+        usage: &[0xFF, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+        handler: thin::write_same,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: UNMAP,
+        service_action: None,
+        name: "UNMAP",
+        // ANCHOR; GROUP NUMBER; PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, C],
+        handler: thin::unmap,
+        timeout: T_IO,
+    },
+    OpInfo {
         opcode: MODE_SELECT_10,
         service_action: None,
         name: "MODE SELECT(10)",
@@ -320,6 +343,18 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_SYNC,
     },
     OpInfo {
+        opcode: WRITE_SAME_16,
+        service_action: None,
+        name: "WRITE SAME(16)",
+        // WRPROTECT, ANCHOR, UNMAP, NDOB; LBA; NUMBER OF LOGICAL BLOCKS; GROUP NUMBER
+        usage: &[
+            0xFF, 0xF9, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: thin::write_same,
+        timeout: T_IO,
+    },
+    OpInfo {
         opcode: SERVICE_ACTION_IN_16,
         service_action: Some(SA_READ_CAPACITY_16),
         name: "READ CAPACITY(16)",
@@ -329,6 +364,18 @@ pub(crate) static TABLE: &[OpInfo] = &[
         ],
         handler: capacity::read_capacity_16,
         timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: SERVICE_ACTION_IN_16,
+        service_action: Some(SA_GET_LBA_STATUS),
+        name: "GET LBA STATUS",
+        // LBA; ALLOCATION LENGTH
+        usage: &[
+            0xFF, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0,
+            C,
+        ],
+        handler: thin::get_lba_status,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: REPORT_LUNS,

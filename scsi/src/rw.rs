@@ -203,9 +203,9 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
     let op = *cdb.first()?;
     let need = match op {
         WRITE_6 | MODE_SELECT_6 => 6,
-        WRITE_10 | WRITE_AND_VERIFY_10 | VERIFY_10 | MODE_SELECT_10 => 10,
+        WRITE_10 | WRITE_AND_VERIFY_10 | VERIFY_10 | MODE_SELECT_10 | WRITE_SAME_10 | UNMAP => 10,
         WRITE_12 | WRITE_AND_VERIFY_12 | VERIFY_12 => 12,
-        WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 => 16,
+        WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 | WRITE_SAME_16 => 16,
         _ => return None,
     };
     if cdb.len() < need {
@@ -231,6 +231,10 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
                 _ => 0,
             }
         }
+        // one block, or none with NDOB
+        WRITE_SAME_10 => bs,
+        WRITE_SAME_16 if cdb[1] & 0x01 != 0 => 0,
+        WRITE_SAME_16 => bs,
         MODE_SELECT_6 => u64::from(cdb[4]),
         _ => u64::from(be16(cdb, 7)),
     })

@@ -54,8 +54,18 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 }
 
-/// Count this thread's allocations as event-thread allocations from now on.
+/// Count this thread's allocations as event-thread allocations from now on. First makes
+/// the lazy per-thread state of the libraries on the I/O path exist (parking_lot creates its
+/// thread data, and may grow its global table, the first time a thread waits on a contended
+/// lock — a partition lock, say — which would otherwise happen at a random moment of
+/// steady-state I/O).
 pub fn mark_event_thread() {
+    let m = parking_lot::Mutex::new(());
+    let cv = parking_lot::Condvar::new();
+    let mut g = m.lock();
+    // parks (with a zero timeout) once: the thread's parking_lot data is set up now
+    let _ = cv.wait_for(&mut g, std::time::Duration::ZERO);
+    drop(g);
     let _ = EVENT_THREAD.try_with(|c| c.set(true));
 }
 

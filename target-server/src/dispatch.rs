@@ -11,6 +11,7 @@ use crate::jobs::Job;
 use crate::payload::Payload;
 use crate::registry::Target;
 use crate::storage::{self, Replier, StorageCtx};
+use crate::thin;
 
 /// Convert a finished emulated command into what the connection sends.
 pub fn to_result(c: Completion) -> CommandResult<Payload> {
@@ -108,6 +109,52 @@ pub fn execute(
                     _ => read,
                 };
                 reply.send(result);
+            })));
+            None
+        }
+        Action::Unmap { ranges } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                reply.send(thin::unmap(cache.as_ref(), &lun, &ranges));
+            })));
+            None
+        }
+        Action::WriteSame {
+            lba,
+            blocks,
+            ndob,
+            unmap,
+        } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            let bs = lun.store.block_size() as usize;
+            let block = if ndob {
+                vec![0u8; bs]
+            } else {
+                cmd.data_out
+                    .get(..bs)
+                    .map(<[u8]>::to_vec)
+                    .unwrap_or_default()
+            };
+            let durable = !lun.scsi.write_cache_enabled();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                let op = thin::WriteSame {
+                    lba,
+                    blocks,
+                    block: &block,
+                    unmap,
+                    durable,
+                };
+                reply.send(thin::write_same(cache.as_ref(), &lun, &op));
+            })));
+            None
+        }
+        Action::GetLbaStatus { lba, alloc_len } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                reply.send(thin::lba_status(cache.as_ref(), &lun, lba, alloc_len));
             })));
             None
         }

@@ -13,3 +13,4 @@ pub mod registry;
 pub mod runtime;
 pub mod sd_notify;
 pub mod storage;
+pub mod thin;

@@ -82,6 +82,10 @@ impl Drop for BlockList {
             if let Ok(mut p) = p.try_borrow_mut()
                 && p.len() < POOL_LISTS
             {
+                // full size at once: lists made on I/O workers end here, so the pool of an
+                // event thread grows to its bound; it must not reallocate on the way
+                let room = POOL_LISTS - p.len();
+                p.reserve_exact(room);
                 p.push(refs);
             }
         });

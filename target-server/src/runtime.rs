@@ -137,15 +137,14 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
                 cache = mode.as_str(), write_cache = l.write_cache, "LUN ready");
             let cache_id = next_cache_id;
             next_cache_id += 1;
+            let lu = scsi::LogicalUnit::new(params);
+            lu.set_thin_provisioning(l.thin_provisioning);
+            lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
             luns.insert(
                 l.lun,
                 Arc::new(Lun {
                     number: l.lun,
-                    scsi: {
-                        let lu = scsi::LogicalUnit::new(params);
-                        lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
-                        lu
-                    },
+                    scsi: lu,
                     store: Arc::new(store),
                     cache_id,
                     cached: mode == config::CacheMode::Numa,

@@ -320,6 +320,8 @@ impl Drop for PieceList {
         if let Ok(mut p) = PIECE_POOL.lock()
             && p.len() < PIECE_LISTS
         {
+            let room = PIECE_LISTS - p.len();
+            p.reserve_exact(room); // once: the pool never reallocates after
             p.push(v);
         }
     }
@@ -637,7 +639,7 @@ pub fn sync(cache: Option<&Arc<BlockCache>>, lun: &Lun) -> std::io::Result<()> {
 
 /// After `data` reached the backing store at `offset`: make every cached block of the range
 /// agree with it (or drop it). A fill racing with the write never validates what it read.
-fn update_cached_copy(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) {
+pub(crate) fn update_cached_copy(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) {
     let Ok(spans) = cache.spans(offset, data.len() as u64) else {
         return;
     };

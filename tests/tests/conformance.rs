@@ -21,6 +21,9 @@ const SUITES: &[&str] = &[
     "SCSI.Write16",
     "SCSI.ModeSense6",
     "SCSI.Verify10",
+    "SCSI.WriteSame10",
+    "SCSI.WriteSame16",
+    "iSCSI.iSCSITMF",
     "iSCSI.iSCSIcmdsn",
     "iSCSI.iSCSIResiduals",
 ];
@@ -138,12 +141,26 @@ fn table(results: &[SuiteResult], kind: &str) -> String {
     t
 }
 
+/// Logical block provisioning, on a thin LUN.
+const THIN_SUITES: &[&str] = &[
+    "SCSI.Inquiry",
+    "SCSI.ReadCapacity16",
+    "SCSI.Unmap",
+    "SCSI.WriteSame10",
+    "SCSI.WriteSame16",
+    "SCSI.GetLBAStatus",
+];
+
 fn selected_suites(lun: LunSpec, mode_suffix: &str) {
+    suites(lun, mode_suffix, SUITES);
+}
+
+fn suites(lun: LunSpec, mode_suffix: &str, suites: &[&str]) {
     tools::require_tool("iscsi-test-cu");
     let mut d = Daemon::start(&[lun]);
     let kind = format!("{:?}", d.kind).to_lowercase();
     let report = format!("iscsi-test-cu-{kind}{mode_suffix}");
-    let results: Vec<SuiteResult> = SUITES
+    let results: Vec<SuiteResult> = suites
         .iter()
         .map(|s| run_suite(&mut d, s, &report))
         .collect();
@@ -166,6 +183,23 @@ fn selected_suites(lun: LunSpec, mode_suffix: &str) {
 #[test]
 fn iscsi_test_cu_selected_suites() {
     selected_suites(LunSpec::new(1, 512, 256 * MIB), "");
+}
+
+/// UNMAP, WRITE SAME with UNMAP, GET LBA STATUS and the provisioning VPD/capacity bits on a
+/// thin LUN, through the block cache (dirty cached data and holes must agree).
+#[test]
+fn iscsi_test_cu_thin_provisioning() {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("thin provisioning is configured per LUN in numatgtd only; nothing to run");
+        return;
+    }
+    suites(
+        LunSpec::new(1, 512, 256 * MIB)
+            .thin()
+            .with_write_cache(true),
+        "-thin",
+        THIN_SUITES,
+    );
 }
 
 /// The same suites with the cache off (O_DIRECT straight to the backing file).

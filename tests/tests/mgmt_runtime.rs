@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tests::daemon::create_sparse;
 use tests::mgmt::{
-    INVALID_REQUEST, IQN1, IQN2, assert_serving, exchange, first_difference, inq, normalise,
-    numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns, step,
+    INVALID_REQUEST, IQN1, IQN2, assert_serving, data_in, exchange, first_difference, inq,
+    normalise, numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns, step,
 };
 use tests::pdu;
 use tests::tools;
@@ -665,7 +665,7 @@ fn second_daemon_on_the_same_control_port_is_refused() {
 }
 
 #[test]
-fn sense_format_update_reaches_scsi() {
+fn sense_format_and_thin_provisioning_updates_reach_scsi() {
     let files = tempfile::tempdir().expect("temp dir");
     create_sparse(&files.path().join("sf.img"), 1 << 20);
     let p = files.path().join("sf.img").display().to_string();
@@ -722,4 +722,42 @@ fn sense_format_update_reaches_scsi() {
     ])
     .check("sense_format=0 with a rebuild");
     assert_eq!(read_past_end_sense_code(&mut s, 3, 3), 0x70);
+    // thin_provisioning: READ CAPACITY(16) reports LBPME
+    let rc16 = [0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+    let lbpme = |s: &mut std::net::TcpStream, itt| {
+        let d = data_in(s, itt, itt, 1, &rc16, 32).expect("READ CAPACITY(16)");
+        d[14] & 0x80 != 0
+    };
+    assert!(!lbpme(&mut s, 4));
+    d.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "thin_provisioning=1",
+    ])
+    .check("thin_provisioning=1");
+    assert!(lbpme(&mut s, 5), "LBPME not set after thin_provisioning=1");
+    d.tgtadm(&[
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "thin_provisioning=0,product_id=Other",
+    ])
+    .check("thin_provisioning=0 with a rebuild");
+    assert!(
+        !lbpme(&mut s, 6),
+        "LBPME still set after thin_provisioning=0"
+    );
 }

@@ -247,6 +247,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         // INQUIRY data lives in the SCSI logical unit: swap in a new one on the same store
         let scsi = scsi::LogicalUnit::new(params);
         scsi.set_descriptor_sense(descriptor);
+        scsi.set_thin_provisioning(meta.thin_provisioning);
         let next = Arc::new(Lun {
             number: lun.number,
             scsi,
@@ -261,15 +262,12 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             m.insert(next.number, next);
         });
     } else {
-        if descriptor
-            != (lun
-                .meta
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .sense_format
-                == 1)
-        {
+        let before = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if descriptor != (before.sense_format == 1) {
             lun.scsi.set_descriptor_sense(descriptor);
+        }
+        if meta.thin_provisioning != before.thin_provisioning {
+            lun.scsi.set_thin_provisioning(meta.thin_provisioning);
         }
         *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
     }

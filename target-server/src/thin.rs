@@ -1,0 +1,245 @@
+//! The I/O of logical block provisioning and WRITE SAME, on an I/O worker: UNMAP deallocates
+//! ranges of the backing store (holes in files, zeroing discards on block devices) after
+//! writing back any dirty cached data of the range, then makes cached copies zeros, so the
+//! cache and the medium agree that unmapped blocks read as zeros. WRITE SAME writes one
+//! block repeatedly in large aligned chunks (or deallocates, when allowed and the block is
+//! zeros). GET LBA STATUS reports holes and data from the file's extents.
+
+use std::sync::Arc;
+
+use cache::{AlignedBuf, BlockCache};
+use iscsi_proto::CommandResult;
+use scsi::LbaExtent;
+
+use crate::payload::Payload;
+use crate::registry::Lun;
+use crate::storage::{flush_range, io_failure, update_cached_copy};
+
+/// Bytes written per call while repeating a WRITE SAME block, and zeros per cache update.
+const CHUNK: usize = 1 << 20;
+/// Largest range one GET LBA STATUS examines.
+const STATUS_WINDOW: u64 = 1 << 30;
+
+static ZEROS: [u8; CHUNK] = [0; CHUNK];
+
+fn good() -> CommandResult<Payload> {
+    CommandResult::good()
+}
+
+/// Cached copies of `offset .. offset + len` become zeros (clean: the medium has zeros).
+fn zero_cached(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) {
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(CHUNK as u64) as usize;
+        update_cached_copy(cache, lun, offset + at, &ZEROS[..n]);
+        at += n as u64;
+    }
+}
+
+/// Deallocate one byte range: dirty data written back first (so no flusher writes it over
+/// the hole later), then the hole, then the cached copies zeroed.
+fn deallocate(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    offset: u64,
+    len: u64,
+) -> std::io::Result<()> {
+    if let Some(c) = cache {
+        flush_range(c, lun, offset, len)?;
+    }
+    let res = lun.store.deallocate(offset, len).map(|_| ());
+    // even after a failure part of the range may be zeros: no cached copy may disagree
+    if let Some(c) = cache {
+        zero_cached(c, lun, offset, len);
+    }
+    res
+}
+
+/// UNMAP: deallocate every `(lba, blocks)` range.
+pub fn unmap(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    ranges: &[(u64, u64)],
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    for &(lba, blocks) in ranges {
+        if let Err(e) = deallocate(cache, lun, lba * bs, blocks * bs) {
+            return io_failure(lun, &e, true, lba);
+        }
+    }
+    good()
+}
+
+/// One WRITE SAME.
+pub struct WriteSame<'a> {
+    pub lba: u64,
+    pub blocks: u64,
+    /// The block to repeat (one logical block).
+    pub block: &'a [u8],
+    /// Deallocation allowed (thin LU, UNMAP bit): used when `block` is all zeros.
+    pub unmap: bool,
+    /// Each write reaches stable storage before the next (write cache disabled).
+    pub durable: bool,
+}
+
+/// WRITE SAME: the block repeated over the range, written through to the backing store
+/// (after dirty cached data of the range) with the cached copies brought up to date.
+pub fn write_same(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    op: &WriteSame<'_>,
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (op.lba * bs, op.blocks * bs);
+    if op.block.len() as u64 != bs {
+        return io_failure(
+            lun,
+            &std::io::Error::from_raw_os_error(libc::EINVAL),
+            true,
+            op.lba,
+        );
+    }
+    if op.unmap && op.block.iter().all(|&b| b == 0) {
+        return match deallocate(cache, lun, offset, len) {
+            Ok(()) => good(),
+            Err(e) => io_failure(lun, &e, true, op.lba),
+        };
+    }
+    if let Some(c) = cache
+        && let Err(e) = flush_range(c, lun, offset, len)
+    {
+        return io_failure(lun, &e, true, op.lba);
+    }
+    let chunk_len = (CHUNK as u64).min(len) as usize;
+    let mut pattern = AlignedBuf::new(chunk_len);
+    for piece in pattern.as_mut_slice().chunks_mut(bs as usize) {
+        piece.copy_from_slice(&op.block[..piece.len()]);
+    }
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(chunk_len as u64) as usize;
+        let data = &pattern.as_slice()[..n];
+        let res = lun.store.write_at(data, offset + at, op.durable);
+        if let Some(c) = cache {
+            update_cached_copy(c, lun, offset + at, data);
+        }
+        if let Err(e) = res {
+            return io_failure(lun, &e, true, op.lba + at / bs);
+        }
+        at += n as u64;
+    }
+    good()
+}
+
+/// GET LBA STATUS from `lba`: mapped and deallocated extents of up to [`STATUS_WINDOW`]
+/// bytes, after dirty cached data of that window reached the medium (a cached write into a
+/// hole is mapped data).
+pub fn lba_status(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    lba: u64,
+    alloc_len: u32,
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    let offset = lba * bs;
+    let len = STATUS_WINDOW.min(lun.store.size().saturating_sub(offset));
+    if let Some(c) = cache
+        && let Err(e) = flush_range(c, lun, offset, len)
+    {
+        return io_failure(lun, &e, false, lba);
+    }
+    let runs = match lun.store.allocation(offset, len) {
+        Ok(r) => r,
+        Err(e) => return io_failure(lun, &e, false, lba),
+    };
+    let extents = extents_from_runs(&runs, bs);
+    crate::dispatch::to_result(scsi::lba_status_completion(&extents, alloc_len))
+}
+
+/// Byte runs `(offset, len, allocated)` to block extents; a block partly allocated counts as
+/// mapped; neighbours with the same state merge.
+fn extents_from_runs(runs: &[(u64, u64, bool)], bs: u64) -> Vec<LbaExtent> {
+    let mut out: Vec<LbaExtent> = Vec::new();
+    for &(off, len, allocated) in runs {
+        let (mut first, last) = if allocated {
+            (off / bs, (off + len).div_ceil(bs))
+        } else {
+            (off.div_ceil(bs), (off + len) / bs)
+        };
+        if let Some(prev) = out.last() {
+            first = first.max(prev.lba + prev.blocks);
+        }
+        if last <= first {
+            continue;
+        }
+        match out.last_mut() {
+            Some(prev) if prev.deallocated != allocated && prev.lba + prev.blocks == first => {
+                prev.blocks += last - first;
+            }
+            _ => out.push(LbaExtent {
+                lba: first,
+                blocks: last - first,
+                deallocated: !allocated,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_become_block_extents() {
+        let e = extents_from_runs(
+            &[(0, 4096, true), (4096, 8192, false), (12288, 4096, true)],
+            512,
+        );
+        assert_eq!(
+            e,
+            vec![
+                LbaExtent {
+                    lba: 0,
+                    blocks: 8,
+                    deallocated: false
+                },
+                LbaExtent {
+                    lba: 8,
+                    blocks: 16,
+                    deallocated: true
+                },
+                LbaExtent {
+                    lba: 24,
+                    blocks: 8,
+                    deallocated: false
+                },
+            ]
+        );
+        // a 4 KiB-block LUN over 512-byte-aligned runs: partial blocks are mapped
+        let e = extents_from_runs(
+            &[(0, 1024, true), (1024, 7168, false), (8192, 4096, true)],
+            4096,
+        );
+        assert_eq!(
+            e,
+            vec![
+                LbaExtent {
+                    lba: 0,
+                    blocks: 1,
+                    deallocated: false
+                },
+                LbaExtent {
+                    lba: 1,
+                    blocks: 1,
+                    deallocated: true
+                },
+                LbaExtent {
+                    lba: 2,
+                    blocks: 1,
+                    deallocated: false
+                },
+            ]
+        );
+    }
+}
