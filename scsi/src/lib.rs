@@ -306,10 +306,18 @@ impl LogicalUnit {
     }
 
     /// Decodes and executes one command from an anonymous I_T nexus, for servers that do
-    /// not report nexuses: no unit attentions are established for it, and the side
-    /// effects of a PERSISTENT RESERVE OUT (task aborts, APTPL persistence) are dropped.
-    /// Never panics, whatever the CDB and data bytes.
+    /// not report nexuses: no unit attentions are established for it, and reservation
+    /// commands (RESERVE / RELEASE, PERSISTENT RESERVE IN / OUT) are INVALID COMMAND
+    /// OPERATION CODE as before issue 5, because without nexus identities every initiator
+    /// would share one reservation. Never panics, whatever the CDB and data bytes.
     pub fn execute(&self, cmd: &CmdCtx<'_>) -> Action {
+        let op = cmd.cdb.first().copied().unwrap_or(0);
+        if reserve_spc2::is_reserve_release(op)
+            || op == ops::opcode::PERSISTENT_RESERVE_IN
+            || op == ops::opcode::PERSISTENT_RESERVE_OUT
+        {
+            return Action::Complete(self.check_condition(&Sense::invalid_opcode()));
+        }
         match self.execute_nexus(&Nexus::anonymous(), cmd) {
             Outcome::Action(a) => a,
             Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),

@@ -81,6 +81,24 @@ impl Nexus {
     }
 }
 
+/// Something that names one I_T nexus: compared against registrations without building a
+/// [`PortPair`] (no allocation on the I/O path).
+pub(crate) trait Ident {
+    fn is(&self, p: &PortPair) -> bool;
+}
+
+impl Ident for PortPair {
+    fn is(&self, p: &PortPair) -> bool {
+        self == p
+    }
+}
+
+impl Ident for Nexus {
+    fn is(&self, p: &PortPair) -> bool {
+        p.initiator == self.initiator_port && p.target == self.target_port
+    }
+}
+
 /// (initiator port name, target port name): an I_T nexus independent of the session that
 /// carries it, as registrations remember it across logouts and restarts.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

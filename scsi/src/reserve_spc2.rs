@@ -5,7 +5,7 @@
 //! While another I_T nexus holds the reservation only INQUIRY, REPORT LUNS, REQUEST SENSE,
 //! READ CAPACITY, MAINTENANCE IN (REPORT SUPPORTED OPERATION CODES / TASK MANAGEMENT
 //! FUNCTIONS) and RELEASE (which then does nothing, GOOD) are allowed; everything else is
-//! RESERVATION CONFLICT. Interaction with persistent reservations (SPC-4 5.9.3, CRH = 1):
+//! RESERVATION CONFLICT. Interaction with persistent reservations (SPC-4 5.9.3 with CRH = 0, as SPC-3 5.6.3):
 //! while any registration exists RESERVE and RELEASE conflict; while an SPC-2 reservation
 //! exists PERSISTENT RESERVE IN and OUT conflict. The reservation ends with RELEASE from
 //! its holder, the holder's I_T nexus loss, a logical unit reset or a hard reset.

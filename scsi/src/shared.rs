@@ -233,5 +233,5 @@ fn conflicts(g: &Shared, n: &Nexus, cdb: &[u8]) -> bool {
     if g.pr.res.is_none() {
         return false;
     }
-    !g.pr.allows(&n.key(), crate::pr::access_class(cdb))
+    !g.pr.allows(n, crate::pr::access_class(cdb))
 }

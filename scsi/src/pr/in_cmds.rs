@@ -60,15 +60,16 @@ fn read_reservation(s: &PrState) -> Vec<u8> {
     d
 }
 
-/// REPORT CAPABILITIES (SPC-4 6.15.4): CRH (RESERVE / RELEASE handled per SPC-4 5.9.3),
-/// no SPEC_I_PT, no ALL_TG_PT, PTPL_C; TMV with ALLOW COMMANDS 001b (TEST UNIT READY
+/// REPORT CAPABILITIES (SPC-4 6.15.4): CRH 0 (while registrations exist every RESERVE and
+/// RELEASE conflicts, the SPC-3 rule, rather than the holder's completing with GOOD), no
+/// SPEC_I_PT, no ALL_TG_PT, PTPL_C; TMV with ALLOW COMMANDS 001b (TEST UNIT READY
 /// passes Write Exclusive and Exclusive Access reservations); PTPL_A; all six types.
 fn report_capabilities(s: &PrState) -> Vec<u8> {
     let ptpl_a = u8::from(s.aptpl);
     vec![
         0x00,
         0x08,
-        0x10 | 0x01,          // CRH, PTPL_C
+        0x01,                 // PTPL_C
         0x80 | 0x10 | ptpl_a, // TMV, ALLOW COMMANDS 001b, PTPL_A
         0xEA,                 // WR_EX_AR, EX_AC_RO, WR_EX_RO, EX_AC, WR_EX
         0x01,                 // EX_AC_AR

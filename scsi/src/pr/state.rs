@@ -5,7 +5,7 @@
 //! conflicts (SPC-4 5.9.1 and table 53 "SPC commands that are allowed in the presence of
 //! various reservations", SBC-3 table 13).
 
-use crate::nexus::PortPair;
+use crate::nexus::{Ident, PortPair};
 
 /// Persistent reservation types (SPC-4 table 174).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,22 +123,22 @@ pub(crate) struct PrState {
 
 impl PrState {
     /// The reservation key `p` is registered with.
-    pub fn key_of(&self, p: &PortPair) -> Option<u64> {
-        self.regs.iter().find(|r| r.nexus == *p).map(|r| r.key)
+    pub fn key_of(&self, p: &impl Ident) -> Option<u64> {
+        self.regs.iter().find(|r| p.is(&r.nexus)).map(|r| r.key)
     }
 
     /// Whether `p` holds the persistent reservation.
-    pub fn is_holder(&self, p: &PortPair) -> bool {
+    pub fn is_holder(&self, p: &impl Ident) -> bool {
         match &self.res {
             None => false,
             Some(r) if r.ty.all_registrants() => self.key_of(p).is_some(),
-            Some(r) => r.holder == *p,
+            Some(r) => p.is(&r.holder),
         }
     }
 
     /// Whether a command of class `access` from `p` is allowed by the persistent
     /// reservation (true when there is none).
-    pub fn allows(&self, p: &PortPair, access: Access) -> bool {
+    pub fn allows(&self, p: &impl Ident, access: Access) -> bool {
         let Some(r) = &self.res else { return true };
         if access == Access::Always || self.is_holder(p) {
             return true;
