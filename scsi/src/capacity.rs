@@ -2,18 +2,14 @@
 
 use crate::cdb::{be32, be64, truncate};
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 fn last_lba(lu: &LogicalUnit) -> u64 {
     lu.params().num_blocks.saturating_sub(1)
 }
 
 /// READ CAPACITY(10): returned LBA FFFFFFFFh when the capacity needs READ CAPACITY(16).
-pub(crate) fn read_capacity_10(
-    lu: &LogicalUnit,
-    cdb: &[u8],
-    _: &CmdCtx<'_>,
-) -> Result<Action, Sense> {
+pub(crate) fn read_capacity_10(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     // PMI (obsolete) = 0 requires LBA (obsolete) = 0.
     if cdb[8] & 0x01 == 0 && be32(cdb, 2) != 0 {
         return Err(Sense::invalid_field_in_cdb(2, Some(7)));
@@ -26,11 +22,7 @@ pub(crate) fn read_capacity_10(
 }
 
 /// READ CAPACITY(16): 32 bytes, no protection, LBPME = 0, one logical block per physical.
-pub(crate) fn read_capacity_16(
-    lu: &LogicalUnit,
-    cdb: &[u8],
-    _: &CmdCtx<'_>,
-) -> Result<Action, Sense> {
+pub(crate) fn read_capacity_16(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     if cdb[14] & 0x01 == 0 && be64(cdb, 2) != 0 {
         return Err(Sense::invalid_field_in_cdb(2, Some(7)));
     }

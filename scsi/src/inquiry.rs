@@ -4,7 +4,7 @@
 
 use crate::cdb::{be16, truncate};
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit, OPTIMAL_GRANULARITY_BYTES, OPTIMAL_TRANSFER_BYTES};
+use crate::{Action, LogicalUnit, OPTIMAL_GRANULARITY_BYTES, OPTIMAL_TRANSFER_BYTES, Req};
 
 /// Peripheral device type: direct-access block device.
 pub(crate) const PDT_DISK: u8 = 0x00;
@@ -112,7 +112,7 @@ pub(crate) fn decode(cdb: &[u8]) -> Result<(bool, u8, usize), Sense> {
 }
 
 /// INQUIRY on a logical unit.
-pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let (evpd, code, alloc) = decode(cdb)?;
     let p = lu.params();
     let data = if !evpd {

@@ -7,35 +7,54 @@
 //! store before building the completion itself ([`Completion::good_with`],
 //! [`io_error_completion`]). Nothing here does I/O, spawns threads or reads clocks.
 //!
+//! Several initiators share a logical unit: the server reports each I_T nexus
+//! ([`LogicalUnit::nexus_added`] / [`LogicalUnit::nexus_removed`]) and runs commands with
+//! [`LogicalUnit::execute_nexus`], which applies SPC-2 and persistent reservations and
+//! per-nexus unit attentions and may answer an [`Outcome::PersistentReserveOut`] (abort
+//! these nexuses' tasks, persist these bytes, then complete).
+//!
 //! Module map: [`ops`] opcode table and CDB validation, [`sense`] sense data,
 //! `inquiry` standard INQUIRY and VPD pages, `mode` mode pages (MODE SENSE / SELECT),
 //! `capacity` READ CAPACITY, `rw` READ / WRITE / WRITE AND VERIFY / VERIFY / SYNCHRONIZE
 //! CACHE, `maintenance` REPORT SUPPORTED OPERATION CODES and REPORT SUPPORTED TASK
 //! MANAGEMENT FUNCTIONS, [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE,
-//! `unmapped` LUNs without a logical unit.
+//! `unmapped` LUNs without a logical unit, `nexus` I_T nexus identity, `ua` unit attention
+//! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
+//! RESERVE / RELEASE, [`pr`] persistent reservations.
 
 mod capacity;
 mod cdb;
 mod inquiry;
 mod maintenance;
 mod mode;
+mod nexus;
 pub mod ops;
+pub mod pr;
 pub mod report_luns;
 mod request_sense;
+mod reserve_spc2;
 mod rw;
 pub mod sense;
+mod shared;
 pub mod thin;
+mod ua;
 mod unmapped;
 
 pub use inquiry::{NAA_COMPANY_ID, naa6};
+pub use nexus::{Nexus, NexusId};
+pub use pr::{PrStateError, PrType};
 pub use report_luns::encode_lun;
 pub use rw::{data_out_len, verify_compare};
 pub use sense::Sense;
 pub use thin::{LbaExtent, lba_status_completion};
+pub use ua::UnitAttention;
 pub use unmapped::{PQ_NOT_SUPPORTED, execute_unmapped};
 
+use std::cell::RefCell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use shared::{Gate, SharedState};
 
 /// SCSI status codes (SAM-5 5.3).
 pub mod status {
@@ -105,6 +124,7 @@ pub(crate) struct LuState {
 pub struct LogicalUnit {
     params: LuParams,
     state: LuState,
+    shared: SharedState,
 }
 
 /// The inputs of one command.
@@ -116,6 +136,59 @@ pub struct CmdCtx<'a> {
     pub data_out: &'a [u8],
     /// LUNs of the target visible to this initiator (for REPORT LUNS).
     pub luns: &'a [u64],
+}
+
+/// A command as the handlers see it: the server's [`CmdCtx`] (through `Deref`), the I_T
+/// nexus that sent it, and the side effects a PERSISTENT RESERVE OUT reports.
+pub(crate) struct Req<'a> {
+    pub cmd: &'a CmdCtx<'a>,
+    pub nexus: &'a Nexus,
+    effects: RefCell<Option<pr::PrEffects>>,
+}
+
+impl<'a> std::ops::Deref for Req<'a> {
+    type Target = CmdCtx<'a>;
+    fn deref(&self) -> &CmdCtx<'a> {
+        self.cmd
+    }
+}
+
+impl Req<'_> {
+    pub(crate) fn set_effects(&self, e: pr::PrEffects) {
+        *self.effects.borrow_mut() = Some(e);
+    }
+}
+
+/// Result of [`LogicalUnit::execute_nexus`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Handle as [`LogicalUnit::execute`]'s result.
+    Action(Action),
+    /// A PERSISTENT RESERVE OUT with side effects, see [`PrOutcome`].
+    PersistentReserveOut(PrOutcome),
+}
+
+/// A PERSISTENT RESERVE OUT the server finishes in this order:
+/// 1. abort every task of the nexuses in `abort` on this logical unit (PREEMPT AND ABORT;
+///    as ABORT TASK SET on each; never the PR OUT itself);
+/// 2. if `persist` is set, store its bytes atomically (write a temporary file, fsync,
+///    rename over the LU's state file, fsync the directory), skipping the write when a
+///    request with a higher `seq` was already stored;
+/// 3. send `completion` — or, when storing failed, [`LogicalUnit::persist_failed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrOutcome {
+    pub abort: Vec<NexusId>,
+    pub persist: Option<PersistRequest>,
+    pub completion: Completion,
+}
+
+/// Persistent reservation state to store (APTPL). Hand the bytes back to
+/// [`LogicalUnit::restore_pr_state`] when the logical unit is created again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistRequest {
+    /// Increases with every request of this logical unit: a lower one is stale.
+    pub seq: u64,
+    pub bytes: Vec<u8>,
 }
 
 /// What the server must do for a command.
@@ -217,7 +290,11 @@ impl LogicalUnit {
             select_lock: Mutex::new(()),
             thin: AtomicBool::new(false),
         };
-        LogicalUnit { params: p, state }
+        LogicalUnit {
+            params: p,
+            state,
+            shared: SharedState::default(),
+        }
     }
 
     /// The LU's fixed parameters.
@@ -256,17 +333,158 @@ impl LogicalUnit {
         &self.state
     }
 
+    pub(crate) fn shared(&self) -> &SharedState {
+        &self.shared
+    }
+
     /// CHECK CONDITION completion for `sense`, in the format the control page selects.
     pub fn check_condition(&self, sense: &Sense) -> Completion {
         Completion::check_condition(sense, self.descriptor_sense())
     }
 
-    /// Decodes and executes one command. Never panics, whatever the CDB and data bytes.
+    /// Decodes and executes one command from an anonymous I_T nexus, for servers that do
+    /// not report nexuses: no unit attentions are established for it, and reservation
+    /// commands (RESERVE / RELEASE, PERSISTENT RESERVE IN / OUT) are INVALID COMMAND
+    /// OPERATION CODE as before issue 5, because without nexus identities every initiator
+    /// would share one reservation. Never panics, whatever the CDB and data bytes.
     pub fn execute(&self, cmd: &CmdCtx<'_>) -> Action {
-        match ops::lookup(cmd.cdb).and_then(|(op, cdb)| (op.handler)(self, cdb, cmd)) {
+        let op = cmd.cdb.first().copied().unwrap_or(0);
+        if reserve_spc2::is_reserve_release(op)
+            || op == ops::opcode::PERSISTENT_RESERVE_IN
+            || op == ops::opcode::PERSISTENT_RESERVE_OUT
+        {
+            return Action::Complete(self.check_condition(&Sense::invalid_opcode()));
+        }
+        match self.execute_nexus(&Nexus::anonymous(), cmd) {
+            Outcome::Action(a) => a,
+            Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),
+        }
+    }
+
+    /// Decodes and executes one command received on I_T nexus `nexus`: reservation
+    /// conflicts, then unit attentions, then the command. Never panics, whatever the CDB
+    /// and data bytes.
+    pub fn execute_nexus(&self, nexus: &Nexus, cmd: &CmdCtx<'_>) -> Outcome {
+        match self.shared.gate(nexus, cmd.cdb) {
+            Gate::Proceed => {}
+            Gate::Conflict => return Outcome::Action(reserve_spc2::conflict()),
+            Gate::Attention(ua) => {
+                return Outcome::Action(Action::Complete(self.check_condition(&ua.sense())));
+            }
+        }
+        let req = Req {
+            cmd,
+            nexus,
+            effects: RefCell::new(None),
+        };
+        let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| (op.handler)(self, cdb, &req))
+        {
             Ok(a) => a,
             Err(s) => Action::Complete(self.check_condition(&s)),
+        };
+        if let Action::Complete(c) = &action {
+            let op = cmd.cdb.first().copied();
+            let select =
+                op == Some(ops::opcode::MODE_SELECT_6) || op == Some(ops::opcode::MODE_SELECT_10);
+            if select && c.status == status::GOOD && !cmd.data_out.is_empty() {
+                self.shared
+                    .ua_others(nexus.id, UnitAttention::ModeParametersChanged);
+            }
         }
+        match (req.effects.into_inner(), action) {
+            (Some(e), Action::Complete(completion)) => Outcome::PersistentReserveOut(PrOutcome {
+                abort: e.abort,
+                persist: e.persist,
+                completion,
+            }),
+            (_, a) => Outcome::Action(a),
+        }
+    }
+
+    /// A new I_T nexus (iSCSI login to a target that maps this LU): establishes POWER ON,
+    /// RESET, OR BUS DEVICE RESET OCCURRED for it, or I_T NEXUS LOSS OCCURRED when its
+    /// initiator port had a nexus to this LU before.
+    pub fn nexus_added(&self, nexus: &Nexus) {
+        self.shared.nexus_added(nexus);
+    }
+
+    /// The I_T nexus is gone (logout, session closed or reinstated): releases its SPC-2
+    /// reservation and drops its unit attentions. Persistent reservations stay.
+    pub fn nexus_removed(&self, id: NexusId) {
+        self.shared.nexus_removed(id);
+    }
+
+    /// LOGICAL UNIT RESET (after the server aborted the LU's tasks): releases the SPC-2
+    /// reservation and establishes BUS DEVICE RESET FUNCTION OCCURRED for every I_T nexus,
+    /// the issuer's included (SAM-5 6.3.3). Persistent reservations stay; mode parameters
+    /// return to their defaults.
+    pub fn logical_unit_reset(&self) {
+        self.reset_mode_parameters();
+        self.shared.reset(UnitAttention::LuReset);
+    }
+
+    /// TARGET WARM / COLD RESET (a hard reset of every logical unit of the target):
+    /// releases the SPC-2 reservation and establishes POWER ON, RESET, OR BUS DEVICE RESET
+    /// OCCURRED for every I_T nexus. Persistent reservations stay.
+    pub fn target_reset(&self) {
+        self.reset_mode_parameters();
+        self.shared.reset(UnitAttention::PowerOnReset);
+    }
+
+    /// The capacity changed (the server resized the backing store): CAPACITY DATA HAS
+    /// CHANGED for every I_T nexus. (`LuParams::num_blocks` is fixed; the server creates
+    /// the LU with its new size and calls this on it.)
+    pub fn capacity_changed(&self) {
+        self.shared.ua_all(UnitAttention::CapacityChanged);
+    }
+
+    /// The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED for every I_T
+    /// nexus (call it on every LU of the target).
+    pub fn luns_changed(&self) {
+        self.shared.ua_all(UnitAttention::LunsChanged);
+    }
+
+    /// Establishes `ua` for every I_T nexus.
+    pub fn establish_unit_attention(&self, ua: UnitAttention) {
+        self.shared.ua_all(ua);
+    }
+
+    /// The completion of a PERSISTENT RESERVE OUT whose state could not be stored:
+    /// HARDWARE ERROR / INTERNAL TARGET FAILURE. (The in-memory state keeps the change.)
+    pub fn persist_failed(&self) -> Completion {
+        self.check_condition(&Sense::internal_target_failure())
+    }
+
+    /// Restores persistent reservation state stored from a [`PersistRequest`]; call it
+    /// before the first command. A state saved without APTPL restores as no registrations.
+    /// Invalid bytes are refused and leave the state unchanged.
+    pub fn restore_pr_state(&self, bytes: &[u8]) -> Result<(), PrStateError> {
+        let (st, seq) = pr::persist::decode(bytes)?;
+        let mut g = self.shared.lock();
+        g.pr = if st.aptpl {
+            st
+        } else {
+            pr::state::PrState::default()
+        };
+        g.seq = seq;
+        Ok(())
+    }
+
+    /// The current persistent reservation state as bytes (what the last
+    /// [`PersistRequest`] held, if APTPL is active), with its sequence number.
+    pub fn pr_state_bytes(&self) -> PersistRequest {
+        let g = self.shared.lock();
+        PersistRequest {
+            seq: g.seq,
+            bytes: pr::persist::encode(&g.pr, g.seq),
+        }
+    }
+
+    fn reset_mode_parameters(&self) {
+        self.state
+            .wce
+            .store(self.params.write_cache, Ordering::Relaxed);
+        self.state.d_sense.store(false, Ordering::Relaxed);
     }
 
     /// Largest transfer length of one command, in logical blocks.

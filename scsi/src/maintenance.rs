@@ -5,7 +5,7 @@
 use crate::cdb::{be16, be32, truncate};
 use crate::ops::{OpInfo, TABLE};
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 /// REPORT SUPPORTED OPERATION CODES byte 2: return command timeouts descriptors.
 const RCTD: u8 = 0x80;
@@ -127,7 +127,7 @@ fn one_command(op: Option<&OpInfo>, rctd: bool) -> Vec<u8> {
 pub(crate) fn report_supported_opcodes(
     lu: &LogicalUnit,
     cdb: &[u8],
-    _: &CmdCtx<'_>,
+    _: &Req<'_>,
 ) -> Result<Action, Sense> {
     let rctd = cdb[2] & RCTD != 0;
     let opt = cdb[2] & 0x07;
@@ -191,7 +191,7 @@ mod tmf {
 pub(crate) fn report_supported_tmfs(
     _: &LogicalUnit,
     cdb: &[u8],
-    _: &CmdCtx<'_>,
+    _: &Req<'_>,
 ) -> Result<Action, Sense> {
     let alloc = be32(cdb, 6) as usize;
     let mut d = vec![

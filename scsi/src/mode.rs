@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use crate::cdb::{be16, be24, be32, be64, top_bit, truncate};
 use crate::ops::opcode::{MODE_SELECT_10, MODE_SENSE_10};
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 /// Page codes.
 pub(crate) mod page {
@@ -80,7 +80,7 @@ fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
 }
 
 /// MODE SENSE(6) and MODE SENSE(10).
-pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let ten = cdb[0] == MODE_SENSE_10;
     let dbd = cdb[1] & 0x08 != 0;
     let llbaa = ten && cdb[1] & 0x10 != 0;
@@ -155,7 +155,7 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &CmdCtx<'_>) -> Result
 
 /// MODE SELECT(6) and MODE SELECT(10) with PF = 1. The whole parameter list is validated
 /// before anything changes.
-pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     let ten = cdb[0] == MODE_SELECT_10;
     if cdb[1] & 0x10 == 0 {
         // PF = 0: vendor-specific (SCSI-1) page format, not supported.

@@ -9,11 +9,13 @@
 
 use crate::cdb::check_usage;
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
-use crate::{capacity, inquiry, maintenance, mode, report_luns, request_sense, rw, thin};
+use crate::{Action, LogicalUnit, Req};
+use crate::{
+    capacity, inquiry, maintenance, mode, pr, report_luns, request_sense, reserve_spc2, rw, thin,
+};
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
-pub(crate) type Handler = fn(&LogicalUnit, &[u8], &CmdCtx<'_>) -> Result<Action, Sense>;
+pub(crate) type Handler = fn(&LogicalUnit, &[u8], &Req<'_>) -> Result<Action, Sense>;
 
 /// One supported command.
 pub(crate) struct OpInfo {
@@ -37,6 +39,10 @@ const T_IO: u32 = 30;
 /// Recommended timeout of SYNCHRONIZE CACHE: may flush the whole write-back cache.
 const T_SYNC: u32 = 60;
 
+/// Recommended timeout of PERSISTENT RESERVE OUT: may wait for the APTPL state to reach
+/// stable storage.
+const T_PR_OUT: u32 = 30;
+
 /// Operation codes.
 pub mod opcode {
     pub const TEST_UNIT_READY: u8 = 0x00;
@@ -45,6 +51,8 @@ pub mod opcode {
     pub const WRITE_6: u8 = 0x0A;
     pub const INQUIRY: u8 = 0x12;
     pub const MODE_SELECT_6: u8 = 0x15;
+    pub const RESERVE_6: u8 = 0x16;
+    pub const RELEASE_6: u8 = 0x17;
     pub const MODE_SENSE_6: u8 = 0x1A;
     pub const READ_CAPACITY_10: u8 = 0x25;
     pub const READ_10: u8 = 0x28;
@@ -55,7 +63,11 @@ pub mod opcode {
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
+    pub const RESERVE_10: u8 = 0x56;
+    pub const RELEASE_10: u8 = 0x57;
     pub const MODE_SENSE_10: u8 = 0x5A;
+    pub const PERSISTENT_RESERVE_IN: u8 = 0x5E;
+    pub const PERSISTENT_RESERVE_OUT: u8 = 0x5F;
     pub const READ_16: u8 = 0x88;
     pub const WRITE_16: u8 = 0x8A;
     pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
@@ -145,6 +157,22 @@ pub(crate) static TABLE: &[OpInfo] = &[
         name: "MODE SELECT(6)",
         usage: &[0xFF, 0x10, 0, 0, 0xFF, C],
         handler: mode::mode_select,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RESERVE_6,
+        service_action: None,
+        name: "RESERVE(6)",
+        usage: &[0xFF, 0, 0, 0, 0, C],
+        handler: reserve_spc2::reserve,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RELEASE_6,
+        service_action: None,
+        name: "RELEASE(6)",
+        usage: &[0xFF, 0, 0, 0, 0, C],
+        handler: reserve_spc2::release,
         timeout: T_EMULATED,
     },
     OpInfo {
@@ -252,12 +280,132 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_EMULATED,
     },
     OpInfo {
+        opcode: RESERVE_10,
+        service_action: None,
+        name: "RESERVE(10)",
+        usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
+        handler: reserve_spc2::reserve,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RELEASE_10,
+        service_action: None,
+        name: "RELEASE(10)",
+        usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
+        handler: reserve_spc2::release,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
         opcode: MODE_SENSE_10,
         service_action: None,
         name: "MODE SENSE(10)",
         usage: &[0xFF, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, C],
         handler: mode::mode_sense,
         timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_IN,
+        service_action: Some(0x00),
+        name: "PERSISTENT RESERVE IN / READ KEYS",
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: pr::pr_in,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_IN,
+        service_action: Some(0x01),
+        name: "PERSISTENT RESERVE IN / READ RESERVATION",
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: pr::pr_in,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_IN,
+        service_action: Some(0x02),
+        name: "PERSISTENT RESERVE IN / REPORT CAPABILITIES",
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: pr::pr_in,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_IN,
+        service_action: Some(0x03),
+        name: "PERSISTENT RESERVE IN / READ FULL STATUS",
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: pr::pr_in,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x00),
+        name: "PERSISTENT RESERVE OUT / REGISTER",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x01),
+        name: "PERSISTENT RESERVE OUT / RESERVE",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x02),
+        name: "PERSISTENT RESERVE OUT / RELEASE",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x03),
+        name: "PERSISTENT RESERVE OUT / CLEAR",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x04),
+        name: "PERSISTENT RESERVE OUT / PREEMPT",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x05),
+        name: "PERSISTENT RESERVE OUT / PREEMPT AND ABORT",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x06),
+        name: "PERSISTENT RESERVE OUT / REGISTER AND IGNORE EXISTING KEY",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: PERSISTENT_RESERVE_OUT,
+        service_action: Some(0x07),
+        name: "PERSISTENT RESERVE OUT / REGISTER AND MOVE",
+        // SCOPE / TYPE, PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
+        handler: pr::pr_out,
+        timeout: T_PR_OUT,
     },
     OpInfo {
         opcode: READ_16,
@@ -469,7 +617,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
     },
 ];
 
-fn test_unit_ready(_: &LogicalUnit, _: &[u8], _: &CmdCtx<'_>) -> Result<Action, Sense> {
+fn test_unit_ready(_: &LogicalUnit, _: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     Ok(Action::good())
 }
 

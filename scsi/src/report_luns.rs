@@ -4,7 +4,7 @@
 
 use crate::cdb::{be32, truncate};
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 /// The 8-byte SAM-5 encoding of `lun`, or None if it exceeds 24 bits.
 pub fn encode_lun(lun: u64) -> Option<[u8; 8]> {
@@ -47,7 +47,7 @@ pub(crate) fn report(cdb: &[u8], luns: &[u64]) -> Result<Vec<u8>, Sense> {
     Ok(truncate(d, alloc))
 }
 
-pub(crate) fn report_luns(_: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn report_luns(_: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     report(cdb, ctx.luns).map(Action::data)
 }
 

@@ -1,9 +1,9 @@
-//! REQUEST SENSE (SPC-4 6.39): returns the pending sense (none yet: deferred errors and
-//! unit attentions arrive with issue 5) as parameter data, in descriptor format when
-//! DESC = 1, else fixed; status GOOD.
+//! REQUEST SENSE (SPC-4 6.39): reports and clears the next unit attention condition of
+//! the I_T nexus (else NO SENSE) as parameter data, in descriptor format when DESC = 1,
+//! else fixed; status GOOD. There are no deferred errors.
 
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 /// Parameter data for REQUEST SENSE reporting `pending` (CDB already usage-checked).
 pub(crate) fn response(cdb: &[u8], pending: &Sense) -> Vec<u8> {
@@ -13,8 +13,12 @@ pub(crate) fn response(cdb: &[u8], pending: &Sense) -> Vec<u8> {
     d
 }
 
-pub(crate) fn request_sense(_: &LogicalUnit, cdb: &[u8], _: &CmdCtx<'_>) -> Result<Action, Sense> {
-    Ok(Action::data(response(cdb, &Sense::no_sense())))
+pub(crate) fn request_sense(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Result<Action, Sense> {
+    let pending = lu
+        .shared()
+        .take_ua(req.nexus)
+        .map_or(Sense::no_sense(), |ua| ua.sense());
+    Ok(Action::data(response(cdb, &pending)))
 }
 
 #[cfg(test)]

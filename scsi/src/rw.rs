@@ -6,7 +6,7 @@
 use crate::cdb::{be16, be24, be32, be64};
 use crate::ops::opcode::*;
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, LogicalUnit};
+use crate::{Action, LogicalUnit, Req};
 
 /// A decoded READ / WRITE / WRITE AND VERIFY CDB.
 struct Rw {
@@ -82,7 +82,7 @@ pub(crate) fn check_range(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<(),
 /// it reached stable storage — the server's durability guarantee is the verification (the
 /// data read back would be the data just written). WRPROTECT ≠ 0 is INVALID FIELD IN CDB as
 /// for WRITE, and a short Data-Out buffer is handled as for WRITE.
-pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     let rw = decode(cdb);
     if rw.flags & 0xE0 != 0 {
         // RDPROTECT / WRPROTECT: no protection information on this LU.
@@ -134,7 +134,7 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Resu
 /// VERIFY(10/12/16). BYTCHK 00b: medium verification, nothing to transfer (GOOD after the
 /// range check); 01b: compare the Data-Out buffer with the blocks; 11b: compare one block of
 /// Data-Out with every block. The comparison itself is I/O: the server does it.
-pub(crate) fn verify(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn verify(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     if cdb[1] & 0xE0 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(7)));
     }
@@ -203,7 +203,13 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
     let op = *cdb.first()?;
     let need = match op {
         WRITE_6 | MODE_SELECT_6 => 6,
-        WRITE_10 | WRITE_AND_VERIFY_10 | VERIFY_10 | MODE_SELECT_10 | WRITE_SAME_10 | UNMAP => 10,
+        WRITE_10
+        | WRITE_AND_VERIFY_10
+        | VERIFY_10
+        | MODE_SELECT_10
+        | WRITE_SAME_10
+        | UNMAP
+        | PERSISTENT_RESERVE_OUT => 10,
         WRITE_12 | WRITE_AND_VERIFY_12 | VERIFY_12 => 12,
         WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 | WRITE_SAME_16 => 16,
         _ => return None,
@@ -236,6 +242,7 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         WRITE_SAME_16 if cdb[1] & 0x01 != 0 => 0,
         WRITE_SAME_16 => bs,
         MODE_SELECT_6 => u64::from(cdb[4]),
+        PERSISTENT_RESERVE_OUT => u64::from(be32(cdb, 5)),
         _ => u64::from(be16(cdb, 7)),
     })
 }
@@ -245,7 +252,7 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
 pub(crate) fn synchronize_cache(
     lu: &LogicalUnit,
     cdb: &[u8],
-    _: &CmdCtx<'_>,
+    _: &Req<'_>,
 ) -> Result<Action, Sense> {
     let (lba, blocks) = if cdb[0] == SYNCHRONIZE_CACHE_10 {
         (u64::from(be32(cdb, 2)), u32::from(be16(cdb, 7)))
@@ -366,6 +373,10 @@ mod tests {
         assert_eq!(data_out_len(&[0x15, 0x10, 0, 0, 28, 0], 512), Some(28));
         assert_eq!(data_out_len(&r10_op(0x28, 2), 512), None);
         assert_eq!(data_out_len(&[0x2A, 0], 512), None);
+        assert_eq!(
+            data_out_len(&[0x5F, 0, 0, 0, 0, 0, 0, 0, 24, 0], 512),
+            Some(24)
+        );
         // WRITE AND VERIFY: the write data, whatever BYTCHK
         let mut wv = r10_op(0x2E, 3);
         assert_eq!(data_out_len(&wv, 512), Some(1536));

@@ -1,6 +1,6 @@
 //! Test helpers shared by the unit tests of every module.
 
-use crate::{Action, CmdCtx, Completion, LogicalUnit, LuParams};
+use crate::{Action, CmdCtx, Completion, LogicalUnit, LuParams, Nexus, NexusId, Outcome};
 
 pub fn params() -> LuParams {
     LuParams {
@@ -30,12 +30,24 @@ pub fn lu_with(f: impl FnOnce(&mut LuParams)) -> LogicalUnit {
     LogicalUnit::new(p)
 }
 
+/// Executes a command from one fixed I_T nexus (not announced, so without unit attention).
 pub fn exec(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8]) -> Action {
-    lu.execute(&CmdCtx {
+    let n = Nexus::iscsi(
+        NexusId(1),
+        "iqn.2026-11.test:unit",
+        1,
+        &lu.params().target_name,
+        1,
+    );
+    let cmd = CmdCtx {
         cdb,
         data_out,
         luns: &[0, 1, 300],
-    })
+    };
+    match lu.execute_nexus(&n, &cmd) {
+        Outcome::Action(a) => a,
+        Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),
+    }
 }
 
 /// Executes a command expected to complete without I/O.

@@ -9,7 +9,7 @@
 use crate::cdb::{be16, be32, be64, truncate};
 use crate::rw::check_range;
 use crate::sense::Sense;
-use crate::{Action, CmdCtx, Completion, LogicalUnit};
+use crate::{Action, Completion, LogicalUnit, Req};
 
 /// Most block descriptors in one UNMAP parameter list.
 pub const MAX_UNMAP_DESCRIPTORS: u32 = 256;
@@ -43,7 +43,7 @@ pub(crate) fn max_write_same_blocks(lu: &LogicalUnit) -> u64 {
 }
 
 /// UNMAP (SBC-3 5.28). Supported on thin LUs only (LBPU): elsewhere the opcode is invalid.
-pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     if !lu.thin_provisioning() {
         return Err(Sense::invalid_opcode());
     }
@@ -95,7 +95,7 @@ pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Ac
 /// when that block is all zeros (LBPRZ = 1 makes the result identical); UNMAP on a fully
 /// provisioned LU is INVALID FIELD IN CDB (LBPWS = 0). NUMBER OF LOGICAL BLOCKS 0 is refused
 /// (WSNZ = 1).
-pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Result<Action, Sense> {
+pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     let sixteen = cdb.len() >= 16;
     let (lba, blocks, count_at) = if sixteen {
         (be64(cdb, 2), u64::from(be32(cdb, 10)), 10)
@@ -138,11 +138,7 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &CmdCtx<'_>) -> Resu
 }
 
 /// GET LBA STATUS (SBC-3 5.6): the server looks the mapping up from `lba`.
-pub(crate) fn get_lba_status(
-    lu: &LogicalUnit,
-    cdb: &[u8],
-    _: &CmdCtx<'_>,
-) -> Result<Action, Sense> {
+pub(crate) fn get_lba_status(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let lba = be64(cdb, 2);
     let alloc_len = be32(cdb, 10);
     if lba >= lu.params().num_blocks {

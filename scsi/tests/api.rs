@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 use scsi::sense::{Sense, parse_key_asc};
 use scsi::{
-    Action, CmdCtx, Completion, LogicalUnit, LuParams, execute_unmapped, io_error_completion,
-    status,
+    Action, CmdCtx, Completion, LogicalUnit, LuParams, Nexus, NexusId, Outcome, execute_unmapped,
+    io_error_completion, status,
 };
 
 fn params(block_size: u32, num_blocks: u64, readonly: bool) -> LuParams {
@@ -297,7 +297,12 @@ proptest! {
         if has_sa {
             cdb[1] = sa;
         }
-        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &[], luns: &[] });
+        // through a nexus: the anonymous `execute` refuses reservation commands
+        let n = Nexus::iscsi(NexusId(1), "iqn.2026-11.test:api", 1, "iqn.2026-11.org.numatgt:demo", 1);
+        let a = match lu.execute_nexus(&n, &CmdCtx { cdb: &cdb, data_out: &[], luns: &[] }) {
+            Outcome::Action(a) => a,
+            Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),
+        };
         let unknown = match &a {
             Action::Complete(c) if c.status == status::CHECK_CONDITION => {
                 let k = parse_key_asc(&c.sense);
