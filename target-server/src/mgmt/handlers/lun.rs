@@ -138,6 +138,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     if !added {
         return Err(ErrCode::LunExist);
     }
+    luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
         "LUN created");
     Ok(String::new())
@@ -153,6 +154,14 @@ fn naa_id(iqn: &str, lun: u64) -> u64 {
     h
 }
 
+/// REPORTED LUNS DATA HAS CHANGED for every I_T nexus of the target's LUs (as tgtd), so
+/// initiators rescan.
+fn luns_changed(t: &Target) {
+    for l in t.lun_set().map.values() {
+        l.scsi.luns_changed();
+    }
+}
+
 fn existing(t: &Target, h: &ReqHeader) -> Result<Arc<Lun>, ErrCode> {
     let n = need_lun(h)?;
     t.lun_set().map.get(&n).cloned().ok_or(ErrCode::NoLun)
@@ -162,6 +171,7 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
+    luns_changed(&t);
     if let Err(e) = ctx.sync_lun(&lun) {
         tracing::warn!(target = %t.iqn, lun = lun.number, "sync on LUN delete failed: {e}");
     }
@@ -244,7 +254,9 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     }
     let descriptor = meta.sense_format == 1;
     if rebuild {
-        // INQUIRY data lives in the SCSI logical unit: swap in a new one on the same store
+        // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
+        // on the same store (its reservations, unit attentions and mode pages start afresh,
+        // as after a power-on)
         let scsi = scsi::LogicalUnit::new(params);
         scsi.set_descriptor_sense(descriptor);
         scsi.set_thin_provisioning(meta.thin_provisioning);
