@@ -585,6 +585,19 @@ impl Daemon {
 
     /// Sends SIGTERM and waits up to `grace` for the exit. Returns the exit status and how
     /// long it took, or None when the process had to be SIGKILLed.
+    /// Stops the target (SIGTERM) and starts it again with the same configuration, LUN
+    /// files and state directory.
+    pub fn restart(&mut self) {
+        let (status, _) = self.terminate(STOP_GRACE);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "stop before restart failed: {status:?}\n{}",
+            self.log_tail(50)
+        );
+        self.spawn();
+        self.wait_ready();
+    }
+
     pub fn terminate(&mut self, grace: Duration) -> (Option<ExitStatus>, Duration) {
         let Some(mut child) = self.child.take() else {
             return (None, Duration::ZERO);

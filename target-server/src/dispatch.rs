@@ -35,6 +35,7 @@ pub fn to_result(c: Completion) -> CommandResult<Payload> {
 pub fn execute(
     cmd: &mut ScsiCommand,
     target: &Target,
+    nexus: Option<&scsi::Nexus>,
     ctx: &StorageCtx<'_>,
     mut reply: Replier,
 ) -> Option<CommandResult<Payload>> {
@@ -52,11 +53,25 @@ pub fn execute(
         r.write_transfer_len = stamp;
         return Some(r);
     };
-    let action = lun.scsi.execute(&CmdCtx {
+    let cmd_ctx = CmdCtx {
         cdb: &cmd.cdb,
         data_out: &cmd.data_out,
         luns: &luns.numbers,
-    });
+    };
+    // reservations and unit attentions are per I_T nexus: every session has one
+    let outcome = match nexus {
+        Some(n) => lun.scsi.execute_nexus(n, &cmd_ctx),
+        None => scsi::Outcome::Action(lun.scsi.execute(&cmd_ctx)),
+    };
+    let action = match outcome {
+        scsi::Outcome::Action(a) => a,
+        scsi::Outcome::PersistentReserveOut(po) => {
+            return persistent_reserve_out(po, lun, &target.iqn, ctx, reply).map(|mut r| {
+                r.write_transfer_len = stamp;
+                r
+            });
+        }
+    };
     let now = match action {
         Action::Complete(c) => Some(to_result(c)),
         Action::Read {
@@ -175,6 +190,51 @@ pub fn execute(
         r.write_transfer_len = stamp;
         r
     })
+}
+
+/// A PERSISTENT RESERVE OUT that changed state: the new state is stored (APTPL) before the
+/// status is sent; storing it failed → HARDWARE ERROR (the state in memory stays changed).
+fn persistent_reserve_out(
+    po: scsi::PrOutcome,
+    lun: &Arc<crate::registry::Lun>,
+    iqn: &str,
+    ctx: &StorageCtx<'_>,
+    reply: Replier,
+) -> Option<CommandResult<Payload>> {
+    if !po.abort.is_empty() {
+        // PREEMPT AND ABORT: the preempted nexuses' tasks already running end normally (their
+        // backing-store jobs cannot be cancelled); new commands from them conflict
+        tracing::info!(
+            lun = lun.number,
+            nexuses = po.abort.len(),
+            "PREEMPT AND ABORT: tasks of preempted I_T nexuses complete normally"
+        );
+    }
+    let Some(req) = po.persist else {
+        return Some(to_result(po.completion));
+    };
+    let (lun, iqn, dir) = (
+        Arc::clone(lun),
+        iqn.to_string(),
+        ctx.state_dir.map(|p| p.to_path_buf()),
+    );
+    let completion = po.completion;
+    ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+        let stored = match &dir {
+            Some(d) => crate::pr_store::persist(d, &iqn, lun.number, &req),
+            None => Err(std::io::Error::other("no state directory")),
+        };
+        let c = match stored {
+            Ok(()) => completion,
+            Err(e) => {
+                tracing::error!(target = %iqn, lun = lun.number,
+                    "cannot store persistent reservations (APTPL): {e}");
+                lun.scsi.persist_failed()
+            }
+        };
+        reply.send(to_result(c));
+    })));
+    None
 }
 
 fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {

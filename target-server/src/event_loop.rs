@@ -141,6 +141,8 @@ struct Slot {
     generation: u64,
     peer: SocketAddr,
     target: Option<Arc<Target>>,
+    /// The session's I_T nexus (normal sessions), for reservations and unit attentions.
+    nexus: Option<scsi::Nexus>,
     /// Commands handed to the I/O pool and not completed yet.
     inflight: usize,
     /// Close once the output has drained.
@@ -393,6 +395,7 @@ impl EventThread {
             generation,
             peer,
             target: None,
+            nexus: None,
             inflight: 0,
             closing: false,
             close_after_tmf: false,
@@ -472,6 +475,7 @@ impl EventThread {
             node: self.node,
             cache: shared.cache.as_ref(),
             router: shared.router.as_ref(),
+            state_dir: shared.registry.state_dir(),
         };
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
@@ -483,6 +487,23 @@ impl EventThread {
                         (&info.session_type, &info.target_name)
                     {
                         slot.target = shared.registry.target(name);
+                        if let Some(t) = &slot.target {
+                            let isid = info.isid;
+                            let isid = u64::from_be_bytes([
+                                0, 0, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5],
+                            ]);
+                            let n = scsi::Nexus::iscsi(
+                                shared.registry.next_nexus_id(),
+                                &info.initiator_name,
+                                isid,
+                                &t.iqn,
+                                crate::registry::PORTAL_GROUP_TAG,
+                            );
+                            for l in t.lun_set().map.values() {
+                                l.scsi.nexus_added(&n);
+                            }
+                            slot.nexus = Some(n);
+                        }
                     }
                     tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
                         target = info.target_name.as_deref().unwrap_or("(discovery)"),
@@ -504,7 +525,7 @@ impl EventThread {
                         itt,
                         write_transfer_len: None,
                     };
-                    let now = dispatch::execute(&mut cmd, target, &ctx, reply);
+                    let now = dispatch::execute(&mut cmd, target, slot.nexus.as_ref(), &ctx, reply);
                     // the write buffer serves the connection's next commands
                     slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
                     match now {
@@ -536,6 +557,24 @@ impl EventThread {
                         }
                         _ => TmfResponse::NotSupported,
                     };
+                    // the logical units' side: reservations released, unit attentions for
+                    // every I_T nexus (SAM-5 6.3.3, 6.4)
+                    if let (Some(t), TmfResponse::Complete) = (&slot.target, resp) {
+                        let luns = t.lun_set();
+                        match req.function {
+                            F::LogicalUnitReset => {
+                                if let Some(l) = luns.map.get(&req.lun) {
+                                    l.scsi.logical_unit_reset();
+                                }
+                            }
+                            F::TargetWarmReset | F::TargetColdReset => {
+                                for l in luns.map.values() {
+                                    l.scsi.target_reset();
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -688,6 +727,11 @@ impl EventThread {
         let Some(id) = self.id(s) else { return };
         if let Some(mut slot) = self.slots[s].take() {
             let _ = self.poll.registry().deregister(&mut slot.sock);
+            if let (Some(t), Some(n)) = (&slot.target, &slot.nexus) {
+                for l in t.lun_set().map.values() {
+                    l.scsi.nexus_removed(n.id);
+                }
+            }
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);

@@ -9,6 +9,7 @@ pub mod flusher;
 pub mod jobs;
 pub mod mgmt;
 pub mod payload;
+pub mod pr_store;
 pub mod registry;
 pub mod runtime;
 pub mod sd_notify;

@@ -97,6 +97,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
         }
     }
     Ok(RuntimeConfig {
+        state_dir: cli.state_dir.clone(),
         numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
         event_threads: cli.event_threads.or(cfg.threads.event_threads),
         io_threads: cli

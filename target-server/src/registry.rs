@@ -233,12 +233,33 @@ pub struct Registry {
     system: Mutex<SystemState>,
     /// Next block-cache identity for a LUN made at run time.
     next_cache_id: AtomicU32,
+    /// The daemon's state directory (persistent reservations), set once at start.
+    state_dir: std::sync::OnceLock<std::path::PathBuf>,
+    /// Next I_T nexus identity.
+    next_nexus: std::sync::atomic::AtomicU64,
 }
 
 /// Portal group tag of every portal (one portal group, as tgtd's default).
 pub const PORTAL_GROUP_TAG: u16 = 1;
 
 impl Registry {
+    /// Where the daemon keeps state across restarts (set once, at start).
+    pub fn set_state_dir(&self, dir: std::path::PathBuf) {
+        let _ = self.state_dir.set(dir);
+    }
+
+    pub fn state_dir(&self) -> Option<&std::path::Path> {
+        self.state_dir.get().map(|p| p.as_path())
+    }
+
+    /// A fresh I_T nexus identity for a session.
+    pub fn next_nexus_id(&self) -> scsi::NexusId {
+        scsi::NexusId(
+            self.next_nexus
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     pub fn new(
         targets: Vec<Arc<Target>>,
         portals: Vec<Portal>,
@@ -268,6 +289,8 @@ impl Registry {
                 debug: false,
             }),
             next_cache_id: AtomicU32::new(next_cache_id),
+            state_dir: std::sync::OnceLock::new(),
+            next_nexus: std::sync::atomic::AtomicU64::new(1),
         }
     }
 

@@ -26,6 +26,8 @@ use crate::registry::{
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub config: config::Config,
+    /// Where state that must survive a restart is kept (persistent reservations).
+    pub state_dir: std::path::PathBuf,
     pub numa_nodes: Option<usize>,
     pub event_threads: Option<usize>,
     pub io_threads: usize,
@@ -79,7 +81,10 @@ fn lun_identity(iqn: &str, lun: u64) -> u64 {
     h
 }
 
-fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
+fn open_targets(
+    cfg: &config::Config,
+    state_dir: &std::path::Path,
+) -> Result<Vec<Arc<Target>>, StartError> {
     let mut out = Vec::new();
     let mut used: Vec<u32> = cfg.targets.iter().filter_map(|t| t.tid).collect();
     let mut next_cache_id = 0u32;
@@ -139,6 +144,7 @@ fn open_targets(cfg: &config::Config) -> Result<Vec<Arc<Target>>, StartError> {
             next_cache_id += 1;
             let lu = scsi::LogicalUnit::new(params);
             lu.set_thin_provisioning(l.thin_provisioning);
+            crate::pr_store::restore(&lu, state_dir, &t.iqn, l.lun);
             lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
             luns.insert(
                 l.lun,
@@ -269,7 +275,7 @@ impl Daemon {
         let started = Instant::now();
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
-        let targets = open_targets(&rc.config)?;
+        let targets = open_targets(&rc.config, &rc.state_dir)?;
 
         let mut pools = Vec::new();
         for node in topology.nodes() {
@@ -345,6 +351,7 @@ impl Daemon {
             setups.push(EventThreadSetup::new().map_err(StartError::Threads)?);
         }
         let registry = Registry::new(targets, portals, conn_config(&rc.config.iscsi));
+        registry.set_state_dir(rc.state_dir.clone());
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them
             users: rc

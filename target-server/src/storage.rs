@@ -37,6 +37,8 @@ pub struct StorageCtx<'a> {
     pub node: usize,
     pub cache: Option<&'a Arc<BlockCache>>,
     pub router: Option<&'a Router>,
+    /// The daemon's state directory (persistent reservation files).
+    pub state_dir: Option<&'a std::path::Path>,
 }
 
 impl<'a> StorageCtx<'a> {

@@ -41,10 +41,12 @@ struct SuiteResult {
 
 fn run_suite(d: &mut Daemon, suite: &str, report_name: &str) -> SuiteResult {
     let url = d.url(1);
+    // two URLs to the same LUN: the suites that need a second I_T nexus (reservations,
+    // multipath) use it, the others ignore it
     let r = tools::run_no_sigpipe(
         SUITE_TIMEOUT_S,
         "iscsi-test-cu",
-        ["-d", "-t", suite, url.as_str()],
+        ["-d", "-t", suite, url.as_str(), url.as_str()],
     );
     let log = tests::reports_dir().join(format!("{report_name}-{suite}.log"));
     std::fs::write(&log, format!("{r}")).expect("write suite log");
@@ -141,6 +143,21 @@ fn table(results: &[SuiteResult], kind: &str) -> String {
     t
 }
 
+/// Reservations (SPC-2 RESERVE/RELEASE, SPC-4 persistent reservations of every type) and
+/// what two I_T nexuses on one LUN see (unit attentions after a LUN reset).
+const RESERVATION_SUITES: &[&str] = &[
+    "SCSI.PrinReadKeys",
+    "SCSI.PrinServiceactionRange",
+    "SCSI.PrinReportCapabilities",
+    "SCSI.ProutRegister",
+    "SCSI.ProutReserve",
+    "SCSI.ProutClear",
+    "SCSI.ProutPreempt",
+    "SCSI.Reserve6",
+    "SCSI.MultipathIO.Simple",
+    "SCSI.MultipathIO.Reset",
+];
+
 /// Logical block provisioning, on a thin LUN.
 const THIN_SUITES: &[&str] = &[
     "SCSI.Inquiry",
@@ -199,6 +216,16 @@ fn iscsi_test_cu_thin_provisioning() {
             .with_write_cache(true),
         "-thin",
         THIN_SUITES,
+    );
+}
+
+/// Persistent reservations and RESERVE/RELEASE between two sessions on one LUN.
+#[test]
+fn iscsi_test_cu_reservations() {
+    suites(
+        LunSpec::new(1, 512, 256 * MIB),
+        "-reservations",
+        RESERVATION_SUITES,
     );
 }
 
