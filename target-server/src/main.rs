@@ -54,10 +54,12 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
     let cli_portals: Vec<std::net::SocketAddr> = iscsi.iter().filter_map(|o| o.portal).collect();
     let mut cfg = match (&cli.config, cli.demo) {
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-            let mut cfg =
-                config::parse(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
+            // numatgt YAML, or tgt's targets.conf (by extension `.conf` or by its content)
+            let imported = config::load(path).map_err(|e| e.to_string())?;
+            for w in &imported.warnings {
+                tracing::warn!("{}: {w}", path.display());
+            }
+            let mut cfg = imported.config;
             if cli.demo {
                 let demo = config::Config::demo(&cli.state_dir, &[]);
                 cfg.targets.extend(demo.targets);
