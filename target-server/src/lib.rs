@@ -11,6 +11,7 @@ pub mod mgmt;
 pub mod payload;
 pub mod pr_store;
 pub mod registry;
+pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
 pub mod storage;

@@ -163,6 +163,18 @@ fn main() -> ExitCode {
     };
     let mut ctx = daemon.mgmt_ctx();
     ctx.debug = Some(debug_switch);
+    {
+        let mut loaded = ctx.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        loaded.path = cli.config.clone();
+        loaded.portals_from_cli = cli
+            .iscsi
+            .iter()
+            .any(|s| parse_iscsi_opts(s).ok().and_then(|o| o.portal).is_some());
+        if cli.demo && cli.config.is_some() {
+            loaded.demo = config::Config::demo(&cli.state_dir, &[]).targets;
+        }
+    }
+    let reload_ctx = ctx.clone();
     if let Err(e) = mgmt.spawn(ctx) {
         tracing::error!("{e}");
         eprintln!("numatgtd: {e}");
@@ -183,7 +195,12 @@ fn main() -> ExitCode {
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
-                tracing::warn!("SIGHUP: configuration reload is not implemented yet")
+                target_server::sd_notify::notify("RELOADING=1");
+                match target_server::reload::reload(&reload_ctx, None) {
+                    Ok(summary) => tracing::info!("SIGHUP: {summary}"),
+                    Err(e) => tracing::error!("SIGHUP: reload failed, nothing changed: {e}"),
+                }
+                target_server::sd_notify::notify("READY=1");
             }
             Ok(Signal::SIGUSR1) => {
                 daemon.report();

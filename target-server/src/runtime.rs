@@ -95,6 +95,32 @@ fn open_targets(
             used.push(free);
             free
         });
+        let mut cache_ids = || {
+            let id = next_cache_id;
+            next_cache_id += 1;
+            id
+        };
+        out.push(Arc::new(open_target(
+            cfg,
+            t,
+            tid,
+            &mut cache_ids,
+            state_dir,
+        )?));
+    }
+    Ok(out)
+}
+
+/// Opens one configured target's LUNs (creating sparse files asked for) and builds it as
+/// target `tid`; `cache_id` hands out block-cache identities. Used at start and by reload.
+pub(crate) fn open_target(
+    cfg: &config::Config,
+    t: &config::TargetConfig,
+    tid: u32,
+    cache_id: &mut dyn FnMut() -> u32,
+    state_dir: &std::path::Path,
+) -> Result<Target, StartError> {
+    {
         let mut luns = BTreeMap::new();
         for l in &t.luns {
             let lun_err = |source| StartError::Lun {
@@ -140,8 +166,7 @@ fn open_targets(
             tracing::info!(target = %t.iqn, lun = l.lun, path = %l.path.display(),
                 blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
                 cache = mode.as_str(), write_cache = l.write_cache, "LUN ready");
-            let cache_id = next_cache_id;
-            next_cache_id += 1;
+            let cache_id = cache_id();
             let lu = scsi::LogicalUnit::new(params);
             lu.set_thin_provisioning(l.thin_provisioning);
             crate::pr_store::restore(&lu, state_dir, &t.iqn, l.lun);
@@ -180,9 +205,8 @@ fn open_targets(
                 outgoing: t.outgoing_user.clone(),
             };
         }
-        out.push(Arc::new(target));
+        Ok(target)
     }
-    Ok(out)
 }
 
 /// What tgtadm shows for a LUN from the configuration.
@@ -510,6 +534,12 @@ impl Daemon {
             base: Arc::clone(&self.base),
             debug: None,
             portals,
+            loaded: Arc::new(std::sync::Mutex::new(crate::reload::Loaded {
+                path: None,
+                config: (*self.base).clone(),
+                portals_from_cli: false,
+                demo: Vec::new(),
+            })),
         }
     }
 

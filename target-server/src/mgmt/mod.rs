@@ -30,6 +30,8 @@ pub struct Ctx {
     pub debug: Option<DebugSwitch>,
     /// Binds and closes portals at run time (None: not available).
     pub portals: Option<Arc<portals::PortalAcceptor>>,
+    /// The configuration as loaded last (for reload).
+    pub loaded: crate::reload::Shared,
 }
 
 /// The outcome of one request: text for stdout, or tgtd's error code.

@@ -20,6 +20,24 @@ pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
         Op::Show if p.get("dump") == Some("yaml") => Ok(crate::mgmt::dump::yaml(reg, &ctx.base)),
         Op::Show => Ok(show::system(reg)),
         Op::Stats => Ok(show::STAT_HEADER.to_string()),
+        // numatgt's extension: `reload=FILE` applies a configuration file (numatgtadm
+        // --reload); the answer is the summary, or `reload failed: why`
+        Op::Update if p.get("reload").is_some() => {
+            let path = p
+                .get("reload")
+                .filter(|f| !f.is_empty())
+                .map(std::path::Path::new);
+            Ok(match crate::reload::reload(ctx, path) {
+                Ok(summary) => {
+                    tracing::info!("management request: {summary}");
+                    format!("{summary}\n")
+                }
+                Err(e) => {
+                    tracing::error!("management request: reload failed, nothing changed: {e}");
+                    format!("reload failed: {e}\n")
+                }
+            })
+        }
         Op::Update => {
             if p.pairs.is_empty() {
                 return Err(ErrCode::InvalidRequest);

@@ -1,0 +1,200 @@
+//! Configuration reload (SIGHUP, `systemctl reload`, `numatgtadm --reload FILE`): the file
+//! is loaded and validated as at start (YAML or targets.conf); nothing changes if it is
+//! invalid. It is compared with the configuration loaded last (`config::diff`) and only what
+//! differs is touched: targets removed from the file go (their sessions are closed, their
+//! cached data written back); changed targets are rebuilt from the file (their sessions are
+//! closed and the initiators log in again); added targets appear; portals are bound and
+//! closed; accounts and discovery authentication are replaced. Sessions of unchanged targets
+//! never notice. Settings that only apply at start (cache sizing, NUMA, threads) are
+//! reported as needing a restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::mgmt::Ctx;
+use crate::registry::{Accounts, AuthBinding, Target};
+
+/// What the running daemon was configured from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The file given with `--config` (reload reads it again when no other is named).
+    pub path: Option<PathBuf>,
+    /// The configuration as last applied.
+    pub config: config::Config,
+    /// Portals came from the command line (`--iscsi portal=`): the file's are ignored.
+    pub portals_from_cli: bool,
+    /// Targets added by `--demo`, kept across reloads.
+    pub demo: Vec<config::TargetConfig>,
+}
+
+pub type Shared = Arc<Mutex<Loaded>>;
+
+/// How long a reload waits for the sessions of a removed or changed target to close.
+const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Applies `path` (or the file the daemon was started with). Returns a summary for the log
+/// and for `numatgtadm --reload`, or why nothing was changed.
+pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
+    let mut loaded = ctx.loaded.lock().unwrap_or_else(|p| p.into_inner());
+    let path = match path.map(Path::to_path_buf).or_else(|| loaded.path.clone()) {
+        Some(p) => p,
+        None => return Err("no configuration file to reload (started without --config)".into()),
+    };
+    let imported = config::load(&path).map_err(|e| e.to_string())?;
+    for w in &imported.warnings {
+        tracing::warn!("{}: {w}", path.display());
+    }
+    let mut next = imported.config;
+    next.targets.extend(loaded.demo.iter().cloned());
+    if loaded.portals_from_cli {
+        next.portals = loaded.config.portals.clone();
+    }
+    let diff = config::diff(&loaded.config, &next);
+    if diff.is_empty() {
+        loaded.path = Some(path);
+        return Ok("configuration unchanged".into());
+    }
+    for what in &diff.needs_restart {
+        tracing::warn!("reload: {what} changed; it takes effect at the next start");
+    }
+    // open everything new first: a target that cannot be opened leaves the daemon as it was
+    let rebuild: Vec<&str> = diff
+        .added
+        .iter()
+        .map(String::as_str)
+        .chain(diff.changed.iter().map(|c| c.iqn.as_str()))
+        .collect();
+    let state_dir = ctx
+        .registry
+        .state_dir()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut opened: Vec<Arc<Target>> = Vec::new();
+    let mut used: Vec<u32> = ctx
+        .registry
+        .targets()
+        .iter()
+        .filter(|t| !rebuild.iter().any(|i| t.iqn.eq_ignore_ascii_case(i)))
+        .map(|t| t.tid)
+        .collect();
+    for iqn in &rebuild {
+        let Some(tc) = next
+            .targets
+            .iter()
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+        else {
+            continue;
+        };
+        let tid = match tc.tid {
+            Some(t) if used.contains(&t) => {
+                return Err(format!("{iqn}: tid {t} is in use by another target"));
+            }
+            Some(t) => t,
+            None => ctx
+                .registry
+                .target(iqn)
+                .map(|t| t.tid)
+                .filter(|t| !used.contains(t))
+                .unwrap_or_else(|| (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)),
+        };
+        used.push(tid);
+        let reg = Arc::clone(&ctx.registry);
+        let mut ids = move || reg.alloc_cache_id();
+        let t = crate::runtime::open_target(&next, tc, tid, &mut ids, &state_dir)
+            .map_err(|e| format!("{e}"))?;
+        opened.push(Arc::new(t));
+    }
+    // now replace: the old versions go first (sessions closed, dirty data written back)
+    let mut closed = 0usize;
+    for iqn in diff
+        .removed
+        .iter()
+        .chain(diff.changed.iter().map(|c| &c.iqn))
+    {
+        closed += retire(ctx, iqn);
+    }
+    ctx.registry.update_targets(|ts| ts.extend(opened));
+    if !diff.accounts_changed.is_empty() || diff.discovery_auth_changed {
+        *ctx.registry.accounts() = Accounts {
+            users: next
+                .accounts
+                .iter()
+                .rev()
+                .map(|a| (a.user.clone(), a.password.clone()))
+                .collect(),
+            discovery: AuthBinding {
+                incoming: next.discovery_auth.incoming_users.clone(),
+                outgoing: next.discovery_auth.outgoing_user.clone(),
+            },
+        };
+    }
+    let mut portal_errors = Vec::new();
+    if let Some(acceptor) = &ctx.portals {
+        for a in &diff.portals_removed {
+            if let Err(e) = acceptor.remove(*a) {
+                portal_errors.push(format!("portal {a}: {e:?}"));
+            }
+        }
+        for a in &diff.portals_added {
+            if let Err(e) = acceptor.add(*a) {
+                portal_errors.push(format!("portal {a}: {e:?}"));
+            }
+        }
+    }
+    for e in &portal_errors {
+        tracing::warn!("reload: {e}");
+    }
+    let summary = format!(
+        "reloaded {}: {} added, {} changed, {} removed, {} unchanged targets; {} sessions closed{}{}",
+        path.display(),
+        diff.added.len(),
+        diff.changed.len(),
+        diff.removed.len(),
+        diff.unchanged.len(),
+        closed,
+        if diff.needs_restart.is_empty() {
+            String::new()
+        } else {
+            format!("; needs a restart: {}", diff.needs_restart.join(", "))
+        },
+        if portal_errors.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", portal_errors.join("; "))
+        },
+    );
+    loaded.config = next;
+    loaded.path = Some(path);
+    Ok(summary)
+}
+
+/// Takes target `iqn` out of service: no new logins, its sessions closed (waited for), its
+/// LUNs' dirty cached data written back and synced, their cache entries dropped. Returns
+/// the number of sessions closed.
+fn retire(ctx: &Ctx, iqn: &str) -> usize {
+    let Some(t) = ctx.registry.target(iqn) else {
+        return 0;
+    };
+    ctx.registry
+        .update_targets(|ts| ts.retain(|x| !Arc::ptr_eq(x, &t)));
+    let sessions = ctx.registry.sessions_of(&t.iqn);
+    for s in &sessions {
+        ctx.control.close(s.owner, "target reconfigured");
+    }
+    let start = Instant::now();
+    while !ctx.registry.sessions_of(&t.iqn).is_empty() && start.elapsed() < SESSION_CLOSE_WAIT {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for lun in t.lun_set().map.values() {
+        if let Err(e) = ctx.sync_lun(lun) {
+            tracing::error!(target = %t.iqn, lun = lun.number,
+                "reload: writing back the LUN's cached data failed: {e}");
+        }
+        if let Some(c) = &ctx.cache {
+            c.invalidate_lun(lun.cache_id);
+        }
+    }
+    tracing::info!(target = %t.iqn, tid = t.tid, sessions = sessions.len(), "reload: target retired");
+    sessions.len()
+}
