@@ -2,15 +2,24 @@
 # Guest side of the kernel-initiator test (runs as root inside the QEMU guest, see vm-run.sh).
 # Starts the target on 127.0.0.1:3260 with a 256 MiB file LUN, then with open-iscsi and the
 # kernel's iscsi_tcp: discovery, login, mkfs.ext4, mount, write 32 MiB of random data,
-# sha256, umount, drop caches, remount, verify, logout, stop the target by PID.
+# sha256, umount, drop caches, remount, verify, logout; then CHAP on a second target: a wrong
+# initiator secret is refused, mutual CHAP logs in and reads, a wrong target secret makes the
+# initiator refuse; stop the target by PID.
 # Env: TARGET=numatgtd (default) | tgtd
 #      NUMATGTD   path of the numatgtd binary as the guest sees it
 # Prints VM_ISCSI_TCP_OK on success.
 set -u
 TARGET=${TARGET:-numatgtd}
 IQN=iqn.2026-11.org.numatgt:vmtest
+CHAP_IQN=iqn.2026-11.org.numatgt:vmtest-chap
 PORTAL=127.0.0.1:3260
 LUN_FILE=/tmp/vm-lun1.img
+CHAP_LUN_FILE=/tmp/vm-lun2.img
+# CHAP accounts: the initiator's (incoming) and the target's (outgoing, mutual CHAP)
+IN_USER=vmuser
+IN_SECRET=initiatorsecret1
+OUT_USER=vmtarget
+OUT_SECRET=targetsecret22
 LOG=/tmp/target.log
 MNT=/tmp/mnt-lun
 TPID=
@@ -36,6 +45,7 @@ fail() {
 step "target=$TARGET, $(nproc) CPUs, kernel $(uname -r)"
 numactl --hardware 2>/dev/null | head -n 2
 truncate -s 256M "$LUN_FILE" || fail "create LUN file"
+truncate -s 16M "$CHAP_LUN_FILE" || fail "create CHAP LUN file"
 
 case "$TARGET" in
   numatgtd)
@@ -43,12 +53,23 @@ case "$TARGET" in
     cat > /tmp/numatgtd.yaml <<YAML
 portals:
   - address: $PORTAL
+accounts:
+  - user: $IN_USER
+    password: $IN_SECRET
+  - user: $OUT_USER
+    password: $OUT_SECRET
 targets:
   - iqn: $IQN
     luns:
       - lun: 1
         path: $LUN_FILE
         block_size: 512
+  - iqn: $CHAP_IQN
+    incoming_users: [$IN_USER]
+    outgoing_user: $OUT_USER
+    luns:
+      - lun: 1
+        path: $CHAP_LUN_FILE
 YAML
     mkdir -p /tmp/numatgt-state
     "$NUMATGTD" -f --config /tmp/numatgtd.yaml --state-dir /tmp/numatgt-state -C "$CTL" > "$LOG" 2>&1 &
@@ -75,6 +96,13 @@ if [ "$TARGET" = tgtd ]; then
   tgtadm $C --lld iscsi --op new --mode target --tid 1 -T "$IQN" || fail "tgtadm target"
   tgtadm $C --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$LUN_FILE" || fail "tgtadm lun"
   tgtadm $C --lld iscsi --op bind --mode target --tid 1 -I ALL || fail "tgtadm bind"
+  tgtadm $C --lld iscsi --op new --mode target --tid 2 -T "$CHAP_IQN" || fail "tgtadm chap target"
+  tgtadm $C --lld iscsi --op new --mode logicalunit --tid 2 --lun 1 -b "$CHAP_LUN_FILE" || fail "tgtadm chap lun"
+  tgtadm $C --lld iscsi --op bind --mode target --tid 2 -I ALL || fail "tgtadm chap bind"
+  tgtadm $C --lld iscsi --op new --mode account --user $IN_USER --password $IN_SECRET || fail "tgtadm account"
+  tgtadm $C --lld iscsi --op new --mode account --user $OUT_USER --password $OUT_SECRET || fail "tgtadm account"
+  tgtadm $C --lld iscsi --op bind --mode account --tid 2 --user $IN_USER || fail "tgtadm bind account"
+  tgtadm $C --lld iscsi --op bind --mode account --tid 2 --user $OUT_USER --outgoing || fail "tgtadm bind outgoing"
 fi
 
 step "iscsid + discovery"
@@ -115,10 +143,46 @@ umount "$MNT" || fail "final umount"
 step "logout"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout || fail "logout"
 
+chap_node() { # NAME VALUE...: set node.session.auth.NAME of the CHAP target's node record
+  while [ $# -ge 2 ]; do
+    iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" -o update -n "node.session.auth.$1" -v "$2" \
+      || fail "iscsiadm update $1"
+    shift 2
+  done
+}
+step "CHAP: no credentials are refused"
+timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login && fail "login without CHAP succeeded"
+step "CHAP: a wrong initiator secret is refused"
+chap_node authmethod CHAP username $IN_USER password wrongsecret999
+timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login && fail "login with a wrong secret succeeded"
+step "mutual CHAP login"
+chap_node password $IN_SECRET username_in $OUT_USER password_in $OUT_SECRET
+timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login || fail "mutual CHAP login"
+iscsiadm -m session | grep -q "$CHAP_IQN" || fail "no session after mutual CHAP login"
+CDEV=
+i=0
+while [ $i -lt 100 ]; do
+  for s in /sys/class/iscsi_session/session*; do
+    grep -q "$CHAP_IQN" "$s/targetname" 2>/dev/null || continue
+    CDEV=$(ls "$s"/device/target*/*/block 2>/dev/null | head -n 1)
+  done
+  [ -n "$CDEV" ] && [ -b "/dev/$CDEV" ] && break
+  i=$((i + 1)); sleep 0.2
+done
+[ -n "$CDEV" ] || fail "no block device for the CHAP session"
+dd if="/dev/$CDEV" of=/dev/null bs=1M count=16 iflag=direct status=none || fail "read through the CHAP session"
+step "CHAP disk /dev/$CDEV read; logout"
+timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --logout || fail "CHAP logout"
+step "mutual CHAP: a wrong target secret makes the initiator refuse"
+chap_node password_in wrongtarget999
+timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login && fail "login despite a wrong target secret"
+iscsiadm -m session 2>/dev/null | grep -q "$CHAP_IQN" && fail "a session exists after the failed mutual login"
+
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then
   tgtadm $C --op update --mode sys --name State -v offline
   tgtadm $C --lld iscsi --op delete --mode target --tid 1 --force
+  tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
   tgtadm $C --op delete --mode system
 fi
 kill -TERM "$TPID" 2>/dev/null
