@@ -1,10 +1,11 @@
-//! SCSI command execution: `LogicalUnit::execute` on arbitrary CDBs and Data-Out for
-//! 512- and 4096-byte-block LUs (read-only or not, various capacities), a sequence of
-//! commands per input so MODE SELECT state carries over, plus `execute_unmapped`,
+//! SCSI command execution: `LogicalUnit::execute_nexus` on arbitrary CDBs and Data-Out for
+//! 512- and 4096-byte-block LUs (read-only or not, thin or not, various capacities), a
+//! sequence of commands per input from two I_T nexuses in turn so MODE SELECT,
+//! reservation and unit attention state carries over, plus `execute_unmapped`,
 //! `data_out_len` and `verify_compare`.
 //!
 //! Input: byte 0 = LU shape (bit 0 4096-byte blocks, bit 1 read-only, bit 2 WCE,
-//! bits 3-5 capacity), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
+//! bits 3-5 capacity, bit 6 thin), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
 //! length, Data-Out.
 //!
 //! Checks: no panic; CHECK CONDITION carries parseable sense; block actions stay within
@@ -14,7 +15,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use numatgt_fuzz::Input;
-use scsi::{Action, CmdCtx, LogicalUnit, LuParams, MAX_TRANSFER_BYTES, status};
+use scsi::{
+    Action, CmdCtx, LogicalUnit, LuParams, MAX_TRANSFER_BYTES, Nexus, NexusId, Outcome, status,
+};
 
 fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
@@ -45,6 +48,26 @@ fuzz_target!(|data: &[u8]| {
         rel_port_id: 1,
         tpg: 7,
     });
+    lu.set_thin_provisioning(shape & 0x40 != 0);
+    let nexuses = [
+        Nexus::iscsi(
+            NexusId(1),
+            "iqn.2026-11.org.numatgt:i1",
+            0x23d0_0001,
+            "iqn.t",
+            1,
+        ),
+        Nexus::iscsi(
+            NexusId(2),
+            "iqn.2026-11.org.numatgt:i2",
+            0x23d0_0002,
+            "iqn.t",
+            1,
+        ),
+    ];
+    for n in &nexuses {
+        lu.nexus_added(n);
+    }
     let luns = [0u64, 1, 300, 0x3fff];
     let mut n = 0;
     while !inp.is_empty() && n < 16 {
@@ -58,7 +81,13 @@ fuzz_target!(|data: &[u8]| {
             data_out,
             luns: &luns[..usize::from(shape >> 6) + 1],
         };
-        check(&lu, &ctx, block_size, num_blocks);
+        match lu.execute_nexus(&nexuses[n % 2], &ctx) {
+            Outcome::Action(a) => check(&lu, a, &ctx, block_size, num_blocks),
+            Outcome::PersistentReserveOut(po) => check_completion(&po.completion),
+        }
+        if n % 5 == 4 {
+            lu.logical_unit_reset();
+        }
         let c = scsi::execute_unmapped(cdb, ctx.luns, shape & 0x40 != 0);
         check_completion(&c);
         let _ = scsi::data_out_len(cdb, block_size);
@@ -79,9 +108,9 @@ fn within(lba: u64, blocks: u64, num_blocks: u64) -> bool {
     lba.checked_add(blocks).is_some_and(|e| e <= num_blocks)
 }
 
-fn check(lu: &LogicalUnit, ctx: &CmdCtx<'_>, bs: u32, num_blocks: u64) {
+fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks: u64) {
     let bs64 = u64::from(bs);
-    match lu.execute(ctx) {
+    match action {
         Action::Complete(c) => check_completion(&c),
         Action::Read { lba, blocks, .. } => {
             assert!(blocks > 0, "empty Read action");
@@ -135,6 +164,39 @@ fn check(lu: &LogicalUnit, ctx: &CmdCtx<'_>, bs: u32, num_blocks: u64) {
                 within(lba, u64::from(blocks), num_blocks),
                 "sync {lba}+{blocks}"
             );
+        }
+        Action::Unmap { ranges } => {
+            assert!(lu.thin_provisioning(), "UNMAP on a fully provisioned LU");
+            assert!(!lu.params().readonly, "UNMAP on a read-only LU");
+            for (lba, blocks) in ranges {
+                assert!(
+                    blocks > 0 && within(lba, blocks, num_blocks),
+                    "unmap {lba}+{blocks}"
+                );
+            }
+        }
+        Action::WriteSame {
+            lba,
+            blocks,
+            ndob,
+            unmap,
+        } => {
+            assert!(!lu.params().readonly, "WRITE SAME on a read-only LU");
+            assert!(
+                blocks > 0 && within(lba, blocks, num_blocks),
+                "write same {lba}+{blocks}"
+            );
+            assert!(
+                !unmap || lu.thin_provisioning(),
+                "unmapping WRITE SAME on a thick LU"
+            );
+            assert!(
+                ndob || ctx.data_out.len() as u64 >= bs64,
+                "WRITE SAME without its block"
+            );
+        }
+        Action::GetLbaStatus { lba, alloc_len } => {
+            assert!(lba < num_blocks && alloc_len > 0, "get lba status {lba}");
         }
     }
 }
