@@ -271,3 +271,82 @@ pub fn login_normal(addr: SocketAddr, initiator: &str, target: &str) -> Result<R
     }
     Err("target never transitioned to full-feature phase in 4 round trips".into())
 }
+
+/// A logged-in raw session for SCSI commands to LUN 1 of [`crate::TEST_IQN`]: each command
+/// is sent as an immediate SCSI Command PDU (write data as immediate data) and its Data-In
+/// and SCSI Response collected. For tests that need exact control of the I_T nexus or see
+/// unit attentions that libiscsi's tools would hide.
+pub struct ScsiSession {
+    pub stream: TcpStream,
+    cmd_sn: u32,
+    itt: u32,
+}
+
+impl ScsiSession {
+    /// Logs in as `initiator` (fixed ISID, so the same name is the same I_T nexus again) and
+    /// clears the power-on unit attention with TEST UNIT READY.
+    pub fn open(d: &crate::Daemon, initiator: &str) -> ScsiSession {
+        let sess = login_normal(d.addr(), initiator, crate::TEST_IQN)
+            .unwrap_or_else(|e| panic!("login {initiator}: {e}\n{}", d.log_tail(40)));
+        let b = &sess.login_response.bhs;
+        let mut s = ScsiSession {
+            stream: sess.stream,
+            cmd_sn: u32::from_be_bytes([b[28], b[29], b[30], b[31]]),
+            itt: 0,
+        };
+        for _ in 0..3 {
+            if s.command(&[0; 6], &[], 0).0 == 0 {
+                break;
+            }
+        }
+        s
+    }
+
+    /// (status, sense bytes, Data-In) of one command; `read_len` is the expected Data-In
+    /// length (0: none), `data_out` the write data (sent as immediate data).
+    pub fn command(
+        &mut self,
+        cdb: &[u8],
+        data_out: &[u8],
+        read_len: u32,
+    ) -> (u8, Vec<u8>, Vec<u8>) {
+        self.itt += 1;
+        let mut bhs = [0u8; BHS_LEN];
+        bhs[0] = 0x40 | 0x01; // immediate SCSI Command
+        bhs[1] = 0x80
+            | 0x01
+            | if read_len > 0 { 0x40 } else { 0 }
+            | if data_out.is_empty() { 0 } else { 0x20 };
+        let dlen = data_out.len() as u32;
+        bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
+        bhs[8..10].copy_from_slice(&[0, 1]); // LUN 1
+        bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
+        let edtl = if data_out.is_empty() { read_len } else { dlen };
+        bhs[20..24].copy_from_slice(&edtl.to_be_bytes());
+        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
+        bhs[32..32 + cdb.len().min(16)].copy_from_slice(&cdb[..cdb.len().min(16)]);
+        let mut pdu = bhs.to_vec();
+        pdu.extend_from_slice(data_out);
+        while pdu.len() % 4 != 0 {
+            pdu.push(0);
+        }
+        self.stream.write_all(&pdu).expect("send command");
+        let mut data = Vec::new();
+        loop {
+            match read_pdu(&mut self.stream, Duration::from_secs(10)) {
+                ReadOutcome::Pdu(p) if p.opcode() == 0x25 => {
+                    data.extend_from_slice(&p.data);
+                    if p.flags() & 0x01 != 0 {
+                        return (p.bhs[3], Vec::new(), data);
+                    }
+                }
+                ReadOutcome::Pdu(p) if p.opcode() == 0x21 => {
+                    let sense = p.data.get(2..).map(<[u8]>::to_vec).unwrap_or_default();
+                    return (p.bhs[3], sense, data);
+                }
+                ReadOutcome::Pdu(_) => {}
+                other => panic!("no response to {cdb:02x?}: {other:?}"),
+            }
+        }
+    }
+}

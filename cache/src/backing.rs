@@ -60,7 +60,8 @@ impl Default for OpenOptions {
 pub struct BackingStore {
     file: File,
     path: PathBuf,
-    size: u64,
+    /// Bytes; changes only by an online resize ([`BackingStore::resize`]).
+    size: std::sync::atomic::AtomicU64,
     block_size: u32,
     direct: bool,
     block_device: bool,
@@ -160,7 +161,7 @@ impl BackingStore {
         let mut store = BackingStore {
             file,
             path: path.to_owned(),
-            size,
+            size: std::sync::atomic::AtomicU64::new(size),
             block_size: opts.block_size,
             direct,
             block_device,
@@ -179,7 +180,7 @@ impl BackingStore {
     /// Probe one block-sized O_DIRECT read at a block-aligned (not page-aligned) offset.
     fn direct_alignment_ok(&self) -> bool {
         let bs = self.block_size as usize;
-        let offset = if self.size >= 2 * bs as u64 {
+        let offset = if self.size() >= 2 * bs as u64 {
             bs as u64
         } else {
             0
@@ -192,13 +193,62 @@ impl BackingStore {
         &self.path
     }
     pub fn size(&self) -> u64 {
-        self.size
+        self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Online resize. A file grows to `new_size` bytes (never shrinks: that would destroy
+    /// data an initiator may still address); a block device is re-measured (grow the LV or
+    /// LUN first). Returns the new size. The size must stay a multiple of the block size.
+    pub fn resize(&self, new_size: Option<u64>) -> io::Result<u64> {
+        let bs = u64::from(self.block_size);
+        let size = if self.block_device {
+            ioctl_u64(&self.file, BLKGETSIZE64)?
+        } else {
+            let current = self.file.metadata()?.len();
+            match new_size {
+                Some(n) if n < current => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "{} is {current} bytes; shrinking to {n} is refused",
+                            self.path.display()
+                        ),
+                    ));
+                }
+                Some(n) if n % bs != 0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{n} bytes is not a multiple of the {bs}-byte block size"),
+                    ));
+                }
+                Some(n) if n > current => {
+                    if self.readonly {
+                        return Err(io::Error::from_raw_os_error(libc::EROFS));
+                    }
+                    self.file.set_len(n)?;
+                    n
+                }
+                _ => current,
+            }
+        };
+        let size = size - size % bs;
+        if size < self.size() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} shrank to {size} bytes; refusing to shrink a LUN",
+                    self.path.display()
+                ),
+            ));
+        }
+        self.size.store(size, std::sync::atomic::Ordering::Release);
+        Ok(size)
     }
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
     pub fn num_blocks(&self) -> u64 {
-        self.size / u64::from(self.block_size)
+        self.size() / u64::from(self.block_size)
     }
     pub fn is_direct(&self) -> bool {
         self.direct
@@ -213,7 +263,7 @@ impl BackingStore {
     fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
         match end {
-            Some(end) if end <= self.size => Ok(()),
+            Some(end) if end <= self.size() => Ok(()),
             _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
         }
     }
@@ -351,7 +401,7 @@ impl BackingStore {
     /// order, from the file's holes and data (lseek SEEK_DATA / SEEK_HOLE). A block device,
     /// or a file system that cannot tell, reports everything allocated.
     pub fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, u64, bool)>> {
-        let end = offset.saturating_add(len).min(self.size);
+        let end = offset.saturating_add(len).min(self.size());
         if offset >= end {
             return Ok(Vec::new());
         }
@@ -398,7 +448,7 @@ impl BackingStore {
                 break;
             };
             push(pos, data, false);
-            let hole = seek(data, libc::SEEK_HOLE)?.unwrap_or(self.size).min(end);
+            let hole = seek(data, libc::SEEK_HOLE)?.unwrap_or(self.size()).min(end);
             push(data, hole, true);
             pos = hole.max(data + 1);
         }
@@ -514,6 +564,19 @@ mod tests {
         }
         assert_eq!(at, (4 << 20) - 4096);
         assert!(s.deallocate(4 << 20, 512).is_err(), "beyond the end");
+    }
+
+    #[test]
+    fn online_resize_grows_files_only() {
+        let (_d, s) = store(1 << 20, 512);
+        assert_eq!(s.resize(Some(2 << 20)).expect("grow"), 2 << 20);
+        assert_eq!(s.size(), 2 << 20);
+        let data = AlignedBuf::new(512);
+        s.write_at(data.as_slice(), (2 << 20) - 512, false)
+            .expect("write in the new space");
+        assert!(s.resize(Some(1 << 20)).is_err(), "shrinking is refused");
+        assert!(s.resize(Some((3 << 20) + 1)).is_err(), "not whole blocks");
+        assert_eq!(s.resize(None).expect("re-measure"), 2 << 20);
     }
 
     #[test]

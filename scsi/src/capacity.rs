@@ -5,7 +5,7 @@ use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 
 fn last_lba(lu: &LogicalUnit) -> u64 {
-    lu.params().num_blocks.saturating_sub(1)
+    lu.num_blocks().saturating_sub(1)
 }
 
 /// READ CAPACITY(10): returned LBA FFFFFFFFh when the capacity needs READ CAPACITY(16).
@@ -78,5 +78,34 @@ mod tests {
         let c = complete(&lu, &bad);
         assert_eq!(check(&c), (5, 0x24, 0));
         assert_eq!(&c.sense[15..18], &[0xCC, 0, 1]);
+    }
+
+    #[test]
+    fn online_resize_changes_capacity_and_tells_every_nexus() {
+        use crate::{Action, CmdCtx, Nexus, NexusId, Outcome};
+        let lu = lu();
+        let n = Nexus::iscsi(NexusId(1), "iqn.2026-11.org.numatgt:i", 1, "iqn.t", 1);
+        lu.nexus_added(&n);
+        let run = |cdb: &[u8]| match lu.execute_nexus(
+            &n,
+            &CmdCtx {
+                cdb,
+                data_out: &[],
+                luns: &[1],
+            },
+        ) {
+            Outcome::Action(Action::Complete(c)) => c,
+            other => panic!("{other:?}"),
+        };
+        let _ = run(&[0; 6]); // the power-on unit attention
+        assert_eq!(run(&[0; 6]).status, 0);
+        lu.set_capacity(4096);
+        assert_eq!(check(&run(&[0; 6])), (6, 0x2A, 0x09));
+        assert_eq!(run(&[0; 6]).status, 0);
+        let c = run(&[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(c.data, vec![0, 0, 0x0F, 0xFF, 0, 0, 2, 0]);
+        // the same capacity again: no new unit attention
+        lu.set_capacity(4096);
+        assert_eq!(run(&[0; 6]).status, 0);
     }
 }

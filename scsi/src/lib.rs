@@ -116,6 +116,8 @@ pub(crate) struct LuState {
     pub select_lock: Mutex<()>,
     /// Thin provisioned (LBPME): UNMAP, deallocating WRITE SAME, unmapped blocks read zeros.
     pub thin: AtomicBool,
+    /// Capacity in logical blocks (starts as `LuParams::num_blocks`; online resize).
+    pub capacity: std::sync::atomic::AtomicU64,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -289,6 +291,7 @@ impl LogicalUnit {
             d_sense: AtomicBool::new(false),
             select_lock: Mutex::new(()),
             thin: AtomicBool::new(false),
+            capacity: std::sync::atomic::AtomicU64::new(p.num_blocks),
         };
         LogicalUnit {
             params: p,
@@ -432,10 +435,22 @@ impl LogicalUnit {
     }
 
     /// The capacity changed (the server resized the backing store): CAPACITY DATA HAS
-    /// CHANGED for every I_T nexus. (`LuParams::num_blocks` is fixed; the server creates
-    /// the LU with its new size and calls this on it.)
+    /// CHANGED for every I_T nexus. [`LogicalUnit::set_capacity`] calls it.
     pub fn capacity_changed(&self) {
         self.shared.ua_all(UnitAttention::CapacityChanged);
+    }
+
+    /// Current capacity in logical blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.state.capacity.load(Ordering::Acquire)
+    }
+
+    /// Online resize: the backing store now holds `blocks` blocks. Commands see the new
+    /// capacity at once; every I_T nexus gets CAPACITY DATA HAS CHANGED when it differs.
+    pub fn set_capacity(&self, blocks: u64) {
+        if self.state.capacity.swap(blocks, Ordering::AcqRel) != blocks {
+            self.capacity_changed();
+        }
     }
 
     /// The target's LUN inventory changed: REPORTED LUNS DATA HAS CHANGED for every I_T

@@ -115,14 +115,14 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Ac
     } else if llbaa {
         let mut d = vec![0u8; 16];
         if pc != Pc::Changeable {
-            d[0..8].copy_from_slice(&p.num_blocks.to_be_bytes());
+            d[0..8].copy_from_slice(&lu.num_blocks().to_be_bytes());
             d[12..16].copy_from_slice(&p.block_size.to_be_bytes());
         }
         d
     } else {
         let mut d = vec![0u8; 8];
         if pc != Pc::Changeable {
-            let n = u32::try_from(p.num_blocks).unwrap_or(u32::MAX);
+            let n = u32::try_from(lu.num_blocks()).unwrap_or(u32::MAX);
             d[0..4].copy_from_slice(&n.to_be_bytes());
             d[5..8].copy_from_slice(&p.block_size.to_be_bytes()[1..]);
         }
@@ -259,10 +259,10 @@ fn check_block_descriptor(lu: &LogicalUnit, bd: &[u8], at: usize) -> Result<(), 
     let p = lu.params();
     let (count, count_ok, len_at, len) = if bd.len() == 16 {
         let n = be64(bd, 0);
-        (n, n == p.num_blocks, 12, be32(bd, 12))
+        (n, n == lu.num_blocks(), 12, be32(bd, 12))
     } else {
         let n = u64::from(be32(bd, 0));
-        let cur = p.num_blocks.min(u64::from(u32::MAX));
+        let cur = lu.num_blocks().min(u64::from(u32::MAX));
         if bd[4] != 0 {
             return Err(Sense::invalid_field_in_param_list(at + 4, Some(7))); // density code
         }

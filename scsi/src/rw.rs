@@ -68,7 +68,7 @@ fn decode(cdb: &[u8]) -> Rw {
 
 /// LOGICAL BLOCK ADDRESS OUT OF RANGE unless `lba .. lba + blocks` lies within the medium.
 pub(crate) fn check_range(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<(), Sense> {
-    let cap = lu.params().num_blocks;
+    let cap = lu.num_blocks();
     match lba.checked_add(blocks) {
         Some(end) if lba <= cap && end <= cap => Ok(()),
         _ => Err(Sense::lba_out_of_range()),

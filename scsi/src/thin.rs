@@ -141,7 +141,7 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
 pub(crate) fn get_lba_status(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let lba = be64(cdb, 2);
     let alloc_len = be32(cdb, 10);
-    if lba >= lu.params().num_blocks {
+    if lba >= lu.num_blocks() {
         return Err(Sense::lba_out_of_range());
     }
     if alloc_len == 0 {

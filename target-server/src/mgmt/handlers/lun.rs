@@ -210,10 +210,20 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     // validate everything first, then apply: a bad key changes nothing
     let mut params = lun.scsi.params().clone();
     params.write_cache = lun.scsi.write_cache_enabled();
+    params.num_blocks = lun.scsi.num_blocks();
     let mut meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let mut rebuild = false;
+    let mut resize: Option<Option<u64>> = None;
     for (k, v) in pairs {
         match k.as_str() {
+            // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
+            // device is re-measured after it was grown (`size=rescan`). Shrinking is refused.
+            "size" if v == "rescan" => resize = Some(None),
+            "size" => {
+                resize = Some(Some(
+                    config::parse_size(v).map_err(|_| ErrCode::InvalidRequest)?,
+                ));
+            }
             "vendor_id" => {
                 params.vendor_id = fixed_len(v, 8)?;
                 rebuild = true;
@@ -252,6 +262,19 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             _ => return Err(ErrCode::InvalidRequest),
         }
     }
+    if let Some(to) = resize {
+        let bytes = lun.store.resize(to).map_err(|e| {
+            tracing::warn!(lun = lun.number, "resize refused: {e}");
+            ErrCode::InvalidRequest
+        })?;
+        let blocks = bytes / u64::from(lun.store.block_size().max(1));
+        if blocks != lun.scsi.num_blocks() {
+            tracing::info!(target = %t.iqn, lun = lun.number, bytes, blocks, "LUN resized");
+        }
+        // every I_T nexus gets CAPACITY DATA HAS CHANGED
+        lun.scsi.set_capacity(blocks);
+        params.num_blocks = blocks;
+    }
     let descriptor = meta.sense_format == 1;
     if rebuild {
         // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
@@ -260,6 +283,10 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         let scsi = scsi::LogicalUnit::new(params);
         scsi.set_descriptor_sense(descriptor);
         scsi.set_thin_provisioning(meta.thin_provisioning);
+        // persistent reservations with APTPL carry over to the rebuilt LU
+        if let Err(e) = scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes) {
+            tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
+        }
         let next = Arc::new(Lun {
             number: lun.number,
             scsi,
