@@ -18,9 +18,7 @@ use mio::net::TcpListener;
 
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
 use crate::flusher::Flushers;
-use crate::registry::{
-    Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target, TargetState,
-};
+use crate::registry::{Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target};
 
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
@@ -196,10 +194,7 @@ pub(crate) fn open_target(
         );
         {
             let mut m = target.mgmt();
-            m.state = match t.state {
-                config::TargetState::Ready => TargetState::Ready,
-                config::TargetState::Offline => TargetState::Offline,
-            };
+            m.state = t.state;
             m.auth = AuthBinding {
                 incoming: t.incoming_users.clone(),
                 outgoing: t.outgoing_user.clone(),

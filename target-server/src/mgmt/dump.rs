@@ -6,7 +6,7 @@
 
 use iscsi_proto::ConnConfig;
 
-use crate::registry::{Lun, Registry, Target, TargetState};
+use crate::registry::{Lun, Registry, Target};
 
 fn digest(d: &iscsi_proto::Digest) -> config::Digest {
     match d {
@@ -92,10 +92,7 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
         allow_initiators: m.acl.names.clone(),
         allow_addresses: m.acl.addresses.iter().map(|(_, r)| *r).collect(),
         iscsi: overrides(&t.conn_config(), global),
-        state: match m.state {
-            TargetState::Ready => config::TargetState::Ready,
-            TargetState::Offline => config::TargetState::Offline,
-        },
+        state: m.state,
         incoming_users: m.auth.incoming.clone(),
         outgoing_user: m.auth.outgoing.clone(),
         luns: t.lun_set().map.values().map(|l| lun_config(l)).collect(),

@@ -22,21 +22,8 @@ pub fn os_random(buf: &mut [u8]) -> Result<(), RandomUnavailable> {
     Ok(())
 }
 
-/// A target's state (`tgtadm --op update --mode target -n state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetState {
-    Ready,
-    Offline,
-}
-
-impl TargetState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TargetState::Ready => "ready",
-            TargetState::Offline => "offline",
-        }
-    }
-}
+/// A target's state (`tgtadm --op update --mode target -n state`): the configuration's.
+pub use config::TargetState;
 
 /// A target's access rules, as tgtd: an initiator must match one address rule (none = nobody)
 /// and, when any name rule exists, one name rule.
