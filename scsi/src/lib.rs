@@ -26,6 +26,7 @@ mod capacity;
 mod cdb;
 mod inquiry;
 mod maintenance;
+mod medium;
 mod mode;
 mod nexus;
 pub mod ops;

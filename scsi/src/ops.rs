@@ -11,7 +11,8 @@ use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
-    capacity, inquiry, maintenance, mode, pr, report_luns, request_sense, reserve_spc2, rw, thin,
+    capacity, inquiry, maintenance, medium, mode, pr, report_luns, request_sense, reserve_spc2, rw,
+    thin,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -54,12 +55,15 @@ pub mod opcode {
     pub const RESERVE_6: u8 = 0x16;
     pub const RELEASE_6: u8 = 0x17;
     pub const MODE_SENSE_6: u8 = 0x1A;
+    pub const START_STOP_UNIT: u8 = 0x1B;
     pub const READ_CAPACITY_10: u8 = 0x25;
     pub const READ_10: u8 = 0x28;
     pub const WRITE_10: u8 = 0x2A;
     pub const WRITE_AND_VERIFY_10: u8 = 0x2E;
     pub const VERIFY_10: u8 = 0x2F;
+    pub const PRE_FETCH_10: u8 = 0x34;
     pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
+    pub const READ_DEFECT_DATA_10: u8 = 0x37;
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
@@ -72,6 +76,7 @@ pub mod opcode {
     pub const WRITE_16: u8 = 0x8A;
     pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
     pub const VERIFY_16: u8 = 0x8F;
+    pub const PRE_FETCH_16: u8 = 0x90;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
     pub const WRITE_SAME_16: u8 = 0x93;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
@@ -81,6 +86,7 @@ pub mod opcode {
     pub const WRITE_12: u8 = 0xAA;
     pub const WRITE_AND_VERIFY_12: u8 = 0xAE;
     pub const VERIFY_12: u8 = 0xAF;
+    pub const READ_DEFECT_DATA_12: u8 = 0xB7;
     /// SERVICE ACTION IN(16) service action READ CAPACITY(16).
     pub const SA_READ_CAPACITY_16: u8 = 0x10;
     /// SERVICE ACTION IN(16) service action GET LBA STATUS.
@@ -184,6 +190,14 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_EMULATED,
     },
     OpInfo {
+        opcode: START_STOP_UNIT,
+        service_action: None,
+        name: "START STOP UNIT",
+        usage: &[0xFF, 0x01, 0, 0x0F, 0xF7, C],
+        handler: medium::start_stop_unit,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
         opcode: READ_CAPACITY_10,
         service_action: None,
         name: "READ CAPACITY(10)",
@@ -246,12 +260,28 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_IO,
     },
     OpInfo {
+        opcode: PRE_FETCH_10,
+        service_action: None,
+        name: "PRE-FETCH(10)",
+        usage: &[0xFF, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+        handler: medium::prefetch,
+        timeout: T_IO,
+    },
+    OpInfo {
         opcode: SYNCHRONIZE_CACHE_10,
         service_action: None,
         name: "SYNCHRONIZE CACHE(10)",
         usage: &[0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
         handler: rw::synchronize_cache,
         timeout: T_SYNC,
+    },
+    OpInfo {
+        opcode: READ_DEFECT_DATA_10,
+        service_action: None,
+        name: "READ DEFECT DATA(10)",
+        usage: &[0xFF, 0, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, C],
+        handler: medium::read_defect_data,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: WRITE_SAME_10,
@@ -480,6 +510,17 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_IO,
     },
     OpInfo {
+        opcode: PRE_FETCH_16,
+        service_action: None,
+        name: "PRE-FETCH(16)",
+        usage: &[
+            0xFF, 0x02, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: medium::prefetch,
+        timeout: T_IO,
+    },
+    OpInfo {
         opcode: SYNCHRONIZE_CACHE_16,
         service_action: None,
         name: "SYNCHRONIZE CACHE(16)",
@@ -614,6 +655,16 @@ pub(crate) static TABLE: &[OpInfo] = &[
         ],
         handler: rw::verify,
         timeout: T_IO,
+    },
+    OpInfo {
+        opcode: READ_DEFECT_DATA_12,
+        service_action: None,
+        name: "READ DEFECT DATA(12)",
+        usage: &[
+            0xFF, 0x1F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
+        ],
+        handler: medium::read_defect_data,
+        timeout: T_EMULATED,
     },
 ];
 
