@@ -23,6 +23,7 @@
 //! RESERVE / RELEASE, [`pr`] persistent reservations.
 
 mod capacity;
+mod caw;
 mod cdb;
 mod inquiry;
 mod maintenance;
@@ -221,6 +222,11 @@ pub enum Action {
         blocks: u32,
         same_block: bool,
     },
+    /// COMPARE AND WRITE: atomically against every other writer of the blocks, compare
+    /// `blocks` blocks at `lba` with the first half of `data_out`; if equal write the second
+    /// half there (stable before GOOD with `fua` or WCE=0), else CHECK CONDITION MISCOMPARE
+    /// ([`Sense::miscompare`] with the offset of the first differing byte) and no write.
+    CompareAndWrite { lba: u64, blocks: u32, fua: bool },
     /// UNMAP: deallocate these `(lba, blocks)` ranges (thin LU; afterwards they read as
     /// zeros), then GOOD.
     Unmap { ranges: Vec<(u64, u64)> },

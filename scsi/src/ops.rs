@@ -11,8 +11,8 @@ use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
-    capacity, inquiry, maintenance, medium, mode, pr, report_luns, request_sense, reserve_spc2, rw,
-    thin,
+    capacity, caw, inquiry, maintenance, medium, mode, pr, report_luns, request_sense,
+    reserve_spc2, rw, thin,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -73,6 +73,7 @@ pub mod opcode {
     pub const PERSISTENT_RESERVE_IN: u8 = 0x5E;
     pub const PERSISTENT_RESERVE_OUT: u8 = 0x5F;
     pub const READ_16: u8 = 0x88;
+    pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8A;
     pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
     pub const VERIFY_16: u8 = 0x8F;
@@ -446,6 +447,17 @@ pub(crate) static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: COMPARE_AND_WRITE,
+        service_action: None,
+        name: "COMPARE AND WRITE",
+        // WRPROTECT, DPO, FUA, FUA_NV; LBA; NUMBER OF LOGICAL BLOCKS; GROUP NUMBER
+        usage: &[
+            0xFF, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0x1F, C,
+        ],
+        handler: caw::compare_and_write,
         timeout: T_IO,
     },
     OpInfo {

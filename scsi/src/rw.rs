@@ -211,7 +211,7 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         | UNMAP
         | PERSISTENT_RESERVE_OUT => 10,
         WRITE_12 | WRITE_AND_VERIFY_12 | VERIFY_12 => 12,
-        WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 | WRITE_SAME_16 => 16,
+        WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 | WRITE_SAME_16 | COMPARE_AND_WRITE => 16,
         _ => return None,
     };
     if cdb.len() < need {
@@ -237,6 +237,8 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
                 _ => 0,
             }
         }
+        // the blocks to compare, then the blocks to write
+        COMPARE_AND_WRITE => 2 * u64::from(cdb[13]) * bs,
         // one block, or none with NDOB
         WRITE_SAME_10 => bs,
         WRITE_SAME_16 if cdb[1] & 0x01 != 0 => 0,

@@ -178,6 +178,7 @@ pub(crate) fn block_limits(lu: &LogicalUnit, body: &mut [u8]) {
         return;
     }
     body[0] |= 0x01; // WSNZ
+    body[1] = crate::caw::MAX_CAW_BLOCKS; // MAXIMUM COMPARE AND WRITE LENGTH
     if lu.thin_provisioning() {
         let bs = lu.params().block_size.max(1);
         body[16..20].copy_from_slice(&max_unmap_blocks(lu).to_be_bytes());

@@ -127,6 +127,23 @@ pub fn execute(
             })));
             None
         }
+        Action::CompareAndWrite { lba, blocks, fua } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            let data = std::mem::take(&mut cmd.data_out);
+            let durable = fua || !lun.scsi.write_cache_enabled();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                reply.send(compare_and_write(
+                    cache.as_ref(),
+                    &lun,
+                    lba,
+                    blocks,
+                    &data,
+                    durable,
+                ));
+            })));
+            None
+        }
         Action::Unmap { ranges } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
@@ -235,6 +252,45 @@ fn persistent_reserve_out(
         reply.send(to_result(c));
     })));
     None
+}
+
+/// COMPARE AND WRITE on an I/O worker: the range is locked against every other writer
+/// (`atomic.rs`), the medium read (after dirty cached data reached it), compared, and on a
+/// match the new data written through (durable when asked) with the cached copy updated.
+fn compare_and_write(
+    cache: Option<&Arc<cache::BlockCache>>,
+    lun: &crate::registry::Lun,
+    lba: u64,
+    blocks: u32,
+    data: &[u8],
+    durable: bool,
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
+    let n = len as usize;
+    let (Some(expected), Some(new)) = (data.get(..n), data.get(n..2 * n)) else {
+        return to_result(
+            lun.scsi
+                .check_condition(&scsi::Sense::invalid_field_in_information_unit()),
+        );
+    };
+    let _exclusive = lun.locks.compare_and_write(offset, len);
+    let current = match cache {
+        Some(c) => storage::read_around(c, lun, lba, offset, len),
+        None => storage::direct_read(lun, lba, offset, len),
+    };
+    let medium = match &current.data {
+        Some(p) if current.status == 0 => payload_bytes(p),
+        _ => return current,
+    };
+    if let Some(at) = medium.iter().zip(expected).position(|(a, b)| a != b) {
+        return to_result(
+            lun.scsi
+                .check_condition(&scsi::Sense::miscompare(at as u64)),
+        );
+    }
+    drop(medium);
+    storage::write_through(cache, lun, lba, offset, new, durable)
 }
 
 fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {

@@ -2,6 +2,7 @@
 //! tests can start a daemon in-process.
 
 pub mod alloc_count;
+pub mod atomic;
 pub mod cli;
 pub mod dispatch;
 pub mod event_loop;

@@ -42,6 +42,8 @@ pub struct Lun {
     pub last_read_end: std::sync::atomic::AtomicU64,
     /// What tgtadm shows and updates about the LUN.
     pub meta: Mutex<LunMeta>,
+    /// Write atomicity for COMPARE AND WRITE.
+    pub locks: crate::atomic::RangeLocks,
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).

@@ -179,6 +179,7 @@ pub(crate) fn open_target(
                     cached: mode == config::CacheMode::Numa,
                     read_ahead: cfg.cache.read_ahead,
                     last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
+                    locks: Default::default(),
                     meta: std::sync::Mutex::new(lun_meta(tid, l, mode, id)),
                 }),
             );

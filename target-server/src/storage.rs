@@ -484,9 +484,11 @@ pub fn write(
     let cache = uses_cache(lun, ctx);
     if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
-        // partition lock costs less than the hand-off to an I/O worker and back
+        // partition lock costs less than the hand-off to an I/O worker and back (unless a
+        // COMPARE AND WRITE holds the range: then a worker waits for it)
         if !durable
             && len <= INLINE_WRITE_BACK
+            && let Some(_hold) = lun.locks.try_write(offset, len)
             && write_back(cache, lun, offset, &data[data_offset..end])
         {
             return Some(good());
@@ -517,6 +519,7 @@ pub(crate) fn write_job(
     data_offset: usize,
 ) -> CommandResult<Payload> {
     let (lun, lba, offset, len) = (&*at.lun, at.lba, at.offset, at.len);
+    let _hold = lun.locks.write(offset, len);
     let Some(payload) = data.get(data_offset..data_offset + len as usize) else {
         return too_large(lun, true, lba);
     };
@@ -561,7 +564,7 @@ fn write_back(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) -> bool {
     true
 }
 
-fn write_through(
+pub(crate) fn write_through(
     cache: Option<&Arc<BlockCache>>,
     lun: &Lun,
     lba: u64,

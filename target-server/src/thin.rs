@@ -63,6 +63,7 @@ pub fn unmap(
 ) -> CommandResult<Payload> {
     let bs = u64::from(lun.store.block_size());
     for &(lba, blocks) in ranges {
+        let _hold = lun.locks.write(lba * bs, blocks * bs);
         if let Err(e) = deallocate(cache, lun, lba * bs, blocks * bs) {
             return io_failure(lun, &e, true, lba);
         }
@@ -91,6 +92,7 @@ pub fn write_same(
 ) -> CommandResult<Payload> {
     let bs = u64::from(lun.store.block_size());
     let (offset, len) = (op.lba * bs, op.blocks * bs);
+    let _hold = lun.locks.write(offset, len);
     if op.block.len() as u64 != bs {
         return io_failure(
             lun,

@@ -28,6 +28,7 @@ const SUITES: &[&str] = &[
     "SCSI.StartStopUnit",
     "SCSI.ReadDefectData10",
     "SCSI.ReadDefectData12",
+    "SCSI.CompareAndWrite",
     "iSCSI.iSCSITMF",
     "iSCSI.iSCSIcmdsn",
     "iSCSI.iSCSIResiduals",
@@ -149,7 +150,8 @@ fn table(results: &[SuiteResult], kind: &str) -> String {
 }
 
 /// Reservations (SPC-2 RESERVE/RELEASE, SPC-4 persistent reservations of every type) and
-/// what two I_T nexuses on one LUN see (unit attentions after a LUN reset).
+/// what two I_T nexuses on one LUN see (unit attentions after a LUN reset, COMPARE AND WRITE
+/// from both).
 const RESERVATION_SUITES: &[&str] = &[
     "SCSI.PrinReadKeys",
     "SCSI.PrinServiceactionRange",
@@ -159,8 +161,7 @@ const RESERVATION_SUITES: &[&str] = &[
     "SCSI.ProutClear",
     "SCSI.ProutPreempt",
     "SCSI.Reserve6",
-    "SCSI.MultipathIO.Simple",
-    "SCSI.MultipathIO.Reset",
+    "SCSI.MultipathIO",
 ];
 
 /// Logical block provisioning, on a thin LUN.

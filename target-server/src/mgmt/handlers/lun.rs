@@ -126,6 +126,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         cached: false,
         read_ahead: 0,
         last_read_end: AtomicU64::new(u64::MAX),
+        locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
     });
     let added = t.update_luns(|m| match m.entry(number) {
@@ -295,6 +296,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             cached: lun.cached,
             read_ahead: lun.read_ahead,
             last_read_end: AtomicU64::new(u64::MAX),
+            locks: Default::default(),
             meta: std::sync::Mutex::new(meta),
         });
         t.update_luns(|m| {
