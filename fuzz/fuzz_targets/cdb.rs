@@ -195,6 +195,17 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 "WRITE SAME without its block"
             );
         }
+        Action::CompareAndWrite { lba, blocks, .. } => {
+            assert!(!lu.params().readonly, "COMPARE AND WRITE on a read-only LU");
+            assert!(
+                blocks > 0 && within(lba, u64::from(blocks), num_blocks),
+                "caw {lba}+{blocks}"
+            );
+            assert!(
+                ctx.data_out.len() as u64 >= 2 * u64::from(blocks) * bs64,
+                "COMPARE AND WRITE without both halves of its data"
+            );
+        }
         Action::GetLbaStatus { lba, alloc_len } => {
             assert!(lba < num_blocks && alloc_len > 0, "get lba status {lba}");
         }
