@@ -1,10 +1,11 @@
-//! COMPARE AND WRITE (SBC-3 5.2): the Data-Out buffer holds NUMBER OF LOGICAL BLOCKS blocks
-//! to compare with the medium, then as many to write. Decoded and checked here; the server
-//! performs it atomically against every other writer of those blocks
-//! ([`Action::CompareAndWrite`]) and answers MISCOMPARE with the offset of the first
-//! differing byte ([`crate::Sense::miscompare`]).
+//! The read-modify-write commands, which the server performs atomically against every
+//! other writer of the same blocks. COMPARE AND WRITE (SBC-3 5.2): the Data-Out buffer
+//! holds NUMBER OF LOGICAL BLOCKS blocks to compare with the medium, then as many to write
+//! ([`Action::CompareAndWrite`]; MISCOMPARE carries the offset of the first differing byte,
+//! [`crate::Sense::miscompare`]). ORWRITE(16) (SBC-3 5.8): the blocks become their bitwise
+//! OR with the Data-Out buffer ([`Action::OrWrite`]).
 
-use crate::cdb::be64;
+use crate::cdb::{be32, be64};
 use crate::rw::check_range;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
@@ -42,6 +43,33 @@ pub(crate) fn compare_and_write(
     Ok(Action::CompareAndWrite {
         lba,
         blocks: u32::from(blocks),
+        fua: cdb[1] & 0x08 != 0,
+    })
+}
+
+/// ORWRITE(16).
+pub(crate) fn orwrite(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
+    if cdb[1] & 0xE0 != 0 {
+        return Err(Sense::invalid_field_in_cdb(1, Some(7))); // ORPROTECT: no protection info
+    }
+    if lu.params().readonly {
+        return Err(Sense::write_protected());
+    }
+    let lba = be64(cdb, 2);
+    let blocks = be32(cdb, 10);
+    if blocks > lu.max_transfer_blocks() {
+        return Err(Sense::invalid_field_in_cdb(10, Some(7)));
+    }
+    check_range(lu, lba, u64::from(blocks))?;
+    if blocks == 0 {
+        return Ok(Action::good());
+    }
+    if (ctx.data_out.len() as u64) < u64::from(blocks) * u64::from(lu.params().block_size) {
+        return Err(Sense::invalid_field_in_information_unit());
+    }
+    Ok(Action::OrWrite {
+        lba,
+        blocks,
         fua: cdb[1] & 0x08 != 0,
     })
 }
@@ -95,5 +123,33 @@ mod tests {
             check(&complete_out(&ro, &caw(0, 1, 0), &data)),
             (7, 0x27, 0)
         );
+    }
+
+    #[test]
+    fn orwrite_decodes_and_checks() {
+        let lu = lu();
+        let mut c = [0u8; 16];
+        c[0] = 0x8B;
+        c[1] = 0x08;
+        c[9] = 3;
+        c[13] = 2;
+        let data = vec![0u8; 1024];
+        assert_eq!(
+            exec(&lu, &c, &data),
+            Action::OrWrite {
+                lba: 3,
+                blocks: 2,
+                fua: true
+            }
+        );
+        assert_eq!(check(&complete_out(&lu, &c, &data[..512])), (5, 0x0E, 3));
+        c[1] = 0x20;
+        assert_eq!(check(&complete_out(&lu, &c, &data)), (5, 0x24, 0));
+        c[1] = 0;
+        c[2..10].copy_from_slice(&2047u64.to_be_bytes());
+        assert_eq!(check(&complete_out(&lu, &c, &data)), (5, 0x21, 0));
+        c[13] = 0;
+        c[2..10].copy_from_slice(&0u64.to_be_bytes());
+        assert_eq!(complete(&lu, &c).status, 0);
     }
 }

@@ -227,6 +227,10 @@ pub enum Action {
     /// half there (stable before GOOD with `fua` or WCE=0), else CHECK CONDITION MISCOMPARE
     /// ([`Sense::miscompare`] with the offset of the first differing byte) and no write.
     CompareAndWrite { lba: u64, blocks: u32, fua: bool },
+    /// ORWRITE: atomically against every other writer of the blocks, replace `blocks`
+    /// blocks at `lba` with their bitwise OR with `data_out` (stable before GOOD with `fua`
+    /// or WCE=0).
+    OrWrite { lba: u64, blocks: u32, fua: bool },
     /// UNMAP: deallocate these `(lba, blocks)` ranges (thin LU; afterwards they read as
     /// zeros), then GOOD.
     Unmap { ranges: Vec<(u64, u64)> },

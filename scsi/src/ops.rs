@@ -75,6 +75,7 @@ pub mod opcode {
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8A;
+    pub const ORWRITE_16: u8 = 0x8B;
     pub const WRITE_AND_VERIFY_16: u8 = 0x8E;
     pub const VERIFY_16: u8 = 0x8F;
     pub const PRE_FETCH_16: u8 = 0x90;
@@ -469,6 +470,18 @@ pub(crate) static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: rw::read_write,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: ORWRITE_16,
+        service_action: None,
+        name: "ORWRITE(16)",
+        // ORPROTECT, DPO, FUA, FUA_NV; LBA; TRANSFER LENGTH; GROUP NUMBER
+        usage: &[
+            0xFF, 0xFA, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: caw::orwrite,
         timeout: T_IO,
     },
     OpInfo {

@@ -187,6 +187,11 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
             assert!(*blocks > 0 && lba + blocks <= p.num_blocks);
             assert!(*ndob || data_out.len() >= p.block_size as usize);
         }
+        Action::OrWrite { lba, blocks, .. } => {
+            assert!(!p.readonly);
+            assert!(*blocks > 0 && lba + u64::from(*blocks) <= p.num_blocks);
+            assert!(data_out.len() >= *blocks as usize * p.block_size as usize);
+        }
         Action::CompareAndWrite { lba, blocks, .. } => {
             assert!(!p.readonly);
             assert!(*blocks > 0 && lba + u64::from(*blocks) <= p.num_blocks);
@@ -201,8 +206,8 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
 fn cdb_strategy() -> impl Strategy<Value = Vec<u8>> {
     let opcodes = prop::sample::select(vec![
         0x00u8, 0x03, 0x08, 0x0A, 0x12, 0x15, 0x1A, 0x25, 0x28, 0x2A, 0x2E, 0x2F, 0x35, 0x41, 0x42,
-        0x55, 0x5A, 0x88, 0x89, 0x8A, 0x8E, 0x8F, 0x91, 0x93, 0x9E, 0xA0, 0xA3, 0xA8, 0xAA, 0xAE,
-        0xAF, 0x7F, 0xFF,
+        0x55, 0x5A, 0x88, 0x89, 0x8A, 0x8B, 0x8E, 0x8F, 0x91, 0x93, 0x9E, 0xA0, 0xA3, 0xA8, 0xAA,
+        0xAE, 0xAF, 0x7F, 0xFF,
     ]);
     (
         opcodes,

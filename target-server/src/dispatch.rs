@@ -144,6 +144,19 @@ pub fn execute(
             })));
             None
         }
+        Action::OrWrite { lba, blocks, fua } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            let data = std::mem::take(&mut cmd.data_out);
+            let durable = fua || !lun.scsi.write_cache_enabled();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                let result = read_modify_write(cache.as_ref(), &lun, lba, blocks, durable, |m| {
+                    Ok(m.iter().zip(&data).map(|(a, b)| a | b).collect())
+                });
+                reply.send(result);
+            })));
+            None
+        }
         Action::Unmap { ranges } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
@@ -254,9 +267,8 @@ fn persistent_reserve_out(
     None
 }
 
-/// COMPARE AND WRITE on an I/O worker: the range is locked against every other writer
-/// (`atomic.rs`), the medium read (after dirty cached data reached it), compared, and on a
-/// match the new data written through (durable when asked) with the cached copy updated.
+/// COMPARE AND WRITE on an I/O worker: the medium compared with the first half of `data`;
+/// on a match the second half is written, else MISCOMPARE at the first differing byte.
 fn compare_and_write(
     cache: Option<&Arc<cache::BlockCache>>,
     lun: &crate::registry::Lun,
@@ -265,32 +277,52 @@ fn compare_and_write(
     data: &[u8],
     durable: bool,
 ) -> CommandResult<Payload> {
-    let bs = u64::from(lun.store.block_size());
-    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
-    let n = len as usize;
+    let n = blocks as usize * lun.store.block_size() as usize;
     let (Some(expected), Some(new)) = (data.get(..n), data.get(n..2 * n)) else {
         return to_result(
             lun.scsi
                 .check_condition(&scsi::Sense::invalid_field_in_information_unit()),
         );
     };
+    read_modify_write(cache, lun, lba, blocks, durable, |medium| {
+        match medium.iter().zip(expected).position(|(a, b)| a != b) {
+            Some(at) => Err(to_result(
+                lun.scsi
+                    .check_condition(&scsi::Sense::miscompare(at as u64)),
+            )),
+            None => Ok(new.to_vec()),
+        }
+    })
+}
+
+/// A read-modify-write on an I/O worker, atomic against every other writer of the blocks
+/// (the LUN's range locks, `atomic.rs`, held exclusively throughout): the medium is read
+/// (after dirty cached data of the range reached it), `modify` turns it into the new
+/// content (or an answer that ends the command), which is written through — durable when
+/// asked — with the cached copy updated.
+fn read_modify_write(
+    cache: Option<&Arc<cache::BlockCache>>,
+    lun: &crate::registry::Lun,
+    lba: u64,
+    blocks: u32,
+    durable: bool,
+    modify: impl FnOnce(&[u8]) -> Result<Vec<u8>, CommandResult<Payload>>,
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
     let _exclusive = lun.locks.compare_and_write(offset, len);
     let current = match cache {
         Some(c) => storage::read_around(c, lun, lba, offset, len),
         None => storage::direct_read(lun, lba, offset, len),
     };
-    let medium = match &current.data {
-        Some(p) if current.status == 0 => payload_bytes(p),
+    let new = match &current.data {
+        Some(p) if current.status == 0 => match modify(&payload_bytes(p)) {
+            Ok(new) => new,
+            Err(answer) => return answer,
+        },
         _ => return current,
     };
-    if let Some(at) = medium.iter().zip(expected).position(|(a, b)| a != b) {
-        return to_result(
-            lun.scsi
-                .check_condition(&scsi::Sense::miscompare(at as u64)),
-        );
-    }
-    drop(medium);
-    storage::write_through(cache, lun, lba, offset, new, durable)
+    storage::write_through(cache, lun, lba, offset, &new, durable)
 }
 
 fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {

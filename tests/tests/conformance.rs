@@ -29,6 +29,7 @@ const SUITES: &[&str] = &[
     "SCSI.ReadDefectData10",
     "SCSI.ReadDefectData12",
     "SCSI.CompareAndWrite",
+    "SCSI.OrWrite",
     "iSCSI.iSCSITMF",
     "iSCSI.iSCSIcmdsn",
     "iSCSI.iSCSIResiduals",
