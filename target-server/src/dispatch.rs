@@ -35,11 +35,11 @@ pub fn to_result(c: Completion) -> CommandResult<Payload> {
 pub fn execute(
     cmd: &mut ScsiCommand,
     target: &Target,
+    luns: &crate::registry::LunSet,
     nexus: Option<&scsi::Nexus>,
     ctx: &StorageCtx<'_>,
     mut reply: Replier,
 ) -> Option<CommandResult<Payload>> {
-    let luns = target.lun_set();
     let lun = luns.map.get(&cmd.lun);
     let block_size = lun.map_or(512, |l| l.store.block_size());
     reply.write_transfer_len = if cmd.write {

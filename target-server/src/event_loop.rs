@@ -143,6 +143,8 @@ struct Slot {
     target: Option<Arc<Target>>,
     /// The session's I_T nexus (normal sessions), for reservations and unit attentions.
     nexus: Option<scsi::Nexus>,
+    /// The target's LUN table as last seen, with its generation.
+    luns: Option<(u64, Arc<crate::registry::LunSet>)>,
     /// Commands handed to the I/O pool and not completed yet.
     inflight: usize,
     /// Close once the output has drained.
@@ -396,6 +398,7 @@ impl EventThread {
             peer,
             target: None,
             nexus: None,
+            luns: None,
             inflight: 0,
             closing: false,
             close_after_tmf: false,
@@ -525,7 +528,16 @@ impl EventThread {
                         itt,
                         write_transfer_len: None,
                     };
-                    let now = dispatch::execute(&mut cmd, target, slot.nexus.as_ref(), &ctx, reply);
+                    let generation = target.luns_generation();
+                    if slot.luns.as_ref().is_none_or(|(g, _)| *g != generation) {
+                        // the table changed (or first command): take the new one
+                        slot.luns = Some((generation, target.lun_set()));
+                    }
+                    let Some((_, luns)) = slot.luns.as_ref() else {
+                        continue;
+                    };
+                    let now =
+                        dispatch::execute(&mut cmd, target, luns, slot.nexus.as_ref(), &ctx, reply);
                     // the write buffer serves the connection's next commands
                     slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
                     match now {

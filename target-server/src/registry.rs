@@ -111,6 +111,10 @@ pub struct Target {
     pub iqn: String,
     pub alias: Option<String>,
     luns: RwLock<Arc<LunSet>>,
+    /// Bumped after every change of `luns`: event threads keep a snapshot per connection
+    /// and only re-read the table when this moved (one load of a rarely written word per
+    /// command, instead of a lock and a reference count shared by every node).
+    luns_gen: std::sync::atomic::AtomicU64,
     /// The target's iSCSI limits and offers (global parameters merged with its own), for new
     /// sessions.
     conn_config: RwLock<ConnConfig>,
@@ -142,6 +146,7 @@ impl Target {
             iqn,
             alias,
             luns: RwLock::new(Arc::new(LunSet::new(luns))),
+            luns_gen: std::sync::atomic::AtomicU64::new(0),
             conn_config: RwLock::new(conn_config),
             config,
             mgmt: Mutex::new(TargetMgmt {
@@ -164,7 +169,14 @@ impl Target {
         let mut map = guard.map.clone();
         let r = f(&mut map);
         *guard = Arc::new(LunSet::new(map));
+        self.luns_gen
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         r
+    }
+
+    /// Changes whenever the LUN table does (see [`Target::lun_set`]).
+    pub fn luns_generation(&self) -> u64 {
+        self.luns_gen.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn conn_config(&self) -> ConnConfig {
