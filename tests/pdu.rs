@@ -310,27 +310,12 @@ impl ScsiSession {
         data_out: &[u8],
         read_len: u32,
     ) -> (u8, Vec<u8>, Vec<u8>) {
-        self.itt += 1;
-        let mut bhs = [0u8; BHS_LEN];
-        bhs[0] = 0x40 | 0x01; // immediate SCSI Command
-        bhs[1] = 0x80
-            | 0x01
-            | if read_len > 0 { 0x40 } else { 0 }
-            | if data_out.is_empty() { 0 } else { 0x20 };
-        let dlen = data_out.len() as u32;
-        bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
-        bhs[8..10].copy_from_slice(&[0, 1]); // LUN 1
-        bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
-        let edtl = if data_out.is_empty() { read_len } else { dlen };
-        bhs[20..24].copy_from_slice(&edtl.to_be_bytes());
-        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
-        bhs[32..32 + cdb.len().min(16)].copy_from_slice(&cdb[..cdb.len().min(16)]);
-        let mut pdu = bhs.to_vec();
-        pdu.extend_from_slice(data_out);
-        while pdu.len() % 4 != 0 {
-            pdu.push(0);
-        }
-        self.stream.write_all(&pdu).expect("send command");
+        let edtl = if data_out.is_empty() {
+            read_len
+        } else {
+            data_out.len() as u32
+        };
+        self.send_command(cdb, data_out, edtl, read_len > 0);
         let mut data = Vec::new();
         loop {
             match read_pdu(&mut self.stream, Duration::from_secs(10)) {
@@ -347,6 +332,78 @@ impl ScsiSession {
                 ReadOutcome::Pdu(_) => {}
                 other => panic!("no response to {cdb:02x?}: {other:?}"),
             }
+        }
+    }
+
+    /// Sends one immediate SCSI Command PDU (`data_out` as immediate data, expected
+    /// transfer length `edtl`, a read when `read`, else a write when `edtl > 0`) and returns
+    /// its ITT without waiting for anything.
+    pub fn send_command(&mut self, cdb: &[u8], data_out: &[u8], edtl: u32, read: bool) -> u32 {
+        self.itt += 1;
+        let write = !read && edtl > 0;
+        let mut bhs = [0u8; BHS_LEN];
+        bhs[0] = 0x40 | 0x01; // immediate SCSI Command
+        bhs[1] = 0x80 | 0x01 | if read { 0x40 } else { 0 } | if write { 0x20 } else { 0 };
+        let dlen = data_out.len() as u32;
+        bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
+        bhs[8..10].copy_from_slice(&[0, 1]); // LUN 1
+        bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&edtl.to_be_bytes());
+        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
+        bhs[32..32 + cdb.len().min(16)].copy_from_slice(&cdb[..cdb.len().min(16)]);
+        let mut pdu = bhs.to_vec();
+        pdu.extend_from_slice(data_out);
+        while pdu.len() % 4 != 0 {
+            pdu.push(0);
+        }
+        self.stream.write_all(&pdu).expect("send command");
+        self.itt
+    }
+
+    /// Sends a final Data-Out PDU for task `itt` answering the R2T with `ttt`.
+    pub fn send_data_out(&mut self, itt: u32, ttt: u32, offset: u32, data: &[u8]) {
+        let mut bhs = [0u8; BHS_LEN];
+        bhs[0] = 0x05;
+        bhs[1] = 0x80;
+        bhs[5..8].copy_from_slice(&(data.len() as u32).to_be_bytes()[1..]);
+        bhs[8..10].copy_from_slice(&[0, 1]);
+        bhs[16..20].copy_from_slice(&itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&ttt.to_be_bytes());
+        bhs[40..44].copy_from_slice(&offset.to_be_bytes());
+        let mut pdu = bhs.to_vec();
+        pdu.extend_from_slice(data);
+        while pdu.len() % 4 != 0 {
+            pdu.push(0);
+        }
+        self.stream.write_all(&pdu).expect("send Data-Out");
+    }
+
+    /// Sends an immediate Task Management Function Request for LUN 1 and returns the
+    /// Response field of its answer.
+    pub fn task_management(&mut self, function: u8, referenced_itt: u32) -> u8 {
+        self.itt += 1;
+        let mut bhs = [0u8; BHS_LEN];
+        bhs[0] = 0x40 | 0x02;
+        bhs[1] = 0x80 | (function & 0x7F);
+        bhs[8..10].copy_from_slice(&[0, 1]);
+        bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&referenced_itt.to_be_bytes());
+        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
+        self.stream.write_all(&bhs).expect("send TMF");
+        loop {
+            match read_pdu(&mut self.stream, Duration::from_secs(10)) {
+                ReadOutcome::Pdu(p) if p.opcode() == 0x22 => return p.bhs[2],
+                ReadOutcome::Pdu(_) => {}
+                other => panic!("no task management response: {other:?}"),
+            }
+        }
+    }
+
+    /// The next PDU from the target, if one comes within `timeout`.
+    pub fn next_pdu(&mut self, timeout: Duration) -> Option<Pdu> {
+        match read_pdu(&mut self.stream, timeout) {
+            ReadOutcome::Pdu(p) => Some(p),
+            _ => None,
         }
     }
 }

@@ -66,7 +66,7 @@ pub fn execute(
     let action = match outcome {
         scsi::Outcome::Action(a) => a,
         scsi::Outcome::PersistentReserveOut(po) => {
-            return persistent_reserve_out(po, lun, &target.iqn, ctx, reply).map(|mut r| {
+            return persistent_reserve_out(po, lun, target, ctx, reply).map(|mut r| {
                 r.write_transfer_len = stamp;
                 r
             });
@@ -227,18 +227,22 @@ pub fn execute(
 fn persistent_reserve_out(
     po: scsi::PrOutcome,
     lun: &Arc<crate::registry::Lun>,
-    iqn: &str,
+    target: &Target,
     ctx: &StorageCtx<'_>,
     reply: Replier,
 ) -> Option<CommandResult<Payload>> {
+    let iqn = target.iqn.as_str();
     if !po.abort.is_empty() {
-        // PREEMPT AND ABORT: the preempted nexuses' tasks already running end normally (their
-        // backing-store jobs cannot be cancelled); new commands from them conflict
+        // PREEMPT AND ABORT: the preempted nexuses' tasks on this LU end without status
+        // (their backing-store jobs run to completion; nothing is sent for them)
         tracing::info!(
             lun = lun.number,
             nexuses = po.abort.len(),
-            "PREEMPT AND ABORT: tasks of preempted I_T nexuses complete normally"
+            "PREEMPT AND ABORT: ending the preempted I_T nexuses' tasks"
         );
+        if let Some(tasks) = ctx.tasks {
+            tasks.abort_tasks(target.tid, Some(lun.number), Some(po.abort.clone()), None);
+        }
     }
     let Some(req) = po.persist else {
         return Some(to_result(po.completion));

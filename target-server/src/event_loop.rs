@@ -46,6 +46,15 @@ pub enum Msg {
     },
     /// Close one connection.
     Close(ConnId, &'static str),
+    /// End the tasks of other sessions of target `tid` (task management or PREEMPT AND
+    /// ABORT from another I_T nexus): on `lun` (every LUN with `None`), only of the sessions
+    /// whose nexus is listed (all with `None`), never of `except`.
+    AbortTasks {
+        tid: u32,
+        lun: Option<u64>,
+        nexuses: Option<Vec<scsi::NexusId>>,
+        except: Option<ConnId>,
+    },
     /// Stop: close every connection and leave the loop.
     Shutdown,
 }
@@ -103,6 +112,25 @@ pub struct Shared {
 impl Shared {
     pub fn inbox(&self, thread: usize) -> Option<&Arc<Inbox>> {
         self.inboxes.get().and_then(|v| v.get(thread))
+    }
+
+    /// Asks every event thread to end the matching tasks of its sessions (see
+    /// [`Msg::AbortTasks`]); the connections answer nothing for them.
+    pub fn abort_tasks(
+        &self,
+        tid: u32,
+        lun: Option<u64>,
+        nexuses: Option<Vec<scsi::NexusId>>,
+        except: Option<ConnId>,
+    ) {
+        for inbox in self.inboxes.get().into_iter().flatten() {
+            inbox.send(Msg::AbortTasks {
+                tid,
+                lun,
+                nexuses: nexuses.clone(),
+                except,
+            });
+        }
     }
     fn thread_count(&self) -> usize {
         self.inboxes.get().map_or(1, |v| v.len())
@@ -479,6 +507,7 @@ impl EventThread {
             cache: shared.cache.as_ref(),
             router: shared.router.as_ref(),
             state_dir: shared.registry.state_dir(),
+            tasks: Some(&*shared),
         };
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
@@ -570,7 +599,8 @@ impl EventThread {
                         _ => TmfResponse::NotSupported,
                     };
                     // the logical units' side: reservations released, unit attentions for
-                    // every I_T nexus (SAM-5 6.3.3, 6.4)
+                    // every I_T nexus (SAM-5 6.3.3, 6.4), and the tasks of the other
+                    // sessions ended (CLEAR TASK SET and the resets act on the whole task set)
                     if let (Some(t), TmfResponse::Complete) = (&slot.target, resp) {
                         let luns = t.lun_set();
                         match req.function {
@@ -578,11 +608,16 @@ impl EventThread {
                                 if let Some(l) = luns.map.get(&req.lun) {
                                     l.scsi.logical_unit_reset();
                                 }
+                                shared.abort_tasks(t.tid, Some(req.lun), None, Some(id));
+                            }
+                            F::ClearTaskSet => {
+                                shared.abort_tasks(t.tid, Some(req.lun), None, Some(id));
                             }
                             F::TargetWarmReset | F::TargetColdReset => {
                                 for l in luns.map.values() {
                                     l.scsi.target_reset();
                                 }
+                                shared.abort_tasks(t.tid, None, None, Some(id));
                             }
                             _ => {}
                         }
@@ -698,6 +733,30 @@ impl EventThread {
                 Msg::Close(conn, reason) => {
                     if self.id(conn.slot) == Some(conn) {
                         self.close(conn.slot, reason);
+                    }
+                }
+                Msg::AbortTasks {
+                    tid,
+                    lun,
+                    nexuses,
+                    except,
+                } => {
+                    for s in 0..self.slots.len() {
+                        let id = self.id(s);
+                        let Some(slot) = self.slots[s].as_mut() else {
+                            continue;
+                        };
+                        let ours = slot.target.as_ref().is_some_and(|t| t.tid == tid)
+                            && id != except
+                            && nexuses.as_ref().is_none_or(|list| {
+                                slot.nexus.as_ref().is_some_and(|n| list.contains(&n.id))
+                            });
+                        if ours && slot.conn.abort_tasks(lun) > 0 {
+                            tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
+                            if !touched.contains(&s) {
+                                touched.push(s);
+                            }
+                        }
                     }
                 }
                 Msg::Shutdown => {

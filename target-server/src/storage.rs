@@ -39,6 +39,8 @@ pub struct StorageCtx<'a> {
     pub router: Option<&'a Router>,
     /// The daemon's state directory (persistent reservation files).
     pub state_dir: Option<&'a std::path::Path>,
+    /// Ends tasks of other sessions (PREEMPT AND ABORT).
+    pub tasks: Option<&'a crate::event_loop::Shared>,
 }
 
 impl<'a> StorageCtx<'a> {

@@ -429,6 +429,40 @@ impl<B: DataBuf> Connection<B> {
     pub fn tmfs_pending(&self) -> usize {
         self.tmfs.len()
     }
+
+    /// Tasks of this session ended by another I_T nexus's task management (LOGICAL UNIT
+    /// RESET, CLEAR TASK SET, TARGET RESET) or by a PREEMPT AND ABORT: the tasks on `lun`
+    /// (all LUNs with `None`) end without status (SAM-5, TAS = 0). Tasks still waiting for
+    /// data or their CmdSN turn are removed now; running ones are marked so that their
+    /// completion sends nothing. Returns how many tasks were ended.
+    pub fn abort_tasks(&mut self, lun: Option<u64>) -> usize {
+        if self.state != State::FullFeature {
+            return 0;
+        }
+        let mut victims: Vec<u32> = Vec::new();
+        let mut marked = 0usize;
+        for (itt, task) in self.tasks.iter_mut() {
+            if lun.is_some_and(|l| l != task.lun) {
+                continue;
+            }
+            if !task.delivered {
+                victims.push(*itt);
+            } else if task.aborted_by.is_none() {
+                // no task management request of this session waits for it
+                task.aborted_by = Some(RESERVED_TAG);
+                marked += 1;
+            }
+        }
+        let n = victims.len();
+        for v in victims {
+            self.drop_task(v);
+        }
+        if n > 0 {
+            self.window.update_max(self.active);
+            self.maybe_finish_logout();
+        }
+        n + marked
+    }
 }
 
 /// Does task management request `r` affect task `itt` on `lun`?

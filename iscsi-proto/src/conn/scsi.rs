@@ -380,6 +380,7 @@ impl<B: DataBuf> Connection<B> {
             // aborted: no Data-In, no status; the payload is dropped (unpinning its blocks)
             drop(result);
             self.aborted_task_done(tmf);
+            self.maybe_finish_logout();
             return;
         }
         // Data-In only exists for commands with a read part.

@@ -1400,3 +1400,32 @@ fn lun_reset_aborts_only_that_luns_tasks() {
     i.c.complete_command(3, CommandResult::<Buf>::good());
     assert!(matches!(i.recv()[0].bhs, Bhs::ScsiResponse(_)));
 }
+
+#[test]
+fn tasks_ended_by_another_nexus_send_nothing() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    // a running read and a write waiting for its data, both on LUN 1
+    i.scsi(1, true, false, 512, 0x28, &[], true);
+    i.scsi(2, false, true, 4096, 0x2a, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+    let _ = i.recv(); // the write's R2T
+    assert_eq!(i.c.abort_tasks(Some(2)), 0, "other LUN untouched");
+    assert_eq!(i.c.abort_tasks(Some(1)), 2);
+    assert_eq!(
+        i.c.tasks_in_flight(),
+        1,
+        "the running read stays until it ends"
+    );
+    i.c.complete_command(1, CommandResult::<Buf>::good());
+    assert!(
+        i.recv().is_empty(),
+        "status sent for a task aborted by another nexus"
+    );
+    assert_eq!(i.c.tasks_in_flight(), 0);
+    // the write's late data is ignored; the tags are free again
+    i.data_out(2, 1, 0, 0, &[0; 512], true);
+    assert!(i.recv().is_empty());
+    i.scsi(1, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+}
