@@ -228,3 +228,46 @@ pub fn data_in(
     }
     panic!("no SCSI Response");
 }
+
+/// Through tgtadm: target `tid` named `iqn` with `path` as LUN 1, open to every initiator
+/// (`-I ALL`). Each step must succeed.
+pub fn export_lun(d: &Daemon, tid: &str, iqn: &str, path: &str) {
+    for s in [
+        vec!["--op", "new", "--mode", "target", "--tid", tid, "-T", iqn],
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            tid,
+            "--lun",
+            "1",
+            "-b",
+            path,
+        ],
+        vec![
+            "--op", "bind", "--mode", "target", "--tid", tid, "-I", "ALL",
+        ],
+    ] {
+        d.tgtadm(&s).check("export a LUN");
+    }
+}
+
+/// `tgtadm --op update --mode logicalunit --tid 1 --lun 1 --params PARAMS`.
+pub fn update_lun1(d: &Daemon, params: &str) -> tools::ToolRun {
+    d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        params,
+    ])
+}

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tests::daemon::create_sparse;
 use tests::mgmt::{
-    INVALID_REQUEST, IQN1, IQN2, assert_serving, data_in, exchange, first_difference, inq,
-    normalise, numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns, step,
+    INVALID_REQUEST, IQN1, IQN2, assert_serving, data_in, exchange, export_lun, first_difference,
+    inq, normalise, numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns, step,
+    update_lun1,
 };
 use tests::pdu;
 use tests::tools;
@@ -289,26 +290,7 @@ fn portals_added_and_removed_at_run_time() {
     create_sparse(&files.path().join("p1.img"), 8 << 20);
     let p1 = files.path().join("p1.img").display().to_string();
     let d = Daemon::start_bare(TargetKind::Numatgtd);
-    for s in [
-        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "-b",
-            &p1,
-        ],
-        vec![
-            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        d.tgtadm(&s).check("setup");
-    }
+    export_lun(&d, "1", IQN1, &p1);
     let port = tests::daemon::free_port();
     let portal = format!("portal=127.0.0.1:{port}");
     d.tgtadm(&["--op", "new", "--mode", "portal", "--param", &portal])
@@ -551,36 +533,18 @@ fn reinstatement_needs_authentication() {
     create_sparse(&files.path().join("ri.img"), 8 << 20);
     let p = files.path().join("ri.img").display().to_string();
     let d = Daemon::start_bare(TargetKind::Numatgtd);
-    for s in [
-        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "-b",
-            &p,
-        ],
-        vec![
-            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "account",
-            "--user",
-            "alice",
-            "--password",
-            "alicesecret12",
-        ],
-    ] {
-        d.tgtadm(&s).check("setup");
-    }
+    export_lun(&d, "1", IQN1, &p);
+    d.tgtadm(&[
+        "--op",
+        "new",
+        "--mode",
+        "account",
+        "--user",
+        "alice",
+        "--password",
+        "alicesecret12",
+    ])
+    .check("setup");
     let who = "iqn.2026-11.org.numatgt:same";
     let mut a = pdu::login_normal(d.addr(), who, IQN1)
         .expect("login A")
@@ -670,57 +634,14 @@ fn sense_format_and_thin_provisioning_updates_reach_scsi() {
     create_sparse(&files.path().join("sf.img"), 1 << 20);
     let p = files.path().join("sf.img").display().to_string();
     let d = Daemon::start_bare(TargetKind::Numatgtd);
-    for s in [
-        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "-b",
-            &p,
-        ],
-        vec![
-            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        d.tgtadm(&s).check("setup");
-    }
+    export_lun(&d, "1", IQN1, &p);
     let mut s = pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:sf", IQN1)
         .expect("login")
         .stream;
     assert_eq!(read_past_end_sense_code(&mut s, 1, 1), 0x70);
-    d.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "sense_format=1",
-    ])
-    .check("sense_format=1");
+    update_lun1(&d, "sense_format=1").check("sense_format=1");
     assert_eq!(read_past_end_sense_code(&mut s, 2, 2), 0x72);
-    d.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "sense_format=0,vendor_id=ACME",
-    ])
-    .check("sense_format=0 with a rebuild");
+    update_lun1(&d, "sense_format=0,vendor_id=ACME").check("sense_format=0 with a rebuild");
     assert_eq!(read_past_end_sense_code(&mut s, 3, 3), 0x70);
     // thin_provisioning: READ CAPACITY(16) reports LBPME
     let rc16 = [0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
@@ -729,33 +650,10 @@ fn sense_format_and_thin_provisioning_updates_reach_scsi() {
         d[14] & 0x80 != 0
     };
     assert!(!lbpme(&mut s, 4));
-    d.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "thin_provisioning=1",
-    ])
-    .check("thin_provisioning=1");
+    update_lun1(&d, "thin_provisioning=1").check("thin_provisioning=1");
     assert!(lbpme(&mut s, 5), "LBPME not set after thin_provisioning=1");
-    d.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "thin_provisioning=0,product_id=Other",
-    ])
-    .check("thin_provisioning=0 with a rebuild");
+    update_lun1(&d, "thin_provisioning=0,product_id=Other")
+        .check("thin_provisioning=0 with a rebuild");
     assert!(
         !lbpme(&mut s, 6),
         "LBPME still set after thin_provisioning=0"

@@ -5,6 +5,7 @@
 //! refused with tgtd's error and changes nothing.
 
 use tests::daemon::require_numatgtd;
+use tests::mgmt::update_lun1;
 use tests::pdu::ScsiSession;
 use tests::tools;
 use tests::{Daemon, LunSpec, MIB};
@@ -28,20 +29,7 @@ fn growing_a_lun_online_tells_the_initiator() {
     assert_eq!(st, 0);
     assert_eq!(&data[..4], &(16384u32 - 1).to_be_bytes(), "8 MiB at first");
 
-    let r = d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "size=16M",
-    ]);
+    let r = update_lun1(&d, "size=16M");
     r.check("tgtadm resize");
     assert_eq!(
         std::fs::metadata(d.lun_path(1)).expect("stat").len(),
@@ -88,20 +76,7 @@ fn growing_a_lun_online_tells_the_initiator() {
     );
 
     // shrinking is refused, nothing changes
-    let r = d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "size=4M",
-    ]);
+    let r = update_lun1(&d, "size=4M");
     assert!(!r.status.success(), "shrink must fail: {r}");
     assert_eq!(
         std::fs::metadata(d.lun_path(1)).expect("stat").len(),
