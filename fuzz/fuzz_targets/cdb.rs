@@ -195,6 +195,17 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 "WRITE SAME without its block"
             );
         }
+        Action::AtomicWrite { lba, blocks, .. } => {
+            assert!(!lu.params().readonly, "WRITE ATOMIC on a read-only LU");
+            assert!(
+                blocks > 0 && within(lba, u64::from(blocks), num_blocks),
+                "write atomic {lba}+{blocks}"
+            );
+            assert!(
+                ctx.data_out.len() as u64 >= u64::from(blocks) * bs64,
+                "WRITE ATOMIC without its data"
+            );
+        }
         Action::OrWrite { lba, blocks, .. } => {
             assert!(!lu.params().readonly, "ORWRITE on a read-only LU");
             assert!(

@@ -3,9 +3,11 @@
 //! holds NUMBER OF LOGICAL BLOCKS blocks to compare with the medium, then as many to write
 //! ([`Action::CompareAndWrite`]; MISCOMPARE carries the offset of the first differing byte,
 //! [`crate::Sense::miscompare`]). ORWRITE(16) (SBC-3 5.8): the blocks become their bitwise
-//! OR with the Data-Out buffer ([`Action::OrWrite`]).
+//! OR with the Data-Out buffer ([`Action::OrWrite`]). WRITE ATOMIC(16) (SBC-4 5.48): the
+//! blocks are replaced as one unit, never interleaved with another writer of the same
+//! blocks ([`Action::AtomicWrite`]; limits in the Block Limits VPD page, [`atomic_limits`]).
 
-use crate::cdb::{be32, be64};
+use crate::cdb::{be16, be32, be64};
 use crate::rw::check_range;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
@@ -43,6 +45,57 @@ pub(crate) fn compare_and_write(
     Ok(Action::CompareAndWrite {
         lba,
         blocks: u32::from(blocks),
+        fua: cdb[1] & 0x08 != 0,
+    })
+}
+
+/// MAXIMUM ATOMIC TRANSFER LENGTH, in bytes (the Block Limits VPD page gives it in blocks).
+pub const MAX_ATOMIC_BYTES: u32 = 1 << 20;
+
+/// The atomic write fields of the Block Limits VPD page, written into the page body (page
+/// byte N is body byte N - 4): MAXIMUM ATOMIC TRANSFER LENGTH, ATOMIC ALIGNMENT 1,
+/// ATOMIC TRANSFER LENGTH GRANULARITY 1; no atomic boundaries (both boundary fields 0).
+pub(crate) fn atomic_limits(lu: &LogicalUnit, body: &mut [u8]) {
+    let max = max_atomic_blocks(lu);
+    body[40..44].copy_from_slice(&max.to_be_bytes());
+    body[44..48].copy_from_slice(&1u32.to_be_bytes());
+    body[48..52].copy_from_slice(&1u32.to_be_bytes());
+}
+
+fn max_atomic_blocks(lu: &LogicalUnit) -> u32 {
+    (MAX_ATOMIC_BYTES / lu.params().block_size.max(1))
+        .max(1)
+        .min(lu.max_transfer_blocks())
+}
+
+/// WRITE ATOMIC(16): WRPROTECT must be 0 (no protection information), ATOMIC BOUNDARY 0
+/// (MAXIMUM ATOMIC BOUNDARY SIZE is 0), TRANSFER LENGTH at most MAXIMUM ATOMIC TRANSFER
+/// LENGTH; all of the data must be there (a partial atomic write is no atomic write).
+pub(crate) fn write_atomic(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
+    if cdb[1] & 0xE0 != 0 {
+        return Err(Sense::invalid_field_in_cdb(1, Some(7))); // WRPROTECT: no protection info
+    }
+    if be16(cdb, 10) != 0 {
+        return Err(Sense::invalid_field_in_cdb(10, Some(7))); // ATOMIC BOUNDARY
+    }
+    let lba = be64(cdb, 2);
+    let blocks = u32::from(be16(cdb, 12));
+    if blocks > max_atomic_blocks(lu) {
+        return Err(Sense::invalid_field_in_cdb(12, Some(7)));
+    }
+    if lu.params().readonly {
+        return Err(Sense::write_protected());
+    }
+    check_range(lu, lba, u64::from(blocks))?;
+    if blocks == 0 {
+        return Ok(Action::good());
+    }
+    if (ctx.data_out.len() as u64) < u64::from(blocks) * u64::from(lu.params().block_size) {
+        return Err(Sense::invalid_field_in_information_unit());
+    }
+    Ok(Action::AtomicWrite {
+        lba,
+        blocks,
         fua: cdb[1] & 0x08 != 0,
     })
 }
@@ -151,5 +204,66 @@ mod tests {
         c[13] = 0;
         c[2..10].copy_from_slice(&0u64.to_be_bytes());
         assert_eq!(complete(&lu, &c).status, 0);
+    }
+
+    fn wa16(lba: u64, blocks: u16, flags: u8, boundary: u16) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[0] = 0x9C;
+        c[1] = flags;
+        c[2..10].copy_from_slice(&lba.to_be_bytes());
+        c[10..12].copy_from_slice(&boundary.to_be_bytes());
+        c[12..14].copy_from_slice(&blocks.to_be_bytes());
+        c
+    }
+
+    #[test]
+    fn write_atomic_decodes_checks_and_advertises() {
+        let lu = lu();
+        let data = vec![0u8; 4 * 512];
+        assert_eq!(
+            exec(&lu, &wa16(10, 4, 0x18, 0), &data),
+            Action::AtomicWrite {
+                lba: 10,
+                blocks: 4,
+                fua: true
+            }
+        );
+        // 0 blocks: nothing to do, but still range checked
+        assert_eq!(complete(&lu, &wa16(0, 0, 0, 0)).status, 0);
+        assert_eq!(check(&complete(&lu, &wa16(2049, 0, 0, 0))), (5, 0x21, 0));
+        assert_eq!(
+            check(&complete_out(&lu, &wa16(2046, 4, 0, 0), &data)),
+            (5, 0x21, 0)
+        );
+        // WRPROTECT, a boundary, more than MAXIMUM ATOMIC TRANSFER LENGTH, short data
+        assert_eq!(
+            check(&complete_out(&lu, &wa16(0, 4, 0x20, 0), &data)),
+            (5, 0x24, 0)
+        );
+        assert_eq!(
+            check(&complete_out(&lu, &wa16(0, 4, 0, 2), &data)),
+            (5, 0x24, 0)
+        );
+        let too_many = (super::MAX_ATOMIC_BYTES / 512 + 1) as u16;
+        assert_eq!(
+            check(&complete(&lu, &wa16(0, too_many, 0, 0))),
+            (5, 0x24, 0)
+        );
+        assert_eq!(
+            check(&complete_out(&lu, &wa16(0, 4, 0, 0), &data[..1024])),
+            (5, 0x0E, 3)
+        );
+        let ro = lu_with(|p| p.readonly = true);
+        assert_eq!(
+            check(&complete_out(&ro, &wa16(0, 4, 0, 0), &data)),
+            (7, 0x27, 0)
+        );
+        // Block Limits VPD: MAXIMUM ATOMIC TRANSFER LENGTH ≤ MAXIMUM TRANSFER LENGTH,
+        // alignment and granularity 1, no boundaries
+        let b0 = complete(&lu, &[0x12, 1, 0xB0, 0, 255, 0]).data;
+        let be32 = |at: usize| u32::from_be_bytes([b0[at], b0[at + 1], b0[at + 2], b0[at + 3]]);
+        assert_eq!(be32(44), super::MAX_ATOMIC_BYTES / 512);
+        assert!(be32(44) <= be32(8));
+        assert_eq!((be32(48), be32(52), be32(56), be32(60)), (1, 1, 0, 0));
     }
 }

@@ -223,6 +223,7 @@ fn block_limits_body(lu: &LogicalUnit) -> Vec<u8> {
     let opt = (OPTIMAL_TRANSFER_BYTES / bs).max(1);
     b[8..12].copy_from_slice(&opt.to_be_bytes()); // byte 12
     crate::thin::block_limits(lu, &mut b); // WSNZ, unmap limits, MAXIMUM WRITE SAME LENGTH
+    crate::caw::atomic_limits(lu, &mut b); // WRITE ATOMIC(16)
     b
 }
 

@@ -231,6 +231,10 @@ pub enum Action {
     /// blocks at `lba` with their bitwise OR with `data_out` (stable before GOOD with `fua`
     /// or WCE=0).
     OrWrite { lba: u64, blocks: u32, fua: bool },
+    /// WRITE ATOMIC(16): write `blocks` blocks of `data_out` at `lba` as one unit — no other
+    /// writer of those blocks (WRITE, COMPARE AND WRITE, another atomic write) may interleave
+    /// with it, whichever node serves it (stable before GOOD with `fua` or WCE=0).
+    AtomicWrite { lba: u64, blocks: u32, fua: bool },
     /// UNMAP: deallocate these `(lba, blocks)` ranges (thin LU; afterwards they read as
     /// zeros), then GOOD.
     Unmap { ranges: Vec<(u64, u64)> },

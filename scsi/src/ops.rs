@@ -81,6 +81,7 @@ pub mod opcode {
     pub const PRE_FETCH_16: u8 = 0x90;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
     pub const WRITE_SAME_16: u8 = 0x93;
+    pub const WRITE_ATOMIC_16: u8 = 0x9C;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
     pub const MAINTENANCE_IN: u8 = 0xA3;
@@ -566,6 +567,18 @@ pub(crate) static TABLE: &[OpInfo] = &[
             0x1F, C,
         ],
         handler: thin::write_same,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: WRITE_ATOMIC_16,
+        service_action: None,
+        name: "WRITE ATOMIC(16)",
+        // WRPROTECT, DPO, FUA; LBA; ATOMIC BOUNDARY; TRANSFER LENGTH; GROUP NUMBER
+        usage: &[
+            0xFF, 0xF8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x1F, C,
+        ],
+        handler: caw::write_atomic,
         timeout: T_IO,
     },
     OpInfo {

@@ -212,7 +212,7 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         | PERSISTENT_RESERVE_OUT => 10,
         WRITE_12 | WRITE_AND_VERIFY_12 | VERIFY_12 => 12,
         WRITE_16 | WRITE_AND_VERIFY_16 | VERIFY_16 | WRITE_SAME_16 | COMPARE_AND_WRITE
-        | ORWRITE_16 => 16,
+        | ORWRITE_16 | WRITE_ATOMIC_16 => 16,
         _ => return None,
     };
     if cdb.len() < need {
@@ -226,6 +226,7 @@ pub fn data_out_len(cdb: &[u8], block_size: u32) -> Option<u64> {
         WRITE_10 | WRITE_AND_VERIFY_10 => u64::from(be16(cdb, 7)) * bs,
         WRITE_12 | WRITE_AND_VERIFY_12 => u64::from(be32(cdb, 6)) * bs,
         WRITE_16 | WRITE_AND_VERIFY_16 | ORWRITE_16 => u64::from(be32(cdb, 10)) * bs,
+        WRITE_ATOMIC_16 => u64::from(be16(cdb, 12)) * bs,
         VERIFY_10 | VERIFY_12 | VERIFY_16 => {
             let blocks = match op {
                 VERIFY_10 => u64::from(be16(cdb, 7)),

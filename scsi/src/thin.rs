@@ -93,8 +93,8 @@ pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Actio
 /// WRITE SAME(10/16) (SBC-3 5.42/5.43): the first Data-Out block (zeros with NDOB) written
 /// to every block of the range; with UNMAP on a thin LU the server may deallocate instead
 /// when that block is all zeros (LBPRZ = 1 makes the result identical); UNMAP on a fully
-/// provisioned LU is INVALID FIELD IN CDB (LBPWS = 0). NUMBER OF LOGICAL BLOCKS 0 is refused
-/// (WSNZ = 1).
+/// provisioned LU is INVALID FIELD IN CDB (LBPWS = 0). NUMBER OF LOGICAL BLOCKS 0 means up
+/// to the last block of the LU (WSNZ = 0), within MAXIMUM WRITE SAME LENGTH.
 pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {
     let sixteen = cdb.len() >= 16;
     let (lba, blocks, count_at) = if sixteen {
@@ -118,10 +118,16 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
     if lu.params().readonly {
         return Err(Sense::write_protected());
     }
-    check_range(lu, lba, blocks)?;
-    if blocks == 0 {
-        return Err(Sense::invalid_field_in_cdb(count_at, Some(7))); // WSNZ
-    }
+    // NUMBER OF LOGICAL BLOCKS 0 (WSNZ = 0): from LBA to the last block of the LU
+    let blocks = if blocks == 0 {
+        if lba >= lu.num_blocks() {
+            return Err(Sense::lba_out_of_range());
+        }
+        lu.num_blocks() - lba
+    } else {
+        check_range(lu, lba, blocks)?;
+        blocks
+    };
     if blocks > max_write_same_blocks(lu) {
         return Err(Sense::invalid_field_in_cdb(count_at, Some(7)));
     }
@@ -177,7 +183,7 @@ pub(crate) fn block_limits(lu: &LogicalUnit, body: &mut [u8]) {
     if body.len() < 40 {
         return;
     }
-    body[0] |= 0x01; // WSNZ
+    // WSNZ = 0: WRITE SAME with NUMBER OF LOGICAL BLOCKS 0 writes up to the last block
     body[1] = crate::caw::MAX_CAW_BLOCKS; // MAXIMUM COMPARE AND WRITE LENGTH
     if lu.thin_provisioning() {
         let bs = lu.params().block_size.max(1);
@@ -304,14 +310,24 @@ mod tests {
                 unmap: false
             }
         );
-        // 0 blocks (WSNZ), beyond the end, missing data, UNMAP on a thick LU
+        // 0 blocks (WSNZ = 0): up to the last block (2048 blocks here); at or past the end
+        // LBA OUT OF RANGE
+        assert_eq!(
+            exec(&lu, &[0x41, 0, 0, 0, 0x07, 0xF0, 0, 0, 0, 0], &block),
+            Action::WriteSame {
+                lba: 0x7F0,
+                blocks: 16,
+                ndob: false,
+                unmap: false
+            }
+        );
         assert_eq!(
             check(&complete_out(
                 &lu,
-                &[0x41, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                &[0x41, 0, 0, 0, 0x08, 0, 0, 0, 0, 0],
                 &block
             )),
-            (5, 0x24, 0)
+            (5, 0x21, 0)
         );
         assert_eq!(
             check(&complete_out(
@@ -383,7 +399,7 @@ mod tests {
         let b2 = complete(&lu, &[0x12, 1, 0xB2, 0, 255, 0]).data;
         assert_eq!(&b2[4..7], &[0, 0xE4, 0x02]);
         let b0 = complete(&lu, &[0x12, 1, 0xB0, 0, 255, 0]).data;
-        assert_eq!(b0[4] & 1, 1);
+        assert_eq!(b0[4] & 1, 0); // WSNZ = 0
         assert_eq!(&b0[24..28], &MAX_UNMAP_DESCRIPTORS.to_be_bytes());
     }
 }

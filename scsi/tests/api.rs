@@ -187,7 +187,7 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
             assert!(*blocks > 0 && lba + blocks <= p.num_blocks);
             assert!(*ndob || data_out.len() >= p.block_size as usize);
         }
-        Action::OrWrite { lba, blocks, .. } => {
+        Action::OrWrite { lba, blocks, .. } | Action::AtomicWrite { lba, blocks, .. } => {
             assert!(!p.readonly);
             assert!(*blocks > 0 && lba + u64::from(*blocks) <= p.num_blocks);
             assert!(data_out.len() >= *blocks as usize * p.block_size as usize);

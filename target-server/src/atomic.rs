@@ -4,7 +4,8 @@
 //! stripes exclusive from the read of the compared data to the end of its write. Writers
 //! never wait for each other, and no write can slip between a COMPARE AND WRITE's compare
 //! and its write, whichever node's thread serves either (the table is one per LUN, in shared
-//! memory). Event threads only try the lock: when a COMPARE AND WRITE holds it, the write is
+//! memory). WRITE ATOMIC(16) holds its stripes exclusive in the same way for its whole
+//! write. Event threads only try the lock: when a COMPARE AND WRITE holds it, the write is
 //! handed to an I/O worker, so an event thread never waits.
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -157,6 +157,23 @@ pub fn execute(
             })));
             None
         }
+        Action::AtomicWrite { lba, blocks, fua } => {
+            let lun = Arc::clone(lun);
+            let cache = storage::uses_cache(&lun, ctx).cloned();
+            let data = std::mem::take(&mut cmd.data_out);
+            let durable = fua || !lun.scsi.write_cache_enabled();
+            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+                reply.send(write_atomic(
+                    cache.as_ref(),
+                    &lun,
+                    lba,
+                    blocks,
+                    &data,
+                    durable,
+                ));
+            })));
+            None
+        }
         Action::Unmap { ranges } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();
@@ -269,6 +286,35 @@ fn persistent_reserve_out(
         reply.send(to_result(c));
     })));
     None
+}
+
+/// WRITE ATOMIC(16) on an I/O worker: with the range held exclusively (no other writer of
+/// these blocks on any node can interleave), dirty cached data of the range is written back
+/// first (so no later write-back brings old bytes over the new ones), then the blocks go to
+/// the backing store in one write, and cached copies are updated.
+fn write_atomic(
+    cache: Option<&Arc<cache::BlockCache>>,
+    lun: &crate::registry::Lun,
+    lba: u64,
+    blocks: u32,
+    data: &[u8],
+    durable: bool,
+) -> CommandResult<Payload> {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba * bs, u64::from(blocks) * bs);
+    let Some(new) = data.get(..len as usize) else {
+        return to_result(
+            lun.scsi
+                .check_condition(&scsi::Sense::invalid_field_in_information_unit()),
+        );
+    };
+    let _exclusive = lun.locks.compare_and_write(offset, len);
+    if let Some(c) = cache
+        && let Err(e) = storage::flush_range(c, lun, offset, len)
+    {
+        return storage::io_failure(lun, &e, true, lba);
+    }
+    storage::write_through(cache, lun, lba, offset, new, durable)
 }
 
 /// COMPARE AND WRITE on an I/O worker: the medium compared with the first half of `data`;

@@ -30,7 +30,9 @@ const SUITES: &[&str] = &[
     "SCSI.ReadDefectData12",
     "SCSI.CompareAndWrite",
     "SCSI.OrWrite",
+    "SCSI.WriteAtomic16",
     "iSCSI.iSCSITMF",
+    "iSCSI.iSCSIdatasn",
     "iSCSI.iSCSIcmdsn",
     "iSCSI.iSCSIResiduals",
 ];

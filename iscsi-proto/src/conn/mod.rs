@@ -52,6 +52,8 @@ pub struct ConnStats {
     pub pdus_rx: u64,
     pub dropped_out_of_window: u64,
     pub dropped_unknown_data_out: u64,
+    /// Data-Out PDUs out of DataSN order (the task ended with CHECK CONDITION).
+    pub data_sequence_errors: u64,
     pub rejects_sent: u64,
 }
 

@@ -54,6 +54,11 @@ pub(crate) struct Task {
     next_r2t_offset: u32,
     r2ts: VecDeque<R2tState>,
     r2t_sn: u32,
+    /// A Data-Out arrived out of DataSN order (RFC 7143 7.9: an implied digest error; at
+    /// ErrorRecoveryLevel 0 the task ends with CHECK CONDITION, PROTOCOL SERVICE CRC ERROR
+    /// once the initiator has sent the last PDU of every sequence it was asked for). The
+    /// rest of its data is discarded and no further R2T is sent.
+    data_failed: bool,
 }
 
 fn next_tag(t: u32) -> u32 {
@@ -67,7 +72,18 @@ impl Task {
     fn write_complete(&self) -> bool {
         !self.write || self.received >= self.edtl_write
     }
+
+    /// A failed data phase is over: no unsolicited PDU and no solicited sequence left.
+    fn failed_phase_over(&self) -> bool {
+        self.data_failed && self.unsol_done && self.r2ts.is_empty()
+    }
 }
+
+/// Fixed-format sense data: ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR (47h/05h), the
+/// iSCSI condition for a task whose Data-Out was lost (RFC 7143 11.4.7.2).
+const SENSE_PROTOCOL_CRC_ERROR: [u8; 18] = [
+    0x70, 0, 0x0B, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x47, 0x05, 0, 0, 0, 0,
+];
 
 impl<B: DataBuf> Connection<B> {
     pub(crate) fn handle_command(
@@ -183,6 +199,7 @@ impl<B: DataBuf> Connection<B> {
             next_r2t_offset: dlen,
             r2ts: self.spare_r2ts.pop().unwrap_or_default(),
             r2t_sn: 0,
+            data_failed: false,
         };
         self.tasks.insert(c.itt, task);
         if c.immediate {
@@ -209,6 +226,7 @@ impl<B: DataBuf> Connection<B> {
                 return;
             };
             if !t.write
+                || t.data_failed
                 || !t.unsol_done
                 || t.r2ts.len() >= max_out
                 || t.next_r2t_offset >= t.edtl_write
@@ -256,6 +274,28 @@ impl<B: DataBuf> Connection<B> {
             return;
         };
         let len = data.len() as u32;
+        if t.data_failed && !t.delivered {
+            return self.discard_failed_data_out(d);
+        }
+        let sequence_error = if d.ttt == RESERVED_TAG {
+            !t.unsol_done && d.data_sn != t.unsol_data_sn
+        } else {
+            t.r2ts
+                .iter()
+                .find(|r| r.ttt == d.ttt)
+                .is_some_and(|r| d.data_sn != r.next_data_sn)
+        };
+        if sequence_error && t.write && !t.delivered {
+            // RFC 7143 7.9: an out-of-order DataSN means earlier data was lost; at ERL 0 the
+            // task fails (no recovery R2T) and the connection carries on
+            t.data_failed = true;
+            self.stats.data_sequence_errors += 1;
+            self.last_drop = Some(format!(
+                "Data-Out DataSN {} out of order for ITT {:#x}: task ends with CHECK CONDITION",
+                d.data_sn, d.itt
+            ));
+            return self.discard_failed_data_out(d);
+        }
         if !t.write || t.delivered || d.buffer_offset != t.received {
             return self.data_out_error(hdr, "Data-Out out of order or unexpected");
         }
@@ -302,11 +342,44 @@ impl<B: DataBuf> Connection<B> {
         self.try_deliver(d.itt);
     }
 
-    /// Delivers a task's command if its turn came and its data is complete.
+    /// A Data-Out of a task whose data phase failed: its bytes are dropped; the final PDU
+    /// of a sequence ends that sequence; when none is left the task is answered (in CmdSN
+    /// order, see [`Self::try_deliver`]).
+    fn discard_failed_data_out(&mut self, d: &DataOut) {
+        let Some(t) = self.tasks.get_mut(&d.itt) else {
+            return;
+        };
+        if d.final_ {
+            if d.ttt == RESERVED_TAG {
+                t.unsol_done = true;
+            } else {
+                t.r2ts.retain(|r| r.ttt != d.ttt);
+            }
+        }
+        self.try_deliver(d.itt);
+    }
+
+    /// Delivers a task's command if its turn came and its data is complete; answers a task
+    /// whose data phase failed once its turn came and the initiator stopped sending.
     pub(crate) fn try_deliver(&mut self, itt: u32) {
         let Some(t) = self.tasks.get_mut(&itt) else {
             return;
         };
+        if t.ordered && !t.delivered && t.data_failed {
+            if t.failed_phase_over() {
+                t.delivered = true;
+                self.complete_command(
+                    itt,
+                    CommandResult {
+                        status: 0x02, // CHECK CONDITION
+                        sense: SENSE_PROTOCOL_CRC_ERROR.to_vec(),
+                        data: None,
+                        write_transfer_len: None,
+                    },
+                );
+            }
+            return;
+        }
         if t.ordered && !t.delivered && t.write_complete() {
             t.delivered = true;
             if let Some(cmd) = t.cmd.take() {

@@ -657,6 +657,63 @@ fn bad_data_out_is_rejected_and_closes() {
     assert_eq!(i.c.stats().dropped_unknown_data_out, 1);
 }
 
+/// The status of `r` (a single SCSI Response) and its sense key / ASC / ASCQ.
+fn check_condition_of(r: &[Pdu]) -> (u8, u8, u8, u8) {
+    let Some(p) = r.iter().find(|p| matches!(p.bhs, Bhs::ScsiResponse(_))) else {
+        panic!("no SCSI Response in {r:?}")
+    };
+    let Bhs::ScsiResponse(s) = p.bhs else {
+        unreachable!()
+    };
+    let sense = &p.data[2..];
+    (s.status, sense[2] & 0x0F, sense[12], sense[13])
+}
+
+#[test]
+fn data_sn_out_of_order_fails_the_task_and_keeps_the_connection() {
+    // solicited: DataSN 1 where 0 is expected (the data of an R2T sent in reverse order)
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.scsi(5, false, true, 1024, 0x2a, &[], true);
+    let r = i.recv();
+    let Bhs::R2t(r2t) = r[0].bhs else { panic!() };
+    i.data_out(5, r2t.ttt, 1, 0, &[1; 512], false);
+    assert!(i.recv().is_empty(), "no status before the final Data-Out");
+    i.data_out(5, r2t.ttt, 0, 512, &[2; 512], true);
+    assert!(
+        i.events().is_empty(),
+        "the failed write never reaches the server"
+    );
+    assert_eq!(check_condition_of(&i.recv()), (2, 0x0B, 0x47, 0x05));
+    assert_eq!(i.c.stats().data_sequence_errors, 1);
+    // the connection carries on: a read is served
+    i.scsi(6, true, false, 512, 0x28, &[], true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].itt, 6);
+
+    // unsolicited: DataSN 27 on the only Data-Out (InitialR2T=No, no immediate data)
+    let cfg = ConnConfig {
+        initial_r2t: false,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    i.login_with(OPEN_ISCSI_OP);
+    i.scsi(7, false, true, 512, 0x2a, &[], false);
+    i.data_out(7, RESERVED_TAG, 27, 0, &[3; 512], true);
+    assert!(i.events().is_empty());
+    let r = i.recv();
+    assert!(
+        !r.iter().any(|p| matches!(p.bhs, Bhs::R2t(_))),
+        "no R2T for a failed task"
+    );
+    assert_eq!(check_condition_of(&r), (2, 0x0B, 0x47, 0x05));
+    // a later Data-Out of the ended task is ignored, not a protocol error
+    i.data_out(7, RESERVED_TAG, 1, 512, &[3; 512], true);
+    assert!(i.recv().is_empty());
+    assert!(i.c.poll_event().is_none(), "the connection stays open");
+}
+
 #[test]
 fn cmdsn_ordering_and_window() {
     let cfg = ConnConfig {
