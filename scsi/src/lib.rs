@@ -239,8 +239,8 @@ pub enum Action {
     /// zeros), then GOOD.
     Unmap { ranges: Vec<(u64, u64)> },
     /// WRITE SAME: write the first block of `data_out` (zeros when `ndob`) to every block of
-    /// `lba .. lba + blocks`. `unmap`: the LU is thin and the initiator allows deallocation,
-    /// which the server may do instead of writing when that block is all zeros.
+    /// `lba .. lba + blocks`. `unmap`: the LU is thin and the initiator asked for an unmap
+    /// operation: the server deallocates the range instead (it then reads as zeros).
     WriteSame {
         lba: u64,
         blocks: u64,

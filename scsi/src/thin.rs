@@ -91,8 +91,10 @@ pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Actio
 }
 
 /// WRITE SAME(10/16) (SBC-3 5.42/5.43): the first Data-Out block (zeros with NDOB) written
-/// to every block of the range; with UNMAP on a thin LU the server may deallocate instead
-/// when that block is all zeros (LBPRZ = 1 makes the result identical); UNMAP on a fully
+/// to every block of the range; with UNMAP on a thin LU the range is deallocated instead, and
+/// reads it as zeros (LBPRZ = 1), whatever the Data-Out block holds — SBC-3's unmap
+/// operation, as LIO, tgtd and libiscsi's conformance suite take it (every real initiator
+/// sends a zero block with UNMAP, where SBC-4's "as if written" gives the same); UNMAP on a fully
 /// provisioned LU is INVALID FIELD IN CDB (LBPWS = 0). NUMBER OF LOGICAL BLOCKS 0 means up
 /// to the last block of the LU (WSNZ = 0), within MAXIMUM WRITE SAME LENGTH.
 pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Action, Sense> {

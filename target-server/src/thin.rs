@@ -77,7 +77,8 @@ pub struct WriteSame<'a> {
     pub blocks: u64,
     /// The block to repeat (one logical block).
     pub block: &'a [u8],
-    /// Deallocation allowed (thin LU, UNMAP bit): used when `block` is all zeros.
+    /// Unmap operation (thin LU, UNMAP bit): the range is deallocated (reads zeros), as SBC-3
+    /// says, whatever `block` holds.
     pub unmap: bool,
     /// Each write reaches stable storage before the next (write cache disabled).
     pub durable: bool,
@@ -101,7 +102,7 @@ pub fn write_same(
             op.lba,
         );
     }
-    if op.unmap && op.block.iter().all(|&b| b == 0) {
+    if op.unmap {
         return match deallocate(cache, lun, offset, len) {
             Ok(()) => good(),
             Err(e) => io_failure(lun, &e, true, op.lba),
