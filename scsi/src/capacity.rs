@@ -21,7 +21,8 @@ pub(crate) fn read_capacity_10(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Res
     Ok(Action::data(d))
 }
 
-/// READ CAPACITY(16): 32 bytes, no protection, LBPME = 0, one logical block per physical.
+/// READ CAPACITY(16): 32 bytes, no protection, LBPME / LBPRZ for thin LUs, the logical
+/// blocks per physical block exponent, lowest aligned LBA 0.
 pub(crate) fn read_capacity_16(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     if cdb[14] & 0x01 == 0 && be64(cdb, 2) != 0 {
         return Err(Sense::invalid_field_in_cdb(2, Some(7)));
@@ -30,6 +31,7 @@ pub(crate) fn read_capacity_16(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Res
     let mut d = vec![0u8; 32];
     d[0..8].copy_from_slice(&last_lba(lu).to_be_bytes());
     d[8..12].copy_from_slice(&lu.params().block_size.to_be_bytes());
+    d[13] = lu.physical_block_exponent();
     d[14] = crate::thin::capacity_flags(lu);
     Ok(Action::data(truncate(d, alloc)))
 }
@@ -69,6 +71,10 @@ mod tests {
         assert_eq!(&c.data[..8], &((1u64 << 33) - 1).to_be_bytes());
         assert_eq!(&c.data[8..12], &4096u32.to_be_bytes());
         assert!(c.data[12..].iter().all(|&b| b == 0));
+        // configured logical blocks per physical block exponent (tgtd's lbppbe)
+        lu.set_physical_block_exponent(3);
+        assert_eq!(complete(&lu, &cdb).data[13], 3);
+        lu.set_physical_block_exponent(0);
         let mut short = cdb;
         short[13] = 12;
         assert_eq!(complete(&lu, &short).data.len(), 12);

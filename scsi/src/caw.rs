@@ -38,8 +38,9 @@ pub(crate) fn compare_and_write(
         }
         return Err(Sense::invalid_field_in_cdb(13, Some(7)));
     }
+    // exactly the compare half and the write half: with more data the halves are ambiguous
     let need = 2 * usize::from(blocks) * lu.params().block_size as usize;
-    if ctx.data_out.len() < need {
+    if ctx.data_out.len() != need {
         return Err(Sense::invalid_field_in_information_unit());
     }
     Ok(Action::CompareAndWrite {
@@ -166,9 +167,13 @@ mod tests {
             check(&complete_out(&lu, &caw(0, 1, 0x20), &data)),
             (5, 0x24, 0)
         );
-        // only the compare half arrived
+        // only the compare half arrived; more than both halves
         assert_eq!(
             check(&complete_out(&lu, &caw(0, 1, 0), &data[..512])),
+            (5, 0x0E, 3)
+        );
+        assert_eq!(
+            check(&complete_out(&lu, &caw(0, 1, 0), &[0u8; 4 * 512])),
             (5, 0x0E, 3)
         );
         let ro = lu_with(|p| p.readonly = true);

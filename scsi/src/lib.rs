@@ -120,6 +120,8 @@ pub(crate) struct LuState {
     pub thin: AtomicBool,
     /// Capacity in logical blocks (starts as `LuParams::num_blocks`; online resize).
     pub capacity: std::sync::atomic::AtomicU64,
+    /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT (READ CAPACITY 16), 0..=15.
+    pub lbppbe: std::sync::atomic::AtomicU8,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -306,6 +308,7 @@ impl LogicalUnit {
             d_sense: AtomicBool::new(false),
             select_lock: Mutex::new(()),
             thin: AtomicBool::new(false),
+            lbppbe: std::sync::atomic::AtomicU8::new(0),
             capacity: std::sync::atomic::AtomicU64::new(p.num_blocks),
         };
         LogicalUnit {
@@ -329,6 +332,17 @@ impl LogicalUnit {
     /// reads of deallocated blocks return zeros.
     pub fn thin_provisioning(&self) -> bool {
         self.state.thin.load(Ordering::Relaxed)
+    }
+
+    /// Sets the LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT READ CAPACITY(16) reports (a
+    /// physical block is 2^exp logical blocks; clamped to 0..=15; configuration `lbppbe`).
+    pub fn set_physical_block_exponent(&self, exp: u8) {
+        self.state.lbppbe.store(exp.min(15), Ordering::Relaxed);
+    }
+
+    /// The LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT.
+    pub fn physical_block_exponent(&self) -> u8 {
+        self.state.lbppbe.load(Ordering::Relaxed)
     }
 
     /// Makes the LU thin provisioned or not (configuration, tgtadm `thin_provisioning`).

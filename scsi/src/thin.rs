@@ -134,7 +134,9 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
         return Err(Sense::invalid_field_in_cdb(count_at, Some(7)));
     }
     let bs = lu.params().block_size as usize;
-    if !ndob && ctx.data_out.len() < bs {
+    // exactly one block (none with NDOB): with more it is unclear which block was meant
+    let expected = if ndob { 0 } else { bs };
+    if ctx.data_out.len() != expected {
         return Err(Sense::invalid_field_in_information_unit());
     }
     Ok(Action::WriteSame {
@@ -341,6 +343,15 @@ mod tests {
         );
         assert_eq!(
             check(&complete_out(&lu, &[0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0], &[])),
+            (5, 0x0E, 3)
+        );
+        // more than the one block: which one was meant?
+        assert_eq!(
+            check(&complete_out(
+                &lu,
+                &[0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+                &[0u8; 1024]
+            )),
             (5, 0x0E, 3)
         );
         let thick = super::super::test_util::lu();

@@ -167,6 +167,10 @@ pub(crate) fn open_target(
             let cache_id = cache_id();
             let lu = scsi::LogicalUnit::new(params);
             lu.set_thin_provisioning(l.thin_provisioning);
+            // tgtd's `lbppbe` (default 0, one logical block per physical block, as tgtd:
+            // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
+            // GetLBAStatus.UnmapSingle needs)
+            lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
             crate::pr_store::restore(&lu, state_dir, &t.iqn, l.lun);
             lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
             luns.insert(
