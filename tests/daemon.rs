@@ -631,6 +631,14 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// Starts the target again after it ended (e.g. [`Daemon::kill9`] or a crash), with the
+    /// same configuration, LUN files and state directory; waits until it accepts logins.
+    pub fn respawn(&mut self) {
+        assert!(self.child.is_none(), "respawn of a running daemon");
+        self.spawn();
+        self.wait_ready();
+    }
+
     /// SIGKILLs the target (a crash: no shutdown code runs) and reaps it. Returns how it
     /// ended, or None when it had already been reaped.
     pub fn kill9(&mut self) -> Option<ExitStatus> {

@@ -28,6 +28,15 @@ pub fn path(state_dir: &Path, iqn: &str, lun: u64) -> PathBuf {
     state_dir.join("pr").join(format!("{name}.lun{lun}"))
 }
 
+/// The temporary file `persist` writes before renaming it over `p`: the state file's whole
+/// name plus `.tmp` (one per LUN: `with_extension` would map `t.lun1` and `t.lun2` to the
+/// same `t.tmp`, and two LUNs persisting at once could swap states).
+fn tmp_path(p: &Path) -> PathBuf {
+    let mut name = p.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    p.with_file_name(name)
+}
+
 /// Loads the stored state into `lu`, if there is a file. A file that cannot be read or is
 /// corrupt is reported (the LU then starts without reservations) — never silently.
 pub fn restore(lu: &scsi::LogicalUnit, state_dir: &Path, iqn: &str, lun: u64) {
@@ -60,7 +69,7 @@ pub fn persist(
     }
     let dir = p.parent().unwrap_or(state_dir);
     std::fs::create_dir_all(dir)?;
-    let tmp = p.with_extension("tmp");
+    let tmp = tmp_path(&p);
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&req.bytes)?;
@@ -75,6 +84,15 @@ pub fn persist(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temporary_files_are_per_lun() {
+        let d = Path::new("/state");
+        let a = tmp_path(&path(d, "iqn.2026-11.org.example:t", 1));
+        let b = tmp_path(&path(d, "iqn.2026-11.org.example:t", 2));
+        assert_ne!(a, b);
+        assert_eq!(a, Path::new("/state/pr/iqn.2026-11.org.example_t.lun1.tmp"));
+    }
 
     #[test]
     fn file_names_are_safe_and_distinct() {
