@@ -272,7 +272,8 @@ pub fn login_normal(addr: SocketAddr, initiator: &str, target: &str) -> Result<R
     Err("target never transitioned to full-feature phase in 4 round trips".into())
 }
 
-/// A logged-in raw session for SCSI commands to LUN 1 of [`crate::TEST_IQN`]: each command
+/// A logged-in raw session for SCSI commands to LUN `lun` (1 unless changed) of
+/// [`crate::TEST_IQN`] (or another target, [`ScsiSession::open_target`]): each command
 /// is sent as an immediate SCSI Command PDU (write data as immediate data) and its Data-In
 /// and SCSI Response collected. For tests that need exact control of the I_T nexus or see
 /// unit attentions that libiscsi's tools would hide.
@@ -280,19 +281,27 @@ pub struct ScsiSession {
     pub stream: TcpStream,
     cmd_sn: u32,
     itt: u32,
+    /// The LUN commands go to (1 unless changed).
+    pub lun: u16,
 }
 
 impl ScsiSession {
     /// Logs in as `initiator` (fixed ISID, so the same name is the same I_T nexus again) and
     /// clears the power-on unit attention with TEST UNIT READY.
     pub fn open(d: &crate::Daemon, initiator: &str) -> ScsiSession {
-        let sess = login_normal(d.addr(), initiator, crate::TEST_IQN)
+        Self::open_target(d, initiator, crate::TEST_IQN)
+    }
+
+    /// As [`ScsiSession::open`], to target `iqn`.
+    pub fn open_target(d: &crate::Daemon, initiator: &str, iqn: &str) -> ScsiSession {
+        let sess = login_normal(d.addr(), initiator, iqn)
             .unwrap_or_else(|e| panic!("login {initiator}: {e}\n{}", d.log_tail(40)));
         let b = &sess.login_response.bhs;
         let mut s = ScsiSession {
             stream: sess.stream,
             cmd_sn: u32::from_be_bytes([b[28], b[29], b[30], b[31]]),
             itt: 0,
+            lun: 1,
         };
         for _ in 0..3 {
             if s.command(&[0; 6], &[], 0).0 == 0 {
@@ -346,7 +355,7 @@ impl ScsiSession {
         bhs[1] = 0x80 | 0x01 | if read { 0x40 } else { 0 } | if write { 0x20 } else { 0 };
         let dlen = data_out.len() as u32;
         bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
-        bhs[8..10].copy_from_slice(&[0, 1]); // LUN 1
+        bhs[8..10].copy_from_slice(&self.lun.to_be_bytes());
         bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
         bhs[20..24].copy_from_slice(&edtl.to_be_bytes());
         bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());

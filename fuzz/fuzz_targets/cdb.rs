@@ -231,5 +231,11 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
         Action::GetLbaStatus { lba, alloc_len } => {
             assert!(lba < num_blocks && alloc_len > 0, "get lba status {lba}");
         }
+        Action::ExtendedCopy(job) => {
+            for s in &job.segments {
+                let n = job.cscds.len();
+                assert!(usize::from(s.src) < n && usize::from(s.dst) < n, "xcopy index");
+            }
+        }
     }
 }

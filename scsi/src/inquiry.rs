@@ -116,7 +116,9 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
     let (evpd, code, alloc) = decode(cdb)?;
     let p = lu.params();
     let data = if !evpd {
-        standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev)
+        let mut d = standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev);
+        d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
+        d
     } else {
         let body = match code {
             page::SUPPORTED => SUPPORTED_PAGES.to_vec(),

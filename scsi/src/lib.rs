@@ -41,6 +41,7 @@ mod shared;
 pub mod thin;
 mod ua;
 mod unmapped;
+pub mod xcopy;
 
 pub use inquiry::{NAA_COMPANY_ID, naa6};
 pub use nexus::{Nexus, NexusId};
@@ -131,6 +132,8 @@ pub struct LogicalUnit {
     params: LuParams,
     state: LuState,
     shared: SharedState,
+    /// EXTENDED COPY operations and their held status (RECEIVE COPY RESULTS).
+    copies: xcopy::CopyTable,
 }
 
 /// The inputs of one command.
@@ -252,6 +255,9 @@ pub enum Action {
     /// GET LBA STATUS: find which blocks from `lba` are mapped or deallocated and answer
     /// [`lba_status_completion`] with `alloc_len`.
     GetLbaStatus { lba: u64, alloc_len: u32 },
+    /// EXTENDED COPY: resolve the job's CSCD descriptors to logical units, copy its segments,
+    /// then answer [`LogicalUnit::copy_finished`].
+    ExtendedCopy(Box<xcopy::CopyJob>),
 }
 
 impl Action {
@@ -315,6 +321,7 @@ impl LogicalUnit {
             params: p,
             state,
             shared: SharedState::default(),
+            copies: xcopy::CopyTable::default(),
         }
     }
 
@@ -444,6 +451,7 @@ impl LogicalUnit {
     /// reservation and drops its unit attentions. Persistent reservations stay.
     pub fn nexus_removed(&self, id: NexusId) {
         self.shared.nexus_removed(id);
+        self.copies.nexus_removed(id);
     }
 
     /// LOGICAL UNIT RESET (after the server aborted the LU's tasks): releases the SPC-2

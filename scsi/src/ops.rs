@@ -12,7 +12,7 @@ use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
     capacity, caw, inquiry, maintenance, medium, mode, pr, report_luns, request_sense,
-    reserve_spc2, rw, thin,
+    reserve_spc2, rw, thin, xcopy,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -72,6 +72,8 @@ pub mod opcode {
     pub const MODE_SENSE_10: u8 = 0x5A;
     pub const PERSISTENT_RESERVE_IN: u8 = 0x5E;
     pub const PERSISTENT_RESERVE_OUT: u8 = 0x5F;
+    pub const EXTENDED_COPY: u8 = 0x83;
+    pub const RECEIVE_COPY_RESULTS: u8 = 0x84;
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8A;
@@ -116,6 +118,17 @@ const VERIFY_FLAGS: u8 = 0xF6;
 /// WRITE AND VERIFY (SBC-3): WRPROTECT (7-5), DPO, BYTCHK (bit 1); bits 3-2 reserved, bit 0
 /// obsolete.
 const WRITE_VERIFY_FLAGS: u8 = 0xF2;
+
+/// EXTENDED COPY (LID1): service action; PARAMETER LIST LENGTH.
+const USAGE_XCOPY: &[u8] = &[
+    0xFF, 0x1F, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
+];
+/// RECEIVE COPY RESULTS: service action; LIST IDENTIFIER; ALLOCATION LENGTH.
+const USAGE_RCR: &[u8] = &[
+    0xFF, 0x1F, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
+];
+/// Recommended timeout of EXTENDED COPY: up to 16 segments of 256 MiB each.
+const T_XCOPY: u32 = 120;
 
 use opcode::*;
 
@@ -439,6 +452,51 @@ pub(crate) static TABLE: &[OpInfo] = &[
         usage: &[0xFF, 0x1F, 0xFF, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, C],
         handler: pr::pr_out,
         timeout: T_PR_OUT,
+    },
+    OpInfo {
+        opcode: EXTENDED_COPY,
+        service_action: Some(0x00),
+        name: "EXTENDED COPY(LID1)",
+        // PARAMETER LIST LENGTH
+        usage: USAGE_XCOPY,
+        handler: xcopy::extended_copy,
+        timeout: T_XCOPY,
+    },
+    OpInfo {
+        opcode: RECEIVE_COPY_RESULTS,
+        service_action: Some(xcopy::SA_COPY_STATUS),
+        name: "RECEIVE COPY RESULTS(COPY STATUS)",
+        // LIST IDENTIFIER; ALLOCATION LENGTH
+        usage: USAGE_RCR,
+        handler: xcopy::receive_copy_results,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RECEIVE_COPY_RESULTS,
+        service_action: Some(xcopy::SA_RECEIVE_DATA),
+        name: "RECEIVE COPY RESULTS(RECEIVE DATA)",
+        // LIST IDENTIFIER; ALLOCATION LENGTH
+        usage: USAGE_RCR,
+        handler: xcopy::receive_copy_results,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RECEIVE_COPY_RESULTS,
+        service_action: Some(xcopy::SA_OPERATING_PARAMETERS),
+        name: "RECEIVE COPY RESULTS(OPERATING PARAMETERS)",
+        // LIST IDENTIFIER; ALLOCATION LENGTH
+        usage: USAGE_RCR,
+        handler: xcopy::receive_copy_results,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RECEIVE_COPY_RESULTS,
+        service_action: Some(xcopy::SA_FAILED_SEGMENT_DETAILS),
+        name: "RECEIVE COPY RESULTS(FAILED SEGMENT DETAILS)",
+        // LIST IDENTIFIER; ALLOCATION LENGTH
+        usage: USAGE_RCR,
+        handler: xcopy::receive_copy_results,
+        timeout: T_EMULATED,
     },
     OpInfo {
         opcode: READ_16,

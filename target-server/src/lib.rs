@@ -17,3 +17,4 @@ pub mod runtime;
 pub mod sd_notify;
 pub mod storage;
 pub mod thin;
+pub mod xcopy;

@@ -177,6 +177,9 @@ const THIN_SUITES: &[&str] = &[
     "SCSI.GetLBAStatus",
 ];
 
+/// Third-party copy: EXTENDED COPY (LID1) and RECEIVE COPY RESULTS.
+const XCOPY_SUITES: &[&str] = &["SCSI.ExtendedCopy", "SCSI.ReceiveCopyResults"];
+
 fn selected_suites(lun: LunSpec, mode_suffix: &str) {
     suites(lun, mode_suffix, SUITES);
 }
@@ -225,6 +228,26 @@ fn iscsi_test_cu_thin_provisioning() {
             .with_write_cache(true),
         "-thin",
         THIN_SUITES,
+    );
+}
+
+/// EXTENDED COPY and RECEIVE COPY RESULTS (tgtd has neither: numatgtd only), through the
+/// block cache with the write cache on, then straight to the backing file.
+#[test]
+fn iscsi_test_cu_extended_copy() {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("tgtd implements no EXTENDED COPY; nothing to run");
+        return;
+    }
+    suites(
+        LunSpec::new(1, 512, 256 * MIB).with_write_cache(true),
+        "-xcopy",
+        XCOPY_SUITES,
+    );
+    suites(
+        LunSpec::new(1, 512, 256 * MIB).with_cache("off"),
+        "-xcopy-cache-off",
+        XCOPY_SUITES,
     );
 }
 

@@ -1,0 +1,210 @@
+//! EXTENDED COPY inside the target system, on an I/O worker: the `scsi` crate checked the
+//! parameter list and handed over a [`CopyJob`]; here its CSCD descriptors are resolved to
+//! exported LUNs (by the NAA designator VPD page 83h reports, across every target of the
+//! daemon), and each block → block segment is copied in bounded chunks through the same
+//! paths a READ and a WRITE take: the source read through the block cache (or around it,
+//! after its dirty data), the destination written as a WRITE is — holding the LUN's write
+//! range locks (`atomic.rs`), kept dirty in the write-back cache when WCE=1, durable before
+//! status when WCE=0. The outcome is recorded for RECEIVE COPY RESULTS by
+//! `LogicalUnit::copy_finished`.
+
+use std::sync::Arc;
+
+use cache::BlockCache;
+use iscsi_proto::CommandResult;
+use scsi::Sense;
+use scsi::xcopy::{self, CopyJob, Cscd, Segment};
+
+use crate::dispatch::to_result;
+use crate::jobs::{Extent, Job};
+use crate::payload::Payload;
+use crate::registry::{Lun, LunSet};
+use crate::storage::{self, Replier, StorageCtx};
+
+/// Bytes moved per read + write: bounds the memory one copy holds (a multiple of every
+/// supported block length).
+const CHUNK: u64 = 1 << 20;
+
+/// A resolved copy target: the LUN and the cache its I/O goes through.
+#[derive(Clone)]
+struct CopyTarget {
+    lun: Arc<Lun>,
+    cache: Option<Arc<BlockCache>>,
+}
+
+/// Starts `job` (received by `lun`) on the connection's node's I/O pool; the result arrives
+/// through `reply`.
+pub fn start(
+    job: Box<CopyJob>,
+    lun: &Arc<Lun>,
+    luns: &LunSet,
+    ctx: &StorageCtx<'_>,
+    reply: Replier,
+) -> Option<CommandResult<Payload>> {
+    let targets: Vec<Option<CopyTarget>> = job
+        .cscds
+        .iter()
+        .map(|c| {
+            resolve(c, luns, ctx).map(|l| CopyTarget {
+                cache: storage::uses_cache(&l, ctx).cloned(),
+                lun: l,
+            })
+        })
+        .collect();
+    let lun = Arc::clone(lun);
+    let node = ctx.node;
+    ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+        let mut done = 0u16;
+        let mut bytes = 0u64;
+        let mut failure = None;
+        for seg in &job.segments {
+            match copy_segment(&job.cscds, &targets, seg, node) {
+                Ok(n) => {
+                    done += 1;
+                    bytes += n;
+                }
+                Err(s) => {
+                    failure = Some(s);
+                    break;
+                }
+            }
+        }
+        if let Some(s) = &failure {
+            tracing::info!(
+                lun = lun.number,
+                list_id = job.list_id,
+                segment = done,
+                "EXTENDED COPY ended: {:02x}/{:02x}/{:02x}",
+                s.key,
+                s.asc,
+                s.ascq
+            );
+        }
+        reply.send(to_result(
+            lun.scsi.copy_finished(&job, done, bytes, failure),
+        ));
+    })));
+    None
+}
+
+/// The exported LUN a CSCD descriptor names: any target of the daemon (the NAA designator
+/// is unique in the target system), or the command's own target when the registry is not
+/// at hand.
+fn resolve(c: &Cscd, luns: &LunSet, ctx: &StorageCtx<'_>) -> Option<Arc<Lun>> {
+    let names = |l: &&Arc<Lun>| c.designator.names_naa_id(l.scsi.params().naa_id);
+    if let Some(l) = luns.map.values().find(names) {
+        return Some(Arc::clone(l));
+    }
+    let shared = ctx.tasks?;
+    shared
+        .registry
+        .targets()
+        .iter()
+        .find_map(|t| t.lun_set().map.values().find(names).cloned())
+}
+
+/// A resolved copy target whose block length is the one the CSCD descriptor states.
+fn target_of<'a>(
+    cscds: &[Cscd],
+    targets: &'a [Option<CopyTarget>],
+    index: u16,
+) -> Result<&'a CopyTarget, Sense> {
+    let i = usize::from(index);
+    let t = targets
+        .get(i)
+        .and_then(Option::as_ref)
+        .ok_or_else(xcopy::copy_target_not_reachable)?;
+    let stated = cscds.get(i).map_or(0, |c| c.block_len);
+    if stated != t.lun.store.block_size() {
+        return Err(xcopy::incorrect_copy_target_type());
+    }
+    Ok(t)
+}
+
+/// `lba .. lba + bytes / block length` lies within the LUN's capacity.
+fn within(lun: &Lun, lba: u64, bytes: u64) -> bool {
+    let bs = u64::from(lun.store.block_size().max(1));
+    lba.checked_add(bytes / bs)
+        .is_some_and(|end| end <= lun.scsi.num_blocks())
+}
+
+/// One block → block segment: checks, then the chunks. Returns the bytes written.
+fn copy_segment(
+    cscds: &[Cscd],
+    targets: &[Option<CopyTarget>],
+    seg: &Segment,
+    node: usize,
+) -> Result<u64, Sense> {
+    let src = target_of(cscds, targets, seg.src)?;
+    let dst = target_of(cscds, targets, seg.dst)?;
+    let (sbs, dbs) = (src.lun.store.block_size(), dst.lun.store.block_size());
+    let len = seg.bytes(sbs, dbs)?;
+    if len == 0 {
+        return Ok(0);
+    }
+    if dst.lun.scsi.params().readonly {
+        return Err(Sense::write_protected());
+    }
+    if !within(&src.lun, seg.src_lba, len) || !within(&dst.lun, seg.dst_lba, len) {
+        return Err(xcopy::copy_range_beyond_capacity());
+    }
+    let src_off = seg.src_lba * u64::from(sbs);
+    let dst_off = seg.dst_lba * u64::from(dbs);
+    // within one LUN, a destination overlapping the source's tail is copied back to front
+    let backwards = Arc::ptr_eq(&src.lun, &dst.lun) && dst_off > src_off && dst_off < src_off + len;
+    let chunks = len.div_ceil(CHUNK);
+    for i in 0..chunks {
+        let k = if backwards { chunks - 1 - i } else { i };
+        let at = k * CHUNK;
+        let n = CHUNK.min(len - at);
+        copy_chunk(src, src_off + at, dst, dst_off + at, n, node)?;
+    }
+    Ok(len)
+}
+
+/// Read `n` bytes at `src_off` as a READ does, write them at `dst_off` as a WRITE does.
+fn copy_chunk(
+    src: &CopyTarget,
+    src_off: u64,
+    dst: &CopyTarget,
+    dst_off: u64,
+    n: u64,
+    node: usize,
+) -> Result<(), Sense> {
+    let src_lba = src_off / u64::from(src.lun.store.block_size());
+    let read = match &src.cache {
+        Some(c) => storage::gather_read(c, &src.lun, src_lba, src_off, n, node),
+        None => storage::direct_read(&src.lun, src_lba, src_off, n),
+    };
+    let data = match (&read.data, read.status) {
+        (Some(p), 0) => payload_bytes(p),
+        _ => return Err(xcopy::third_party_device_failure()),
+    };
+    if data.len() as u64 != n {
+        return Err(xcopy::third_party_device_failure());
+    }
+    let at = Extent {
+        lun: Arc::clone(&dst.lun),
+        lba: dst_off / u64::from(dst.lun.store.block_size()),
+        offset: dst_off,
+        len: n,
+    };
+    let durable = !dst.lun.scsi.write_cache_enabled();
+    let written = storage::write_job(dst.cache.as_ref(), &at, durable, &data, 0);
+    if written.status != 0 {
+        return Err(xcopy::third_party_device_failure());
+    }
+    Ok(())
+}
+
+fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {
+    match p {
+        Payload::Bytes(v) => std::borrow::Cow::Borrowed(v.as_slice()),
+        Payload::Block(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+        Payload::Blocks(refs) => std::borrow::Cow::Owned(
+            refs.iter()
+                .flat_map(|r| r.bytes().iter().copied())
+                .collect(),
+        ),
+    }
+}
