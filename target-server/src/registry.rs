@@ -239,7 +239,9 @@ pub struct Registry {
     portals: RwLock<Vec<Portal>>,
     /// Limits for connections before login picks a target (and for discovery sessions).
     default_config: ConnConfig,
-    sessions: Mutex<HashMap<(String, [u8; 6]), SessionEntry>>,
+    /// Logged-in sessions by I_T nexus: initiator name, ISID and target name (lower case) —
+    /// the same initiator port logged in to two targets has two sessions (RFC 7143 4.4.2).
+    sessions: Mutex<HashMap<(String, [u8; 6], String), SessionEntry>>,
     /// TSIHs granted to normal logins that have not authenticated yet, by connection.
     pending: Mutex<HashMap<ConnId, u16>>,
     next_tsih: AtomicU16,
@@ -382,7 +384,7 @@ impl Registry {
         let mut v: Vec<SessionView> = s
             .iter()
             .filter(|(_, e)| e.target.eq_ignore_ascii_case(iqn))
-            .map(|((name, _), e)| SessionView {
+            .map(|((name, _, _), e)| SessionView {
                 tsih: e.tsih,
                 initiator: name.clone(),
                 alias: e.alias.clone(),

@@ -570,6 +570,56 @@ fn reinstatement_needs_authentication() {
     assert!(closed, "session A was not reinstated by C");
 }
 
+/// The same initiator port (name and ISID) logged in to two targets has two sessions (two
+/// I_T nexuses): the second login must not reinstate — close — the first.
+#[test]
+fn same_initiator_port_on_two_targets_keeps_both_sessions() {
+    let files = tempfile::tempdir().expect("temp dir");
+    for f in ["t1.img", "t2.img"] {
+        create_sparse(&files.path().join(f), 8 << 20);
+    }
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    export_lun(
+        &d,
+        "1",
+        IQN1,
+        &files.path().join("t1.img").display().to_string(),
+    );
+    export_lun(
+        &d,
+        "2",
+        IQN2,
+        &files.path().join("t2.img").display().to_string(),
+    );
+    let who = "iqn.2026-11.org.numatgt:one-port";
+    let mut a = pdu::login_normal(d.addr(), who, IQN1)
+        .expect("login to target 1")
+        .stream;
+    let mut b = pdu::login_normal(d.addr(), who, IQN2)
+        .expect("login to target 2")
+        .stream;
+    assert_eq!(
+        report_luns(&mut a, 1, 1),
+        vec![1],
+        "session to target 1 after the second login"
+    );
+    assert_eq!(report_luns(&mut b, 1, 1), vec![1], "session to target 2");
+    assert!(
+        !d.log().contains("session reinstated"),
+        "a login to another target reinstated a session\n{}",
+        d.log_tail(20)
+    );
+    // the same port to the same target again: that one is a reinstatement
+    let _c = pdu::login_normal(d.addr(), who, IQN1).expect("login to target 1 again");
+    let (_, closed) = pdu::drain_until_close(&mut a, Duration::from_secs(5));
+    assert!(closed, "the first session to target 1 was not reinstated");
+    assert_eq!(
+        report_luns(&mut b, 2, 2),
+        vec![1],
+        "session to target 2 was disturbed"
+    );
+}
+
 /// `--mode sys --op update -n debug -v on` turns debug logging on at run time, `off` back.
 #[test]
 fn debug_flag_switches_logging() {

@@ -82,7 +82,8 @@ impl Directory for LoginContext<'_> {
     }
 
     /// The initiator passed the security stage: now an older session with the same
-    /// initiator name and ISID is reinstated (closed) and this one registered, so an
+    /// initiator name and ISID to the same target is reinstated (closed) and this one
+    /// registered, so an
     /// unauthenticated peer cannot knock out a live session.
     fn authenticated(
         &self,
@@ -101,7 +102,13 @@ impl Directory for LoginContext<'_> {
         let Some(target) = req.target_name.and_then(|n| reg.target(n)) else {
             return Err(LoginReject::TargetRemoved);
         };
-        let key = (req.initiator_name.to_string(), req.isid);
+        // the I_T nexus: a login with the same initiator port to another target is another
+        // session, not a reinstatement
+        let key = (
+            req.initiator_name.to_string(),
+            req.isid,
+            target.iqn.to_ascii_lowercase(),
+        );
         let mut sessions = reg.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = sessions.remove(&key) {
             // session reinstatement (RFC 7143 6.3.5): the old session is closed
