@@ -350,8 +350,11 @@ mod tests {
         ws16[0] = 0x93;
         let mut ws16_unmap = ws16;
         ws16_unmap[1] = 0x08;
+        let mut atomic = w16;
+        atomic[0] = 0x9C;
         w16[0] = 0x8A;
-        let cdbs: [&[u8]; 9] = [
+        let cdbs: [&[u8]; 10] = [
+            &atomic,
             &[0x0A, 0, 0, 0, 1, 0],
             &[0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0],
             &[0x2E, 0, 0, 0, 0, 0, 0, 0, 1, 0],

@@ -192,8 +192,8 @@ const REMOVABLE_SUITES: &[&str] = &[
 ];
 
 /// Write protection: every writing command DATA PROTECT / WRITE PROTECTED, reads still work.
-/// On a read-only LUN, fully provisioned and thin (where UNMAP is supported and must be
-/// refused for the write protection rather than as unsupported).
+/// On a read-only thin LUN (where UNMAP is supported and must be refused for the write
+/// protection rather than as unsupported).
 const READONLY_SUITES: &[&str] = &["SCSI.ReadOnly", "SCSI.Read10", "SCSI.Read16"];
 
 fn selected_suites(lun: LunSpec, mode_suffix: &str) {
@@ -310,11 +310,9 @@ fn iscsi_test_cu_readonly() {
         eprintln!("read-only LUNs are configured per LUN in numatgtd only; nothing to run");
         return;
     }
-    suites(
-        LunSpec::new(1, 512, 256 * MIB).readonly(),
-        "-readonly",
-        READONLY_SUITES,
-    );
+    // thin, so that UNMAP exists and must be refused for the write protection: on a fully
+    // provisioned LUN UNMAP is unsupported and libiscsi counts ReadOnlySBC as skipped (its
+    // other 13 checks, WRITE SAME with UNMAP included, pass there too)
     suites(
         LunSpec::new(1, 512, 256 * MIB).readonly().thin(),
         "-readonly-thin",
