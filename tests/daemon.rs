@@ -69,6 +69,12 @@ pub struct LunSpec {
     pub write_cache: Option<bool>,
     /// numatgtd only: thin provisioned (UNMAP, deallocating WRITE SAME). Ignored for tgtd.
     pub thin: bool,
+    /// numatgtd only: removable medium (INQUIRY RMB, LOAD/EJECT, PREVENT ALLOW MEDIUM
+    /// REMOVAL). Ignored for tgtd.
+    pub removable: bool,
+    /// numatgtd only: write protected (MODE SENSE WP, DATA PROTECT on writes). Ignored for
+    /// tgtd.
+    pub readonly: bool,
 }
 
 /// INQUIRY identity of a LUN.
@@ -94,6 +100,8 @@ impl LunSpec {
             cache: None,
             write_cache: None,
             thin: false,
+            removable: false,
+            readonly: false,
         }
     }
 
@@ -106,6 +114,18 @@ impl LunSpec {
     /// numatgtd: a thin-provisioned LUN. Ignored for tgtd.
     pub fn thin(mut self) -> Self {
         self.thin = true;
+        self
+    }
+
+    /// numatgtd: a LUN with removable medium. Ignored for tgtd.
+    pub fn removable(mut self) -> Self {
+        self.removable = true;
+        self
+    }
+
+    /// numatgtd: a write-protected LUN. Ignored for tgtd.
+    pub fn readonly(mut self) -> Self {
+        self.readonly = true;
         self
     }
 
@@ -217,6 +237,12 @@ pub fn numatgtd_config_with(port: u16, luns: &[(LunSpec, PathBuf)], global_yaml:
         }
         if spec.thin {
             y.push_str("        thin_provisioning: true\n");
+        }
+        if spec.removable {
+            y.push_str("        removable: true\n");
+        }
+        if spec.readonly {
+            y.push_str("        readonly: true\n");
         }
         if let Some(wce) = spec.write_cache {
             y.push_str(&format!("        write_cache: {wce}\n"));

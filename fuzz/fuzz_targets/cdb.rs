@@ -237,5 +237,11 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 assert!(usize::from(s.src) < n && usize::from(s.dst) < n, "xcopy index");
             }
         }
+        Action::SelfTest { lba, blocks } => {
+            assert!(
+                blocks > 0 && lba + u64::from(blocks) <= num_blocks,
+                "self-test read {lba}+{blocks}"
+            );
+        }
     }
 }

@@ -24,9 +24,7 @@ pub(crate) fn compare_and_write(
     if cdb[1] & 0xE0 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(7))); // WRPROTECT: no protection info
     }
-    if lu.params().readonly {
-        return Err(Sense::write_protected());
-    }
+    lu.check_writable()?;
     let lba = be64(cdb, 2);
     let blocks = cdb[13];
     check_range(lu, lba, u64::from(blocks))?;
@@ -84,9 +82,7 @@ pub(crate) fn write_atomic(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Resul
     if blocks > max_atomic_blocks(lu) {
         return Err(Sense::invalid_field_in_cdb(12, Some(7)));
     }
-    if lu.params().readonly {
-        return Err(Sense::write_protected());
-    }
+    lu.check_writable()?;
     check_range(lu, lba, u64::from(blocks))?;
     if blocks == 0 {
         return Ok(Action::good());
@@ -106,9 +102,7 @@ pub(crate) fn orwrite(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Act
     if cdb[1] & 0xE0 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(7))); // ORPROTECT: no protection info
     }
-    if lu.params().readonly {
-        return Err(Sense::write_protected());
-    }
+    lu.check_writable()?;
     let lba = be64(cdb, 2);
     let blocks = be32(cdb, 10);
     if blocks > lu.max_transfer_blocks() {

@@ -118,6 +118,9 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
     let data = if !evpd {
         let mut d = standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev);
         d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
+        if lu.removable() {
+            d[1] |= 0x80; // RMB
+        }
         d
     } else {
         let body = match code {

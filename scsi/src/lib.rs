@@ -20,11 +20,14 @@
 //! MANAGEMENT FUNCTIONS, [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE,
 //! `unmapped` LUNs without a logical unit, `nexus` I_T nexus identity, `ua` unit attention
 //! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
-//! RESERVE / RELEASE, [`pr`] persistent reservations.
+//! RESERVE / RELEASE, [`pr`] persistent reservations, [`removable`] removable medium
+//! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, `diagnostic` SEND
+//! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS.
 
 mod capacity;
 mod caw;
 mod cdb;
+mod diagnostic;
 mod inquiry;
 mod maintenance;
 mod medium;
@@ -32,6 +35,7 @@ mod mode;
 mod nexus;
 pub mod ops;
 pub mod pr;
+pub mod removable;
 pub mod report_luns;
 mod request_sense;
 mod reserve_spc2;
@@ -43,6 +47,7 @@ mod ua;
 mod unmapped;
 pub mod xcopy;
 
+pub use diagnostic::self_test_failed;
 pub use inquiry::{NAA_COMPANY_ID, naa6};
 pub use nexus::{Nexus, NexusId};
 pub use pr::{PrStateError, PrType};
@@ -134,6 +139,7 @@ pub struct LogicalUnit {
     shared: SharedState,
     /// EXTENDED COPY operations and their held status (RECEIVE COPY RESULTS).
     copies: xcopy::CopyTable,
+    medium: removable::MediumState,
 }
 
 /// The inputs of one command.
@@ -258,6 +264,9 @@ pub enum Action {
     /// EXTENDED COPY: resolve the job's CSCD descriptors to logical units, copy its segments,
     /// then answer [`LogicalUnit::copy_finished`].
     ExtendedCopy(Box<xcopy::CopyJob>),
+    /// SEND DIAGNOSTIC default self-test: read `blocks` blocks at `lba` from the medium (through
+    /// any cache); GOOD when they are readable, else [`self_test_failed`]. No Data-In.
+    SelfTest { lba: u64, blocks: u32 },
 }
 
 impl Action {
@@ -322,6 +331,7 @@ impl LogicalUnit {
             state,
             shared: SharedState::default(),
             copies: xcopy::CopyTable::default(),
+            medium: removable::MediumState::default(),
         }
     }
 
@@ -416,8 +426,10 @@ impl LogicalUnit {
             nexus,
             effects: RefCell::new(None),
         };
-        let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| (op.handler)(self, cdb, &req))
-        {
+        let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| {
+            self.check_medium(cdb)?;
+            (op.handler)(self, cdb, &req)
+        }) {
             Ok(a) => a,
             Err(s) => Action::Complete(self.check_condition(&s)),
         };
@@ -448,26 +460,32 @@ impl LogicalUnit {
     }
 
     /// The I_T nexus is gone (logout, session closed or reinstated): releases its SPC-2
-    /// reservation and drops its unit attentions. Persistent reservations stay.
+    /// reservation, ends its medium removal prevention and drops its unit attentions.
+    /// Persistent reservations stay.
     pub fn nexus_removed(&self, id: NexusId) {
         self.shared.nexus_removed(id);
         self.copies.nexus_removed(id);
+        self.medium.nexus_removed(id);
     }
 
     /// LOGICAL UNIT RESET (after the server aborted the LU's tasks): releases the SPC-2
     /// reservation and establishes BUS DEVICE RESET FUNCTION OCCURRED for every I_T nexus,
-    /// the issuer's included (SAM-5 6.3.3). Persistent reservations stay; mode parameters
+    /// the issuer's included (SAM-5 6.3.3); ends every medium removal prevention. Persistent
+    /// reservations stay; mode parameters
     /// return to their defaults.
     pub fn logical_unit_reset(&self) {
         self.reset_mode_parameters();
+        self.medium.reset();
         self.shared.reset(UnitAttention::LuReset);
     }
 
     /// TARGET WARM / COLD RESET (a hard reset of every logical unit of the target):
     /// releases the SPC-2 reservation and establishes POWER ON, RESET, OR BUS DEVICE RESET
-    /// OCCURRED for every I_T nexus. Persistent reservations stay.
+    /// OCCURRED for every I_T nexus; ends every medium removal prevention. Persistent
+    /// reservations stay.
     pub fn target_reset(&self) {
         self.reset_mode_parameters();
+        self.medium.reset();
         self.shared.reset(UnitAttention::PowerOnReset);
     }
 

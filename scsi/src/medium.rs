@@ -2,7 +2,7 @@
 //! the range check (the server's cache loads blocks on demand and reads ahead on its own;
 //! GOOD rather than CONDITION MET promises nothing about residency); START STOP UNIT —
 //! the medium is always spinning: START/STOP and power conditions are accepted, LOAD/EJECT
-//! is refused because the medium is not removable; READ DEFECT DATA(10/12) — a virtual disk
+//! is refused unless the LU is removable (then `removable` loads / ejects); READ DEFECT DATA(10/12) — a virtual disk
 //! has no defects: empty lists in the format asked for.
 
 use crate::cdb::{be16, be32, be64, truncate};
@@ -22,9 +22,21 @@ pub(crate) fn prefetch(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Acti
 }
 
 /// START STOP UNIT.
-pub(crate) fn start_stop_unit(_: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
+pub(crate) fn start_stop_unit(
+    lu: &LogicalUnit,
+    cdb: &[u8],
+    req: &Req<'_>,
+) -> Result<Action, Sense> {
     let power_condition = cdb[4] >> 4;
     let loej = cdb[4] & 0x02 != 0;
+    if lu.removable() {
+        // SBC-3: a POWER CONDITION other than 0h makes START and LOEJ ignored; on a removable
+        // LU every value is accepted and leaves the medium where it is (libiscsi PwrCnd, tgtd)
+        if power_condition == 0 && loej {
+            return crate::removable::load_eject(lu, cdb[4] & 0x01 != 0, req);
+        }
+        return Ok(Action::good());
+    }
     if loej && power_condition == 0 {
         // LOAD/EJECT: the medium is not removable (INQUIRY RMB = 0)
         return Err(Sense::invalid_field_in_cdb(4, Some(1)));

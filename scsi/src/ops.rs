@@ -11,8 +11,8 @@ use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
-    capacity, caw, inquiry, maintenance, medium, mode, pr, report_luns, request_sense,
-    reserve_spc2, rw, thin, xcopy,
+    capacity, caw, diagnostic, inquiry, maintenance, medium, mode, pr, removable, report_luns,
+    request_sense, reserve_spc2, rw, thin, xcopy,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -56,6 +56,9 @@ pub mod opcode {
     pub const RELEASE_6: u8 = 0x17;
     pub const MODE_SENSE_6: u8 = 0x1A;
     pub const START_STOP_UNIT: u8 = 0x1B;
+    pub const RECEIVE_DIAGNOSTIC_RESULTS: u8 = 0x1C;
+    pub const SEND_DIAGNOSTIC: u8 = 0x1D;
+    pub const PREVENT_ALLOW_MEDIUM_REMOVAL: u8 = 0x1E;
     pub const READ_CAPACITY_10: u8 = 0x25;
     pub const READ_10: u8 = 0x28;
     pub const WRITE_10: u8 = 0x2A;
@@ -211,6 +214,33 @@ pub(crate) static TABLE: &[OpInfo] = &[
         name: "START STOP UNIT",
         usage: &[0xFF, 0x01, 0, 0x0F, 0xF7, C],
         handler: medium::start_stop_unit,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: RECEIVE_DIAGNOSTIC_RESULTS,
+        service_action: None,
+        name: "RECEIVE DIAGNOSTIC RESULTS",
+        // PCV; PAGE CODE; ALLOCATION LENGTH
+        usage: &[0xFF, 0x01, 0xFF, 0xFF, 0xFF, C],
+        handler: diagnostic::receive_diagnostic_results,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: SEND_DIAGNOSTIC,
+        service_action: None,
+        name: "SEND DIAGNOSTIC",
+        // SELF-TEST CODE, PF, SELFTEST, DEVOFFL, UNITOFFL; PARAMETER LIST LENGTH
+        usage: &[0xFF, 0xF7, 0, 0xFF, 0xFF, C],
+        handler: diagnostic::send_diagnostic,
+        timeout: T_IO,
+    },
+    OpInfo {
+        opcode: PREVENT_ALLOW_MEDIUM_REMOVAL,
+        service_action: None,
+        name: "PREVENT ALLOW MEDIUM REMOVAL",
+        // PREVENT
+        usage: &[0xFF, 0, 0, 0, 0x03, C],
+        handler: removable::prevent_allow,
         timeout: T_EMULATED,
     },
     OpInfo {

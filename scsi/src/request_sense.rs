@@ -1,5 +1,6 @@
 //! REQUEST SENSE (SPC-4 6.39): reports and clears the next unit attention condition of
-//! the I_T nexus (else NO SENSE) as parameter data, in descriptor format when DESC = 1,
+//! the I_T nexus (else the current condition: NOT READY, MEDIUM NOT PRESENT with the
+//! removable medium out, otherwise NO SENSE) as parameter data, in descriptor format when DESC = 1,
 //! else fixed; status GOOD. There are no deferred errors.
 
 use crate::sense::Sense;
@@ -17,7 +18,7 @@ pub(crate) fn request_sense(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Resu
     let pending = lu
         .shared()
         .take_ua(req.nexus)
-        .map_or(Sense::no_sense(), |ua| ua.sense());
+        .map_or_else(|| lu.current_condition(), |ua| ua.sense());
     Ok(Action::data(response(cdb, &pending)))
 }
 

@@ -91,8 +91,8 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
     if rw.blocks > lu.max_transfer_blocks() {
         return Err(Sense::invalid_field_in_cdb(rw.len_at, Some(7)));
     }
-    if rw.write && lu.params().readonly {
-        return Err(Sense::write_protected());
+    if rw.write {
+        lu.check_writable()?;
     }
     check_range(lu, rw.lba, u64::from(rw.blocks))?;
     if rw.blocks == 0 {

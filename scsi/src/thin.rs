@@ -51,9 +51,7 @@ pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Actio
         // ANCHOR: anchored LBAs are not supported (ANC_SUP = 0)
         return Err(Sense::invalid_field_in_cdb(1, Some(0)));
     }
-    if lu.params().readonly {
-        return Err(Sense::write_protected());
-    }
+    lu.check_writable()?;
     let list_len = usize::from(be16(cdb, 7));
     if list_len == 0 {
         return Ok(Action::good());
@@ -111,15 +109,14 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
     if flags & 0x10 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(4))); // ANCHOR (ANC_SUP = 0)
     }
+    // a write-protected LU refuses every WRITE SAME, with UNMAP or not (libiscsi ReadOnly)
+    lu.check_writable()?;
     let unmap = flags & 0x08 != 0;
     if unmap && !lu.thin_provisioning() {
         // LBPWS/LBPWS10 = 0: unmapping through WRITE SAME is not supported here
         return Err(Sense::invalid_field_in_cdb(1, Some(3)));
     }
     let ndob = sixteen && flags & 0x01 != 0;
-    if lu.params().readonly {
-        return Err(Sense::write_protected());
-    }
     // NUMBER OF LOGICAL BLOCKS 0 (WSNZ = 0): from LBA to the last block of the LU
     let blocks = if blocks == 0 {
         if lba >= lu.num_blocks() {

@@ -23,6 +23,9 @@ pub enum UnitAttention {
     /// 29h/07h I_T NEXUS LOSS OCCURRED: an initiator port that had a nexus before logs in
     /// again.
     NexusLoss,
+    /// 28h/00h NOT READY TO READY CHANGE, MEDIUM MAY HAVE CHANGED: another I_T nexus loaded
+    /// the removable medium.
+    MediumMayHaveChanged,
     /// 2Ah/01h MODE PARAMETERS CHANGED by another I_T nexus.
     ModeParametersChanged,
     /// 2Ah/03h RESERVATIONS PREEMPTED.
@@ -44,6 +47,7 @@ impl UnitAttention {
             UnitAttention::PowerOnReset => (0x29, 0x00),
             UnitAttention::LuReset => (0x29, 0x03),
             UnitAttention::NexusLoss => (0x29, 0x07),
+            UnitAttention::MediumMayHaveChanged => (0x28, 0x00),
             UnitAttention::ModeParametersChanged => (0x2A, 0x01),
             UnitAttention::ReservationsPreempted => (0x2A, 0x03),
             UnitAttention::ReservationsReleased => (0x2A, 0x04),

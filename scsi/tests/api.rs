@@ -206,6 +206,9 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
                 assert!(usize::from(s.dst) < job.cscds.len());
             }
         }
+        Action::SelfTest { lba, blocks } => {
+            assert!(*blocks > 0 && lba + u64::from(*blocks) <= p.num_blocks);
+        }
     }
 }
 

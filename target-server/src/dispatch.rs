@@ -221,6 +221,7 @@ pub fn execute(
             None
         }
         Action::ExtendedCopy(job) => crate::xcopy::start(job, lun, luns, ctx, reply),
+        Action::SelfTest { lba, blocks } => crate::selftest::run(lun, lba, blocks, ctx, reply),
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();

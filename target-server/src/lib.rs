@@ -15,6 +15,7 @@ pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
+pub mod selftest;
 pub mod storage;
 pub mod thin;
 pub mod xcopy;

@@ -171,6 +171,7 @@ pub(crate) fn open_target(
             // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
             // GetLBAStatus.UnmapSingle needs)
             lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
+            lu.set_removable(l.removable);
             crate::pr_store::restore(&lu, state_dir, &t.iqn, l.lun);
             lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
             luns.insert(

@@ -48,15 +48,16 @@ struct SuiteResult {
     problems: Vec<String>,
 }
 
-fn run_suite(d: &mut Daemon, suite: &str, report_name: &str) -> SuiteResult {
+fn run_suite(d: &mut Daemon, suite: &str, report_name: &str, two_urls: bool) -> SuiteResult {
     let url = d.url(1);
     // two URLs to the same LUN: the suites that need a second I_T nexus (reservations,
-    // multipath) use it, the others ignore it
-    let r = tools::run_no_sigpipe(
-        SUITE_TIMEOUT_S,
-        "iscsi-test-cu",
-        ["-d", "-t", suite, url.as_str(), url.as_str()],
-    );
+    // multipath) use it, the others ignore it; with one URL a test that needs a second
+    // nexus logs one in for itself
+    let mut args = vec!["-d", "-t", suite, url.as_str()];
+    if two_urls {
+        args.push(url.as_str());
+    }
+    let r = tools::run_no_sigpipe(SUITE_TIMEOUT_S, "iscsi-test-cu", args);
     let log = tests::reports_dir().join(format!("{report_name}-{suite}.log"));
     std::fs::write(&log, format!("{r}")).expect("write suite log");
     let cases = testcu::parse(&r.stdout);
@@ -180,18 +181,37 @@ const THIN_SUITES: &[&str] = &[
 /// Third-party copy: EXTENDED COPY (LID1) and RECEIVE COPY RESULTS.
 const XCOPY_SUITES: &[&str] = &["SCSI.ExtendedCopy", "SCSI.ReceiveCopyResults"];
 
+/// Removable medium: LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL (per I_T nexus, ended by
+/// nexus loss, logout and the resets), medium access without a medium. On a removable LUN.
+const REMOVABLE_SUITES: &[&str] = &[
+    "SCSI.PreventAllow",
+    "SCSI.StartStopUnit",
+    "SCSI.NoMedia",
+    "SCSI.TestUnitReady",
+    "SCSI.Inquiry",
+];
+
+/// Write protection: every writing command DATA PROTECT / WRITE PROTECTED, reads still work.
+/// On a read-only thin LUN (where UNMAP is supported and must be refused for the write
+/// protection rather than as unsupported).
+const READONLY_SUITES: &[&str] = &["SCSI.ReadOnly", "SCSI.Read10", "SCSI.Read16"];
+
 fn selected_suites(lun: LunSpec, mode_suffix: &str) {
     suites(lun, mode_suffix, SUITES);
 }
 
 fn suites(lun: LunSpec, mode_suffix: &str, suites: &[&str]) {
+    suites_with(lun, mode_suffix, suites, true);
+}
+
+fn suites_with(lun: LunSpec, mode_suffix: &str, suites: &[&str], two_urls: bool) {
     tools::require_tool("iscsi-test-cu");
     let mut d = Daemon::start(&[lun]);
     let kind = format!("{:?}", d.kind).to_lowercase();
     let report = format!("iscsi-test-cu-{kind}{mode_suffix}");
     let results: Vec<SuiteResult> = suites
         .iter()
-        .map(|s| run_suite(&mut d, s, &report))
+        .map(|s| run_suite(&mut d, s, &report, two_urls))
         .collect();
     let t = table(&results, &format!("{kind}{mode_suffix}"));
     let path = tests::reports_dir().join(format!("{report}.txt"));
@@ -248,6 +268,55 @@ fn iscsi_test_cu_extended_copy() {
         LunSpec::new(1, 512, 256 * MIB).with_cache("off"),
         "-xcopy-cache-off",
         XCOPY_SUITES,
+    );
+}
+
+/// LOAD/EJECT and PREVENT ALLOW MEDIUM REMOVAL on a removable LUN.
+#[test]
+fn iscsi_test_cu_removable() {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("removable media are configured per LUN in numatgtd only; nothing to run");
+        return;
+    }
+    // one URL: PreventAllow.2ITNexuses then logs in a fresh second nexus. With the second
+    // URL it would use the suite's long-lived second session, which still holds the unit
+    // attention of PreventAllow.LUNReset's reset (established for every I_T nexus, SAM-5
+    // 6.3.3) and reports it instead of MEDIUM REMOVAL PREVENTED.
+    suites_with(
+        LunSpec::new(1, 512, 256 * MIB).removable(),
+        "-removable",
+        REMOVABLE_SUITES,
+        false,
+    );
+}
+
+/// The default selection on a removable LUN: a removable medium changes nothing else.
+#[test]
+fn iscsi_test_cu_selected_suites_removable() {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("removable media are configured per LUN in numatgtd only; nothing to run");
+        return;
+    }
+    selected_suites(
+        LunSpec::new(1, 512, 256 * MIB).removable(),
+        "-removable-all",
+    );
+}
+
+/// Every writing command refused on a write-protected LUN.
+#[test]
+fn iscsi_test_cu_readonly() {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("read-only LUNs are configured per LUN in numatgtd only; nothing to run");
+        return;
+    }
+    // thin, so that UNMAP exists and must be refused for the write protection: on a fully
+    // provisioned LUN UNMAP is unsupported and libiscsi counts ReadOnlySBC as skipped (its
+    // other 13 checks, WRITE SAME with UNMAP included, pass there too)
+    suites(
+        LunSpec::new(1, 512, 256 * MIB).readonly().thin(),
+        "-readonly-thin",
+        READONLY_SUITES,
     );
 }
 

@@ -284,6 +284,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         let scsi = scsi::LogicalUnit::new(params);
         scsi.set_descriptor_sense(descriptor);
         scsi.set_thin_provisioning(meta.thin_provisioning);
+        scsi.set_removable(meta.removable);
         // persistent reservations with APTPL carry over to the rebuilt LU
         if let Err(e) = scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes) {
             tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
@@ -309,6 +310,9 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         }
         if meta.thin_provisioning != before.thin_provisioning {
             lun.scsi.set_thin_provisioning(meta.thin_provisioning);
+        }
+        if meta.removable != before.removable {
+            lun.scsi.set_removable(meta.removable);
         }
         *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
     }
