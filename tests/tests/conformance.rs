@@ -396,15 +396,59 @@ fn all_tests(lun: LunSpec, name: &str) -> (Counts, Vec<TestCase>, String) {
     {
         let _ = writeln!(t, "  FAIL {}.{}: {}", c.suite, c.name, c.short_detail(400));
     }
+    // a failure the suite's order causes (ORDER_CONFLICTS, with its exact sense) is run again
+    // alone, on a fresh second nexus (one URL); its verdict there is the one counted
+    let mut cases = cases;
+    for c in cases.iter_mut().filter(|c| c.outcome == Outcome::Fail) {
+        let full = format!("{}.{}", c.suite, c.name);
+        if !ORDER_CONFLICTS
+            .iter()
+            .any(|(n, sense)| *n == full && c.detail.contains(sense))
+        {
+            continue;
+        }
+        let alone = tools::run_no_sigpipe(
+            120,
+            "iscsi-test-cu",
+            ["-d", "-S", "-t", &format!("SCSI.{full}"), url.as_str()],
+        );
+        let verdict = testcu::parse(&alone.stdout)
+            .into_iter()
+            .find(|a| a.name == c.name)
+            .map(|a| a.outcome);
+        let _ = writeln!(
+            t,
+            "  order conflict {full}: failed in the two-URL run; alone on a fresh nexus: {verdict:?}"
+        );
+        if verdict == Some(Outcome::Pass) {
+            c.outcome = Outcome::Pass;
+            c.detail = format!("passed alone after an order conflict; {}", c.detail);
+        }
+    }
+    let counted = Counts::of(&cases);
+    let _ = writeln!(
+        t,
+        "counted (order conflicts by their run alone): {} pass / {} skip / {} fail",
+        counted.pass, counted.skip, counted.fail
+    );
     let path = tests::reports_dir().join(format!("iscsi-test-cu-all-{kind}-{name}.txt"));
     std::fs::write(&path, &t).expect("write table");
     eprintln!("{t}(log {}, {:.1?})", log.display(), r.elapsed);
     assert!(!r.timed_out(), "iscsi-test-cu ALL timed out\n{t}");
     d.assert_alive("after iscsi-test-cu ALL");
-    (Counts::of(&cases), cases, t)
+    (counted, cases, t)
 }
 
-/// The gate: no failure, at least `min_pass` clean passes, and every skip explained by a
+/// Failures the suite's own test order causes with two URLs, and the sense each must show.
+/// PreventAllow.2ITNexuses sends START STOP UNIT on the suite's long-lived second session,
+/// which still holds the unit attention of the LOGICAL UNIT RESET done by the test before it
+/// (PreventAllow.LUNReset clears it on the first session only). SAM-5 6.3.3 establishes that
+/// unit attention for every I_T nexus, and MultipathIO.Reset of the same run requires it on
+/// every path, so a target cannot pass both; 2ITNexuses passes on a fresh second nexus
+/// (`iscsi_test_cu_removable`, one URL).
+const ORDER_CONFLICTS: &[(&str, &str)] = &[("PreventAllow.2ITNexuses", "(0x06)/(0x2903)")];
+
+/// The gate: no failure (an ORDER_CONFLICTS test counts by its run alone), at least `min_pass` clean passes, and every skip explained by a
 /// property of the LUN (`allowed`).
 fn assert_all_clean(
     counts: &Counts,
@@ -418,7 +462,12 @@ fn assert_all_clean(
         "only {} tests ran\n{t}",
         counts.total()
     );
-    assert_eq!(counts.fail, 0, "failures\n{t}");
+    let failed: Vec<String> = cases
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Fail | Outcome::Unknown))
+        .map(|c| format!("{}.{}", c.suite, c.name))
+        .collect();
+    assert!(failed.is_empty(), "failures: {failed:?}\n{t}");
     let unexplained: Vec<String> = cases
         .iter()
         .filter(|c| c.outcome == Outcome::Skip)
@@ -439,7 +488,7 @@ fn assert_all_clean(
 /// `iscsi-test-cu -d -S --test=ALL` on a fully provisioned LUN.
 #[test]
 fn iscsi_test_cu_all_fully_provisioned() {
-    let (counts, cases, t) = all_tests(LunSpec::new(1, 512, 256 * MIB), "thick");
+    let (counts, cases, t) = all_tests(LunSpec::new(1, 512, 256 * MIB).removable(), "thick");
     assert_all_clean(
         &counts,
         &cases,
@@ -452,7 +501,7 @@ fn iscsi_test_cu_all_fully_provisioned() {
 /// `iscsi-test-cu -d -S --test=ALL` on a thin-provisioned LUN.
 #[test]
 fn iscsi_test_cu_all_thin() {
-    let (counts, cases, t) = all_tests(LunSpec::new(1, 512, 256 * MIB).thin(), "thin");
+    let (counts, cases, t) = all_tests(LunSpec::new(1, 512, 256 * MIB).thin().removable(), "thin");
     assert_all_clean(&counts, &cases, &t, MIN_PASS_THIN, LUN_PROPERTY_SKIPS);
 }
 
@@ -463,5 +512,7 @@ const LUN_PROPERTY_SKIPS_THICK: &[&str] = &[
     "LBPPB < 2",
     "UNMAP is not implemented",
 ];
-const MIN_PASS_THICK: usize = 180;
-const MIN_PASS_THIN: usize = 180;
+/// 230 tests minus the 15 skips a fully provisioned, writable LUN must show.
+const MIN_PASS_THICK: usize = 215;
+/// 230 tests minus the 6 skips a thin, writable LUN with 1 logical block per physical shows.
+const MIN_PASS_THIN: usize = 224;
