@@ -1,6 +1,7 @@
 //! INQUIRY (SPC-4 6.6): standard inquiry data and the vital product data pages this LU
 //! supports: 00h supported pages, 80h unit serial number, 83h device identification,
-//! B0h block limits, B1h block device characteristics, B2h logical block provisioning.
+//! 8Fh third-party copy (`tpc_vpd`), B0h block limits, B1h block device characteristics,
+//! B2h logical block provisioning.
 
 use crate::cdb::{be16, truncate};
 use crate::sense::Sense;
@@ -26,10 +27,11 @@ pub(crate) mod page {
     pub const PROVISIONING: u8 = 0xB2;
 }
 
-const SUPPORTED_PAGES: [u8; 6] = [
+const SUPPORTED_PAGES: [u8; 7] = [
     page::SUPPORTED,
     page::UNIT_SERIAL,
     page::DEVICE_ID,
+    crate::tpc_vpd::PAGE_CODE,
     page::BLOCK_LIMITS,
     page::BLOCK_CHARACTERISTICS,
     page::PROVISIONING,
@@ -127,6 +129,7 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
             page::SUPPORTED => SUPPORTED_PAGES.to_vec(),
             page::UNIT_SERIAL => serial_body(lu),
             page::DEVICE_ID => device_id_body(lu),
+            crate::tpc_vpd::PAGE_CODE => crate::tpc_vpd::body(lu),
             page::BLOCK_LIMITS => block_limits_body(lu),
             page::BLOCK_CHARACTERISTICS => block_characteristics_body(),
             page::PROVISIONING => crate::thin::provisioning_body(lu),
@@ -300,7 +303,10 @@ mod tests {
     fn vpd_pages() {
         let lu = lu();
         let d = complete(&lu, &[0x12, 1, 0, 0, 255, 0]).data;
-        assert_eq!(d, vec![0, 0, 0, 6, 0x00, 0x80, 0x83, 0xB0, 0xB1, 0xB2]);
+        assert_eq!(
+            d,
+            vec![0, 0, 0, 7, 0x00, 0x80, 0x83, 0x8F, 0xB0, 0xB1, 0xB2]
+        );
         let d = complete(&lu, &[0x12, 1, 0x80, 0, 255, 0]).data;
         assert_eq!(&d[..4], &[0, 0x80, 0, 8]);
         assert_eq!(&d[4..], b"SER12345");

@@ -22,11 +22,14 @@
 //! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
 //! RESERVE / RELEASE, [`pr`] persistent reservations, [`removable`] removable medium
 //! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, `diagnostic` SEND
-//! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS.
+//! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS, [`xcopy`] EXTENDED COPY / RECEIVE COPY RESULTS,
+//! [`copy_access`] the copy manager's per-nexus access checks, `tpc_vpd` the Third-party
+//! Copy VPD page.
 
 mod capacity;
 mod caw;
 mod cdb;
+pub mod copy_access;
 mod diagnostic;
 mod inquiry;
 mod maintenance;
@@ -43,6 +46,7 @@ mod rw;
 pub mod sense;
 mod shared;
 pub mod thin;
+mod tpc_vpd;
 mod ua;
 mod unmapped;
 pub mod xcopy;

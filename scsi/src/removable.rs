@@ -125,7 +125,7 @@ impl LogicalUnit {
     /// DATA PROTECT, WRITE PROTECTED when the LU is write protected: the check of every
     /// command that writes the medium (WRITE*, WRITE AND VERIFY, WRITE SAME, UNMAP, COMPARE
     /// AND WRITE, ORWRITE, SANITIZE, FORMAT UNIT …).
-    pub(crate) fn check_writable(&self) -> Result<(), Sense> {
+    pub fn check_writable(&self) -> Result<(), Sense> {
         if self.params().readonly {
             return Err(Sense::write_protected());
         }

@@ -190,6 +190,16 @@ impl SharedState {
         self.lock().nexuses.get_mut(&n.id)?.ua.pop()
     }
 
+    /// Whether `cdb` from `n` would be RESERVATION CONFLICT (SPC-2 or persistent
+    /// reservation), without touching unit attentions: the check the copy manager makes for
+    /// the READs and WRITEs it performs on behalf of `n` (EXTENDED COPY).
+    pub fn would_conflict(&self, n: &Nexus, cdb: &[u8]) -> bool {
+        if !self.guarded.load(Ordering::Acquire) || cdb.is_empty() {
+            return false;
+        }
+        conflicts(&self.lock(), n, cdb)
+    }
+
     /// Reservation and unit attention checks before `cdb` from `n` runs.
     pub fn gate(&self, n: &Nexus, cdb: &[u8]) -> Gate {
         if !self.ua_pending.load(Ordering::Acquire) && !self.guarded.load(Ordering::Acquire) {

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use crate::cdb::{be16, be32, be64, truncate};
-use crate::nexus::NexusId;
+use crate::nexus::{Nexus, NexusId};
 use crate::sense::{FieldPointer, Sense, key};
 use crate::{Action, Completion, LogicalUnit, Req};
 
@@ -150,6 +150,9 @@ impl Segment {
 pub struct CopyJob {
     /// The I_T nexus the command came from (copy status is kept per nexus).
     pub nexus: NexusId,
+    /// Its identity: the copy manager reads and writes on its behalf
+    /// ([`LogicalUnit::copy_access`]).
+    pub issuer: Nexus,
     pub list_id: u8,
     /// Copy status is held for RECEIVE COPY RESULTS (LIST ID USAGE 00b or 10b).
     pub held: bool,
@@ -421,12 +424,16 @@ pub(crate) fn extended_copy(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Resu
     }
     let data = &req.data_out[..len.min(req.data_out.len())];
     let list = parse_param_list(data)?;
+    if let Some(conflict) = crate::copy_access::check_receiving_lu(lu, req.nexus, &list)? {
+        return Ok(conflict);
+    }
     let held = list.list_id_usage != 0b11;
     if held {
         lu.copies.start(req.nexus.id, list.list_id)?;
     }
     Ok(Action::ExtendedCopy(Box::new(CopyJob {
         nexus: req.nexus.id,
+        issuer: req.nexus.clone(),
         list_id: list.list_id,
         held,
         cscds: list.cscds,

@@ -622,6 +622,8 @@ impl EventThread {
                             _ => {}
                         }
                     }
+                    // running EXTENDED COPYs of the ended tasks stop between chunks
+                    crate::xcopy::cancel_unwanted(id, |itt| slot.conn.task_wanted(itt));
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -752,6 +754,9 @@ impl EventThread {
                                 slot.nexus.as_ref().is_some_and(|n| list.contains(&n.id))
                             });
                         if ours && slot.conn.abort_tasks(lun) > 0 {
+                            if let Some(c) = id {
+                                crate::xcopy::cancel_unwanted(c, |itt| slot.conn.task_wanted(itt));
+                            }
                             tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
                             if !touched.contains(&s) {
                                 touched.push(s);
@@ -804,6 +809,7 @@ impl EventThread {
                 }
             }
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
+            crate::xcopy::cancel_connection(id);
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(s);

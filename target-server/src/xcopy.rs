@@ -7,23 +7,82 @@
 //! range locks (`atomic.rs`), kept dirty in the write-back cache when WCE=1, durable before
 //! status when WCE=0. The outcome is recorded for RECEIVE COPY RESULTS by
 //! `LogicalUnit::copy_finished`.
+//!
+//! Before each segment the copy manager checks, for the I_T nexus the command came from,
+//! that its source may be read and its destination written (`LogicalUnit::copy_access`:
+//! reservations, medium present, write protection). A running copy registers a
+//! cancellation flag under its connection and task tag; the event loop raises it when task
+//! management ends the task (ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET,
+//! TARGET RESET, PREEMPT AND ABORT) or the connection closes, and the copy stops before its
+//! next chunk.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cache::BlockCache;
 use iscsi_proto::CommandResult;
-use scsi::Sense;
+use scsi::copy_access::{CopyDenied, copy_ended_by_task_management};
 use scsi::xcopy::{self, CopyJob, Cscd, Segment};
+use scsi::{Nexus, Sense};
 
 use crate::dispatch::to_result;
 use crate::jobs::{Extent, Job};
 use crate::payload::Payload;
-use crate::registry::{Lun, LunSet};
+use crate::registry::{ConnId, Lun, LunSet};
 use crate::storage::{self, Replier, StorageCtx};
 
 /// Bytes moved per read + write: bounds the memory one copy holds (a multiple of every
 /// supported block length).
 const CHUNK: u64 = 1 << 20;
+
+/// The cancellation flags of the running copies, by connection and task tag.
+static RUNNING: Mutex<Vec<(ConnId, u32, Arc<AtomicBool>)>> = Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<(ConnId, u32, Arc<AtomicBool>)>> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running copy's registration: the flag it checks between chunks, removed when dropped.
+struct Running {
+    conn: ConnId,
+    itt: u32,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn register(conn: ConnId, itt: u32) -> Self {
+        let cancel = Arc::new(AtomicBool::new(false));
+        running().push((conn, itt, Arc::clone(&cancel)));
+        Running { conn, itt, cancel }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        running().retain(|(c, i, f)| {
+            !(*c == self.conn && *i == self.itt && Arc::ptr_eq(f, &self.cancel))
+        });
+    }
+}
+
+/// Task management may have ended tasks of connection `conn`: the copies whose task is no
+/// longer `wanted` stop before their next chunk. Cheap when no copy runs.
+pub fn cancel_unwanted(conn: ConnId, wanted: impl Fn(u32) -> bool) {
+    for (c, itt, flag) in running().iter() {
+        if *c == conn && !wanted(*itt) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Connection `conn` is gone: its copies stop.
+pub fn cancel_connection(conn: ConnId) {
+    cancel_unwanted(conn, |_| false);
+}
 
 /// A resolved copy target: the LUN and the cache its I/O goes through.
 #[derive(Clone)]
@@ -53,12 +112,20 @@ pub fn start(
         .collect();
     let lun = Arc::clone(lun);
     let node = ctx.node;
+    let running = Running::register(reply.conn, reply.itt);
     ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
         let mut done = 0u16;
         let mut bytes = 0u64;
         let mut failure = None;
+        let copy = Copy {
+            cscds: &job.cscds,
+            targets: &targets,
+            issuer: &job.issuer,
+            running: &running,
+            node,
+        };
         for seg in &job.segments {
-            match copy_segment(&job.cscds, &targets, seg, node) {
+            match copy.segment(seg) {
                 Ok(n) => {
                     done += 1;
                     bytes += n;
@@ -80,6 +147,7 @@ pub fn start(
                 s.ascq
             );
         }
+        drop(running);
         reply.send(to_result(
             lun.scsi.copy_finished(&job, done, bytes, failure),
         ));
@@ -128,36 +196,66 @@ fn within(lun: &Lun, lba: u64, bytes: u64) -> bool {
         .is_some_and(|end| end <= lun.scsi.num_blocks())
 }
 
-/// One block → block segment: checks, then the chunks. Returns the bytes written.
-fn copy_segment(
-    cscds: &[Cscd],
-    targets: &[Option<CopyTarget>],
-    seg: &Segment,
+/// One copy operation as it runs: its resolved targets, the nexus it acts for, its
+/// cancellation flag.
+struct Copy<'a> {
+    cscds: &'a [Cscd],
+    targets: &'a [Option<CopyTarget>],
+    issuer: &'a Nexus,
+    running: &'a Running,
     node: usize,
+}
+
+impl Copy<'_> {
+    /// One block → block segment: checks, then the chunks. Returns the bytes written.
+    fn segment(&self, seg: &Segment) -> Result<u64, Sense> {
+        let src = target_of(self.cscds, self.targets, seg.src)?;
+        let dst = target_of(self.cscds, self.targets, seg.dst)?;
+        let (sbs, dbs) = (src.lun.store.block_size(), dst.lun.store.block_size());
+        let len = seg.bytes(sbs, dbs)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        // the READs and WRITEs are this nexus': its reservations, the media, protection
+        src.lun
+            .scsi
+            .copy_access(self.issuer, false)
+            .map_err(CopyDenied::copy_sense)?;
+        dst.lun
+            .scsi
+            .copy_access(self.issuer, true)
+            .map_err(CopyDenied::copy_sense)?;
+        copy_extent(src, seg.src_lba, dst, seg.dst_lba, len, self)
+    }
+}
+
+/// Copies `len` bytes from block `src_lba` of `src` to block `dst_lba` of `dst` in chunks,
+/// stopping between chunks when the task is ended.
+fn copy_extent(
+    src: &CopyTarget,
+    src_lba: u64,
+    dst: &CopyTarget,
+    dst_lba: u64,
+    len: u64,
+    copy: &Copy<'_>,
 ) -> Result<u64, Sense> {
-    let src = target_of(cscds, targets, seg.src)?;
-    let dst = target_of(cscds, targets, seg.dst)?;
     let (sbs, dbs) = (src.lun.store.block_size(), dst.lun.store.block_size());
-    let len = seg.bytes(sbs, dbs)?;
-    if len == 0 {
-        return Ok(0);
-    }
-    if dst.lun.scsi.params().readonly {
-        return Err(Sense::write_protected());
-    }
-    if !within(&src.lun, seg.src_lba, len) || !within(&dst.lun, seg.dst_lba, len) {
+    if !within(&src.lun, src_lba, len) || !within(&dst.lun, dst_lba, len) {
         return Err(xcopy::copy_range_beyond_capacity());
     }
-    let src_off = seg.src_lba * u64::from(sbs);
-    let dst_off = seg.dst_lba * u64::from(dbs);
+    let src_off = src_lba * u64::from(sbs);
+    let dst_off = dst_lba * u64::from(dbs);
     // within one LUN, a destination overlapping the source's tail is copied back to front
     let backwards = Arc::ptr_eq(&src.lun, &dst.lun) && dst_off > src_off && dst_off < src_off + len;
     let chunks = len.div_ceil(CHUNK);
     for i in 0..chunks {
+        if copy.running.cancelled() {
+            return Err(copy_ended_by_task_management());
+        }
         let k = if backwards { chunks - 1 - i } else { i };
         let at = k * CHUNK;
         let n = CHUNK.min(len - at);
-        copy_chunk(src, src_off + at, dst, dst_off + at, n, node)?;
+        copy_chunk(src, src_off + at, dst, dst_off + at, n, copy.node)?;
     }
     Ok(len)
 }

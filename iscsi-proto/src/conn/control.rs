@@ -425,6 +425,12 @@ impl<B: DataBuf> Connection<B> {
         self.maybe_finish_logout();
     }
 
+    /// Whether task `itt` is still wanted: received, handed to the server and not ended by
+    /// task management (a long server-side job, e.g. EXTENDED COPY, stops when it is not).
+    pub fn task_wanted(&self, itt: u32) -> bool {
+        self.tasks.get(&itt).is_some_and(|t| t.aborted_by.is_none())
+    }
+
     /// Task management requests not answered yet.
     pub fn tmfs_pending(&self) -> usize {
         self.tmfs.len()

@@ -1367,12 +1367,16 @@ fn abort_of_a_running_task_swallows_its_status_and_answers_after_it_ends() {
     let write_sn = i.cmd_sn;
     i.scsi(5, false, true, 512, 0x2a, &[1u8; 512], true);
     assert_eq!(cmd_events(i.events()).len(), 1); // the server runs it
+    assert!(i.c.task_wanted(5));
+    assert!(!i.c.task_wanted(6));
     let h = tmf_pdu(&i, 1, 1, 9, 5, write_sn);
     i.send(h, vec![], &[]);
     let Some(Event::TaskMgmt(t)) = i.c.poll_event() else {
         panic!("no TMF event")
     };
     assert_eq!(t.function, TmfFunction::AbortTask);
+    // a long server-side job sees that the task is no longer wanted
+    assert!(!i.c.task_wanted(5));
     // the server agrees at once; the task is still running: no response yet
     i.c.complete_tmf(9, TmfResponse::Complete);
     assert!(
