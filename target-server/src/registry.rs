@@ -233,6 +233,9 @@ pub struct SystemState {
     pub debug: bool,
 }
 
+/// A session's I_T nexus: initiator name, ISID, target name (lower case).
+type NexusKey = (String, [u8; 6], String);
+
 /// Targets, portals and the session table.
 pub struct Registry {
     targets: RwLock<Vec<Arc<Target>>>,
@@ -241,7 +244,7 @@ pub struct Registry {
     default_config: ConnConfig,
     /// Logged-in sessions by I_T nexus: initiator name, ISID and target name (lower case) —
     /// the same initiator port logged in to two targets has two sessions (RFC 7143 4.4.2).
-    sessions: Mutex<HashMap<(String, [u8; 6], String), SessionEntry>>,
+    sessions: Mutex<HashMap<NexusKey, SessionEntry>>,
     /// TSIHs granted to normal logins that have not authenticated yet, by connection.
     pending: Mutex<HashMap<ConnId, u16>>,
     next_tsih: AtomicU16,
