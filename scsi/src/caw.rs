@@ -22,7 +22,7 @@ pub(crate) fn compare_and_write(
     if cdb[1] & 0xE0 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(7))); // WRPROTECT: no protection info
     }
-    if lu.params().readonly {
+    if lu.write_protected() {
         return Err(Sense::write_protected());
     }
     let lba = be64(cdb, 2);
@@ -52,7 +52,7 @@ pub(crate) fn orwrite(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Act
     if cdb[1] & 0xE0 != 0 {
         return Err(Sense::invalid_field_in_cdb(1, Some(7))); // ORPROTECT: no protection info
     }
-    if lu.params().readonly {
+    if lu.write_protected() {
         return Err(Sense::write_protected());
     }
     let lba = be64(cdb, 2);

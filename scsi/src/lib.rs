@@ -20,7 +20,7 @@
 //! MANAGEMENT FUNCTIONS, [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE,
 //! `unmapped` LUNs without a logical unit, `nexus` I_T nexus identity, `ua` unit attention
 //! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
-//! RESERVE / RELEASE, [`pr`] persistent reservations.
+//! RESERVE / RELEASE, [`pr`] persistent reservations, [`sanitize`] SANITIZE.
 
 mod capacity;
 mod caw;
@@ -36,6 +36,7 @@ pub mod report_luns;
 mod request_sense;
 mod reserve_spc2;
 mod rw;
+pub mod sanitize;
 pub mod sense;
 mod shared;
 pub mod thin;
@@ -120,6 +121,10 @@ pub(crate) struct LuState {
     pub thin: AtomicBool,
     /// Capacity in logical blocks (starts as `LuParams::num_blocks`; online resize).
     pub capacity: std::sync::atomic::AtomicU64,
+    /// Control mode page SWP: software write protect (MODE SELECT).
+    pub swp: AtomicBool,
+    /// SANITIZE state.
+    pub sanitize: sanitize::SanitizeState,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -246,6 +251,9 @@ pub enum Action {
     /// GET LBA STATUS: find which blocks from `lba` are mapped or deallocated and answer
     /// [`lba_status_completion`] with `alloc_len`.
     GetLbaStatus { lba: u64, alloc_len: u32 },
+    /// SANITIZE: run the operation in the background over the whole LU (see [`sanitize`]);
+    /// GOOD now when `immed`, else when it ends; then [`LogicalUnit::sanitize_finished`].
+    Sanitize(sanitize::Sanitize),
 }
 
 impl Action {
@@ -303,6 +311,8 @@ impl LogicalUnit {
             select_lock: Mutex::new(()),
             thin: AtomicBool::new(false),
             capacity: std::sync::atomic::AtomicU64::new(p.num_blocks),
+            swp: AtomicBool::new(false),
+            sanitize: sanitize::SanitizeState::default(),
         };
         LogicalUnit {
             params: p,
@@ -325,6 +335,12 @@ impl LogicalUnit {
     /// reads of deallocated blocks return zeros.
     pub fn thin_provisioning(&self) -> bool {
         self.state.thin.load(Ordering::Relaxed)
+    }
+
+    /// The medium is write protected: read-only LU or software write protect (Control mode
+    /// page SWP) set.
+    pub fn write_protected(&self) -> bool {
+        self.params.readonly || self.state.swp.load(Ordering::Relaxed)
     }
 
     /// Makes the LU thin provisioned or not (configuration, tgtadm `thin_provisioning`).
@@ -379,6 +395,9 @@ impl LogicalUnit {
     /// conflicts, then unit attentions, then the command. Never panics, whatever the CDB
     /// and data bytes.
     pub fn execute_nexus(&self, nexus: &Nexus, cmd: &CmdCtx<'_>) -> Outcome {
+        if let Some(a) = sanitize::while_running(self, cmd.cdb) {
+            return Outcome::Action(a);
+        }
         match self.shared.gate(nexus, cmd.cdb) {
             Gate::Proceed => {}
             Gate::Conflict => return Outcome::Action(reserve_spc2::conflict()),
@@ -393,7 +412,7 @@ impl LogicalUnit {
         };
         let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| (op.handler)(self, cdb, &req))
         {
-            Ok(a) => a,
+            Ok(a) => sanitize::after_failure(self, a),
             Err(s) => Action::Complete(self.check_condition(&s)),
         };
         if let Action::Complete(c) = &action {
@@ -511,6 +530,7 @@ impl LogicalUnit {
             .wce
             .store(self.params.write_cache, Ordering::Relaxed);
         self.state.d_sense.store(false, Ordering::Relaxed);
+        self.state.swp.store(false, Ordering::Relaxed);
     }
 
     /// Largest transfer length of one command, in logical blocks.

@@ -91,7 +91,7 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
     if rw.blocks > lu.max_transfer_blocks() {
         return Err(Sense::invalid_field_in_cdb(rw.len_at, Some(7)));
     }
-    if rw.write && lu.params().readonly {
+    if rw.write && lu.write_protected() {
         return Err(Sense::write_protected());
     }
     check_range(lu, rw.lba, u64::from(rw.blocks))?;

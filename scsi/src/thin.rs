@@ -51,7 +51,7 @@ pub(crate) fn unmap(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Actio
         // ANCHOR: anchored LBAs are not supported (ANC_SUP = 0)
         return Err(Sense::invalid_field_in_cdb(1, Some(0)));
     }
-    if lu.params().readonly {
+    if lu.write_protected() {
         return Err(Sense::write_protected());
     }
     let list_len = usize::from(be16(cdb, 7));
@@ -115,7 +115,7 @@ pub(crate) fn write_same(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
         return Err(Sense::invalid_field_in_cdb(1, Some(3)));
     }
     let ndob = sixteen && flags & 0x01 != 0;
-    if lu.params().readonly {
+    if lu.write_protected() {
         return Err(Sense::write_protected());
     }
     check_range(lu, lba, blocks)?;

@@ -203,6 +203,9 @@ pub fn execute(
             })));
             None
         }
+        Action::Sanitize(op) => {
+            crate::sanitize::start(lun, op, storage::uses_cache(lun, ctx).cloned(), reply)
+        }
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();

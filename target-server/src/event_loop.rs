@@ -622,6 +622,8 @@ impl EventThread {
                             _ => {}
                         }
                     }
+                    // a SANITIZE the request aborted goes on in the background: its task ends now
+                    crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -753,6 +755,9 @@ impl EventThread {
                             });
                         if ours && slot.conn.abort_tasks(lun) > 0 {
                             tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
+                            if let Some(id) = id {
+                                crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
+                            }
                             if !touched.contains(&s) {
                                 touched.push(s);
                             }
