@@ -297,6 +297,35 @@ mod tests {
     }
 
     #[test]
+    fn software_write_protect() {
+        let lu = lu();
+        // changeable mask shows SWP (control page byte 4 bit 3)
+        let d = complete(&lu, &sense6(0x0A, 0, 255)).data;
+        let ch = complete(&lu, &[0x1A, 0, 0x4A, 0, 255, 0]).data;
+        let bd = usize::from(d[3]);
+        assert_eq!(ch[4 + bd + 4] & 0x08, 0x08);
+        assert_eq!(d[4 + bd + 4] & 0x08, 0);
+        // MODE SELECT(6) with SWP = 1
+        let mut page = d[4 + bd..].to_vec();
+        page[4] |= 0x08;
+        let mut list = vec![0, 0, 0, 0];
+        list.extend_from_slice(&page);
+        let c = complete_out(&lu, &[0x15, 0x10, 0, 0, list.len() as u8, 0], &list);
+        assert_eq!(c.status, 0, "{c:?}");
+        assert!(lu.write_protected());
+        assert_eq!(
+            complete(&lu, &sense6(0x08, 0, 255)).data[2] & 0x80,
+            0x80,
+            "WP"
+        );
+        let w = complete_out(&lu, &[0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0], &[0; 512]);
+        assert_eq!(check(&w), (7, 0x27, 0));
+        // a reset restores the default (not protected)
+        lu.logical_unit_reset();
+        assert!(!lu.write_protected());
+    }
+
+    #[test]
     fn caching_page_reflects_wce() {
         let lu = lu();
         let d = complete(&lu, &sense6(0x08, 0, 255)).data;
