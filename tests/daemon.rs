@@ -265,6 +265,8 @@ pub struct Daemon {
     pub ipc_prefix: PathBuf,
     /// Started without targets (tgtd: nothing configured; numatgtd: a config with none).
     pub bare: bool,
+    /// numatgtd only: extra command-line options (e.g. `--sanitize-rate 32`), also on restart.
+    pub extra_args: Vec<String>,
     child: Option<Child>,
     /// Declared last so the files outlive the process on drop.
     pub dir: TempDir,
@@ -287,18 +289,23 @@ impl Daemon {
     }
 
     pub fn start_kind_with(kind: TargetKind, luns: &[LunSpec], global_yaml: &str) -> Daemon {
-        Self::start_full(kind, luns, global_yaml, false, None)
+        Self::start_full(kind, luns, global_yaml, false, None, &[])
     }
 
     /// A daemon with no targets at all, to be configured through its management socket
     /// (tgtadm). numatgtd gets tgtd's iSCSI defaults so `show` output can be compared.
     pub fn start_bare(kind: TargetKind) -> Daemon {
-        Self::start_full(kind, &[], "", true, None)
+        Self::start_full(kind, &[], "", true, None, &[])
     }
 
     /// numatgtd with the YAML `yaml(portal_port)` (it must listen on 127.0.0.1:portal_port).
     pub fn start_numatgtd_yaml(yaml: &dyn Fn(u16) -> String) -> Daemon {
-        Self::start_full(TargetKind::Numatgtd, &[], "", true, Some(yaml))
+        Self::start_full(TargetKind::Numatgtd, &[], "", true, Some(yaml), &[])
+    }
+
+    /// numatgtd with extra command-line options (tgtd: the options are ignored).
+    pub fn start_with_args(luns: &[LunSpec], args: &[&str]) -> Daemon {
+        Self::start_full(TargetKind::from_env(), luns, "", false, None, args)
     }
 
     fn start_full(
@@ -307,6 +314,7 @@ impl Daemon {
         global_yaml: &str,
         bare: bool,
         custom: Option<&dyn Fn(u16) -> String>,
+        args: &[&str],
     ) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("numatgt-test.")
@@ -347,6 +355,7 @@ impl Daemon {
             luns,
             ipc_prefix,
             bare,
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
             child: None,
             dir,
         };
@@ -380,6 +389,7 @@ impl Daemon {
                     .arg(&self.state_dir)
                     .arg("-C")
                     .arg(self.control_port.to_string())
+                    .args(&self.extra_args)
                     .env("RUST_BACKTRACE", "1");
                 c
             }

@@ -131,7 +131,7 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
             page::DEVICE_ID => device_id_body(lu),
             crate::tpc_vpd::PAGE_CODE => crate::tpc_vpd::body(lu),
             page::BLOCK_LIMITS => block_limits_body(lu),
-            page::BLOCK_CHARACTERISTICS => block_characteristics_body(),
+            page::BLOCK_CHARACTERISTICS => block_characteristics_body(lu),
             page::PROVISIONING => crate::thin::provisioning_body(lu),
             _ => return Err(Sense::invalid_field_in_cdb(2, Some(7))),
         };
@@ -235,9 +235,10 @@ fn block_limits_body(lu: &LogicalUnit) -> Vec<u8> {
     b
 }
 
-fn block_characteristics_body() -> Vec<u8> {
+fn block_characteristics_body(lu: &LogicalUnit) -> Vec<u8> {
     let mut b = vec![0u8; 0x3C];
     b[0..2].copy_from_slice(&1u16.to_be_bytes()); // non-rotating medium
+    b[3] = crate::sanitize::bdc_byte7(lu); // WABEREQ, WACEREQ
     b
 }
 

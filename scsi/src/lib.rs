@@ -24,7 +24,7 @@
 //! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, `diagnostic` SEND
 //! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS, [`xcopy`] EXTENDED COPY / RECEIVE COPY RESULTS,
 //! [`copy_access`] the copy manager's per-nexus access checks, `tpc_vpd` the Third-party
-//! Copy VPD page.
+//! Copy VPD page, [`sanitize`] SANITIZE.
 
 mod capacity;
 mod caw;
@@ -43,6 +43,7 @@ pub mod report_luns;
 mod request_sense;
 mod reserve_spc2;
 mod rw;
+pub mod sanitize;
 pub mod sense;
 mod shared;
 pub mod thin;
@@ -132,6 +133,10 @@ pub(crate) struct LuState {
     pub capacity: std::sync::atomic::AtomicU64,
     /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT (READ CAPACITY 16), 0..=15.
     pub lbppbe: std::sync::atomic::AtomicU8,
+    /// Control mode page SWP: software write protect (MODE SELECT).
+    pub swp: AtomicBool,
+    /// SANITIZE state.
+    pub sanitize: sanitize::SanitizeState,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -271,6 +276,9 @@ pub enum Action {
     /// SEND DIAGNOSTIC default self-test: read `blocks` blocks at `lba` from the medium (through
     /// any cache); GOOD when they are readable, else [`self_test_failed`]. No Data-In.
     SelfTest { lba: u64, blocks: u32 },
+    /// SANITIZE: run the operation in the background over the whole LU (see [`sanitize`]);
+    /// GOOD now when `immed`, else when it ends; then [`LogicalUnit::sanitize_finished`].
+    Sanitize(sanitize::Sanitize),
 }
 
 impl Action {
@@ -329,6 +337,8 @@ impl LogicalUnit {
             thin: AtomicBool::new(false),
             lbppbe: std::sync::atomic::AtomicU8::new(0),
             capacity: std::sync::atomic::AtomicU64::new(p.num_blocks),
+            swp: AtomicBool::new(false),
+            sanitize: sanitize::SanitizeState::default(),
         };
         LogicalUnit {
             params: p,
@@ -364,6 +374,12 @@ impl LogicalUnit {
     /// The LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT.
     pub fn physical_block_exponent(&self) -> u8 {
         self.state.lbppbe.load(Ordering::Relaxed)
+    }
+
+    /// The medium is write protected: read-only LU or software write protect (Control mode
+    /// page SWP) set.
+    pub fn write_protected(&self) -> bool {
+        self.params.readonly || self.state.swp.load(Ordering::Relaxed)
     }
 
     /// Makes the LU thin provisioned or not (configuration, tgtadm `thin_provisioning`).
@@ -418,6 +434,9 @@ impl LogicalUnit {
     /// conflicts, then unit attentions, then the command. Never panics, whatever the CDB
     /// and data bytes.
     pub fn execute_nexus(&self, nexus: &Nexus, cmd: &CmdCtx<'_>) -> Outcome {
+        if let Some(a) = sanitize::while_running(self, cmd.cdb) {
+            return Outcome::Action(a);
+        }
         match self.shared.gate(nexus, cmd.cdb) {
             Gate::Proceed => {}
             Gate::Conflict => return Outcome::Action(reserve_spc2::conflict()),
@@ -434,7 +453,7 @@ impl LogicalUnit {
             self.check_medium(cdb)?;
             (op.handler)(self, cdb, &req)
         }) {
-            Ok(a) => a,
+            Ok(a) => sanitize::after_failure(self, a),
             Err(s) => Action::Complete(self.check_condition(&s)),
         };
         if let Action::Complete(c) = &action {
@@ -559,6 +578,7 @@ impl LogicalUnit {
             .wce
             .store(self.params.write_cache, Ordering::Relaxed);
         self.state.d_sense.store(false, Ordering::Relaxed);
+        self.state.swp.store(false, Ordering::Relaxed);
     }
 
     /// Largest transfer length of one command, in logical blocks.

@@ -140,9 +140,9 @@ pub(crate) fn report_supported_opcodes(
     let has_sa = first.is_some_and(|e| e.service_action.is_some());
     let without_sa = || first.filter(|e| e.service_action.is_none());
     let with_sa = || {
-        TABLE
-            .iter()
-            .find(|e| e.opcode == req_op && e.service_action.map(u16::from) == Some(req_sa))
+        TABLE.iter().find(|e| {
+            e.opcode == req_op && e.service_action.map(u16::from) == Some(req_sa) && offered(lu, e)
+        })
     };
     let bad_opcode = || Sense::invalid_field_in_cdb(3, Some(7));
 
@@ -159,9 +159,11 @@ pub(crate) fn report_supported_opcodes(
     Ok(Action::data(truncate(data, alloc)))
 }
 
-/// Whether this LU offers table entry `e` (UNMAP only on thin LUs).
+/// Whether this LU offers table entry `e` (UNMAP and SANITIZE BLOCK ERASE only on thin
+/// LUs).
 pub(crate) fn offered(lu: &LogicalUnit, e: &OpInfo) -> bool {
-    e.opcode != crate::ops::opcode::UNMAP || lu.thin_provisioning()
+    (e.opcode != crate::ops::opcode::UNMAP || lu.thin_provisioning())
+        && crate::sanitize::offered(lu, e)
 }
 
 /// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS byte 2: return extended parameter data.

@@ -1,6 +1,8 @@
 //! Mode parameters (SPC-4 7.5, SBC-3 6.4): MODE SENSE(6/10) and MODE SELECT(6/10) over the
 //! Caching (08h), Control (0Ah) and Informational Exceptions Control (1Ch) pages. Only WCE
-//! (caching page) and D_SENSE (control page) are changeable; they live in the LU's atomics.
+//! (caching page), D_SENSE and SWP (control page) are changeable; they live in the LU's
+//! atomics. SWP = 1 write-protects the medium (DATA PROTECT / WRITE PROTECTED, WP set in
+//! the mode parameter header) until cleared or a reset.
 //! Saving is not supported (no PS bit, PC = saved and SP = 1 are rejected).
 
 use std::sync::atomic::Ordering;
@@ -36,6 +38,8 @@ enum Pc {
 const WCE: u8 = 0x04;
 /// Control mode page D_SENSE bit (byte 2).
 const D_SENSE: u8 = 0x04;
+/// Control mode page SWP bit (byte 4): software write protect.
+const SWP: u8 = 0x08;
 
 /// The page_0 format bytes of `code` for `pc`, or None if unsupported.
 fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
@@ -60,6 +64,7 @@ fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
             p[0] = page::CONTROL;
             p[1] = 0x0A;
             p[2] = flag(st.d_sense.load(Ordering::Relaxed), false, D_SENSE);
+            p[4] = flag(st.swp.load(Ordering::Relaxed), false, SWP);
             if !changeable {
                 p[2] |= 0x02; // GLTSD: no log parameters saved; TST = 000b
                 p[3] = 0x10; // queue algorithm modifier 1 (unrestricted reordering), QERR 00b
@@ -128,7 +133,7 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Ac
         }
         d
     };
-    let dev_specific = DPOFUA | if p.readonly { WP } else { 0 };
+    let dev_specific = DPOFUA | if lu.write_protected() { WP } else { 0 };
     let mut out = if ten {
         let mut h = vec![0u8; 8];
         h[3] = dev_specific;
@@ -203,7 +208,7 @@ pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result
         check_block_descriptor(lu, &data[hdr..hdr + bd_len], hdr)?;
     }
 
-    let mut changes: Vec<(u8, u8)> = Vec::new(); // (page code, new byte 2)
+    let mut changes: Vec<(u8, u8, u8)> = Vec::new(); // (page code, new byte 2, new byte 4)
     let mut off = hdr + bd_len;
     while off < data.len() {
         if data.len() - off < 2 {
@@ -237,16 +242,19 @@ pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result
                 ));
             }
         }
-        changes.push((code, new[2]));
+        changes.push((code, new[2], new[4]));
         off += 2 + plen;
     }
 
     let st = lu.state();
     let _guard = st.select_lock.lock().unwrap_or_else(|e| e.into_inner());
-    for (code, b2) in changes {
+    for (code, b2, b4) in changes {
         match code {
             page::CACHING => st.wce.store(b2 & WCE != 0, Ordering::Relaxed),
-            page::CONTROL => st.d_sense.store(b2 & D_SENSE != 0, Ordering::Relaxed),
+            page::CONTROL => {
+                st.d_sense.store(b2 & D_SENSE != 0, Ordering::Relaxed);
+                st.swp.store(b4 & SWP != 0, Ordering::Relaxed);
+            }
             _ => {}
         }
     }
@@ -286,6 +294,35 @@ mod tests {
 
     fn sense6(page: u8, sub: u8, alloc: u8) -> [u8; 6] {
         [0x1A, 0, page, sub, alloc, 0]
+    }
+
+    #[test]
+    fn software_write_protect() {
+        let lu = lu();
+        // changeable mask shows SWP (control page byte 4 bit 3)
+        let d = complete(&lu, &sense6(0x0A, 0, 255)).data;
+        let ch = complete(&lu, &[0x1A, 0, 0x4A, 0, 255, 0]).data;
+        let bd = usize::from(d[3]);
+        assert_eq!(ch[4 + bd + 4] & 0x08, 0x08);
+        assert_eq!(d[4 + bd + 4] & 0x08, 0);
+        // MODE SELECT(6) with SWP = 1
+        let mut page = d[4 + bd..].to_vec();
+        page[4] |= 0x08;
+        let mut list = vec![0, 0, 0, 0];
+        list.extend_from_slice(&page);
+        let c = complete_out(&lu, &[0x15, 0x10, 0, 0, list.len() as u8, 0], &list);
+        assert_eq!(c.status, 0, "{c:?}");
+        assert!(lu.write_protected());
+        assert_eq!(
+            complete(&lu, &sense6(0x08, 0, 255)).data[2] & 0x80,
+            0x80,
+            "WP"
+        );
+        let w = complete_out(&lu, &[0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0], &[0; 512]);
+        assert_eq!(check(&w), (7, 0x27, 0));
+        // a reset restores the default (not protected)
+        lu.logical_unit_reset();
+        assert!(!lu.write_protected());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
     capacity, caw, diagnostic, inquiry, maintenance, medium, mode, pr, removable, report_luns,
-    request_sense, reserve_spc2, rw, thin, xcopy,
+    request_sense, reserve_spc2, rw, sanitize, thin, xcopy,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -44,6 +44,10 @@ const T_SYNC: u32 = 60;
 /// stable storage.
 const T_PR_OUT: u32 = 30;
 
+/// Recommended timeout of SANITIZE: a pass over the whole medium (use IMMED and poll with
+/// REQUEST SENSE for large LUs).
+const T_SANITIZE: u32 = 600;
+
 /// Operation codes.
 pub mod opcode {
     pub const TEST_UNIT_READY: u8 = 0x00;
@@ -69,6 +73,7 @@ pub mod opcode {
     pub const READ_DEFECT_DATA_10: u8 = 0x37;
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
+    pub const SANITIZE: u8 = 0x48;
     pub const MODE_SELECT_10: u8 = 0x55;
     pub const RESERVE_10: u8 = 0x56;
     pub const RELEASE_10: u8 = 0x57;
@@ -113,6 +118,9 @@ const C: u8 = 0xC0;
 pub(crate) const USAGE_INQUIRY: &[u8] = &[0xFF, 0x01, 0xFF, 0xFF, 0xFF, C];
 pub(crate) const USAGE_REQUEST_SENSE: &[u8] = &[0xFF, 0x01, 0, 0, 0xFF, C];
 pub(crate) const USAGE_REPORT_LUNS: &[u8] = &[0xFF, 0, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C];
+
+/// SANITIZE: IMMED, AUSE, service action; PARAMETER LIST LENGTH.
+const USAGE_SANITIZE: &[u8] = &[0xFF, 0xBF, 0, 0, 0, 0, 0, 0xFF, 0xFF, C];
 
 /// RD/WRPROTECT (7-5), DPO, FUA, FUA_NV (obsolete, ignored).
 const RW_FLAGS: u8 = 0xFA;
@@ -346,6 +354,42 @@ pub(crate) static TABLE: &[OpInfo] = &[
         usage: &[0xFF, 0x01, 0, 0, 0, 0, 0x1F, 0xFF, 0xFF, C],
         handler: thin::unmap,
         timeout: T_IO,
+    },
+    OpInfo {
+        opcode: SANITIZE,
+        service_action: Some(sanitize::sa::OVERWRITE),
+        name: "SANITIZE / OVERWRITE",
+        // IMMED, AUSE; PARAMETER LIST LENGTH
+        usage: USAGE_SANITIZE,
+        handler: sanitize::sanitize,
+        timeout: T_SANITIZE,
+    },
+    OpInfo {
+        opcode: SANITIZE,
+        service_action: Some(sanitize::sa::BLOCK_ERASE),
+        name: "SANITIZE / BLOCK ERASE",
+        // IMMED, AUSE; PARAMETER LIST LENGTH
+        usage: USAGE_SANITIZE,
+        handler: sanitize::sanitize,
+        timeout: T_SANITIZE,
+    },
+    OpInfo {
+        opcode: SANITIZE,
+        service_action: Some(sanitize::sa::CRYPTO_ERASE),
+        name: "SANITIZE / CRYPTOGRAPHIC ERASE",
+        // IMMED, AUSE; PARAMETER LIST LENGTH
+        usage: USAGE_SANITIZE,
+        handler: sanitize::sanitize,
+        timeout: T_SANITIZE,
+    },
+    OpInfo {
+        opcode: SANITIZE,
+        service_action: Some(sanitize::sa::EXIT_FAILURE_MODE),
+        name: "SANITIZE / EXIT FAILURE MODE",
+        // IMMED, AUSE; PARAMETER LIST LENGTH
+        usage: USAGE_SANITIZE,
+        handler: sanitize::sanitize,
+        timeout: T_SANITIZE,
     },
     OpInfo {
         opcode: MODE_SELECT_10,

@@ -126,7 +126,7 @@ impl LogicalUnit {
     /// command that writes the medium (WRITE*, WRITE AND VERIFY, WRITE SAME, UNMAP, COMPARE
     /// AND WRITE, ORWRITE, SANITIZE, FORMAT UNIT …).
     pub fn check_writable(&self) -> Result<(), Sense> {
-        if self.params().readonly {
+        if self.write_protected() {
             return Err(Sense::write_protected());
         }
         Ok(())

@@ -160,6 +160,18 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
         Action::Sync { lba, blocks } => {
             assert!(lba + u64::from(*blocks) <= p.num_blocks);
         }
+        Action::Sanitize(s) => {
+            assert!(!lu.write_protected());
+            if let scsi::sanitize::Method::Overwrite {
+                pattern, passes, ..
+            } = &s.method
+            {
+                assert!(!pattern.is_empty() && pattern.len() <= p.block_size as usize);
+                assert!(*passes > 0);
+            }
+            // as the server does when the operation ends, so later commands run normally
+            lu.sanitize_finished(true);
+        }
         Action::Verify {
             lba,
             blocks,

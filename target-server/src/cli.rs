@@ -58,6 +58,11 @@ pub struct Cli {
     /// Total number of event threads (default: one per CPU).
     #[arg(long = "event-threads", value_name = "N")]
     pub event_threads: Option<usize>,
+
+    /// Throughput limit of SANITIZE OVERWRITE in MiB/s per operation (0 = unlimited), so a
+    /// sanitize does not starve other LUNs sharing the disks.
+    #[arg(long = "sanitize-rate", value_name = "MIB_PER_S", default_value_t = 0)]
+    pub sanitize_rate: u64,
 }
 
 /// One `--iscsi` option set.

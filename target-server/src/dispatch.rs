@@ -222,6 +222,9 @@ pub fn execute(
         }
         Action::ExtendedCopy(job) => crate::xcopy::start(job, lun, luns, ctx, reply),
         Action::SelfTest { lba, blocks } => crate::selftest::run(lun, lba, blocks, ctx, reply),
+        Action::Sanitize(op) => {
+            crate::sanitize::start(lun, op, storage::uses_cache(lun, ctx).cloned(), reply)
+        }
         Action::Sync { lba, blocks: _ } => {
             let lun = Arc::clone(lun);
             let cache = storage::uses_cache(&lun, ctx).cloned();

@@ -624,6 +624,8 @@ impl EventThread {
                     }
                     // running EXTENDED COPYs of the ended tasks stop between chunks
                     crate::xcopy::cancel_unwanted(id, |itt| slot.conn.task_wanted(itt));
+                    // a SANITIZE the request aborted goes on in the background: its task ends now
+                    crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -758,6 +760,9 @@ impl EventThread {
                                 crate::xcopy::cancel_unwanted(c, |itt| slot.conn.task_wanted(itt));
                             }
                             tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
+                            if let Some(id) = id {
+                                crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
+                            }
                             if !touched.contains(&s) {
                                 touched.push(s);
                             }

@@ -14,6 +14,7 @@ pub mod pr_store;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod sanitize;
 pub mod sd_notify;
 pub mod selftest;
 pub mod storage;

@@ -49,15 +49,28 @@ struct SuiteResult {
 }
 
 fn run_suite(d: &mut Daemon, suite: &str, report_name: &str, two_urls: bool) -> SuiteResult {
+    run_suite_with(d, suite, report_name, &[], two_urls)
+}
+
+/// [`run_suite`] with extra iscsi-test-cu flags (`-S`: allow SANITIZE), with one URL or two.
+fn run_suite_with(
+    d: &mut Daemon,
+    suite: &str,
+    report_name: &str,
+    flags: &[&str],
+    two_urls: bool,
+) -> SuiteResult {
     let url = d.url(1);
     // two URLs to the same LUN: the suites that need a second I_T nexus (reservations,
     // multipath) use it, the others ignore it; with one URL a test that needs a second
     // nexus logs one in for itself
-    let mut args = vec!["-d", "-t", suite, url.as_str()];
+    let mut args: Vec<&str> = vec!["-d"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["-t", suite, url.as_str()]);
     if two_urls {
         args.push(url.as_str());
     }
-    let r = tools::run_no_sigpipe(SUITE_TIMEOUT_S, "iscsi-test-cu", args);
+    let r = tools::run_no_sigpipe(SUITE_TIMEOUT_S, "iscsi-test-cu", &args);
     let log = tests::reports_dir().join(format!("{report_name}-{suite}.log"));
     std::fs::write(&log, format!("{r}")).expect("write suite log");
     let cases = testcu::parse(&r.stdout);
@@ -77,11 +90,10 @@ fn run_suite(d: &mut Daemon, suite: &str, report_name: &str, two_urls: bool) -> 
             .collect();
         problems.push(format!("failed: {}", names.join("; ")));
         // a SCSI-verbose rerun for whoever fixes it
-        let v = tools::run(
-            SUITE_TIMEOUT_S,
-            "iscsi-test-cu",
-            ["-d", "-V", "-t", suite, url.as_str()],
-        );
+        let mut vargs: Vec<&str> = vec!["-d", "-V"];
+        vargs.extend_from_slice(flags);
+        vargs.extend_from_slice(&["-t", suite, url.as_str()]);
+        let v = tools::run(SUITE_TIMEOUT_S, "iscsi-test-cu", &vargs);
         let vlog = tests::reports_dir().join(format!("{report_name}-{suite}.verbose.log"));
         std::fs::write(&vlog, format!("{v}")).expect("write verbose suite log");
         problems.push(format!("verbose log: {}", vlog.display()));
@@ -195,6 +207,64 @@ const REMOVABLE_SUITES: &[&str] = &[
 /// On a read-only thin LUN (where UNMAP is supported and must be refused for the write
 /// protection rather than as unsupported).
 const READONLY_SUITES: &[&str] = &["SCSI.ReadOnly", "SCSI.Read10", "SCSI.Read16"];
+
+/// SANITIZE (`-S` allows it): OVERWRITE, BLOCK ERASE (thin LUNs), CRYPTOGRAPHIC ERASE,
+/// EXIT FAILURE MODE, field checks, reservations, software write protect, and the
+/// operation going on across task management resets and a reconnect (SANITIZE IN PROGRESS
+/// meanwhile). The daemon's OVERWRITE rate limit keeps that operation running long enough
+/// (64 MiB at 8 MiB/s: 8 s) for the Reset test to see it.
+fn sanitize_suite(lun: LunSpec, mode_suffix: &str) {
+    tools::require_tool("iscsi-test-cu");
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("tgtd does not implement SANITIZE; nothing to run");
+        return;
+    }
+    let mut d = Daemon::start_with_args(&[lun], &["--sanitize-rate", "8"]);
+    let report = format!("iscsi-test-cu-numatgtd{mode_suffix}");
+    // one URL: with a second (multipath) URL the Reservations test leaves its RESERVE(6)
+    // held on that session for the tests after it; alone it opens and closes its own
+    let r = run_suite_with(&mut d, "SCSI.Sanitize", &report, &["-S"], false);
+    let t = table(std::slice::from_ref(&r), &format!("numatgtd{mode_suffix}"));
+    eprintln!("{t}");
+    let skipped: Vec<&str> = r
+        .cases
+        .iter()
+        .filter(|c| c.outcome == Outcome::Skip)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(
+        r.problems.is_empty(),
+        "SCSI.Sanitize problems:\n{}\n{t}",
+        r.problems.join("\n")
+    );
+    // nothing is skipped on a thin LUN; a thick LUN offers no erase methods, so those tests
+    // (and the erase parts of Readonly and Reservations) are skipped there
+    let thick_skips = ["BlockErase", "CryptoErase", "Readonly", "Reservations"];
+    assert!(
+        skipped
+            .iter()
+            .all(|n| !mode_suffix.contains("thin") && thick_skips.contains(n)),
+        "unexpected skips {skipped:?}\n{t}"
+    );
+}
+
+/// SANITIZE on a fully provisioned LUN through the write-back block cache.
+#[test]
+fn iscsi_test_cu_sanitize() {
+    sanitize_suite(
+        LunSpec::new(1, 512, 64 * MIB).with_write_cache(true),
+        "-sanitize",
+    );
+}
+
+/// SANITIZE on a thin LUN (BLOCK ERASE deallocates every block) through the block cache.
+#[test]
+fn iscsi_test_cu_sanitize_thin() {
+    sanitize_suite(
+        LunSpec::new(1, 512, 64 * MIB).thin().with_write_cache(true),
+        "-sanitize-thin",
+    );
+}
 
 fn selected_suites(lun: LunSpec, mode_suffix: &str) {
     suites(lun, mode_suffix, SUITES);

@@ -40,7 +40,7 @@ pub(crate) fn access_class(cdb: &[u8]) -> Access {
         | MODE_SENSE_10 => Access::Read,
         WRITE_6 | WRITE_10 | WRITE_12 | WRITE_16 | WRITE_AND_VERIFY_10 | WRITE_AND_VERIFY_12
         | WRITE_AND_VERIFY_16 | SYNCHRONIZE_CACHE_10 | SYNCHRONIZE_CACHE_16 | MODE_SELECT_6
-        | MODE_SELECT_10 => Access::Write,
+        | MODE_SELECT_10 | SANITIZE => Access::Write,
         _ => Access::Always,
     }
 }

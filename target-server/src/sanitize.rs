@@ -1,0 +1,216 @@
+//! The I/O of SANITIZE: one background thread per operation sanitizes the whole LUN while
+//! the `scsi` crate answers every other command with NOT READY / SANITIZE IN PROGRESS.
+//!
+//! Cache coherence, in this order: every writer of the LUN is waited for and kept out (the
+//! LUN's range locks held exclusively over the whole LUN), dirty cached blocks are written
+//! back and flushes already running elsewhere are waited for (so no flusher can write old
+//! data over the sanitized medium later), the medium is sanitized, made durable, and then
+//! every cached block of the LUN is dropped (a fill that raced is told not to validate), so
+//! no read returns pre-sanitize data from the cache.
+//!
+//! Methods: OVERWRITE writes the pattern block over every block in large aligned chunks, for
+//! each pass (optionally throttled, `--sanitize-rate`); BLOCK ERASE and CRYPTOGRAPHIC ERASE
+//! (thin LUNs only) deallocate the whole LUN: holes punched in a file, a zeroing discard on
+//! a block device, and where neither works fallocate ZERO_RANGE or plain zero writes
+//! (`BackingStore::deallocate`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cache::{AlignedBuf, BlockCache};
+use iscsi_proto::CommandResult;
+use scsi::sanitize::{Method, Sanitize};
+
+use crate::dispatch::to_result;
+use crate::payload::Payload;
+use crate::registry::{ConnId, Lun};
+use crate::storage::{Replier, flush_range};
+
+/// Bytes per OVERWRITE write and per erase step (progress granularity).
+const CHUNK: usize = 1 << 20;
+/// Bytes per erase call (deallocate / zero range), so progress moves on large LUNs.
+const ERASE_STEP: u64 = 1 << 30;
+
+/// OVERWRITE throughput limit in bytes per second (0 = unlimited), daemon-wide.
+static RATE_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the OVERWRITE throughput limit (`--sanitize-rate`, MiB/s; 0 = unlimited), so a
+/// sanitize does not starve the other LUNs on the same disks.
+pub fn set_rate_limit_mib(mib_per_s: u64) {
+    RATE_LIMIT.store(mib_per_s.saturating_mul(1 << 20), Ordering::Relaxed);
+}
+
+/// Repliers of SANITIZE commands without IMMED whose operation is running, by job number.
+/// A task management request that aborts such a task ends the task at once
+/// ([`end_aborted`]); the operation goes on (SBC-4: resets do not stop a sanitize).
+static WAITING: Mutex<Vec<(u64, Replier)>> = Mutex::new(Vec::new());
+static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
+
+fn waiting() -> std::sync::MutexGuard<'static, Vec<(u64, Replier)>> {
+    WAITING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The SANITIZE tasks of connection `conn` that `aborted` says were aborted end now (their
+/// completion is sent, and swallowed by the connection as for any aborted task), so the
+/// task management response does not wait for the whole operation. Called by the event
+/// thread after it marked tasks aborted.
+pub fn end_aborted(conn: ConnId, aborted: impl Fn(u32) -> bool) {
+    let ended: Vec<Replier> = {
+        let mut w = waiting();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < w.len() {
+            if w[i].1.conn == conn && aborted(w[i].1.itt) {
+                out.push(w.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        out
+    };
+    for r in ended {
+        r.send(CommandResult::good());
+    }
+}
+
+/// Starts `op` on `lun` in the background. With IMMED the GOOD status is returned now;
+/// otherwise `None`, and the status goes through `reply` when the operation ends (unless
+/// the task was aborted meanwhile).
+pub fn start(
+    lun: &Arc<Lun>,
+    op: Sanitize,
+    cache: Option<Arc<BlockCache>>,
+    reply: Replier,
+) -> Option<CommandResult<Payload>> {
+    let immed = op.immed;
+    let job = NEXT_JOB.fetch_add(1, Ordering::Relaxed);
+    if !immed {
+        waiting().push((job, reply));
+    }
+    let job_lun = Arc::clone(lun);
+    let spawned = std::thread::Builder::new()
+        .name(format!("sanitize-{}", lun.number))
+        .spawn(move || {
+            let lun = job_lun;
+            let started = Instant::now();
+            tracing::info!(lun = lun.number, path = %lun.store.path().display(),
+                method = method_name(&op.method), passes = op.method.passes(), immed,
+                "SANITIZE started");
+            let res = run(cache.as_ref(), &lun, &op.method);
+            lun.scsi.sanitize_finished(res.is_ok());
+            let result = match res {
+                Ok(()) => {
+                    tracing::info!(lun = lun.number, elapsed = ?started.elapsed(),
+                        "SANITIZE completed");
+                    CommandResult::good()
+                }
+                Err(e) => {
+                    tracing::error!(lun = lun.number, path = %lun.store.path().display(),
+                        "SANITIZE failed: {e}; the LUN is in sanitize failure mode");
+                    to_result(lun.scsi.check_condition(&scsi::sanitize::failed_sense()))
+                }
+            };
+            let waiter = {
+                let mut w = waiting();
+                w.iter()
+                    .position(|(j, _)| *j == job)
+                    .map(|i| w.swap_remove(i).1)
+            };
+            if let Some(r) = waiter {
+                r.send(result);
+            }
+        });
+    match spawned {
+        Ok(_) if immed => Some(CommandResult::good()),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::error!(lun = lun.number, "cannot start the SANITIZE thread: {e}");
+            waiting().retain(|(j, _)| *j != job);
+            lun.scsi.sanitize_finished(false);
+            Some(to_result(
+                lun.scsi
+                    .check_condition(&scsi::Sense::internal_target_failure()),
+            ))
+        }
+    }
+}
+
+fn method_name(m: &Method) -> &'static str {
+    match m {
+        Method::Overwrite { .. } => "overwrite",
+        Method::BlockErase => "block erase",
+        Method::CryptoErase => "cryptographic erase",
+    }
+}
+
+/// The whole operation (see the module documentation for the order of steps).
+fn run(cache: Option<&Arc<BlockCache>>, lun: &Lun, method: &Method) -> std::io::Result<()> {
+    let size = lun.store.size();
+    let _exclusive = lun.locks.compare_and_write(0, size);
+    let flushed = match cache {
+        Some(c) => flush_range(c, lun, 0, size),
+        None => Ok(()),
+    };
+    let res = flushed.and_then(|()| match method {
+        Method::Overwrite { .. } => overwrite(lun, method, size),
+        Method::BlockErase | Method::CryptoErase => erase(lun, size),
+    });
+    let res = res.and_then(|()| lun.store.sync());
+    // whatever happened, the medium may have changed: no cached block may survive
+    if let Some(c) = cache {
+        c.invalidate_lun(lun.cache_id);
+    }
+    res
+}
+
+/// Every block written with the method's block for each pass.
+fn overwrite(lun: &Lun, method: &Method, size: u64) -> std::io::Result<()> {
+    let bs = lun.store.block_size() as usize;
+    let passes = method.passes();
+    let total = size.saturating_mul(u64::from(passes));
+    let chunk_len = (CHUNK as u64).min(size) as usize;
+    let mut buf = AlignedBuf::new(chunk_len);
+    let started = Instant::now();
+    let mut done = 0u64;
+    for pass in 0..passes {
+        let block = method.block(bs, pass);
+        for piece in buf.as_mut_slice().chunks_mut(bs) {
+            piece.copy_from_slice(&block[..piece.len()]);
+        }
+        let mut at = 0u64;
+        while at < size {
+            let n = (size - at).min(chunk_len as u64) as usize;
+            lun.store.write_at(&buf.as_slice()[..n], at, false)?;
+            at += n as u64;
+            done += n as u64;
+            lun.scsi.sanitize_progress(done, total);
+            throttle(started, done);
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps until `done` bytes since `started` are within the rate limit.
+fn throttle(started: Instant, done: u64) {
+    let rate = RATE_LIMIT.load(Ordering::Relaxed);
+    if rate == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(done as f64 / rate as f64);
+    if let Some(wait) = due.checked_sub(started.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}
+
+/// Every block deallocated (the erase methods are offered on thin LUNs only).
+fn erase(lun: &Lun, size: u64) -> std::io::Result<()> {
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(ERASE_STEP);
+        lun.store.deallocate(at, n)?;
+        at += n;
+        lun.scsi.sanitize_progress(at, size);
+    }
+    Ok(())
+}
