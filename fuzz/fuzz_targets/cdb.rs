@@ -243,5 +243,8 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 "self-test read {lba}+{blocks}"
             );
         }
+        Action::Sanitize(_) => {
+            assert!(!lu.write_protected(), "SANITIZE on a write-protected LU");
+        }
     }
 }
