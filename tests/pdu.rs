@@ -408,6 +408,29 @@ impl ScsiSession {
         }
     }
 
+    /// PERSISTENT RESERVE OUT with a basic 24-byte parameter list (service action `sa`,
+    /// `pr_type`, RESERVATION KEY `key`, SERVICE ACTION RESERVATION KEY `sa_key`, APTPL);
+    /// returns the status.
+    pub fn persistent_reserve_out(
+        &mut self,
+        sa: u8,
+        pr_type: u8,
+        key: u64,
+        sa_key: u64,
+        aptpl: bool,
+    ) -> u8 {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x5F;
+        cdb[1] = sa;
+        cdb[2] = pr_type;
+        cdb[8] = 24;
+        let mut p = [0u8; 24];
+        p[0..8].copy_from_slice(&key.to_be_bytes());
+        p[8..16].copy_from_slice(&sa_key.to_be_bytes());
+        p[20] = u8::from(aptpl);
+        self.command(&cdb, &p, 0).0
+    }
+
     /// The next PDU from the target, if one comes within `timeout`.
     pub fn next_pdu(&mut self, timeout: Duration) -> Option<Pdu> {
         match read_pdu(&mut self.stream, timeout) {

@@ -115,7 +115,7 @@ pub fn execute(
                 };
                 let result = match &read.data {
                     Some(p) if read.status == 0 => {
-                        let medium = payload_bytes(p);
+                        let medium = p.contiguous();
                         match scsi::verify_compare(&medium, &data, bs as usize, same_block) {
                             None => CommandResult::good(),
                             Some(sense) => to_result(lun.scsi.check_condition(&sense)),
@@ -128,51 +128,21 @@ pub fn execute(
             None
         }
         Action::CompareAndWrite { lba, blocks, fua } => {
-            let lun = Arc::clone(lun);
-            let cache = storage::uses_cache(&lun, ctx).cloned();
-            let data = std::mem::take(&mut cmd.data_out);
-            let durable = fua || !lun.scsi.write_cache_enabled();
-            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
-                reply.send(compare_and_write(
-                    cache.as_ref(),
-                    &lun,
-                    lba,
-                    blocks,
-                    &data,
-                    durable,
-                ));
-            })));
-            None
+            locked_write_on_worker(lun, cmd, fua, ctx, reply, move |w| {
+                compare_and_write(w.cache, w.lun, lba, blocks, w.data, w.durable)
+            })
         }
         Action::OrWrite { lba, blocks, fua } => {
-            let lun = Arc::clone(lun);
-            let cache = storage::uses_cache(&lun, ctx).cloned();
-            let data = std::mem::take(&mut cmd.data_out);
-            let durable = fua || !lun.scsi.write_cache_enabled();
-            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
-                let result = read_modify_write(cache.as_ref(), &lun, lba, blocks, durable, |m| {
-                    Ok(m.iter().zip(&data).map(|(a, b)| a | b).collect())
-                });
-                reply.send(result);
-            })));
-            None
+            locked_write_on_worker(lun, cmd, fua, ctx, reply, move |w| {
+                read_modify_write(w.cache, w.lun, lba, blocks, w.durable, |m| {
+                    Ok(m.iter().zip(w.data).map(|(a, b)| a | b).collect())
+                })
+            })
         }
         Action::AtomicWrite { lba, blocks, fua } => {
-            let lun = Arc::clone(lun);
-            let cache = storage::uses_cache(&lun, ctx).cloned();
-            let data = std::mem::take(&mut cmd.data_out);
-            let durable = fua || !lun.scsi.write_cache_enabled();
-            ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
-                reply.send(write_atomic(
-                    cache.as_ref(),
-                    &lun,
-                    lba,
-                    blocks,
-                    &data,
-                    durable,
-                ));
-            })));
-            None
+            locked_write_on_worker(lun, cmd, fua, ctx, reply, move |w| {
+                write_atomic(w.cache, w.lun, lba, blocks, w.data, w.durable)
+            })
         }
         Action::Unmap { ranges } => {
             let lun = Arc::clone(lun);
@@ -293,6 +263,42 @@ fn persistent_reserve_out(
     None
 }
 
+/// What a write that holds the LUN's range locks exclusively (COMPARE AND WRITE, ORWRITE,
+/// WRITE ATOMIC) works with on its I/O worker.
+struct LockedWrite<'a> {
+    cache: Option<&'a Arc<cache::BlockCache>>,
+    lun: &'a crate::registry::Lun,
+    /// The command's Data-Out buffer.
+    data: &'a [u8],
+    /// Stable before GOOD: FUA or the write cache disabled.
+    durable: bool,
+}
+
+/// Runs `op` for the command on an I/O worker of this node (it may wait for the range
+/// locks, which an event thread never does) and sends its result.
+fn locked_write_on_worker(
+    lun: &Arc<crate::registry::Lun>,
+    cmd: &mut ScsiCommand,
+    fua: bool,
+    ctx: &StorageCtx<'_>,
+    reply: Replier,
+    op: impl FnOnce(&LockedWrite<'_>) -> CommandResult<Payload> + Send + 'static,
+) -> Option<CommandResult<Payload>> {
+    let lun = Arc::clone(lun);
+    let cache = storage::uses_cache(&lun, ctx).cloned();
+    let data = std::mem::take(&mut cmd.data_out);
+    let durable = fua || !lun.scsi.write_cache_enabled();
+    ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+        reply.send(op(&LockedWrite {
+            cache: cache.as_ref(),
+            lun: &lun,
+            data: &data,
+            durable,
+        }));
+    })));
+    None
+}
+
 /// WRITE ATOMIC(16) on an I/O worker: with the range held exclusively (no other writer of
 /// these blocks on any node can interleave), dirty cached data of the range is written back
 /// first (so no later write-back brings old bytes over the new ones), then the blocks go to
@@ -371,23 +377,11 @@ fn read_modify_write(
         None => storage::direct_read(lun, lba, offset, len),
     };
     let new = match &current.data {
-        Some(p) if current.status == 0 => match modify(&payload_bytes(p)) {
+        Some(p) if current.status == 0 => match modify(&p.contiguous()) {
             Ok(new) => new,
             Err(answer) => return answer,
         },
         _ => return current,
     };
     storage::write_through(cache, lun, lba, offset, &new, durable)
-}
-
-fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {
-    match p {
-        Payload::Bytes(v) => std::borrow::Cow::Borrowed(v.as_slice()),
-        Payload::Block(b) => std::borrow::Cow::Borrowed(b.as_slice()),
-        Payload::Blocks(refs) => std::borrow::Cow::Owned(
-            refs.iter()
-                .flat_map(|r| r.bytes().iter().copied())
-                .collect(),
-        ),
-    }
 }

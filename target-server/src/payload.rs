@@ -21,6 +21,20 @@ impl Payload {
     pub fn bytes(v: Vec<u8>) -> Self {
         Payload::Bytes(v)
     }
+
+    /// The payload as one slice: borrowed when it is one buffer, copied out of the cache
+    /// blocks otherwise (off the hot path: compares, copies, read-modify-writes).
+    pub fn contiguous(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self {
+            Payload::Bytes(v) => std::borrow::Cow::Borrowed(v.as_slice()),
+            Payload::Block(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+            Payload::Blocks(refs) => std::borrow::Cow::Owned(
+                refs.iter()
+                    .flat_map(|r| r.bytes().iter().copied())
+                    .collect(),
+            ),
+        }
+    }
 }
 
 /// Lists kept per thread, and the largest list kept (in references).

@@ -275,7 +275,7 @@ fn copy_chunk(
         None => storage::direct_read(&src.lun, src_lba, src_off, n),
     };
     let data = match (&read.data, read.status) {
-        (Some(p), 0) => payload_bytes(p),
+        (Some(p), 0) => p.contiguous(),
         _ => return Err(xcopy::third_party_device_failure()),
     };
     if data.len() as u64 != n {
@@ -293,16 +293,4 @@ fn copy_chunk(
         return Err(xcopy::third_party_device_failure());
     }
     Ok(())
-}
-
-fn payload_bytes(p: &Payload) -> std::borrow::Cow<'_, [u8]> {
-    match p {
-        Payload::Bytes(v) => std::borrow::Cow::Borrowed(v.as_slice()),
-        Payload::Block(b) => std::borrow::Cow::Borrowed(b.as_slice()),
-        Payload::Blocks(refs) => std::borrow::Cow::Owned(
-            refs.iter()
-                .flat_map(|r| r.bytes().iter().copied())
-                .collect(),
-        ),
-    }
 }

@@ -12,16 +12,7 @@ use tests::{Daemon, LunSpec, MIB};
 const KEY: u64 = 0x1122_3344_5566_7788;
 
 fn pr_out(r: &mut Raw, sa: u8, pr_type: u8, key: u64, sa_key: u64, aptpl: bool) -> u8 {
-    let mut cdb = [0u8; 10];
-    cdb[0] = 0x5F;
-    cdb[1] = sa;
-    cdb[2] = pr_type;
-    cdb[8] = 24;
-    let mut p = [0u8; 24];
-    p[0..8].copy_from_slice(&key.to_be_bytes());
-    p[8..16].copy_from_slice(&sa_key.to_be_bytes());
-    p[20] = u8::from(aptpl);
-    r.command(&cdb, &p, 0).0
+    r.persistent_reserve_out(sa, pr_type, key, sa_key, aptpl)
 }
 
 fn pr_in(r: &mut Raw, sa: u8) -> Vec<u8> {

@@ -323,16 +323,8 @@ fn copy_honours_write_protection_and_the_medium() {
 }
 
 fn pr_out(s: &mut ScsiSession, sa: u8, pr_type: u8, key: u64, sa_key: u64) {
-    let mut cdb = [0u8; 10];
-    cdb[0] = 0x5F;
-    cdb[1] = sa;
-    cdb[2] = pr_type;
-    cdb[8] = 24;
-    let mut p = [0u8; 24];
-    p[0..8].copy_from_slice(&key.to_be_bytes());
-    p[8..16].copy_from_slice(&sa_key.to_be_bytes());
-    let (st, sense, _) = s.command(&cdb, &p, 0);
-    assert_eq!(st, 0, "PR OUT {sa:x}: sense {sense:02x?}");
+    let st = s.persistent_reserve_out(sa, pr_type, key, sa_key, false);
+    assert_eq!(st, 0, "PR OUT {sa:x}");
 }
 
 /// LUNs reserved by another initiator: an SPC-2 reservation refuses reading and writing, a
