@@ -622,10 +622,9 @@ impl EventThread {
                             _ => {}
                         }
                     }
-                    // running EXTENDED COPYs of the ended tasks stop between chunks
-                    crate::xcopy::cancel_unwanted(id, |itt| slot.conn.task_wanted(itt));
-                    // a SANITIZE the request aborted goes on in the background: its task ends now
-                    crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
+                    // long server-side jobs of the ended tasks: an EXTENDED COPY stops between
+                    // chunks, a SANITIZE's task ends now (the operation goes on)
+                    crate::task_watch::tasks_ended(id, |itt| slot.conn.task_wanted(itt));
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -757,12 +756,9 @@ impl EventThread {
                             });
                         if ours && slot.conn.abort_tasks(lun) > 0 {
                             if let Some(c) = id {
-                                crate::xcopy::cancel_unwanted(c, |itt| slot.conn.task_wanted(itt));
+                                crate::task_watch::tasks_ended(c, |itt| slot.conn.task_wanted(itt));
                             }
                             tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
-                            if let Some(id) = id {
-                                crate::sanitize::end_aborted(id, |itt| slot.conn.task_aborted(itt));
-                            }
                             if !touched.contains(&s) {
                                 touched.push(s);
                             }
@@ -814,7 +810,7 @@ impl EventThread {
                 }
             }
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
-            crate::xcopy::cancel_connection(id);
+            crate::task_watch::tasks_ended(id, |_| false);
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(s);

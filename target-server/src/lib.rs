@@ -18,5 +18,6 @@ pub mod sanitize;
 pub mod sd_notify;
 pub mod selftest;
 pub mod storage;
+pub mod task_watch;
 pub mod thin;
 pub mod xcopy;

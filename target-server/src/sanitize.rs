@@ -14,8 +14,8 @@
 //! a block device, and where neither works fallocate ZERO_RANGE or plain zero writes
 //! (`BackingStore::deallocate`).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cache::{AlignedBuf, BlockCache};
@@ -24,7 +24,7 @@ use scsi::sanitize::{Method, Sanitize};
 
 use crate::dispatch::to_result;
 use crate::payload::Payload;
-use crate::registry::{ConnId, Lun};
+use crate::registry::Lun;
 use crate::storage::{Replier, flush_range};
 
 /// Bytes per OVERWRITE write and per erase step (progress granularity).
@@ -41,39 +41,6 @@ pub fn set_rate_limit_mib(mib_per_s: u64) {
     RATE_LIMIT.store(mib_per_s.saturating_mul(1 << 20), Ordering::Relaxed);
 }
 
-/// Repliers of SANITIZE commands without IMMED whose operation is running, by job number.
-/// A task management request that aborts such a task ends the task at once
-/// ([`end_aborted`]); the operation goes on (SBC-4: resets do not stop a sanitize).
-static WAITING: Mutex<Vec<(u64, Replier)>> = Mutex::new(Vec::new());
-static NEXT_JOB: AtomicU64 = AtomicU64::new(1);
-
-fn waiting() -> std::sync::MutexGuard<'static, Vec<(u64, Replier)>> {
-    WAITING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The SANITIZE tasks of connection `conn` that `aborted` says were aborted end now (their
-/// completion is sent, and swallowed by the connection as for any aborted task), so the
-/// task management response does not wait for the whole operation. Called by the event
-/// thread after it marked tasks aborted.
-pub fn end_aborted(conn: ConnId, aborted: impl Fn(u32) -> bool) {
-    let ended: Vec<Replier> = {
-        let mut w = waiting();
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < w.len() {
-            if w[i].1.conn == conn && aborted(w[i].1.itt) {
-                out.push(w.swap_remove(i).1);
-            } else {
-                i += 1;
-            }
-        }
-        out
-    };
-    for r in ended {
-        r.send(CommandResult::good());
-    }
-}
-
 /// Starts `op` on `lun` in the background. With IMMED the GOOD status is returned now;
 /// otherwise `None`, and the status goes through `reply` when the operation ends (unless
 /// the task was aborted meanwhile).
@@ -84,10 +51,15 @@ pub fn start(
     reply: Replier,
 ) -> Option<CommandResult<Payload>> {
     let immed = op.immed;
-    let job = NEXT_JOB.fetch_add(1, Ordering::Relaxed);
-    if !immed {
-        waiting().push((job, reply));
-    }
+    // without IMMED the task waits for the operation; task management may end it sooner
+    // (the operation goes on): see crate::task_watch
+    let watch = (!immed).then(|| {
+        crate::task_watch::Watch::new(
+            reply.conn,
+            reply.itt,
+            crate::task_watch::OnEnd::AnswerNow(reply),
+        )
+    });
     let job_lun = Arc::clone(lun);
     let spawned = std::thread::Builder::new()
         .name(format!("sanitize-{}", lun.number))
@@ -111,13 +83,7 @@ pub fn start(
                     to_result(lun.scsi.check_condition(&scsi::sanitize::failed_sense()))
                 }
             };
-            let waiter = {
-                let mut w = waiting();
-                w.iter()
-                    .position(|(j, _)| *j == job)
-                    .map(|i| w.swap_remove(i).1)
-            };
-            if let Some(r) = waiter {
+            if let Some(r) = watch.and_then(crate::task_watch::Watch::take_replier) {
                 r.send(result);
             }
         });
@@ -126,7 +92,6 @@ pub fn start(
         Ok(_) => None,
         Err(e) => {
             tracing::error!(lun = lun.number, "cannot start the SANITIZE thread: {e}");
-            waiting().retain(|(j, _)| *j != job);
             lun.scsi.sanitize_finished(false);
             Some(to_result(
                 lun.scsi

@@ -11,13 +11,13 @@
 //! Before each segment the copy manager checks, for the I_T nexus the command came from,
 //! that its source may be read and its destination written (`LogicalUnit::copy_access`:
 //! reservations, medium present, write protection). A running copy registers a
-//! cancellation flag under its connection and task tag; the event loop raises it when task
+//! cancellation flag under its connection and task tag (`crate::task_watch`); the event loop raises it when task
 //! management ends the task (ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET,
 //! TARGET RESET, PREEMPT AND ABORT) or the connection closes, and the copy stops before its
 //! next chunk.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use cache::BlockCache;
 use iscsi_proto::CommandResult;
@@ -35,53 +35,30 @@ use crate::storage::{self, Replier, StorageCtx};
 /// supported block length).
 const CHUNK: u64 = 1 << 20;
 
-/// The cancellation flags of the running copies, by connection and task tag.
-static RUNNING: Mutex<Vec<(ConnId, u32, Arc<AtomicBool>)>> = Mutex::new(Vec::new());
-
-fn running() -> std::sync::MutexGuard<'static, Vec<(ConnId, u32, Arc<AtomicBool>)>> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A running copy's registration: the flag it checks between chunks, removed when dropped.
+/// A running copy's registration with [`crate::task_watch`]: the flag it checks between
+/// chunks, raised when task management ends its task; unregistered when dropped.
 struct Running {
-    conn: ConnId,
-    itt: u32,
     cancel: Arc<AtomicBool>,
+    _watch: crate::task_watch::Watch,
 }
 
 impl Running {
     fn register(conn: ConnId, itt: u32) -> Self {
         let cancel = Arc::new(AtomicBool::new(false));
-        running().push((conn, itt, Arc::clone(&cancel)));
-        Running { conn, itt, cancel }
+        let watch = crate::task_watch::Watch::new(
+            conn,
+            itt,
+            crate::task_watch::OnEnd::Stop(Arc::clone(&cancel)),
+        );
+        Running {
+            cancel,
+            _watch: watch,
+        }
     }
 
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        running().retain(|(c, i, f)| {
-            !(*c == self.conn && *i == self.itt && Arc::ptr_eq(f, &self.cancel))
-        });
-    }
-}
-
-/// Task management may have ended tasks of connection `conn`: the copies whose task is no
-/// longer `wanted` stop before their next chunk. Cheap when no copy runs.
-pub fn cancel_unwanted(conn: ConnId, wanted: impl Fn(u32) -> bool) {
-    for (c, itt, flag) in running().iter() {
-        if *c == conn && !wanted(*itt) {
-            flag.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Connection `conn` is gone: its copies stop.
-pub fn cancel_connection(conn: ConnId) {
-    cancel_unwanted(conn, |_| false);
 }
 
 /// A resolved copy target: the LUN and the cache its I/O goes through.

@@ -434,14 +434,6 @@ impl<B: DataBuf> Connection<B> {
         self.spare_bufs.push(v);
     }
 
-    /// Whether the server is running task `itt` and a task management request (or another
-    /// I_T nexus's) aborted it: its completion will send nothing.
-    pub fn task_aborted(&self, itt: u32) -> bool {
-        self.tasks
-            .get(&itt)
-            .is_some_and(|t| t.delivered && t.aborted_by.is_some())
-    }
-
     /// The server's answer to a command: Data-In PDUs (split per the initiator's
     /// MaxRecvDataSegmentLength and MaxBurstLength), then status (phase-collapsed into
     /// the last Data-In when there is no sense) with residuals.
