@@ -219,7 +219,13 @@ fn sanitize_suite(lun: LunSpec, mode_suffix: &str) {
         eprintln!("tgtd does not implement SANITIZE; nothing to run");
         return;
     }
-    let mut d = Daemon::start_with_args(&[lun], &["--sanitize-rate", "8"]);
+    let numatgtd = tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Numatgtd;
+    let args: &[&str] = if numatgtd {
+        &["--sanitize-rate", "8"]
+    } else {
+        &[]
+    };
+    let mut d = Daemon::start_with_args(&[lun], args);
     let report = format!("iscsi-test-cu-numatgtd{mode_suffix}");
     // one URL: with a second (multipath) URL the Reservations test leaves its RESERVE(6)
     // held on that session for the tests after it; alone it opens and closes its own
@@ -435,7 +441,13 @@ fn all_tests(lun: LunSpec, name: &str) -> (Counts, Vec<TestCase>, String) {
     tools::require_tool("iscsi-test-cu");
     // SANITIZE's Reset test needs an OVERWRITE still running seconds after it started: the
     // daemon's rate limit makes one pass over the 64 MiB LUN take 8 s
-    let mut d = Daemon::start_with_args(&[lun], &["--sanitize-rate", "8"]);
+    let numatgtd = tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Numatgtd;
+    let args: &[&str] = if numatgtd {
+        &["--sanitize-rate", "8"]
+    } else {
+        &[]
+    };
+    let mut d = Daemon::start_with_args(&[lun], args);
     let kind = format!("{:?}", d.kind).to_lowercase();
     let url = d.url(1);
     let r = tools::run_no_sigpipe(
@@ -541,6 +553,10 @@ fn assert_all_clean(
     min_pass: usize,
     allowed: &[&str],
 ) {
+    if tests::daemon::TargetKind::from_env() == tests::daemon::TargetKind::Tgtd {
+        eprintln!("tgtd: report only (the gate is numatgtd's)");
+        return;
+    }
     assert!(
         counts.total() >= 200,
         "only {} tests ran\n{t}",
