@@ -4,16 +4,19 @@
 //! Placement is decided once, at start:
 //! 1. map the region (explicit huge pages with `MAP_HUGETLB` when asked for and the node has
 //!    enough free ones; otherwise normal pages, 2 MiB-aligned, with `madvise(MADV_HUGEPAGE)` so
-//!    transparent huge pages can back it);
+//!    transparent huge pages can back it; normal pages are mapped `MAP_NORESERVE`);
 //! 2. bind it to the node's OS index with `mbind(2)` (`MPOL_BIND` or `MPOL_PREFERRED`). Virtual
 //!    nodes (carved out of fewer real nodes) are **not** bound: there is no real node to bind
 //!    to, and [`NodeArena::binding`] says so;
-//! 3. pre-fault: touch every page, so every page is allocated under the policy now rather than
-//!    on some hot-path first touch later.
+//! 3. pages: by default the arena grows lazily — a page is allocated (under the policy, so on
+//!    the node) the first time a cache block in it is filled, so start-up is instant whatever
+//!    the size and memory is used only as data is cached, as with the kernel's page cache.
+//!    With [`ArenaOptions::prefault`] every page is touched now instead.
 //!
 //! [`placement`] asks the kernel (`move_pages(2)` with a null node list) where each page of a
-//! range lives; [`NodeArena::local_fraction`] turns that into the share of an arena's pages
-//! that are on its node (the VM test expects at least 99 %).
+//! range lives; [`NodeArena::local_fraction`] turns that into the share of an arena's resident
+//! pages that are on its node (the VM test expects at least 99 %), and
+//! [`NodeArena::resident_bytes`] says how much of the arena is in memory.
 //!
 //! The arena only hands out raw slot pointers; who may read or write a slot, and when, is
 //! decided by the partition that owns it (see `partition`).
@@ -59,6 +62,8 @@ pub struct ArenaOptions {
     pub huge_pages: bool,
     /// Memory policy for real nodes.
     pub policy: BindPolicy,
+    /// Touch every page at start (`false`: pages are allocated on first use).
+    pub prefault: bool,
 }
 
 /// What backs the arena.
@@ -171,7 +176,8 @@ impl NodeArena {
             }
         }
 
-        let (ptr, map_len, pages) = map_region(node.index, len, opts.huge_pages, os_node)?;
+        let (ptr, map_len, pages) =
+            map_region(node.index, len, opts.huge_pages, os_node, opts.prefault)?;
         let mut arena = NodeArena {
             ptr,
             map_len,
@@ -198,7 +204,9 @@ impl NodeArena {
                 node.index
             );
         }
-        arena.prefault();
+        if opts.prefault {
+            arena.prefault();
+        }
         Ok(arena)
     }
 
@@ -258,11 +266,12 @@ impl NodeArena {
         placement(self.ptr.as_ptr(), self.len())
     }
 
-    /// Share of the arena's pages that are on its OS node (virtual nodes: on any node, i.e.
-    /// present). Uses `move_pages(2)`.
+    /// Share of the arena's resident pages that are on its OS node (virtual nodes: every
+    /// resident page counts); 1.0 while nothing is resident. Uses `move_pages(2)`.
     pub fn local_fraction(&self) -> io::Result<f64> {
         let pages = self.placement()?;
-        if pages.is_empty() {
+        let resident = pages.iter().filter(|&&n| n >= 0).count();
+        if resident == 0 {
             return Ok(1.0);
         }
         let good = match self.binding {
@@ -270,9 +279,24 @@ impl NodeArena {
                 .iter()
                 .filter(|&&n| n >= 0 && n as usize == os_node)
                 .count(),
-            Binding::SkippedVirtual => pages.iter().filter(|&&n| n >= 0).count(),
+            Binding::SkippedVirtual => resident,
         };
-        Ok(good as f64 / pages.len() as f64)
+        Ok(good as f64 / resident as f64)
+    }
+
+    /// Bytes of the arena backed by memory now (lazily grown arenas fill up as blocks are
+    /// cached). Uses `mincore(2)`.
+    pub fn resident_bytes(&self) -> io::Result<u64> {
+        let page = base_page_size();
+        let pages = self.map_len.div_ceil(page);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: the range is exactly our own mapping; `vec` has one byte per page of it.
+        let rc = unsafe { libc::mincore(self.ptr.as_ptr().cast(), self.map_len, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+        Ok((resident * page) as u64)
     }
 }
 
@@ -340,8 +364,12 @@ fn map_region(
     len: usize,
     huge: bool,
     os_node: Option<usize>,
+    prefault: bool,
 ) -> Result<(NonNull<u8>, usize, PageKind), ArenaError> {
     let map_err = |len, err| ArenaError::Map { node, len, err };
+    // a lazily grown arena reserves no swap up front (its pages are committed as blocks are
+    // filled); hugetlb pages keep their reservation so a later fault cannot SIGBUS
+    let lazy = if prefault { 0 } else { libc::MAP_NORESERVE };
     if huge && len >= HUGE_PAGE {
         let hlen = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         // With a binding, the pages must come from that node's pool, or the first touch would
@@ -354,7 +382,7 @@ fn map_region(
         }
         // Over-map by one huge page, then trim so the region is 2 MiB aligned (THP needs it).
         let over = hlen + HUGE_PAGE;
-        let raw = mmap_anon(over, 0).map_err(|e| map_err(over, e))?;
+        let raw = mmap_anon(over, lazy).map_err(|e| map_err(over, e))?;
         let addr = raw.as_ptr() as usize;
         let aligned = addr.div_ceil(HUGE_PAGE) * HUGE_PAGE;
         let head = aligned - addr;
@@ -380,7 +408,7 @@ fn map_region(
         };
         return Ok((ptr, hlen, kind));
     }
-    let ptr = mmap_anon(len, 0).map_err(|e| map_err(len, e))?;
+    let ptr = mmap_anon(len, lazy).map_err(|e| map_err(len, e))?;
     Ok((ptr, len, PageKind::Normal))
 }
 
@@ -460,6 +488,7 @@ mod tests {
             slots,
             huge_pages: huge,
             policy: BindPolicy::Preferred,
+            prefault: true,
         }
     }
 
@@ -494,6 +523,24 @@ mod tests {
                 assert_eq!(a.base().as_ptr() as usize % HUGE_PAGE, 0);
             }
         }
+    }
+
+    #[test]
+    fn lazy_arena_grows_on_use() {
+        let t = Topology::split(&[0], 1, 1);
+        let mut o = opts(64, false);
+        o.prefault = false;
+        let a = NodeArena::new(&t.nodes()[0], true, o).unwrap();
+        assert_eq!(a.resident_bytes().unwrap(), 0);
+        assert_eq!(a.local_fraction().unwrap(), 1.0);
+        for i in [0, 5] {
+            // SAFETY: test owns the arena; slot i is valid for slot_size bytes.
+            unsafe { a.slot_ptr(i).unwrap().as_ptr().write(1) };
+        }
+        let r = a.resident_bytes().unwrap();
+        assert!((2 * 4096..64 * 65536).contains(&r), "{r} resident");
+        let pre = NodeArena::new(&t.nodes()[0], true, opts(64, false)).unwrap();
+        assert_eq!(pre.resident_bytes().unwrap(), 64 * 65536);
     }
 
     #[test]

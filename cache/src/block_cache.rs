@@ -19,7 +19,9 @@
 //!   `run.disk_offset`; then `fill.complete()` → `BlockRef` (continue as a hit), or
 //!   `fill.abort()` on an I/O error. `Err(FillRaced)` from `complete`: look up again.
 //!   `Lookup::Busy`: retry shortly (another fill of the block is in flight) or read around
-//!   the cache; `Lookup::NoSpace`: read around the cache (pread into a network buffer).
+//!   the cache; `Lookup::NoSpace`: read around the cache (pread into a network buffer);
+//!   `Lookup::Bypass` (full partition, block not admitted, see `admission`): pread the
+//!   range from the backing store directly, nothing of it is cached.
 //! * **WRITE, WCE=1**: for each piece [`write_back`](BlockCache::write_back) → `Written`: GOOD
 //!   once every piece is written. `Throttled` / `NoSpace`: wait for the flusher and retry, or
 //!   write through (below). `Busy`: retry.
@@ -77,6 +79,8 @@ pub struct CacheConfig {
     pub dirty_limit_bytes: u64,
     /// Memory policy of the arenas on real nodes.
     pub bind_policy: BindPolicy,
+    /// Allocate every arena page at start (`false`: arenas grow as blocks are filled).
+    pub prefault: bool,
 }
 
 impl Default for CacheConfig {
@@ -92,6 +96,7 @@ impl Default for CacheConfig {
             huge_pages: true,
             dirty_limit_bytes: 64 << 20,
             bind_policy: BindPolicy::Bind,
+            prefault: false,
         }
     }
 }
@@ -184,8 +189,9 @@ impl std::fmt::Debug for BlockCache {
 }
 
 impl BlockCache {
-    /// Validate `config`, allocate, bind and pre-fault one arena per node of `topology`, and
-    /// build the partitions. Done once at start; nothing is allocated afterwards.
+    /// Validate `config`, map and bind one arena per node of `topology` (pre-faulted when
+    /// `config.prefault`, else grown as blocks are filled), and build the partitions. Done
+    /// once at start; nothing is allocated afterwards.
     pub fn new(config: CacheConfig, topology: &Topology) -> Result<Self, CacheError> {
         let geometry = config.validate(topology.node_count())?;
         let per_part = config.blocks_per_partition();
@@ -201,6 +207,7 @@ impl BlockCache {
                     slots: per_part * ppn,
                     huge_pages: config.huge_pages,
                     policy: config.bind_policy,
+                    prefault: config.prefault,
                 },
             )?;
             tracing::info!(

@@ -13,6 +13,8 @@ pub struct NodeCounters {
     pub misses: AtomicU64,
     /// Clean blocks dropped to make room.
     pub evictions: AtomicU64,
+    /// Read misses not admitted into a full partition (read straight from the disk).
+    pub bypassed: AtomicU64,
     /// Bytes of dirty sectors in blocks homed on this node.
     pub dirty_bytes: AtomicU64,
     /// Lookups or writes that found no reusable slot (the caller bypasses the cache).
@@ -37,6 +39,7 @@ pub struct CounterSnapshot {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    pub bypassed: u64,
     pub dirty_bytes: u64,
     pub no_space: u64,
     pub busy: u64,
@@ -62,6 +65,7 @@ impl NodeCounters {
             hits: l(&self.hits),
             misses: l(&self.misses),
             evictions: l(&self.evictions),
+            bypassed: l(&self.bypassed),
             dirty_bytes: l(&self.dirty_bytes),
             no_space: l(&self.no_space),
             busy: l(&self.busy),

@@ -2,6 +2,7 @@
 //! per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block cache
 //! and the affinity router (seed 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
 
+pub mod admission;
 pub mod aligned;
 pub mod arena;
 pub mod backing;

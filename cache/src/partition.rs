@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::admission::FrequencySketch;
 use crate::arena::NodeArena;
 use crate::bits::{self, MAX_WORDS, Mask};
 use crate::counters::NodeCounters;
@@ -167,6 +168,8 @@ struct State {
     tail: [u32; 4],
     len: [u32; 4],
     next_gen: u64,
+    /// Recent read frequency of blocks, for admission when the partition is full.
+    freq: FrequencySketch,
 }
 
 impl State {
@@ -352,6 +355,10 @@ pub enum Lookup {
     /// No slot of the partition can be reused (all pinned, dirty or busy): read around the
     /// cache for this block.
     NoSpace,
+    /// The block is not cached and the partition is full of blocks read more often than it
+    /// (see `admission`): nothing was reserved; read the backing store directly — no sector
+    /// of the block is cached, so the disk holds its newest data.
+    Bypass,
 }
 
 impl std::fmt::Debug for Lookup {
@@ -361,6 +368,7 @@ impl std::fmt::Debug for Lookup {
             Lookup::Miss(m) => f.debug_tuple("Miss").field(m).finish(),
             Lookup::Busy => f.write_str("Busy"),
             Lookup::NoSpace => f.write_str("NoSpace"),
+            Lookup::Bypass => f.write_str("Bypass"),
         }
     }
 }
@@ -496,6 +504,7 @@ impl Partition {
             tail: [NIL; 4],
             len: [0; 4],
             next_gen: 0,
+            freq: FrequencySketch::new(slots),
         };
         for i in (0..slots as u32).rev() {
             st.push_head(List::Free, i);
@@ -564,12 +573,14 @@ impl Partition {
         let start = start.min(self.slot_size - 1);
         let len = len.clamp(1, self.slot_size - start);
         let (lo, hi) = self.sectors(start, len);
-        let (flo, fhi) = match ra {
+        let (mut flo, mut fhi) = match ra {
             ReadAhead::None => (lo, hi),
             ReadAhead::WholeBlock => (0, self.bits),
         };
         let c = &self.counters;
         let mut st = self.state.lock();
+        let hash = st.map.hasher().hash_one(key);
+        st.freq.touch(hash);
         let i = match st.map.get(&key) {
             Some(&i) => {
                 if bits::all_set(st.valid_of(i), lo, hi) {
@@ -585,6 +596,18 @@ impl Partition {
                 i
             }
             None => {
+                // full: the LRU victim stays unless this block is read more often
+                let victim = st.tail[List::Lru as usize];
+                if st.head[List::Free as usize] == NIL && victim != NIL {
+                    let v = st.map.hasher().hash_one(st.slots[victim as usize].key);
+                    if !st.freq.admit(hash, v) {
+                        NodeCounters::add(&c.bypassed, 1);
+                        return Lookup::Bypass;
+                    }
+                    // admitted over a victim: a block read this often is read whole, so
+                    // the slot it takes holds as much as the one it displaces
+                    (flo, fhi) = (0, self.bits);
+                }
                 let Some(i) = st.alloc(c) else {
                     NodeCounters::add(&c.no_space, 1);
                     return Lookup::NoSpace;
@@ -1356,6 +1379,7 @@ mod tests {
                 slots,
                 huge_pages: false,
                 policy: BindPolicy::Preferred,
+                prefault: false,
             },
         )
         .unwrap();
@@ -1407,7 +1431,16 @@ mod tests {
         };
         drop(r);
         assert_eq!(p.lru_order(), vec![key(1), key(2), key(0)]);
+        // full: a block seen for the first time does not displace one read as often
+        assert!(matches!(
+            p.lookup(key(3), 0, 512, ReadAhead::None),
+            Lookup::Bypass
+        ));
+        assert_eq!(p.lru_order(), vec![key(1), key(2), key(0)]);
+        // read again, it is more popular than the victim and comes in
         drop(fill_with(&p, 3, 3));
+        assert_eq!(p.lru_order(), vec![key(2), key(0), key(3)]);
+        // block 1 was evicted; looked up twice now, it beats block 2 (read once)
         assert!(matches!(
             p.lookup(key(1), 0, 512, ReadAhead::None),
             Lookup::Miss(_)

@@ -99,6 +99,34 @@ impl Topology {
     pub fn cpu_count(&self) -> usize {
         self.nodes.iter().map(|n| n.cpus.len()).sum()
     }
+    /// Memory of node `index` as `(total, free)` bytes, where free counts the page cache the
+    /// kernel can reclaim: a real node's own numbers from sysfs
+    /// (`/sys/devices/system/node/nodeN/meminfo`: MemTotal; MemFree + Active(file) +
+    /// Inactive(file)); for virtual nodes (or when sysfs has no node directory) the machine's
+    /// MemTotal and MemAvailable (`/proc/meminfo`) shared evenly among the nodes. `None` when
+    /// neither can be read.
+    pub fn node_memory(&self, index: usize) -> Option<(u64, u64)> {
+        let node = self.nodes.get(index)?;
+        if !self.virtual_nodes
+            && let Ok(text) = std::fs::read_to_string(format!(
+                "/sys/devices/system/node/node{}/meminfo",
+                node.os_index
+            ))
+            && let (Some(t), Some(f)) =
+                (meminfo_kb(&text, "MemTotal"), meminfo_kb(&text, "MemFree"))
+        {
+            let file = meminfo_kb(&text, "Active(file)").unwrap_or(0)
+                + meminfo_kb(&text, "Inactive(file)").unwrap_or(0);
+            return Some((t * 1024, (f + file).min(t) * 1024));
+        }
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let total = meminfo_kb(&text, "MemTotal")? * 1024;
+        let free =
+            meminfo_kb(&text, "MemAvailable").or_else(|| meminfo_kb(&text, "MemFree"))? * 1024;
+        let n = self.nodes.len().max(1) as u64;
+        Some((total / n, free / n))
+    }
+
     /// A one-line description for logs: "2 real NUMA nodes: node0 cpus [0], node1 cpus [1]".
     pub fn describe(&self) -> String {
         let kind = if self.virtual_nodes {
@@ -119,6 +147,18 @@ impl Topology {
             list.join(", ")
         )
     }
+}
+
+/// The value in kB of `key` in a meminfo text (`/proc/meminfo` or a node's, whose lines start
+/// with `Node N`).
+fn meminfo_kb(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        if k.split_whitespace().last()? != key {
+            return None;
+        }
+        v.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The NUMA node (OS number) of the network device that carries address `ip`, read from
@@ -216,6 +256,20 @@ fn real_nodes(allowed: &[usize]) -> Vec<Node> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meminfo_lines() {
+        let node = "Node 0 MemTotal:       24684084 kB\nNode 0 MemFree:        23627228 kB\n";
+        assert_eq!(meminfo_kb(node, "MemTotal"), Some(24684084));
+        assert_eq!(meminfo_kb(node, "MemFree"), Some(23627228));
+        let proc = "MemTotal:       100 kB\nMemFree:  5 kB\nMemAvailable:   60 kB\n";
+        assert_eq!(meminfo_kb(proc, "MemAvailable"), Some(60));
+        assert_eq!(meminfo_kb(proc, "Free"), None);
+        let t = Topology::split(&[0, 1], 2, 1);
+        let (total, free) = t.node_memory(0).expect("meminfo readable");
+        assert!(total > 0 && free <= total, "{total} {free}");
+        assert!(t.node_memory(2).is_none());
+    }
 
     #[test]
     fn detect_has_every_allowed_cpu_once() {

@@ -340,6 +340,7 @@ impl Kind for Lookup {
             Lookup::Miss(_) => "Miss",
             Lookup::Busy => "Busy",
             Lookup::NoSpace => "NoSpace",
+            Lookup::Bypass => "Bypass",
         }
     }
 }

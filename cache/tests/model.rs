@@ -219,7 +219,7 @@ impl World {
                         self.fills.iter().any(|(_, fk, _, _)| *fk == k),
                         "busy without a fill in flight"
                     ),
-                    Lookup::NoSpace => {}
+                    Lookup::NoSpace | Lookup::Bypass => {}
                 }
             }
             Op::FinishFill { idx, ok } => {

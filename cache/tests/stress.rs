@@ -139,7 +139,7 @@ fn concurrent_ops_keep_invariants_and_data() {
                                         Err(_) => continue,
                                     }
                                 }
-                                Lookup::Busy | Lookup::NoSpace => continue,
+                                Lookup::Busy | Lookup::NoSpace | Lookup::Bypass => continue,
                             };
                             let vs = check_sectors(lun, block, s0, r.bytes());
                             if owned {

@@ -371,7 +371,7 @@ mod tests {
         new.portals
             .push(PortalConfig::new("10.0.0.1:3260".parse().unwrap()));
         new.portals[0].nop_interval = Some(5);
-        new.cache.size_per_node = 1 << 30;
+        new.cache.size_per_node = crate::model::CacheSize::Bytes(1 << 30);
         new.numa.nodes = Some(2);
         new.router.enabled = false;
         new.discovery_auth.incoming_users = vec!["u".into()];

@@ -36,10 +36,10 @@ pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
 pub use diff::{ConfigDiff, TargetChange, diff};
 pub use error::ConfigError;
 pub use model::{
-    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, DEFAULT_PORTAL,
-    DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit, DiscoveryAuth, Driver,
-    IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig, RouterSettings,
-    SenseFormat, TargetConfig, TargetState, ThreadConfig,
+    AUTO_CACHE_MIN, Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, CacheSize,
+    Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit,
+    DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig,
+    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};

@@ -255,14 +255,73 @@ impl std::fmt::Display for DirtyLimit {
     }
 }
 
+/// How much cache memory each NUMA node gets (`cache.size_per_node`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CacheSize {
+    /// `auto`: derived from the node's memory when the daemon starts
+    /// ([`CacheSize::auto_bytes`] is the rule).
+    #[default]
+    Auto,
+    /// A fixed number of bytes per node (rounded down to whole blocks).
+    Bytes(u64),
+}
+
+/// The share of a node's memory `auto` takes: a quarter of it...
+pub const AUTO_CACHE_SHARE_DIV: u64 = 4;
+/// ...but at most half of what is free on the node when the daemon starts.
+pub const AUTO_CACHE_FREE_DIV: u64 = 2;
+/// The smallest cache `auto` (or a fallback for lack of memory) gives a node.
+pub const AUTO_CACHE_MIN: u64 = 64 << 20;
+
+impl CacheSize {
+    /// The `auto` rule for one node with `total` bytes of memory of which `free` are
+    /// free now: a quarter of `total`, at most half of `free`, at least [`AUTO_CACHE_MIN`]
+    /// (the kernel's page cache, the daemon and everything else keep the rest). Rounded
+    /// down to whole `block_size` blocks.
+    pub fn auto_bytes(total: u64, free: u64, block_size: u32) -> u64 {
+        let want = (total / AUTO_CACHE_SHARE_DIV)
+            .min(free / AUTO_CACHE_FREE_DIV)
+            .max(AUTO_CACHE_MIN);
+        let bs = u64::from(block_size.max(1));
+        want / bs * bs
+    }
+
+    /// The bytes per node: the fixed size, or `auto` for a node as [`CacheSize::auto_bytes`].
+    pub fn resolve(self, total: u64, free: u64, block_size: u32) -> u64 {
+        match self {
+            CacheSize::Bytes(b) => b,
+            CacheSize::Auto => CacheSize::auto_bytes(total, free, block_size),
+        }
+    }
+
+    /// The fixed size, if one was configured.
+    pub fn fixed(self) -> Option<u64> {
+        match self {
+            CacheSize::Bytes(b) => Some(b),
+            CacheSize::Auto => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CacheSize {
+    /// `auto` or a size in the short form `parse_size` reads (`256M`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheSize::Auto => f.write_str("auto"),
+            CacheSize::Bytes(b) => f.write_str(&crate::size::format_size(*b)),
+        }
+    }
+}
+
 /// The NUMA block cache (`cache:` section). Sizes are per NUMA node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheSettings {
     /// Default mode of every LUN (a LUN's own `cache:` overrides it). Default `numa`.
     pub mode: CacheMode,
-    /// Bytes of cache blocks per node (rounded down to whole blocks); at least
-    /// 16 blocks and one block per partition. Default 256 MiB.
-    pub size_per_node: u64,
+    /// Bytes of cache blocks per node (rounded down to whole blocks), or `auto` (the
+    /// default: see [`CacheSize::auto_bytes`]); a fixed size holds at least 16 blocks and
+    /// one block per partition.
+    pub size_per_node: CacheSize,
     /// Cache block size: a power of two, 4 KiB..=1 MiB. Default 64 KiB.
     pub block_size: u32,
     /// Neighbouring blocks sharing a partition: a power of two, 1..=4096. Default 8.
@@ -278,12 +337,12 @@ pub struct CacheSettings {
 }
 
 impl Default for CacheSettings {
-    /// `numa`, 256 MiB per node of 64 KiB blocks in groups of 8, 16 partitions per
+    /// `numa`, `auto` size per node, 64 KiB blocks in groups of 8, 16 partitions per
     /// node, huge pages, 25 % dirty, no read-ahead.
     fn default() -> Self {
         CacheSettings {
             mode: CacheMode::Numa,
-            size_per_node: 256 << 20,
+            size_per_node: CacheSize::Auto,
             block_size: 64 << 10,
             group_blocks: 8,
             partitions_per_node: 16,
@@ -295,14 +354,37 @@ impl Default for CacheSettings {
 }
 
 impl CacheSettings {
-    /// Whole cache blocks per node (`size_per_node / block_size`).
-    pub fn blocks_per_node(&self) -> u64 {
-        self.size_per_node / u64::from(self.block_size.max(1))
+    /// The bytes per node for a node with `total` bytes of memory, `free` of them free:
+    /// a fixed size as configured, `auto` by [`CacheSize::auto_bytes`] but never fewer
+    /// blocks than the cache's shape needs (16, and one per partition).
+    pub fn resolve_size(&self, total: u64, free: u64) -> u64 {
+        let bs = u64::from(self.block_size.max(1));
+        match self.size_per_node {
+            CacheSize::Bytes(b) => b,
+            CacheSize::Auto => {
+                CacheSize::auto_bytes(total, free, self.block_size).max(bs * self.min_blocks())
+            }
+        }
     }
 
-    /// The dirty limit in bytes per node.
-    pub fn dirty_limit_bytes(&self) -> u64 {
-        self.dirty_limit.bytes(self.size_per_node)
+    /// The fewest blocks a node's cache may have: 16, and one per partition.
+    pub fn min_blocks(&self) -> u64 {
+        16u64.max(u64::from(self.partitions_per_node))
+    }
+
+    /// Whole cache blocks per node for a cache of `bytes_per_node`.
+    pub fn blocks_per_node(&self, bytes_per_node: u64) -> u64 {
+        bytes_per_node / u64::from(self.block_size.max(1))
+    }
+
+    /// The dirty limit in bytes per node for a cache of `bytes_per_node`, kept within
+    /// one block and the cache (an absolute limit may exceed an `auto` size).
+    pub fn dirty_limit_bytes(&self, bytes_per_node: u64) -> u64 {
+        let bs = u64::from(self.block_size.max(1));
+        self.dirty_limit
+            .bytes(bytes_per_node)
+            .min(bytes_per_node)
+            .max(bs.min(bytes_per_node))
     }
 }
 

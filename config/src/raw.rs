@@ -592,7 +592,10 @@ fn size_scalar(bytes: u64) -> Scalar {
 fn raw_cache(c: &CacheSettings) -> RawCache {
     RawCache {
         mode: Some(Word(c.mode.as_str().to_string())),
-        size_per_node: Some(size_scalar(c.size_per_node)),
+        size_per_node: Some(match c.size_per_node {
+            crate::model::CacheSize::Auto => Scalar::Text("auto".into()),
+            crate::model::CacheSize::Bytes(b) => size_scalar(b),
+        }),
         block_size: Some(size_scalar(c.block_size.into())),
         group_blocks: Some(c.group_blocks.into()),
         partitions_per_node: Some(c.partitions_per_node.into()),

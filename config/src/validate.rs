@@ -8,9 +8,10 @@ use std::path::PathBuf;
 
 use crate::error::ConfigError;
 use crate::model::{
-    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, Config, Digest, DirtyLimit,
-    DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig,
-    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig, default_portal_addr,
+    Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, CacheSize, Config, Digest,
+    DirtyLimit, DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig,
+    PortalConfig, RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
+    default_portal_addr,
 };
 use crate::names::validate_iscsi_name;
 use crate::net::parse_portal_addr;
@@ -257,9 +258,13 @@ fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
     };
     let size_per_node = match &r.size_per_node {
         None => d.size_per_node,
-        Some(s) => ctx.size("cache.size_per_node", s)?,
+        Some(Scalar::Text(t)) if t.trim().eq_ignore_ascii_case("auto") => CacheSize::Auto,
+        Some(s) => CacheSize::Bytes(ctx.size("cache.size_per_node", s)?),
     };
-    let blocks = size_per_node / u64::from(block_size);
+    // `auto` is resolved at start, never below what the shape needs (see
+    // `CacheSettings::resolve_size`); a fixed size is checked here
+    let sized = size_per_node.fixed().unwrap_or(u64::MAX);
+    let blocks = sized / u64::from(block_size);
     let need = limits::MIN_CACHE_BLOCKS.max(partitions_per_node.into());
     if blocks < need {
         let key = if r.size_per_node.is_some() {
@@ -274,7 +279,7 @@ fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
             format!(
                 "size_per_node {} holds {blocks} blocks of {}, fewer than {need} \
                  (the cache needs at least {} blocks per node and one per partition)",
-                format_size(size_per_node),
+                format_size(sized),
                 format_size(block_size.into()),
                 limits::MIN_CACHE_BLOCKS
             ),
@@ -310,8 +315,14 @@ fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
 }
 
 /// `cache.dirty_limit`: `N%` (1..=100) of `size_per_node`, or a size, in
-/// either case at least one cache block and at most `size_per_node`.
-fn dirty_limit(ctx: &Ctx<'_>, s: &Scalar, size_per_node: u64, block_size: u32) -> R<DirtyLimit> {
+/// either case at least one cache block and at most a fixed `size_per_node` (with `auto`,
+/// an absolute limit is capped at the size the daemon picks).
+fn dirty_limit(
+    ctx: &Ctx<'_>,
+    s: &Scalar,
+    size_per_node: CacheSize,
+    block_size: u32,
+) -> R<DirtyLimit> {
     const KEY: &str = "cache.dirty_limit";
     let limit = match s {
         Scalar::Text(t) if t.trim().ends_with('%') => {
@@ -329,6 +340,13 @@ fn dirty_limit(ctx: &Ctx<'_>, s: &Scalar, size_per_node: u64, block_size: u32) -
         }
         _ => DirtyLimit::Bytes(ctx.size(KEY, s)?),
     };
+    let size_per_node = match size_per_node {
+        CacheSize::Bytes(b) => b,
+        // a percentage of a size known only at start always gives at least one block
+        // (the daemon keeps the limit within one block and the cache)
+        CacheSize::Auto if matches!(limit, DirtyLimit::Percent(_)) => return Ok(limit),
+        CacheSize::Auto => u64::MAX,
+    };
     let bytes = limit.bytes(size_per_node);
     let bs = u64::from(block_size);
     if bytes < bs || bytes > size_per_node {
@@ -338,11 +356,14 @@ fn dirty_limit(ctx: &Ctx<'_>, s: &Scalar, size_per_node: u64, block_size: u32) -
             }
             DirtyLimit::Bytes(b) => format!("{b} bytes"),
         };
+        let most = if size_per_node == u64::MAX {
+            String::new()
+        } else {
+            format!(" and at most size_per_node ({size_per_node})")
+        };
         return Err(ctx.err(
             KEY,
-            format!(
-                "must be at least one cache block ({bs}) and at most size_per_node ({size_per_node}) ({what})"
-            ),
+            format!("must be at least one cache block ({bs}){most} ({what})"),
         ));
     }
     Ok(limit)

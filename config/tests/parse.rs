@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use config::{
-    AddressRule, CacheMode, CacheSettings, Config, ConfigError, Digest, DirtyLimit, IscsiParams,
-    RouterSettings, parse,
+    AddressRule, CacheMode, CacheSettings, CacheSize, Config, ConfigError, Digest, DirtyLimit,
+    IscsiParams, RouterSettings, parse,
 };
 use proptest::prelude::*;
 
@@ -612,14 +612,14 @@ fn example_cache_and_router() {
 fn cache_defaults() {
     let d = CacheSettings::default();
     assert_eq!(d.mode, CacheMode::Numa);
-    assert_eq!(d.size_per_node, 256 << 20);
+    assert_eq!(d.size_per_node, CacheSize::Auto);
     assert_eq!(d.block_size, 64 << 10);
     assert_eq!((d.group_blocks, d.partitions_per_node), (8, 16));
     assert!(d.huge_pages);
     assert_eq!(d.dirty_limit, DirtyLimit::Percent(25));
-    assert_eq!(d.dirty_limit_bytes(), 64 << 20);
+    assert_eq!(d.dirty_limit_bytes(256 << 20), 64 << 20);
     assert_eq!(d.read_ahead, 0);
-    assert_eq!(d.blocks_per_node(), 4096);
+    assert_eq!(d.blocks_per_node(256 << 20), 4096);
     let r = RouterSettings::default();
     assert_eq!(
         (r.min_forward_bytes, r.max_queue, r.enabled),
@@ -643,7 +643,10 @@ fn cache_values() {
     .unwrap();
     let k = c.cache;
     assert_eq!(k.mode, CacheMode::Page);
-    assert_eq!((k.size_per_node, k.block_size), (256 << 20, 1 << 20));
+    assert_eq!(
+        (k.size_per_node, k.block_size),
+        (CacheSize::Bytes(256 << 20), 1 << 20)
+    );
     assert_eq!((k.group_blocks, k.partitions_per_node), (1, 256));
     assert!(!k.huge_pages);
     assert_eq!(k.dirty_limit, DirtyLimit::Bytes(64 << 20));
@@ -663,9 +666,12 @@ fn cache_values() {
         )
         .unwrap();
         assert_eq!(c.cache.mode, want);
-        assert_eq!((c.cache.block_size, c.cache.size_per_node), (4096, 65536));
+        assert_eq!(
+            (c.cache.block_size, c.cache.size_per_node),
+            (4096, CacheSize::Bytes(65536))
+        );
         assert_eq!(c.cache.dirty_limit, DirtyLimit::Percent(100));
-        assert_eq!(c.cache.dirty_limit_bytes(), 65536);
+        assert_eq!(c.cache.dirty_limit_bytes(65536), 65536);
     }
     // Unquoted `off` is a string in YAML 1.2.
     let c = parse("cache:\n  mode: off\n", "t").unwrap();
@@ -685,11 +691,12 @@ fn cache_values() {
         "t",
     )
     .unwrap();
-    assert_eq!(c.cache.blocks_per_node(), 16);
-    assert_eq!(c.cache.dirty_limit_bytes(), 4096);
+    let bytes = c.cache.size_per_node.fixed().unwrap();
+    assert_eq!(c.cache.blocks_per_node(bytes), 16);
+    assert_eq!(c.cache.dirty_limit_bytes(bytes), 4096);
     // size_per_node need not be a multiple of the block: it is rounded down.
     let c = parse("cache:\n  size_per_node: 1048577\n", "t").unwrap();
-    assert_eq!(c.cache.blocks_per_node(), 16);
+    assert_eq!(c.cache.blocks_per_node(1048577), 16);
 }
 
 #[test]
@@ -757,12 +764,7 @@ fn cache_rules() {
         (
             "dirty_limit: 32K",
             "cache.dirty_limit",
-            "at least one cache block (65536) and at most size_per_node (268435456) (32768 bytes)",
-        ),
-        (
-            "dirty_limit: 2G",
-            "cache.dirty_limit",
-            "at most size_per_node",
+            "at least one cache block (65536) (32768 bytes)",
         ),
         (
             "dirty_limit: -1",
@@ -800,7 +802,11 @@ fn cache_rules() {
         "t",
     )
     .unwrap();
-    assert_eq!(c.cache.blocks_per_node(), 256);
+    assert_eq!(
+        c.cache
+            .blocks_per_node(c.cache.resolve_size(1 << 30, 1 << 30)),
+        256
+    );
     check(
         "cache:\n  size_per_node: 1M\n  dirty_limit: 1%\n",
         "cache.dirty_limit",
@@ -1070,4 +1076,52 @@ proptest! {
     fn sizes_round_trip(n in any::<u64>()) {
         prop_assert_eq!(config::parse_size(&config::format_size(n)), Ok(n));
     }
+}
+
+#[test]
+fn cache_size_auto() {
+    // with a fixed size, an absolute dirty limit must fit in it
+    check(
+        "cache:\n  size_per_node: 256M\n  dirty_limit: 2G\n",
+        "cache.dirty_limit",
+        "at least one cache block (65536) and at most size_per_node (268435456) (2147483648 bytes)",
+    );
+    // the default, and the word `auto` in any case
+    assert_eq!(
+        parse("cache:\n  size_per_node: Auto\n", "t")
+            .unwrap()
+            .cache
+            .size_per_node,
+        CacheSize::Auto
+    );
+    assert_eq!(
+        parse("{}\n", "t").unwrap().cache.size_per_node,
+        CacheSize::Auto
+    );
+    // a quarter of the node's memory...
+    assert_eq!(CacheSize::auto_bytes(64 << 30, 60 << 30, 65536), 16 << 30);
+    // ...at most half of what is free...
+    assert_eq!(CacheSize::auto_bytes(64 << 30, 8 << 30, 65536), 4 << 30);
+    // ...at least 64 MiB, whole blocks
+    assert_eq!(CacheSize::auto_bytes(128 << 20, 10 << 20, 65536), 64 << 20);
+    assert_eq!(
+        CacheSize::auto_bytes((1 << 30) + 4 * 65536 + 7, 4 << 30, 65536) % 65536,
+        0
+    );
+    assert_eq!(
+        CacheSize::Bytes(5 << 20).resolve(1 << 40, 1 << 40, 4096),
+        5 << 20
+    );
+    // an absolute dirty limit with `auto` is kept inside the cache the daemon picks
+    let c = parse("cache:\n  dirty_limit: 512M\n", "t").unwrap().cache;
+    assert_eq!(c.dirty_limit_bytes(256 << 20), 256 << 20);
+    assert_eq!(c.dirty_limit_bytes(1 << 30), 512 << 20);
+    // round trip through YAML keeps `auto`
+    let c = parse("{}\n", "t").unwrap();
+    assert!(
+        c.to_yaml().contains("size_per_node: auto"),
+        "{}",
+        c.to_yaml()
+    );
+    assert_eq!(parse(&c.to_yaml(), "t").unwrap(), c);
 }

@@ -34,7 +34,8 @@ pub struct Cli {
     #[arg(long = "iscsi", value_name = "OPTIONS")]
     pub iscsi: Vec<String>,
 
-    /// YAML configuration file.
+    /// YAML configuration file, or tgt's targets.conf. Without it (and without --demo)
+    /// numatgtd starts with no targets, as tgtd does, and waits for tgtadm.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
 

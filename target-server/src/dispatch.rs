@@ -85,7 +85,7 @@ pub fn execute(
             fua,
             data_offset,
         } => {
-            let durable = fua || !lun.scsi.write_cache_enabled();
+            let durable = lun.durable_writes(fua);
             storage::write(
                 lun,
                 lba,
@@ -169,7 +169,7 @@ pub fn execute(
                     .map(<[u8]>::to_vec)
                     .unwrap_or_default()
             };
-            let durable = !lun.scsi.write_cache_enabled();
+            let durable = lun.durable_writes(false);
             ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
                 let op = thin::WriteSame {
                     lba,
@@ -287,7 +287,7 @@ fn locked_write_on_worker(
     let lun = Arc::clone(lun);
     let cache = storage::uses_cache(&lun, ctx).cloned();
     let data = std::mem::take(&mut cmd.data_out);
-    let durable = fua || !lun.scsi.write_cache_enabled();
+    let durable = lun.durable_writes(fua);
     ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
         reply.send(op(&LockedWrite {
             cache: cache.as_ref(),

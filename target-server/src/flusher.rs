@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cache::{BlockCache, Node};
 
-use crate::registry::Lun;
+use crate::registry::{Lun, Registry};
 use crate::storage::write_dirty;
 
 /// Blocks taken per pass.
@@ -28,11 +28,12 @@ pub struct Flushers {
 }
 
 impl Flushers {
-    /// Start `per_node` flushers on every node. `luns[i]` is the LUN whose cache id is `i`.
+    /// Start `per_node` flushers on every node. A dirty block's LUN is found in `registry`
+    /// by its cache id, so LUNs added at run time (tgtadm, reload) are written back too.
     pub fn start(
         cache: &Arc<BlockCache>,
         nodes: &[Node],
-        luns: Arc<Vec<Arc<Lun>>>,
+        registry: Arc<Registry>,
         dirty_limit: u64,
         per_node: usize,
     ) -> std::io::Result<Flushers> {
@@ -40,7 +41,8 @@ impl Flushers {
         let mut threads = Vec::new();
         for node in nodes {
             for i in 0..per_node.max(1) {
-                let (cache, luns, stop) = (Arc::clone(cache), Arc::clone(&luns), Arc::clone(&stop));
+                let (cache, registry, stop) =
+                    (Arc::clone(cache), Arc::clone(&registry), Arc::clone(&stop));
                 let (index, cpus) = (node.index, node.cpus.clone());
                 threads.push(
                     std::thread::Builder::new()
@@ -49,7 +51,7 @@ impl Flushers {
                             if let Err(e) = cache::topology::bind_current_thread(&cpus) {
                                 tracing::debug!("cannot bind flusher to {cpus:?}: {e}");
                             }
-                            run(&cache, index, &luns, &stop, dirty_limit);
+                            run(&cache, index, &registry, &stop, dirty_limit);
                         })?,
                 );
             }
@@ -66,17 +68,27 @@ impl Flushers {
     }
 }
 
-fn run(cache: &BlockCache, node: usize, luns: &[Arc<Lun>], stop: &AtomicBool, dirty_limit: u64) {
+fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, dirty_limit: u64) {
     let mut batch = Vec::with_capacity(BATCH);
     let mut last_error: Option<Instant> = None;
+    // the LUN of the previous block (a batch is mostly one LUN's blocks)
+    let mut last: Option<Arc<Lun>> = None;
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         batch.clear();
         let taken = cache.collect_dirty(node, BATCH, &mut batch);
         let mut failed = false;
+        let mut orphans = 0usize;
         for r in batch.drain(..) {
-            let Some(lun) = luns.get(r.key().lun as usize) else {
-                continue; // not a LUN of ours: leave it (dropping requeues it)
+            let id = r.key().lun;
+            if last.as_ref().is_none_or(|l| l.cache_id != id) {
+                last = registry.lun_by_cache_id(id);
+            }
+            let Some(lun) = last.as_deref() else {
+                // no LUN has this id any more (deleted while a write was landing): the
+                // block stays dirty and queued (dropping the range requeues it)
+                orphans += 1;
+                continue;
             };
             match write_dirty(lun, &r) {
                 Ok(()) => {
@@ -101,8 +113,15 @@ fn run(cache: &BlockCache, node: usize, luns: &[Arc<Lun>], stop: &AtomicBool, di
                 return;
             }
             std::thread::sleep(ERROR_PAUSE);
-        } else if taken == 0 {
+        } else if taken == 0 || orphans == taken {
             if stopping {
+                if orphans > 0 {
+                    tracing::error!(
+                        node,
+                        blocks = orphans,
+                        "stopping with dirty blocks of LUNs that no longer exist"
+                    );
+                }
                 return;
             }
             std::thread::sleep(LAZY_PAUSE);

@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod event_loop;
 pub mod flusher;
 pub mod jobs;
+pub mod listen;
 pub mod mgmt;
 pub mod payload;
 pub mod pr_store;

@@ -75,9 +75,22 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
             config::Config::demo(&cli.state_dir, &portals)
         }
         (None, false) => {
-            return Err(
-                "nothing to serve: give --config FILE or --demo (see numatgtd --help)".into(),
+            // as tgtd: no targets yet, listening on every address (IPv4 and IPv6) unless
+            // --iscsi names portals; tgtadm / tgt-admin configure the rest
+            let cfg = config::Config {
+                portals: [
+                    std::net::SocketAddr::from(([0u8; 4], config::ISCSI_PORT)),
+                    std::net::SocketAddr::from(([0u16; 8], config::ISCSI_PORT)),
+                ]
+                .into_iter()
+                .map(config::PortalConfig::new)
+                .collect(),
+                ..config::Config::default()
+            };
+            tracing::info!(
+                "no --config: starting with no targets; waiting for tgtadm on the management socket"
             );
+            cfg
         }
     };
     if !cli_portals.is_empty() {

@@ -36,6 +36,9 @@ pub struct Lun {
     pub cache_id: u32,
     /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
     pub cached: bool,
+    /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
+    /// whatever the WCE bit says.
+    pub sync_writes: bool,
     /// Cache blocks to read ahead after a sequential read (0 = off).
     pub read_ahead: u32,
     /// Where the last read of this LUN ended (byte offset), to spot sequential streams.
@@ -44,6 +47,14 @@ pub struct Lun {
     pub meta: Mutex<LunMeta>,
     /// Write atomicity for COMPARE AND WRITE.
     pub locks: crate::atomic::RangeLocks,
+}
+
+impl Lun {
+    /// Must a write be durable before its status: FUA, the write cache disabled (WCE=0),
+    /// or tgt's `sync` flag on the LUN.
+    pub fn durable_writes(&self, fua: bool) -> bool {
+        fua || self.sync_writes || !self.scsi.write_cache_enabled()
+    }
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).
@@ -362,6 +373,15 @@ impl Registry {
 
     pub fn system(&self) -> std::sync::MutexGuard<'_, SystemState> {
         self.system.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The exported LUN whose block-cache identity is `id` (the write-back flushers find a
+    /// dirty block's LUN this way; not on the per-command path).
+    pub fn lun_by_cache_id(&self, id: u32) -> Option<Arc<Lun>> {
+        let targets = self.targets.read().unwrap_or_else(|p| p.into_inner());
+        targets
+            .iter()
+            .find_map(|t| t.lun_set().map.values().find(|l| l.cache_id == id).cloned())
     }
 
     /// A fresh block-cache identity for a LUN made at run time.

@@ -118,96 +118,118 @@ pub(crate) fn open_target(
     cache_id: &mut dyn FnMut() -> u32,
     state_dir: &std::path::Path,
 ) -> Result<Target, StartError> {
-    {
-        let mut luns = BTreeMap::new();
-        for l in &t.luns {
-            let lun_err = |source| StartError::Lun {
-                target: t.iqn.clone(),
-                lun: l.lun,
-                source,
-            };
-            if let Some(size) = l.create_size {
-                if create_sparse(&l.path, size).map_err(lun_err)? {
-                    tracing::info!(path = %l.path.display(), size, "created sparse backing file");
-                }
-            }
-            let mode = l.cache.unwrap_or(cfg.cache.mode);
-            let store = BackingStore::open(
-                &l.path,
-                &BackingOptions {
-                    block_size: l.block_size,
-                    readonly: l.readonly,
-                    // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend)
-                    direct: mode != config::CacheMode::Page,
-                },
-            )
-            .map_err(lun_err)?;
-            let id = lun_identity(&t.iqn, l.lun);
-            let params = scsi::LuParams {
-                lun: l.lun,
-                block_size: l.block_size,
-                num_blocks: store.num_blocks(),
-                vendor_id: l.vendor_id.clone().unwrap_or_else(|| "NUMATGT".into()),
-                product_id: l
-                    .product_id
-                    .clone()
-                    .unwrap_or_else(|| "VIRTUAL-DISK".into()),
-                product_rev: l.product_rev.clone().unwrap_or_else(|| "0001".into()),
-                serial: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
-                naa_id: id,
-                write_cache: l.write_cache,
-                readonly: l.readonly,
-                target_name: t.iqn.clone(),
-                rel_port_id: 1,
-                tpg: crate::registry::PORTAL_GROUP_TAG,
-            };
-            tracing::info!(target = %t.iqn, lun = l.lun, path = %l.path.display(),
-                blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
-                cache = mode.as_str(), write_cache = l.write_cache, "LUN ready");
-            let cache_id = cache_id();
-            let lu = scsi::LogicalUnit::new(params);
-            lu.set_thin_provisioning(l.thin_provisioning);
-            // tgtd's `lbppbe` (default 0, one logical block per physical block, as tgtd:
-            // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
-            // GetLBAStatus.UnmapSingle needs)
-            lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
-            lu.set_removable(l.removable);
-            crate::pr_store::restore(&lu, state_dir, &t.iqn, l.lun);
-            lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
-            luns.insert(
-                l.lun,
-                Arc::new(Lun {
-                    number: l.lun,
-                    scsi: lu,
-                    store: Arc::new(store),
-                    cache_id,
-                    cached: mode == config::CacheMode::Numa,
-                    read_ahead: cfg.cache.read_ahead,
-                    last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
-                    locks: Default::default(),
-                    meta: std::sync::Mutex::new(lun_meta(tid, l, mode, id)),
-                }),
-            );
-        }
-        let target = Target::new(
-            tid,
-            t.iqn.clone(),
-            t.alias.clone(),
-            luns,
-            conn_config(&t.effective_iscsi(&cfg.iscsi)),
-            t.clone(),
-            Acl::from_config(t),
-        );
-        {
-            let mut m = target.mgmt();
-            m.state = t.state;
-            m.auth = AuthBinding {
-                incoming: t.incoming_users.clone(),
-                outgoing: t.outgoing_user.clone(),
-            };
-        }
-        Ok(target)
+    let mut luns = BTreeMap::new();
+    for l in &t.luns {
+        let lun = open_lun(&cfg.cache, &t.iqn, tid, l, cache_id(), state_dir, None)?;
+        luns.insert(l.lun, Arc::new(lun));
     }
+    let target = Target::new(
+        tid,
+        t.iqn.clone(),
+        t.alias.clone(),
+        luns,
+        conn_config(&t.effective_iscsi(&cfg.iscsi)),
+        t.clone(),
+        Acl::from_config(t),
+    );
+    {
+        let mut m = target.mgmt();
+        m.state = t.state;
+        m.auth = AuthBinding {
+            incoming: t.incoming_users.clone(),
+            outgoing: t.outgoing_user.clone(),
+        };
+    }
+    Ok(target)
+}
+
+/// Opens one LUN of target `iqn` (tid `tid`), however it was asked for: the YAML file, an
+/// imported targets.conf, a reload, or tgtadm (`shown_flags`: the `--bsoflags` text tgtadm
+/// shows back as given; `None` shows the flags the store really runs with). The cache mode
+/// is the LUN's own or the configured default; tgt's `bsoflags` keep their meaning: `direct`
+/// opens the backing store with O_DIRECT whatever the mode (under the NUMA cache it always
+/// is), `sync` makes every write durable before it completes (write-through). Persistent
+/// reservations saved with APTPL are restored.
+pub(crate) fn open_lun(
+    cache: &config::CacheSettings,
+    iqn: &str,
+    tid: u32,
+    l: &config::LunConfig,
+    cache_id: u32,
+    state_dir: &std::path::Path,
+    shown_flags: Option<&str>,
+) -> Result<Lun, StartError> {
+    let lun_err = |source| StartError::Lun {
+        target: iqn.to_string(),
+        lun: l.lun,
+        source,
+    };
+    if let Some(size) = l.create_size {
+        if create_sparse(&l.path, size).map_err(lun_err)? {
+            tracing::info!(path = %l.path.display(), size, "created sparse backing file");
+        }
+    }
+    let mode = l.cache_mode(cache);
+    let store = BackingStore::open(
+        &l.path,
+        &BackingOptions {
+            block_size: l.block_size,
+            readonly: l.readonly,
+            // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend),
+            // unless tgt's `direct` flag asks for O_DIRECT
+            direct: mode != config::CacheMode::Page || l.bsoflags.direct,
+        },
+    )
+    .map_err(lun_err)?;
+    let id = lun_identity(iqn, l.lun);
+    let sync_writes = l.bsoflags.sync;
+    let params = scsi::LuParams {
+        lun: l.lun,
+        block_size: l.block_size,
+        num_blocks: store.num_blocks(),
+        vendor_id: l.vendor_id.clone().unwrap_or_else(|| "NUMATGT".into()),
+        product_id: l
+            .product_id
+            .clone()
+            .unwrap_or_else(|| "VIRTUAL-DISK".into()),
+        product_rev: l.product_rev.clone().unwrap_or_else(|| "0001".into()),
+        serial: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
+        naa_id: id,
+        write_cache: l.write_cache && !sync_writes,
+        readonly: l.readonly,
+        target_name: iqn.to_string(),
+        rel_port_id: 1,
+        tpg: crate::registry::PORTAL_GROUP_TAG,
+    };
+    let lu = scsi::LogicalUnit::new(params);
+    lu.set_thin_provisioning(l.thin_provisioning);
+    // tgtd's `lbppbe` (default 0, one logical block per physical block, as tgtd:
+    // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
+    // GetLBAStatus.UnmapSingle needs)
+    lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
+    lu.set_removable(l.removable);
+    crate::pr_store::restore(&lu, state_dir, iqn, l.lun);
+    lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
+    let mut meta = lun_meta(tid, l, mode, id);
+    if let Some(flags) = shown_flags {
+        meta.bsoflags = flags.to_string();
+    }
+    tracing::info!(target = %iqn, lun = l.lun, path = %l.path.display(),
+        blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
+        cache = mode.as_str(), write_cache = l.write_cache && !sync_writes, sync = sync_writes,
+        "LUN ready");
+    Ok(Lun {
+        number: l.lun,
+        scsi: lu,
+        store: Arc::new(store),
+        cache_id,
+        cached: mode == config::CacheMode::Numa,
+        sync_writes,
+        read_ahead: cache.read_ahead,
+        last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
+        locks: Default::default(),
+        meta: std::sync::Mutex::new(meta),
+    })
 }
 
 /// What tgtadm shows for a LUN from the configuration.
@@ -255,33 +277,95 @@ pub fn conn_config(p: &config::IscsiParams) -> ConnConfig {
     }
 }
 
-/// The block cache and router from the `cache:` and `router:` settings, arenas bound to
-/// their nodes and pre-faulted now.
+/// Bytes of cache per node: `cache.size_per_node` resolved against every node's memory (the
+/// smallest node decides: every node has the same shape). A fixed size larger than a node's
+/// free memory falls back to the `auto` rule, and says so.
+fn cache_bytes_per_node(s: &config::CacheSettings, topology: &Topology) -> u64 {
+    let bs = u64::from(s.block_size.max(1));
+    let floor = bs * s.min_blocks();
+    let mut chosen: Option<u64> = None;
+    for node in topology.nodes() {
+        let Some((total, free)) = topology.node_memory(node.index) else {
+            continue;
+        };
+        let mut bytes = s.resolve_size(total, free);
+        if let config::CacheSize::Bytes(want) = s.size_per_node
+            && want > free
+        {
+            bytes = config::CacheSize::auto_bytes(total, free, s.block_size).max(floor);
+            tracing::warn!(
+                node = node.index,
+                "cache.size_per_node {} is more than the {} free on node {}: using {} \
+                 (the auto rule: a quarter of the node's memory, at most half of its free memory)",
+                config::format_size(want),
+                config::format_size(free),
+                node.index,
+                config::format_size(bytes)
+            );
+        }
+        chosen = Some(chosen.map_or(bytes, |c| c.min(bytes)));
+    }
+    match (chosen, s.size_per_node) {
+        (Some(b), _) => b,
+        (None, config::CacheSize::Bytes(b)) => b,
+        (None, config::CacheSize::Auto) => {
+            let b = config::AUTO_CACHE_MIN.max(floor);
+            tracing::warn!(
+                "cannot read the nodes' memory (/proc/meminfo): cache.size_per_node auto uses {}",
+                config::format_size(b)
+            );
+            b
+        }
+    }
+}
+
+/// The block cache and router from the `cache:` and `router:` settings: arenas bound to
+/// their nodes and grown as blocks are filled. When the memory cannot be mapped the cache is
+/// halved until it can (down to its smallest shape), and the log says so: a daemon never
+/// fails to start for want of cache memory.
 fn build_cache(
     cfg: &config::Config,
     topology: &Topology,
 ) -> Result<(Arc<BlockCache>, Option<Router>), StartError> {
     let s = &cfg.cache;
-    let cc = CacheConfig {
-        block_size: s.block_size as usize,
-        group_blocks: u64::from(s.group_blocks),
-        partitions_per_node: s.partitions_per_node as usize,
-        bytes_per_node: usize::try_from(s.size_per_node).unwrap_or(usize::MAX),
-        sector_size: 512,
-        huge_pages: s.huge_pages,
-        dirty_limit_bytes: s.dirty_limit.bytes(s.size_per_node),
-        bind_policy: BindPolicy::Bind,
-    };
+    let mut bytes = cache_bytes_per_node(s, topology);
+    let floor = u64::from(s.block_size.max(1)) * s.min_blocks();
     let started = Instant::now();
-    let cache = BlockCache::new(cc, topology).map_err(StartError::Cache)?;
+    let cache = loop {
+        let cc = CacheConfig {
+            block_size: s.block_size as usize,
+            group_blocks: u64::from(s.group_blocks),
+            partitions_per_node: s.partitions_per_node as usize,
+            bytes_per_node: usize::try_from(bytes).unwrap_or(usize::MAX),
+            sector_size: 512,
+            huge_pages: s.huge_pages,
+            dirty_limit_bytes: s.dirty_limit_bytes(bytes),
+            bind_policy: BindPolicy::Bind,
+            prefault: false,
+        };
+        match BlockCache::new(cc, topology) {
+            Ok(c) => break c,
+            Err(cache::CacheError::Arena(e)) if bytes / 2 >= floor => {
+                tracing::warn!(
+                    "cache of {} per node cannot be set up ({e}); trying {}",
+                    config::format_size(bytes),
+                    config::format_size(bytes / 2)
+                );
+                bytes /= 2;
+            }
+            Err(e) => return Err(StartError::Cache(e)),
+        }
+    };
     tracing::info!(
+        size_per_node = %config::format_size(bytes),
+        configured = %s.size_per_node,
         block_size = s.block_size,
         group_blocks = s.group_blocks,
         partitions_per_node = s.partitions_per_node,
         nodes = topology.node_count(),
         virtual_nodes = topology.is_virtual(),
         ms = started.elapsed().as_millis() as u64,
-        "NUMA block cache ready"
+        "NUMA block cache ready (memory is taken as blocks are cached)"
     );
     let router = cfg.router.enabled.then(|| {
         Router::new(
@@ -306,14 +390,11 @@ impl Daemon {
         for node in topology.nodes() {
             pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
         }
-        let any_cached = targets
-            .iter()
-            .any(|t| t.lun_set().map.values().any(|l| l.cached));
-        let (block_cache, router) = if any_cached {
+        // the cache always runs (its memory is taken only as blocks are cached): LUNs made
+        // later by tgtadm or a reload get the configured mode like those of the file
+        let (block_cache, router) = {
             let (c, r) = build_cache(&rc.config, &topology)?;
             (Some(c), r)
-        } else {
-            (None, None)
         };
         // listen only once the cache is ready: a bound portal means a serving daemon
         let mut listeners = Vec::new();
@@ -321,11 +402,23 @@ impl Daemon {
         let mut portals = Vec::new();
         for p in &rc.config.portals {
             let addr = p.addr;
-            let std_l = std::net::TcpListener::bind(addr)
-                .map_err(|source| StartError::Listen { addr, source })?;
-            std_l
-                .set_nonblocking(true)
-                .map_err(|source| StartError::Listen { addr, source })?;
+            let std_l = match crate::listen::bind_portal(addr) {
+                Ok(l) => l,
+                // tgtd's default wildcards on a host without IPv6: serve IPv4 alone
+                Err(e)
+                    if addr.is_ipv6()
+                        && addr.ip().is_unspecified()
+                        && rc.config.portals.iter().any(|o| o.addr.is_ipv4())
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+                        ) =>
+                {
+                    tracing::warn!("portal {addr}: no IPv6 on this host ({e}); IPv4 only");
+                    continue;
+                }
+                Err(source) => return Err(StartError::Listen { addr, source }),
+            };
             let local = std_l
                 .local_addr()
                 .map_err(|source| StartError::Listen { addr, source })?;
@@ -338,32 +431,6 @@ impl Daemon {
             listeners.push(TcpListener::from_std(std_l));
         }
 
-        let flushers = match &block_cache {
-            Some(c) => {
-                let mut by_id: Vec<Arc<Lun>> = targets
-                    .iter()
-                    .flat_map(|t| t.lun_set().map.values().cloned().collect::<Vec<_>>())
-                    .collect();
-                by_id.sort_by_key(|l| l.cache_id);
-                let limit = rc
-                    .config
-                    .cache
-                    .dirty_limit
-                    .bytes(rc.config.cache.size_per_node);
-                Some(
-                    Flushers::start(
-                        c,
-                        topology.nodes(),
-                        Arc::new(by_id),
-                        limit,
-                        (rc.io_threads / 2).max(2),
-                    )
-                    .map_err(StartError::Threads)?,
-                )
-            }
-            None => None,
-        };
-
         // event threads: one per CPU by default, each bound to the CPUs of its node
         let placements: Vec<usize> = topology
             .nodes()
@@ -375,7 +442,11 @@ impl Daemon {
         for _ in 0..n_threads {
             setups.push(EventThreadSetup::new().map_err(StartError::Threads)?);
         }
-        let registry = Registry::new(targets, portals, conn_config(&rc.config.iscsi));
+        let registry = Arc::new(Registry::new(
+            targets,
+            portals,
+            conn_config(&rc.config.iscsi),
+        ));
         registry.set_state_dir(rc.state_dir.clone());
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them
@@ -391,8 +462,21 @@ impl Daemon {
                 outgoing: rc.config.discovery_auth.outgoing_user.clone(),
             },
         };
+        let flushers = match &block_cache {
+            Some(c) => Some(
+                Flushers::start(
+                    c,
+                    topology.nodes(),
+                    Arc::clone(&registry),
+                    c.config().dirty_limit_bytes,
+                    (rc.io_threads / 2).max(2),
+                )
+                .map_err(StartError::Threads)?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(Shared {
-            registry: Arc::new(registry),
+            registry,
             pools,
             cache: block_cache,
             router,
@@ -490,6 +574,9 @@ impl Daemon {
                 Err(e) => format!("unknown({e})"),
             };
             let c = cache.counters(node).unwrap_or_default();
+            let resident = arena
+                .resident_bytes()
+                .map_or_else(|e| format!("unknown({e})"), |b| b.to_string());
             let served = c.served_local_bytes + c.served_remote_bytes;
             let local_share = if served == 0 {
                 1.0
@@ -498,14 +585,17 @@ impl Daemon {
             };
             tracing::info!(
                 "cache report: node={node} virtual={} binding={:?} placement_local={placement} \
-                 hits={} misses={} evictions={} dirty_bytes={} served_local_bytes={} \
+                 capacity_bytes={} resident_bytes={resident} hits={} misses={} evictions={} \
+                 bypassed={} dirty_bytes={} served_local_bytes={} \
                  served_remote_bytes={} served_local_share={local_share:.4} forwards_out={} \
                  forwards_in={} throttled={} busy={} no_space={}",
                 cache.is_virtual(),
                 arena.binding(),
+                arena.len(),
                 c.hits,
                 c.misses,
                 c.evictions,
+                c.bypassed,
                 c.dirty_bytes,
                 c.served_local_bytes,
                 c.served_remote_bytes,

@@ -175,6 +175,12 @@ pub fn read(
     let pieces = match lookup_all(cache, lun, offset, len) {
         Some(Looked::AllHits(refs)) => return Some(served(cache, refs, ctx.node)),
         Some(Looked::Pieces(pieces)) => pieces,
+        Some(Looked::NotAdmitted) => {
+            // as an uncached read costs: nothing of the range is in the cache
+            ctx.pool(ctx.node)
+                .submit(Job::DirectRead { at: at(), reply });
+            return None;
+        }
         None => {
             // some block is busy or has no room: read around the cache (after its dirty data)
             ctx.pool(ctx.node).submit(Job::ReadAround {
@@ -270,7 +276,7 @@ pub(crate) fn read_ahead(cache: &BlockCache, lun: &Lun, first: u64, last: u64) {
                         return;
                     }
                 }
-                Lookup::Busy | Lookup::NoSpace => return,
+                Lookup::Busy | Lookup::NoSpace | Lookup::Bypass => return,
             }
         }
     }
@@ -343,12 +349,17 @@ enum Looked {
     AllHits(BlockList),
     /// Some blocks must be read first.
     Pieces(PieceList),
+    /// The request lies in one block that is not cached and was not admitted into its full
+    /// partition: read it from the backing store, bypassing the cache.
+    NotAdmitted,
 }
 
 /// Look every block of the request up, pinning hits and reserving misses. `None`: some block
 /// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
 /// the hits and releases the reservations).
 fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
+    let g = cache.geometry();
+    let one_block = len > 0 && g.block_of(offset) == g.block_of(offset + len - 1);
     let spans = cache.spans(offset, len).ok()?;
     let mut hits = BlockList::new();
     let mut pieces: Option<PieceList> = None;
@@ -365,7 +376,8 @@ fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Lo
                 p.pieces.push(Piece::Miss(f));
                 pieces = Some(p);
             }
-            (Lookup::Busy | Lookup::NoSpace, _) => return None,
+            (Lookup::Bypass, _) if one_block => return Some(Looked::NotAdmitted),
+            (Lookup::Busy | Lookup::NoSpace | Lookup::Bypass, _) => return None,
         }
     }
     Some(match pieces {
@@ -415,6 +427,7 @@ pub(crate) fn gather_read(
     let pieces = match lookup_all(cache, lun, offset, len) {
         Some(Looked::AllHits(refs)) => Ok(refs),
         Some(Looked::Pieces(pieces)) => fill_pieces(lun, pieces),
+        Some(Looked::NotAdmitted) => return direct_read(lun, lba, offset, len),
         None => return read_around(cache, lun, lba, offset, len),
     };
     match pieces {

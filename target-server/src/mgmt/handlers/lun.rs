@@ -1,19 +1,18 @@
-//! `--mode logicalunit`: new (a file or block device, `rdwr`/`aio` served as buffered
-//! pread/pwrite like tgtd's rdwr; `--bsoflags direct` = O_DIRECT, `sync` = write cache off),
+//! `--mode logicalunit`: new (a file or block device, `rdwr`/`aio`, opened like every other
+//! LUN by `runtime::open_lun`: the configured default cache mode or `--bsopts cache=MODE`;
+//! `--bsoflags direct` = O_DIRECT, `sync` = every write durable before it completes),
 //! delete, update `--params` (identity, flags), stat. A changed LUN replaces the old one in
 //! the target's LUN table; sessions see it at their next command.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use cache::{BackingOptions, BackingStore};
-
 use super::parse_bool;
 use super::target::lookup;
 use crate::mgmt::show;
 use crate::mgmt::wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
-use crate::registry::{Lun, LunMeta, PORTAL_GROUP_TAG, Target};
+use crate::registry::{Lun, LunMeta, Target};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
 const OTHER_BSTYPES: [&str; 9] = [
@@ -51,14 +50,13 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         return Err(ErrCode::UnsupportedOperation);
     }
     let bstype = p.get("bstype").unwrap_or("");
-    match bstype {
-        "" | "rdwr" | "aio" => {}
+    let bs_type = match bstype {
+        "" | "rdwr" => config::BsType::Rdwr,
+        "aio" => config::BsType::Aio,
         b if OTHER_BSTYPES.contains(&b) => return Err(ErrCode::UnsupportedOperation),
         _ => return Err(ErrCode::InvalidRequest),
-    }
-    if p.get("bsopts").is_some_and(|o| !o.is_empty()) {
-        return Err(ErrCode::UnsupportedOperation);
-    }
+    };
+    let cache = parse_bsopts(p.get("bsopts").unwrap_or(""))?;
     let flags = p.get("bsoflags").unwrap_or("");
     let (mut direct, mut sync) = (false, false);
     for f in flags.split(':').filter(|f| !f.is_empty()) {
@@ -86,49 +84,51 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             return Err(ErrCode::LunExist);
         }
     }
-    let store = BackingStore::open(
-        std::path::Path::new(path),
-        &BackingOptions {
-            block_size,
-            readonly: false,
-            direct,
-        },
+    let d = LunMeta::tgt_defaults(t.tid, number, path);
+    let lc = config::LunConfig {
+        block_size,
+        bs_type,
+        bsoflags: config::BsOflags { direct, sync },
+        cache,
+        serial: Some(d.scsi_sn),
+        ..config::LunConfig::new(number, path.into())
+    };
+    // the default cache mode (and read-ahead) as last loaded: a reload may change the mode
+    let settings = ctx
+        .loaded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .config
+        .cache;
+    if lc.cache_mode(&settings) == config::CacheMode::Numa && ctx.cache.is_none() {
+        tracing::warn!(
+            tid = t.tid,
+            lun = number,
+            "the NUMA block cache is not running; \
+            give the LUN --bsopts cache=off or cache=page"
+        );
+        return Err(ErrCode::InvalidRequest);
+    }
+    let state_dir = ctx
+        .registry
+        .state_dir()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let lun = crate::runtime::open_lun(
+        &settings,
+        &t.iqn,
+        t.tid,
+        &lc,
+        ctx.registry.alloc_cache_id(),
+        &state_dir,
+        Some(flags),
     )
     .map_err(|e| {
         tracing::warn!(path, "cannot open backing store: {e}");
         ErrCode::InvalidRequest
     })?;
-    let meta = LunMeta {
-        bstype: if bstype.is_empty() { "rdwr" } else { bstype }.to_string(),
-        bsoflags: flags.to_string(),
-        ..LunMeta::tgt_defaults(t.tid, number, path)
-    };
-    let params = scsi::LuParams {
-        lun: number,
-        block_size,
-        num_blocks: store.num_blocks(),
-        vendor_id: "NUMATGT".into(),
-        product_id: "VIRTUAL-DISK".into(),
-        product_rev: "0001".into(),
-        serial: meta.scsi_sn.clone(),
-        naa_id: naa_id(&t.iqn, number),
-        write_cache: !sync,
-        readonly: false,
-        target_name: t.iqn.clone(),
-        rel_port_id: 1,
-        tpg: PORTAL_GROUP_TAG,
-    };
-    let lun = Arc::new(Lun {
-        number,
-        scsi: scsi::LogicalUnit::new(params),
-        store: Arc::new(store),
-        cache_id: ctx.registry.alloc_cache_id(),
-        cached: false,
-        read_ahead: 0,
-        last_read_end: AtomicU64::new(u64::MAX),
-        locks: Default::default(),
-        meta: std::sync::Mutex::new(meta),
-    });
+    let (cached, direct) = (lun.cached, lun.store.is_direct());
+    let lun = Arc::new(lun);
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
@@ -141,18 +141,31 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     }
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
-        "LUN created");
+        cache = if cached { "numa" } else if direct { "off" } else { "page" }, "LUN created");
     Ok(String::new())
 }
 
-/// Stable NAA identity for a LUN made at run time (FNV-1a of target name and LUN).
-fn naa_id(iqn: &str, lun: u64) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in iqn.bytes().chain(lun.to_be_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+/// tgt's `--bsopts`: `key=value` pairs separated by `;`. numatgt reads one key, `cache`
+/// (`numa`, `off` or `page`: this LUN's cache mode; without it, the configured default).
+fn parse_bsopts(text: &str) -> Result<Option<config::CacheMode>, ErrCode> {
+    let mut cache = None;
+    for pair in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((k, v)) if k.trim().eq_ignore_ascii_case("cache") => {
+                cache = Some(config::CacheMode::parse(v).ok_or_else(|| {
+                    tracing::warn!("--bsopts {pair}: the cache mode is numa, off or page");
+                    ErrCode::InvalidRequest
+                })?);
+            }
+            _ => {
+                tracing::warn!(
+                    "--bsopts {pair}: unknown option (numatgt knows cache=numa|off|page)"
+                );
+                return Err(ErrCode::InvalidRequest);
+            }
+        }
     }
-    h
+    Ok(cache)
 }
 
 /// REPORTED LUNS DATA HAS CHANGED for every I_T nexus of the target's LUs (as tgtd), so
@@ -173,8 +186,16 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
     luns_changed(&t);
-    if let Err(e) = ctx.sync_lun(&lun) {
-        tracing::warn!(target = %t.iqn, lun = lun.number, "sync on LUN delete failed: {e}");
+    match ctx.sync_lun(&lun) {
+        Err(e) => {
+            tracing::warn!(target = %t.iqn, lun = lun.number, "sync on LUN delete failed: {e}")
+        }
+        // its cached blocks are of no use any more: give their memory back to the cache
+        Ok(()) => {
+            if let Some(c) = &ctx.cache {
+                c.invalidate_lun(lun.cache_id);
+            }
+        }
     }
     tracing::info!(tid = t.tid, target = %t.iqn, lun = lun.number, "LUN deleted");
     Ok(String::new())
@@ -257,6 +278,14 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
                     _ => return Err(ErrCode::InvalidRequest),
                 }
             }
+            "cache" => {
+                tracing::warn!(
+                    lun = lun.number,
+                    "the cache mode is chosen when a LUN is \
+                    created (--bsopts cache=numa|off|page); delete and re-create the LUN"
+                );
+                return Err(ErrCode::UnsupportedOperation);
+            }
             other if UNSUPPORTED_KEYS.contains(&other) => {
                 return Err(ErrCode::UnsupportedOperation);
             }
@@ -295,6 +324,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             store: Arc::clone(&lun.store),
             cache_id: lun.cache_id,
             cached: lun.cached,
+            sync_writes: lun.sync_writes,
             read_ahead: lun.read_ahead,
             last_read_end: AtomicU64::new(u64::MAX),
             locks: Default::default(),
