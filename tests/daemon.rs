@@ -252,6 +252,17 @@ pub fn numatgtd_config_with(port: u16, luns: &[(LunSpec, PathBuf)], global_yaml:
 }
 
 /// A running target process under test.
+/// numatgtd's block-cache counters, summed over its nodes ([`Daemon::cache_report`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheReport {
+    pub nodes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub bypassed: u64,
+    pub capacity_bytes: u64,
+    pub resident_bytes: u64,
+}
+
 pub struct Daemon {
     pub kind: TargetKind,
     pub port: u16,
@@ -267,6 +278,8 @@ pub struct Daemon {
     pub bare: bool,
     /// numatgtd only: extra command-line options (e.g. `--sanitize-rate 32`), also on restart.
     pub extra_args: Vec<String>,
+    /// numatgtd started exactly as tgtd is: no `--config`, the portal from `--iscsi`.
+    pub tgtd_style: bool,
     child: Option<Child>,
     /// Declared last so the files outlive the process on drop.
     pub dir: TempDir,
@@ -298,6 +311,17 @@ impl Daemon {
         Self::start_full(kind, &[], "", true, None, &[])
     }
 
+    /// The target started the way tgtd users start it: `-f -C N --iscsi portal=127.0.0.1:PORT`
+    /// and no configuration file at all (numatgtd's own defaults), then configured with
+    /// tgtadm / tgt-admin. `args`: more numatgtd options (e.g. `--numa-nodes 2`).
+    pub fn start_like_tgtd(kind: TargetKind, args: &[&str]) -> Daemon {
+        let mut d = Self::start_full_deferred(kind, &[], "", true, None, args);
+        d.tgtd_style = true;
+        d.spawn();
+        d.wait_ready();
+        d
+    }
+
     /// numatgtd with the YAML `yaml(portal_port)` (it must listen on 127.0.0.1:portal_port).
     pub fn start_numatgtd_yaml(yaml: &dyn Fn(u16) -> String) -> Daemon {
         Self::start_full(TargetKind::Numatgtd, &[], "", true, Some(yaml), &[])
@@ -309,6 +333,24 @@ impl Daemon {
     }
 
     fn start_full(
+        kind: TargetKind,
+        luns: &[LunSpec],
+        global_yaml: &str,
+        bare: bool,
+        custom: Option<&dyn Fn(u16) -> String>,
+        args: &[&str],
+    ) -> Daemon {
+        let mut d = Self::start_full_deferred(kind, luns, global_yaml, bare, custom, args);
+        d.spawn();
+        d.wait_ready();
+        if kind == TargetKind::Tgtd && !bare {
+            d.configure_tgtd();
+        }
+        d
+    }
+
+    /// Everything [`Daemon::start_full`] prepares, without starting the process.
+    fn start_full_deferred(
         kind: TargetKind,
         luns: &[LunSpec],
         global_yaml: &str,
@@ -345,7 +387,7 @@ impl Daemon {
         std::fs::write(&config_path, yaml).expect("write config file");
         let ipc_prefix = dir.path().join("tgtd-socket");
         let log_path = dir.path().join("daemon.log");
-        let mut d = Daemon {
+        Daemon {
             kind,
             port,
             control_port,
@@ -356,15 +398,10 @@ impl Daemon {
             ipc_prefix,
             bare,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
+            tgtd_style: false,
             child: None,
             dir,
-        };
-        d.spawn();
-        d.wait_ready();
-        if kind == TargetKind::Tgtd && !bare {
-            d.configure_tgtd();
         }
-        d
     }
 
     fn log_file(&self) -> (File, File) {
@@ -380,6 +417,19 @@ impl Daemon {
     fn spawn(&mut self) {
         let (out, err) = self.log_file();
         let mut cmd = match self.kind {
+            TargetKind::Numatgtd if self.tgtd_style => {
+                let mut c = Command::new(numatgtd_bin());
+                c.arg("-f")
+                    .arg("-C")
+                    .arg(self.control_port.to_string())
+                    .arg("--iscsi")
+                    .arg(format!("portal=127.0.0.1:{}", self.port))
+                    .arg("--state-dir")
+                    .arg(&self.state_dir)
+                    .args(&self.extra_args)
+                    .env("RUST_BACKTRACE", "1");
+                c
+            }
             TargetKind::Numatgtd => {
                 let mut c = Command::new(numatgtd_bin());
                 c.arg("-f")
@@ -451,6 +501,50 @@ impl Daemon {
             all,
             &[("TGT_IPC_SOCKET", self.ipc_prefix.as_os_str())],
         )
+    }
+
+    /// numatgtd's block-cache counters summed over its nodes, from the `cache report:` lines
+    /// it logs on SIGUSR1 (waits for them, at most 5 s).
+    pub fn cache_report(&self) -> CacheReport {
+        let before = self.log().matches("alloc report:").count();
+        send_signal(self.pid(), libc::SIGUSR1);
+        let t = Instant::now();
+        let log = loop {
+            let log = self.log();
+            if log.matches("alloc report:").count() > before {
+                break log;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "no report after SIGUSR1\n{}",
+                self.log_tail(50)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // the cache report lines (one per node) come just before the alloc report
+        let lines: Vec<&str> = log.lines().collect();
+        let end = lines
+            .iter()
+            .rposition(|l| l.contains("alloc report:"))
+            .unwrap_or(0);
+        let field = |line: &str, key: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {key}= in {line}"))
+        };
+        let mut r = CacheReport::default();
+        for l in lines[..end].iter().rev() {
+            if !l.contains("cache report: node=") {
+                break;
+            }
+            r.nodes += 1;
+            r.hits += field(l, "hits");
+            r.misses += field(l, "misses");
+            r.bypassed += field(l, "bypassed");
+            r.capacity_bytes += field(l, "capacity_bytes");
+            r.resident_bytes += field(l, "resident_bytes");
+        }
+        r
     }
 
     /// The management socket path.

@@ -15,8 +15,9 @@
 # when the machine was busy), and the command line to rerun. Not part of CI (a benchmark,
 # not a timed test). Both daemons are stopped by PID. Root (tgtd, /dev/shm).
 # Env: NUMATGTD_BIN (default: cargo build --release, then target/release/numatgtd),
-#      ROUNDS (3), SECS (8 per run), LUN_MB (512), CACHE (256M), PARTS ("1 2"), BENCH_DIR,
-#      KEEP_BENCH_LOGS=1.
+#      ROUNDS (3), SECS (8 per run), LUN_MB (512), CACHE (256M), CACHE_EXTRA (more indented
+#      lines for part 2's `cache:` section, e.g. "  block_size: 16K"), PARTS ("1 2"),
+#      BENCH_DIR, KEEP_BENCH_LOGS=1.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (tgtd, tmpfs)" >&2; exit 1; }

@@ -47,7 +47,7 @@
 //! The cache itself never does I/O and never blocks except on a partition lock.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::arena::{ArenaError, ArenaOptions, BindPolicy, NodeArena};
 use crate::counters::{CounterSnapshot, NodeCounters};
@@ -176,6 +176,8 @@ pub struct BlockCache {
     arenas: Vec<Arc<NodeArena>>,
     counters: Vec<Arc<NodeCounters>>,
     flush_cursor: Vec<AtomicUsize>,
+    /// The write-back clock (ms), advanced by the flushers; see `set_clock_ms`.
+    clock: Arc<AtomicU64>,
     virtual_nodes: bool,
 }
 
@@ -220,6 +222,7 @@ impl BlockCache {
             arenas.push(Arc::new(a));
             counters.push(Arc::new(NodeCounters::default()));
         }
+        let clock = Arc::new(AtomicU64::new(0));
         let mut partitions = Vec::with_capacity(geometry.total_partitions());
         for p in 0..geometry.total_partitions() {
             let n = geometry.node_of_partition(p);
@@ -230,7 +233,8 @@ impl BlockCache {
                 per_part,
                 config.sector_size,
                 Arc::clone(&counters[n]),
-            )?;
+            )?
+            .with_clock(Arc::clone(&clock));
             partitions.push(Arc::new(part));
         }
         Ok(BlockCache {
@@ -242,6 +246,7 @@ impl BlockCache {
             partitions,
             arenas,
             counters,
+            clock,
             virtual_nodes: topology.is_virtual(),
         })
     }
@@ -322,6 +327,26 @@ impl BlockCache {
     /// partition, partitions taken round-robin between calls. Appends to `out` (reuse it to
     /// avoid allocating). Returns how many were added; 0 for an unknown node.
     pub fn collect_dirty(&self, node: usize, max: usize, out: &mut Vec<DirtyRange>) -> usize {
+        self.collect_dirty_aged(node, max, out, 0)
+    }
+
+    /// Like [`BlockCache::collect_dirty`], but only blocks dirty for at least `min_age_ms`
+    /// by the write-back clock ([`BlockCache::set_clock_ms`]): lazy write-back leaves young
+    /// dirty blocks in the cache, where further writes to them coalesce.
+    pub fn collect_dirty_aged(
+        &self,
+        node: usize,
+        max: usize,
+        out: &mut Vec<DirtyRange>,
+        min_age_ms: u64,
+    ) -> usize {
+        let cutoff = match min_age_ms {
+            0 => u64::MAX,
+            age => match self.clock.load(Ordering::Relaxed).checked_sub(age) {
+                Some(c) => c,
+                None => return 0, // the clock has not run that long: nothing is that old
+            },
+        };
         let Some(cursor) = self.flush_cursor.get(node) else {
             return 0;
         };
@@ -334,9 +359,15 @@ impl BlockCache {
                 break;
             }
             let local = (first + k) % ppn;
-            n += self.partitions[local * nodes + node].collect_dirty(max - n, out);
+            n += self.partitions[local * nodes + node].collect_dirty_older(max - n, out, cutoff);
         }
         n
+    }
+
+    /// Advance the write-back clock to `ms` (milliseconds on any monotonic scale; it never
+    /// goes back). Blocks are stamped with it as they become dirty.
+    pub fn set_clock_ms(&self, ms: u64) {
+        self.clock.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// For SYNCHRONIZE CACHE / FUA: take the dirty blocks of `lun` overlapping

@@ -29,6 +29,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -73,6 +74,8 @@ struct Slot {
     /// The in-flight fill must not validate what it read (the block was invalidated or
     /// overwritten on disk meanwhile).
     stale: bool,
+    /// The write-back clock (ms) when the block last went from clean to dirty.
+    dirty_since: u64,
 }
 
 impl Slot {
@@ -83,6 +86,7 @@ impl Slot {
                 block_no: 0,
             },
             generation: 0,
+            dirty_since: 0,
             flush_id: 0,
             prev: NIL,
             next: NIL,
@@ -433,6 +437,9 @@ pub struct Partition {
     bits: usize,
     slots: u32,
     counters: Arc<NodeCounters>,
+    /// The write-back clock (ms, set by the flushers through the block cache): stamps when a
+    /// block became dirty, so lazy write-back can leave young dirty blocks to coalesce.
+    clock: Arc<AtomicU64>,
     _arena: Arc<NodeArena>,
 }
 
@@ -519,8 +526,16 @@ impl Partition {
             bits,
             slots: slots as u32,
             counters,
+            clock: Arc::default(),
             _arena: arena,
         })
+    }
+
+    /// Use `clock` (milliseconds, advanced by the caller) to stamp blocks as they become
+    /// dirty (see [`Partition::collect_dirty_older`]).
+    pub fn with_clock(mut self, clock: Arc<AtomicU64>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn index(&self) -> usize {
@@ -686,6 +701,7 @@ impl Partition {
             s.flush_id = old.flush_id;
             s.stale = false;
             s.generation = old.generation;
+            s.dirty_since = old.dirty_since;
         }
         // The dirty sectors moved with the data: detach without discarding the count.
         st.slots[i as usize].flush_id = 0;
@@ -758,6 +774,9 @@ impl Partition {
             return WriteOutcome::NoSpace;
         };
         self.copy_in(&mut st, t, start, data, lo, hi);
+        if st.slots[t as usize].dirty_n == 0 {
+            st.slots[t as usize].dirty_since = self.clock.load(Ordering::Relaxed);
+        }
         bits::set_range(st.dirty_mut(t), lo, hi);
         st.slots[t as usize].dirty_n = bits::count(st.dirty_of(t)) as u32;
         NodeCounters::add(&c.dirty_bytes, newly);
@@ -826,11 +845,23 @@ impl Partition {
     /// Each is pinned and marked as being flushed until its [`DirtyRange`] is completed or
     /// dropped. Returns how many were added.
     pub fn collect_dirty(self: &Arc<Self>, max: usize, out: &mut Vec<DirtyRange>) -> usize {
+        self.collect_dirty_older(max, out, u64::MAX)
+    }
+
+    /// Like [`Partition::collect_dirty`], but only blocks that became dirty at clock time
+    /// `cutoff` or earlier (the dirty list is in the order blocks became dirty, so the
+    /// first younger one ends the walk).
+    pub fn collect_dirty_older(
+        self: &Arc<Self>,
+        max: usize,
+        out: &mut Vec<DirtyRange>,
+        cutoff: u64,
+    ) -> usize {
         let mut st = self.state.lock();
         let mut n = 0;
         while n < max {
             let i = st.head[List::Dirty as usize];
-            if i == NIL {
+            if i == NIL || st.slots[i as usize].dirty_since > cutoff {
                 break;
             }
             out.push(self.take_dirty(&mut st, i));
@@ -959,6 +990,13 @@ impl Partition {
     }
 
     /// Slot-state counts, for tests and diagnostics.
+    /// Blocks waiting on the dirty list and the partition's slot count: a cheap look (no
+    /// walk over the slots) for a flusher deciding whether to hurry.
+    pub fn dirty_queued(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.len[List::Dirty as usize] as usize, self.slots as usize)
+    }
+
     pub fn stats(&self) -> PartitionStats {
         let st = self.state.lock();
         let mut p = PartitionStats {
@@ -1526,6 +1564,41 @@ mod tests {
         drop(old);
         assert_eq!(p.stats().detached, 0);
         p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn lazy_write_back_takes_only_old_dirty_blocks() {
+        let clock = Arc::new(AtomicU64::new(100));
+        let t = Topology::split(&[0], 1, 1);
+        let a = NodeArena::new(
+            &t.nodes()[0],
+            true,
+            ArenaOptions {
+                slot_size: 4096,
+                slots: 4,
+                huge_pages: false,
+                policy: BindPolicy::Preferred,
+                prefault: false,
+            },
+        )
+        .unwrap();
+        let p = Arc::new(
+            Partition::new(0, Arc::new(a), 0, 4, 512, Arc::default())
+                .unwrap()
+                .with_clock(Arc::clone(&clock)),
+        );
+        let _ = p.write_back(key(1), 0, &[1; 512], u64::MAX);
+        clock.store(200, Ordering::Relaxed);
+        let _ = p.write_back(key(2), 0, &[2; 512], u64::MAX);
+        // writing again does not make block 1 younger
+        let _ = p.write_back(key(1), 512, &[3; 512], u64::MAX);
+        let mut v = Vec::new();
+        assert_eq!(p.collect_dirty_older(8, &mut v, 99), 0);
+        assert_eq!(p.collect_dirty_older(8, &mut v, 150), 1);
+        assert_eq!(v[0].key(), key(1));
+        assert_eq!(p.collect_dirty_older(8, &mut v, 200), 1);
+        assert_eq!(v[1].key(), key(2));
+        assert_eq!(p.dirty_queued(), (0, 4));
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn every_lun_directive_and_target_defaults() {
         write-cache on
         device-type disk
         bs-type aio
-        bsopts conf=/x
+        bsopts conf=/x;cache=page
         bsoflags sync:direct
         allow-in-use yes
         lbppbe 3
@@ -298,6 +298,8 @@ fn every_lun_directive_and_target_defaults() {
     assert_eq!(a.block_size, 4096);
     assert_eq!(a.bs_type, BsType::Aio);
     assert!(a.bsoflags.direct && a.bsoflags.sync);
+    // tgt's bsopts carry numatgt's per-LUN cache mode
+    assert_eq!(a.cache, Some(config::CacheMode::Page));
     assert_eq!((a.lbppbe, a.la_lba), (Some(3), Some(0)));
     assert_eq!(
         (a.optimal_xfer_gran, a.optimal_xfer_len),
@@ -310,8 +312,9 @@ fn every_lun_directive_and_target_defaults() {
     assert_eq!(b.serial.as_deref(), Some("sn-1-2"));
     assert!(b.bsoflags.direct && !b.bsoflags.sync);
     assert_eq!(b.bs_type, BsType::Rdwr);
+    assert_eq!(b.cache, None);
     for w in [
-        "bsopts: bsopts is ignored",
+        "bsopts: bsopts conf=/x ignored: numatgt reads only cache=numa|off|page",
         "allow-in-use: allow-in-use is ignored",
     ] {
         assert!(

@@ -1,8 +1,11 @@
 //! Per-node write-back flushers: a few threads per NUMA node, bound to the node's CPUs, that
 //! write the node's dirty cache blocks back to their backing stores (oldest first; the cache
-//! hands each block to one flusher at a time, so they work in parallel), lazily while little
-//! is dirty and continuously once a quarter of the node's blocks or an eighth of its dirty
-//! limit is dirty. At shutdown they drain every dirty block before the final sync.
+//! hands each block to one flusher at a time, so they work in parallel). Lazily while little
+//! is dirty: only blocks dirty for [`WRITEBACK_AGE`] or longer, so repeated writes to a block
+//! coalesce in the cache (as the kernel's dirty expiry does for the page cache; SYNCHRONIZE
+//! CACHE and FUA make data durable at once). Continuously, whatever their age, once a
+//! quarter of the node's blocks or an eighth of its dirty limit is dirty. At shutdown they
+//! drain every dirty block before the final sync.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +21,8 @@ use crate::storage::write_dirty;
 const BATCH: usize = 64;
 /// Pause between passes while little is dirty (lets writes to the same block coalesce).
 const LAZY_PAUSE: Duration = Duration::from_millis(50);
+/// How long a block stays dirty before lazy write-back takes it.
+pub const WRITEBACK_AGE: Duration = Duration::from_secs(1);
 /// Pause after a failed write-back (the blocks stay dirty; SYNCHRONIZE CACHE reports it).
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -73,10 +78,18 @@ fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, 
     let mut last_error: Option<Instant> = None;
     // the LUN of the previous block (a batch is mostly one LUN's blocks)
     let mut last: Option<Arc<Lun>> = None;
+    let started = Instant::now();
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         batch.clear();
-        let taken = cache.collect_dirty(node, BATCH, &mut batch);
+        cache.set_clock_ms(started.elapsed().as_millis() as u64);
+        let under_pressure = stopping || pressed(cache, node, dirty_limit);
+        let age = if under_pressure {
+            0
+        } else {
+            WRITEBACK_AGE.as_millis() as u64
+        };
+        let taken = cache.collect_dirty_aged(node, BATCH, &mut batch, age);
         let mut failed = false;
         let mut orphans = 0usize;
         for r in batch.drain(..) {
@@ -125,7 +138,7 @@ fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, 
                 return;
             }
             std::thread::sleep(LAZY_PAUSE);
-        } else if !stopping && taken < BATCH && !pressed(cache, node, dirty_limit) {
+        } else if !under_pressure && taken < BATCH {
             std::thread::sleep(LAZY_PAUSE);
         }
     }
@@ -139,9 +152,9 @@ fn pressed(cache: &BlockCache, node: usize, dirty_limit: u64) -> bool {
     }
     let (mut dirty, mut slots) = (0usize, 0usize);
     for p in cache.partitions().iter().filter(|p| p.node() == node) {
-        let s = p.stats();
-        dirty += s.dirty_queued;
-        slots += s.slots;
+        let (d, s) = p.dirty_queued();
+        dirty += d;
+        slots += s;
     }
     dirty * 4 >= slots
 }

@@ -210,7 +210,7 @@ pub(crate) fn open_lun(
     lu.set_removable(l.removable);
     crate::pr_store::restore(&lu, state_dir, iqn, l.lun);
     lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
-    let mut meta = lun_meta(tid, l, mode, id);
+    let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {
         meta.bsoflags = flags.to_string();
     }
@@ -232,13 +232,14 @@ pub(crate) fn open_lun(
     })
 }
 
-/// What tgtadm shows for a LUN from the configuration.
-fn lun_meta(tid: u32, l: &config::LunConfig, mode: config::CacheMode, id: u64) -> LunMeta {
+/// What tgtadm shows for a LUN from the configuration (its `bsoflags` as configured, as
+/// tgtd shows what it was given; the cache mode is in the log and `numatgtadm --dump`).
+fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
     let mut flags = Vec::new();
     if l.bsoflags.sync {
         flags.push("sync");
     }
-    if l.bsoflags.direct || mode != config::CacheMode::Page {
+    if l.bsoflags.direct {
         flags.push("direct");
     }
     let d = LunMeta::tgt_defaults(tid, l.lun, &l.path.display().to_string());

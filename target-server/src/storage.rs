@@ -349,8 +349,8 @@ enum Looked {
     AllHits(BlockList),
     /// Some blocks must be read first.
     Pieces(PieceList),
-    /// The request lies in one block that is not cached and was not admitted into its full
-    /// partition: read it from the backing store, bypassing the cache.
+    /// No block of the request is cached and none was admitted into its full partition:
+    /// read it from the backing store, bypassing the cache (the disk holds the newest data).
     NotAdmitted,
 }
 
@@ -358,13 +358,17 @@ enum Looked {
 /// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
 /// the hits and releases the reservations).
 fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
-    let g = cache.geometry();
-    let one_block = len > 0 && g.block_of(offset) == g.block_of(offset + len - 1);
     let spans = cache.spans(offset, len).ok()?;
     let mut hits = BlockList::new();
     let mut pieces: Option<PieceList> = None;
+    // every block so far was not admitted (nothing of them is cached)
+    let mut bypassed = false;
     for span in spans {
         let l = cache.lookup(lun.cache_id, &span, ReadAhead::None);
+        if bypassed && !matches!(l, Lookup::Bypass) {
+            // partly cached, partly not: read around the cache, after its dirty data
+            return None;
+        }
         match (l, &mut pieces) {
             (Lookup::Hit(r), None) => hits.push(r),
             (Lookup::Hit(r), Some(p)) => p.pieces.push(Piece::Hit(r)),
@@ -376,9 +380,12 @@ fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Lo
                 p.pieces.push(Piece::Miss(f));
                 pieces = Some(p);
             }
-            (Lookup::Bypass, _) if one_block => return Some(Looked::NotAdmitted),
+            (Lookup::Bypass, None) if hits.is_empty() => bypassed = true,
             (Lookup::Busy | Lookup::NoSpace | Lookup::Bypass, _) => return None,
         }
+    }
+    if bypassed {
+        return Some(Looked::NotAdmitted);
     }
     Some(match pieces {
         Some(p) => Looked::Pieces(p),

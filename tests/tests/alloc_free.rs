@@ -8,13 +8,14 @@
 //!     zero-copy from pinned blocks.
 //! (b) qemu-io, one session: 4 KiB and 128 KiB writes into the write-back cache (WCE=1;
 //!     immediate data, and R2T-solicited Data-Out), each read back and checked.
-//! (c) iscsi-perf random reads over a LUN eight times larger than the cache: misses, read on
-//!     I/O workers into the cache (evicting), results handed back to the event thread.
+//! (c) iscsi-perf random reads over a LUN sixteen times larger than the cache: misses, read
+//!     on I/O workers into the cache (evicting) or, when the full cache does not admit them,
+//!     straight from the disk; results handed back to the event thread.
 //! (d) qemu-io writes with the write cache off (WCE=0): write-through on I/O workers, each
 //!     durable before status, the write buffer handed back to the connection.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tests::daemon::{require_numatgtd, send_signal};
 use tests::qemuio::{IoCmd, Session};
@@ -27,6 +28,8 @@ struct Snapshot {
     bytes: u64,
     hits: u64,
     misses: u64,
+    /// Read misses not admitted into the full cache (served straight from the disk).
+    bypassed: u64,
 }
 
 fn field(line: &str, key: &str) -> Option<u64> {
@@ -34,43 +37,22 @@ fn field(line: &str, key: &str) -> Option<u64> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
-/// SIGUSR1, then parse the report lines it produced.
+/// SIGUSR1 (the cache report), then the alloc report logged with it.
 fn snapshot(d: &Daemon) -> Snapshot {
-    let before = d.log().matches("alloc report:").count();
-    send_signal(d.pid(), libc::SIGUSR1);
-    let t = Instant::now();
-    let log = loop {
-        let log = d.log();
-        if log.matches("alloc report:").count() > before {
-            break log;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "no alloc report after SIGUSR1\n{}",
-            d.log_tail(50)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // the cache report lines (one per node) come just before the alloc report
-    let lines: Vec<&str> = log.lines().collect();
-    let end = lines
-        .iter()
-        .rposition(|l| l.contains("alloc report:"))
+    let c = d.cache_report();
+    let log = d.log();
+    let alloc_line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("alloc report:"))
         .expect("alloc report line");
-    let alloc_line = lines[end];
-    let mut s = Snapshot {
+    Snapshot {
         allocs: field(alloc_line, "event_thread_allocs").expect("event_thread_allocs"),
         bytes: field(alloc_line, "event_thread_alloc_bytes").expect("event_thread_alloc_bytes"),
-        ..Snapshot::default()
-    };
-    for l in lines[..end].iter().rev() {
-        if !l.contains("cache report: node=") {
-            break;
-        }
-        s.hits += field(l, "hits").expect("hits");
-        s.misses += field(l, "misses").expect("misses");
+        hits: c.hits,
+        misses: c.misses,
+        bypassed: c.bypassed,
     }
-    s
 }
 
 fn assert_no_allocations(d: &Daemon, what: &str, a: Snapshot, b: Snapshot, min_hits: u64) {
@@ -85,15 +67,20 @@ fn assert_no_allocations_served(
     min_hits: u64,
     min_misses: u64,
 ) {
+    // a miss is served either through the cache (filled on an I/O worker) or, when the
+    // full cache does not admit it, straight from the disk: both paths must stay
+    // allocation-free on the event threads, and both must have run
     let misses = b.misses - a.misses;
+    let bypassed = b.bypassed - a.bypassed;
     assert!(
-        misses >= min_misses,
-        "{what}: only {misses} cache misses in the window (want >= {min_misses})\n{}",
+        misses + bypassed >= min_misses && (min_misses == 0 || misses > 0),
+        "{what}: only {misses} cache misses and {bypassed} bypassed reads in the window \
+         (want >= {min_misses}, some of each kind)\n{}",
         d.log_tail(30)
     );
     let hits = b.hits - a.hits;
     eprintln!(
-        "{what}: {hits} cache hits, {} misses, {} event-thread allocations ({} bytes) in the window",
+        "{what}: {hits} cache hits, {} misses, {bypassed} bypassed, {} event-thread allocations ({} bytes) in the window",
         b.misses - a.misses,
         b.allocs - a.allocs,
         b.bytes - a.bytes

@@ -63,6 +63,23 @@ fn increment(mut s: ScsiSession) -> (u64, u64) {
 #[test]
 fn two_initiators_never_lose_an_increment() {
     require_numatgtd("caw_race");
+    // Atomicity is checked on every attempt. That both initiators win some rounds is a
+    // property of the scheduler, not of the target: on a loaded 2-CPU machine one session can
+    // be starved for a whole run (seen once: 0 / 300), so that part may take a second try.
+    let mut both = false;
+    for attempt in 1..=3 {
+        let (oka, okb) = race_once();
+        if oka > 0 && okb > 0 {
+            both = true;
+            break;
+        }
+        eprintln!("attempt {attempt}: one initiator never won a round; trying again");
+    }
+    assert!(both, "both initiators must succeed sometimes");
+}
+
+/// One daemon, two initiators incrementing the counter; returns their successes.
+fn race_once() -> (u64, u64) {
     let mut d = Daemon::start(&[LunSpec::new(1, 512, 8 * MIB).with_write_cache(true)]);
     let a = ScsiSession::open(&d, "iqn.2026-11.org.numatgt:caw-a");
     let b = ScsiSession::open(&d, "iqn.2026-11.org.numatgt:caw-b");
@@ -82,7 +99,6 @@ fn two_initiators_never_lose_an_increment() {
         oka + okb,
         "an increment was lost or invented"
     );
-    assert!(oka > 0 && okb > 0, "both initiators must succeed sometimes");
     drop(s);
     let (status, _) = d.terminate(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()));
@@ -92,4 +108,5 @@ fn two_initiators_never_lose_an_increment() {
         final_counter,
         "the last successful write is on disk"
     );
+    (oka, okb)
 }

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::Path;
+use std::time::Duration;
 
 use rand::RngCore;
 use tests::tools;
@@ -47,7 +48,7 @@ fn first_mismatch(path: &Path, pattern: &[u8], total: u64) -> Option<u64> {
 fn roundtrip(block_size: u32, lun_size: u64, data_size: usize) {
     tools::require_tool("qemu-img");
     let spec = LunSpec::new(1, block_size, lun_size);
-    let d = Daemon::start(&[spec]);
+    let mut d = Daemon::start(&[spec]);
     let url = d.url(1);
 
     let mut pattern = vec![0u8; data_size];
@@ -86,6 +87,15 @@ fn roundtrip(block_size: u32, lun_size: u64, data_size: usize) {
             off / u64::from(block_size)
         );
     }
+    // qemu-img convert sends no SYNCHRONIZE CACHE, so with the write cache on the data may
+    // still be dirty in numatgtd's cache (written back after a second, or now at a clean
+    // stop): stop the daemon, then the backing file must hold everything
+    let (status, _) = d.terminate(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "clean stop failed: {status:?}\n{}",
+        d.log_tail(30)
+    );
     if let Some(off) = first_mismatch(d.lun_path(1), &pattern, lun_size) {
         panic!(
             "backing file differs from the written data at byte {off} (block {})",

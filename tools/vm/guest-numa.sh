@@ -5,7 +5,7 @@
 #   - numatgtd with a NUMA block cache of 64M per node, a 128 MiB file LUN on tmpfs;
 #   - open-iscsi discovery + login, then two sequential O_DIRECT reads of the first 96 MiB
 #     with dd bs=256k (pass 1 fills the cache, pass 2 is served from it);
-#   - SIGUSR1 -> one `cache report:` line per node; asserted: placement_local >= 0.99 and
+#   - SIGUSR1 -> one `cache report:` line per node; asserted: placement_local >= 0.99 (over resident pages), resident_bytes > 0 and
 #     binding Bound on both nodes, summed served_local_bytes / (local + remote) >= 0.90,
 #     hits > 0 on both nodes;
 #   - logout, SIGTERM by PID, exit status 0.
@@ -165,6 +165,13 @@ for node in 0 1; do
   esac
   awk -v p="$placement" 'BEGIN { exit !(p ~ /^[0-9.]+$/ && p + 0 >= 0.99) }' \
     || check "node $node: placement_local=$placement, want >= 0.99"
+  # arenas grow as blocks are cached: placement is measured over the resident pages, so
+  # some must be resident for it to mean anything
+  resident=$(field "$line" resident_bytes)
+  echo "node $node: capacity_bytes=$(field "$line" capacity_bytes) resident_bytes=$resident"
+  case "$resident" in
+    ''|*[!0-9]*|0) check "node $node: resident_bytes='$resident', want > 0 after the reads" ;;
+  esac
   case "$hits" in
     ''|*[!0-9]*) check "node $node: hits='$hits' is not a number" ;;
     0) check "node $node: hits=0, want > 0" ;;

@@ -206,6 +206,12 @@ impl Interp {
                 "device-type" => l.device_type = Some(Word(value.to_string())),
                 "bs-type" => l.bs_type = Some(Word(value.to_string())),
                 "bsoflags" => l.bsoflags = Some(Word(value.to_string())),
+                // tgt's `key=value;...`: numatgt reads `cache=numa|off|page`
+                "bsopts" => {
+                    if let Some(mode) = bsopts_cache(value) {
+                        l.cache = Some(Word(mode.to_string()));
+                    }
+                }
                 "block-size" => l.block_size = Some(num(value)?),
                 "lbppbe" => l.lbppbe = Some(num(value)?),
                 "la_lba" => l.la_lba = Some(num(value)?),
@@ -219,11 +225,26 @@ impl Interp {
             return self.fail(e);
         }
         match key {
-            "bsopts" => self.warn(
-                &set.loc,
-                &set.name,
-                "bsopts is ignored: only rbd/glfs backing stores use it",
-            ),
+            "bsopts" => {
+                if bsopts_cache(value).is_some() {
+                    at(self, "cache");
+                }
+                let others: Vec<&str> = value
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty() && bsopts_cache(p).is_none())
+                    .collect();
+                if !others.is_empty() {
+                    self.warn(
+                        &set.loc,
+                        &set.name,
+                        &format!(
+                            "bsopts {} ignored: numatgt reads only cache=numa|off|page",
+                            others.join(";")
+                        ),
+                    );
+                }
+            }
             "allow-in-use" => self.warn(
                 &set.loc,
                 &set.name,
@@ -318,6 +339,14 @@ impl Interp {
         }
         Ok(())
     }
+}
+
+/// The `cache=MODE` value of a tgt `bsopts` string (`key=value` pairs separated by `;`).
+fn bsopts_cache(value: &str) -> Option<&str> {
+    value.split(';').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("cache").then(|| v.trim())
+    })
 }
 
 fn new_lun(lun: u64, path: &str) -> RawLun {

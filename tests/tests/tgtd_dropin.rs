@@ -1,0 +1,315 @@
+//! numatgtd as tgtd users run it (issue 10): started exactly as tgtd is — `-f -C N --iscsi
+//! portal=…`, no configuration file — it starts empty and waits; Debian's `tgtadm` and
+//! `tgt-admin -e` then configure it, and the LUNs they make are served from the NUMA block
+//! cache (the configured default mode) unless `--bsopts cache=off|page` says otherwise.
+//! Proven by the cache counters numatgtd logs on SIGUSR1 and by `numatgtadm --dump`.
+
+use std::path::Path;
+
+use tests::MIB;
+use tests::daemon::{Daemon, TargetKind, create_sparse, require_numatgtd};
+use tests::{qemuio, tools};
+
+const IQN: &str = "iqn.2026-11.org.numatgt:dropin";
+
+fn tgtadm_ok(d: &Daemon, args: &[&str]) {
+    let r = d.tgtadm(args);
+    assert!(
+        r.status.success(),
+        "tgtadm {args:?} failed\n{r}\n{}",
+        d.log_tail(30)
+    );
+}
+
+fn numatgtadm_bin() -> String {
+    tests::daemon::numatgtd_bin()
+        .with_file_name("numatgtadm")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Random bytes written to LUN `lun` through qemu-img (libiscsi), returned for comparison.
+fn write_pattern(d: &Daemon, iqn: &str, lun: u64, dir: &Path, size: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..size).map(|_| rand::random::<u8>()).collect();
+    let src = dir.join(format!("pattern{lun}.bin"));
+    std::fs::write(&src, &data).expect("write pattern");
+    let url = format!("{}/{iqn}/{lun}", d.portal_url());
+    tools::run(
+        60,
+        "qemu-img",
+        [
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &src.to_string_lossy(),
+            &url,
+        ],
+    )
+    .check("qemu-img convert (write)");
+    data
+}
+
+fn read_lun(d: &Daemon, iqn: &str, lun: u64, dir: &Path, name: &str) -> Vec<u8> {
+    qemuio::read_all(&format!("{}/{iqn}/{lun}", d.portal_url()), dir, name)
+        .unwrap_or_else(|e| panic!("read LUN {lun}: {e}\n{}", d.log_tail(30)))
+}
+
+/// The `cache:` word numatgtadm --dump writes for LUN `lun` of `iqn`.
+fn dumped_cache_mode(d: &Daemon, iqn: &str, lun: u64) -> String {
+    let dump = d.admin_tool(&numatgtadm_bin(), &["--dump"]);
+    dump.check("numatgtadm --dump");
+    let cfg = config::parse(&dump.stdout, "dump").unwrap_or_else(|e| panic!("{e}\n{dump}"));
+    let t = cfg.target(iqn).expect("target in the dump");
+    let l = t
+        .luns
+        .iter()
+        .find(|l| l.lun == lun)
+        .expect("LUN in the dump");
+    l.cache_mode(&cfg.cache).as_str().to_string()
+}
+
+#[test]
+fn starts_empty_and_tgtadm_luns_are_served_from_the_numa_cache() {
+    require_numatgtd("tgtd_dropin");
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    assert!(
+        d.log().contains("no --config: starting with no targets"),
+        "{}",
+        d.log_tail(20)
+    );
+    // nothing configured yet: discovery answers with no target
+    let ls = tools::run(20, "iscsi-ls", ["-s", &d.portal_url()]);
+    ls.check("iscsi-ls on an empty numatgtd");
+    assert!(!ls.stdout.contains("Target:"), "{ls}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let size = 8 * MIB;
+    let files: Vec<_> = (1..=3)
+        .map(|n| {
+            let p = dir.path().join(format!("lun{n}.img"));
+            create_sparse(&p, size);
+            p
+        })
+        .collect();
+    tgtadm_ok(
+        &d,
+        &[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN,
+        ],
+    );
+    let path = |i: usize| files[i].to_string_lossy().into_owned();
+    let lun_new = [
+        "--lld",
+        "iscsi",
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+    ];
+    tgtadm_ok(
+        &d,
+        &[&lun_new[..], &["--lun", "1", "-b", &path(0)]].concat(),
+    );
+    tgtadm_ok(
+        &d,
+        &[
+            &lun_new[..],
+            &["--lun", "2", "-b", &path(1), "--bsopts", "cache=off"],
+        ]
+        .concat(),
+    );
+    tgtadm_ok(
+        &d,
+        &[
+            &lun_new[..],
+            &[
+                "--lun",
+                "3",
+                "-b",
+                &path(2),
+                "--bsopts",
+                "cache=page",
+                "--bsoflags",
+                "sync",
+            ],
+        ]
+        .concat(),
+    );
+    tgtadm_ok(
+        &d,
+        &[
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    );
+    // the modes are visible in the dump and in the log; tgtadm's own view is tgtd's
+    assert_eq!(dumped_cache_mode(&d, IQN, 1), "numa");
+    assert_eq!(dumped_cache_mode(&d, IQN, 2), "off");
+    assert_eq!(dumped_cache_mode(&d, IQN, 3), "page");
+    let log = d.log();
+    assert!(
+        log.contains("LUN created") && log.contains("cache=\"numa\""),
+        "{}",
+        d.log_tail(20)
+    );
+    let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
+    show.check("tgtadm show");
+    assert!(show.stdout.contains("Backing store flags: sync"), "{show}");
+
+    // LUN 1 (numa): write, then read twice; the second read is served by the cache
+    let data = write_pattern(&d, IQN, 1, dir.path(), size as usize);
+    let before = d.cache_report();
+    assert!(before.nodes >= 1 && before.capacity_bytes > 0, "{before:?}");
+    let first = read_lun(&d, IQN, 1, dir.path(), "r1.img");
+    assert!(
+        first == data,
+        "LUN 1 read back differs from what was written"
+    );
+    let mid = d.cache_report();
+    let second = read_lun(&d, IQN, 1, dir.path(), "r2.img");
+    assert!(second == data, "LUN 1 second read differs");
+    let after = d.cache_report();
+    // 8 MiB in 64 KiB blocks: 128 block lookups per full read, all hits the second time
+    assert!(
+        after.hits - mid.hits >= 128 && after.misses == mid.misses,
+        "second read not served from the cache: {mid:?} -> {after:?}\n{}",
+        d.log_tail(20)
+    );
+    assert!(after.resident_bytes >= size, "{after:?}");
+
+    // LUNs 2 (off) and 3 (page) bypass the cache: their reads do not touch its counters
+    for lun in [2u64, 3] {
+        let data = write_pattern(&d, IQN, lun, dir.path(), size as usize);
+        let a = d.cache_report();
+        let back = read_lun(&d, IQN, lun, dir.path(), &format!("r{lun}.img"));
+        assert!(back == data, "LUN {lun} read back differs");
+        let b = d.cache_report();
+        assert_eq!(
+            (a.hits, a.misses, a.bypassed),
+            (b.hits, b.misses, b.bypassed),
+            "LUN {lun} used the cache"
+        );
+    }
+    // the data is on disk once the LUN is deleted (cached data written back)
+    tgtadm_ok(
+        &d,
+        &[
+            "--lld",
+            "iscsi",
+            "--op",
+            "delete",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+        ],
+    );
+    let on_disk = std::fs::read(&files[0]).expect("read LUN 1 file");
+    assert!(
+        on_disk == data,
+        "LUN 1's file does not hold the written data"
+    );
+}
+
+#[test]
+fn bad_cache_options_are_refused() {
+    require_numatgtd("tgtd_dropin");
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("lun.img");
+    create_sparse(&f, 4 * MIB);
+    let f = f.to_string_lossy().into_owned();
+    tgtadm_ok(
+        &d,
+        &[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN,
+        ],
+    );
+    tgtadm_ok(
+        &d,
+        &[
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    );
+    let lun_new = [
+        "--lld",
+        "iscsi",
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "-b",
+        &f,
+    ];
+    for bad in ["cache=fast", "cache", "speed=9", "cache=numa;x=1"] {
+        let r = d.tgtadm(&[&lun_new[..], &["--bsopts", bad]].concat());
+        assert!(!r.status.success(), "--bsopts {bad} accepted\n{r}");
+    }
+    // nothing was created by the refused requests
+    let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
+    assert!(!show.stdout.contains("LUN: 1"), "{show}");
+    tgtadm_ok(&d, &[&lun_new[..], &["--bsopts", "cache=NUMA"]].concat());
+    // the mode is chosen at creation; an update is refused and changes nothing
+    let r = d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "cache=off",
+    ]);
+    assert!(!r.status.success(), "{r}");
+    assert!(
+        d.log()
+            .contains("the cache mode is chosen when a LUN is created"),
+        "{}",
+        d.log_tail(10)
+    );
+    assert_eq!(dumped_cache_mode(&d, IQN, 1), "numa");
+}
+
+#[test]
+fn tgt_admin_configures_an_empty_numatgtd_with_cached_luns() {
+    require_numatgtd("tgtd_dropin");
+    tools::require_tool("tgt-admin");
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("a.img"), dir.path().join("b.img"));
+    create_sparse(&a, 4 * MIB);
+    create_sparse(&b, 4 * MIB);
+    let conf = dir.path().join("targets.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "<target {IQN}>\n    <backing-store {}>\n        lun 1\n    </backing-store>\n    <backing-store {}>\n        lun 2\n        bsopts cache=off\n    </backing-store>\n    initiator-address 127.0.0.1\n</target>\n",
+            a.display(),
+            b.display()
+        ),
+    )
+    .expect("write targets.conf");
+    let r = d.admin_tool("tgt-admin", &["-e", "-c", &conf.to_string_lossy()]);
+    assert!(r.status.success(), "tgt-admin -e\n{r}\n{}", d.log_tail(30));
+    assert_eq!(dumped_cache_mode(&d, IQN, 1), "numa");
+    assert_eq!(dumped_cache_mode(&d, IQN, 2), "off");
+    let data = write_pattern(&d, IQN, 1, dir.path(), 4 * MIB as usize);
+    let x = d.cache_report();
+    assert!(read_lun(&d, IQN, 1, dir.path(), "r.img") == data);
+    let y = d.cache_report();
+    assert!(y.hits > x.hits, "{x:?} -> {y:?}");
+}
