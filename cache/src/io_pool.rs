@@ -39,11 +39,15 @@ pub struct IoPool<J: IoJob = IoRequest> {
     node: usize,
 }
 
+/// Jobs the queue holds without growing (enough for 8 sessions with 128 commands each in
+/// flight): submitting, which event threads do per command, then never allocates.
+const QUEUE_PREALLOC: usize = 1024;
+
 impl<J: IoJob> IoPool<J> {
     /// Start `threads` workers bound to `node`'s CPUs.
     pub fn start(node: &Node, threads: usize) -> std::io::Result<IoPool<J>> {
         let shared = Arc::new(Shared {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(VecDeque::with_capacity(QUEUE_PREALLOC)),
             ready: Condvar::new(),
             stop: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
