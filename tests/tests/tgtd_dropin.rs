@@ -21,6 +21,38 @@ fn tgtadm_ok(d: &Daemon, args: &[&str]) {
     );
 }
 
+/// `tgtadm --op new --mode target` as tid 1 named [`IQN`], open to every initiator.
+fn new_target(d: &Daemon) {
+    tgtadm_ok(
+        d,
+        &[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN,
+        ],
+    );
+    tgtadm_ok(
+        d,
+        &[
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    );
+}
+
+/// `tgtadm --op new --mode logicalunit --tid 1 --lun LUN -b PATH EXTRA...`.
+fn new_lun(d: &Daemon, lun: &str, path: &Path, extra: &[&str]) -> tools::ToolRun {
+    let path = path.to_string_lossy();
+    let base = [
+        "--lld",
+        "iscsi",
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+    ];
+    d.tgtadm(&[&base[..], &["--lun", lun, "-b", &path], extra].concat())
+}
+
 fn numatgtadm_bin() -> String {
     tests::daemon::numatgtd_bin()
         .with_file_name("numatgtadm")
@@ -94,58 +126,15 @@ fn starts_empty_and_tgtadm_luns_are_served_from_the_numa_cache() {
             p
         })
         .collect();
-    tgtadm_ok(
-        &d,
-        &[
-            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN,
-        ],
-    );
-    let path = |i: usize| files[i].to_string_lossy().into_owned();
-    let lun_new = [
-        "--lld",
-        "iscsi",
-        "--op",
-        "new",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-    ];
-    tgtadm_ok(
-        &d,
-        &[&lun_new[..], &["--lun", "1", "-b", &path(0)]].concat(),
-    );
-    tgtadm_ok(
-        &d,
-        &[
-            &lun_new[..],
-            &["--lun", "2", "-b", &path(1), "--bsopts", "cache=off"],
-        ]
-        .concat(),
-    );
-    tgtadm_ok(
-        &d,
-        &[
-            &lun_new[..],
-            &[
-                "--lun",
-                "3",
-                "-b",
-                &path(2),
-                "--bsopts",
-                "cache=page",
-                "--bsoflags",
-                "sync",
-            ],
-        ]
-        .concat(),
-    );
-    tgtadm_ok(
-        &d,
-        &[
-            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    );
+    new_target(&d);
+    for (n, extra) in [
+        ("1", &[][..]),
+        ("2", &["--bsopts", "cache=off"][..]),
+        ("3", &["--bsopts", "cache=page", "--bsoflags", "sync"][..]),
+    ] {
+        let i: usize = n.parse().expect("lun");
+        new_lun(&d, n, &files[i - 1], extra).check("tgtadm new logicalunit");
+    }
     // the modes are visible in the dump and in the log; tgtadm's own view is tgtd's
     assert_eq!(dumped_cache_mode(&d, IQN, 1), "numa");
     assert_eq!(dumped_cache_mode(&d, IQN, 2), "off");
@@ -224,56 +213,17 @@ fn bad_cache_options_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("lun.img");
     create_sparse(&f, 4 * MIB);
-    let f = f.to_string_lossy().into_owned();
-    tgtadm_ok(
-        &d,
-        &[
-            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN,
-        ],
-    );
-    tgtadm_ok(
-        &d,
-        &[
-            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    );
-    let lun_new = [
-        "--lld",
-        "iscsi",
-        "--op",
-        "new",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "-b",
-        &f,
-    ];
+    new_target(&d);
     for bad in ["cache=fast", "cache", "speed=9", "cache=numa;x=1"] {
-        let r = d.tgtadm(&[&lun_new[..], &["--bsopts", bad]].concat());
+        let r = new_lun(&d, "1", &f, &["--bsopts", bad]);
         assert!(!r.status.success(), "--bsopts {bad} accepted\n{r}");
     }
     // nothing was created by the refused requests
     let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
     assert!(!show.stdout.contains("LUN: 1"), "{show}");
-    tgtadm_ok(&d, &[&lun_new[..], &["--bsopts", "cache=NUMA"]].concat());
+    new_lun(&d, "1", &f, &["--bsopts", "cache=NUMA"]).check("--bsopts cache=NUMA");
     // the mode is chosen at creation; an update is refused and changes nothing
-    let r = d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "cache=off",
-    ]);
+    let r = tests::mgmt::update_lun1(&d, "cache=off");
     assert!(!r.status.success(), "{r}");
     assert!(
         d.log()
