@@ -5,7 +5,10 @@
 # sha256, umount, drop caches, remount, verify, logout; then CHAP on a second target: a wrong
 # initiator secret is refused, mutual CHAP logs in and reads, a wrong target secret makes the
 # initiator refuse; stop the target by PID.
-# Env: TARGET=numatgtd (default) | tgtd
+# numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
+# with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
+# cache report). numatgtd-yaml: the same targets from a YAML file instead.
+# Env: TARGET=numatgtd (default) | numatgtd-yaml | tgtd
 #      NUMATGTD   path of the numatgtd binary as the guest sees it
 # Prints VM_ISCSI_TCP_OK on success.
 set -u
@@ -47,8 +50,15 @@ numactl --hardware 2>/dev/null | head -n 2
 truncate -s 256M "$LUN_FILE" || fail "create LUN file"
 truncate -s 16M "$CHAP_LUN_FILE" || fail "create CHAP LUN file"
 
+TC=$((CTL % 30000))
 case "$TARGET" in
   numatgtd)
+    [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
+    mkdir -p /tmp/numatgt-state
+    "$NUMATGTD" -f -C "$TC" --iscsi portal=$PORTAL --state-dir /tmp/numatgt-state > "$LOG" 2>&1 &
+    TPID=$!
+    ;;
+  numatgtd-yaml)
     [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
     cat > /tmp/numatgtd.yaml <<YAML
 portals:
@@ -76,7 +86,7 @@ YAML
     TPID=$!
     ;;
   tgtd)
-    tgtd -f -C "$((CTL % 30000))" --iscsi portal=$PORTAL > "$LOG" 2>&1 &
+    tgtd -f -C "$TC" --iscsi portal=$PORTAL > "$LOG" 2>&1 &
     TPID=$!
     ;;
   *) fail "unknown TARGET=$TARGET" ;;
@@ -91,8 +101,8 @@ until ss -ltn | grep -q "127.0.0.1:3260 "; do
   sleep 0.2
 done
 
-if [ "$TARGET" = tgtd ]; then
-  C="-C $((CTL % 30000))"
+C="-C $TC"
+if [ "$TARGET" != numatgtd-yaml ]; then
   tgtadm $C --lld iscsi --op new --mode target --tid 1 -T "$IQN" || fail "tgtadm target"
   tgtadm $C --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$LUN_FILE" || fail "tgtadm lun"
   tgtadm $C --lld iscsi --op bind --mode target --tid 1 -I ALL || fail "tgtadm bind"
@@ -138,6 +148,21 @@ echo 3 > /proc/sys/vm/drop_caches
 step "remount + verify"
 mount -o ro "/dev/$DEV" "$MNT" || fail "remount"
 sha256sum -c /tmp/blob.sha256 || fail "sha256 mismatch after remount"
+if [ "$TARGET" = numatgtd ]; then
+  # the LUN was made by tgtadm: after the page cache was dropped the remount's reads must
+  # have been served from numatgtd's NUMA block cache
+  n=$(grep -c 'cache report: node=' "$LOG")
+  kill -USR1 "$TPID" || fail "kill -USR1"
+  i=0
+  until [ "$(grep -c 'cache report: node=' "$LOG")" -gt "$n" ]; do
+    i=$((i + 1)); [ $i -le 50 ] || fail "no cache report after SIGUSR1"; sleep 0.2
+  done
+  sleep 0.3
+  hits=$(grep 'cache report: node=' "$LOG" | tail -n +$((n + 1)) | sed -n 's/.* hits=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+  grep 'LUN created' "$LOG" | head -n 1
+  step "tgtadm-made LUN: $hits NUMA cache hits"
+  [ "$hits" -gt 0 ] || fail "the tgtadm-made LUN was not served from the NUMA cache (hits=$hits)"
+fi
 df -h "$MNT"
 umount "$MNT" || fail "final umount"
 step "logout"
@@ -195,7 +220,7 @@ done
 wait "$TPID"
 trc=$?
 TPID=
-if [ "$TARGET" = numatgtd ] && [ "$trc" != 0 ]; then
+if [ "$TARGET" != tgtd ] && [ "$trc" != 0 ]; then
   fail "numatgtd exited with status $trc after SIGTERM"
 fi
 step "target exited with status $trc"

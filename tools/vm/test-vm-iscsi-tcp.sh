@@ -1,7 +1,8 @@
 #!/bin/bash
 # Linux kernel initiator test: boots the QEMU guest (vm-run.sh) and runs guest-iscsi-tcp.sh
-# in it against numatgtd (default) or Debian's tgtd (TARGET=tgtd).
-# Env: TARGET=numatgtd|tgtd  NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
+# in it against numatgtd started as tgtd is and configured with tgtadm (default), numatgtd
+# from a YAML file (TARGET=numatgtd-yaml), or Debian's tgtd (TARGET=tgtd).
+# Env: TARGET=numatgtd|numatgtd-yaml|tgtd  NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
 #      VM_TIMEOUT (300) and the other vm-run.sh variables.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
@@ -16,8 +17,8 @@ NAME="test-vm-iscsi-tcp target=$TARGET"
 . "$HERE/host-lib.sh"
 VM_ENV="TARGET"
 VM_FILES=""
-if [ "$TARGET" = numatgtd ]; then
-  vm_ship_numatgtd
-fi
+case "$TARGET" in
+  numatgtd*) vm_ship_numatgtd ;;
+esac
 export VM_ENV VM_FILES
 vm_run_and_check guest-iscsi-tcp.sh "VM_ISCSI_TCP_OK target=$TARGET"
