@@ -35,6 +35,16 @@ impl FrequencySketch {
         }
     }
 
+    /// The sketch's hash of a block key: a fixed mix (splitmix64), so admission decisions
+    /// are reproducible; collisions only make a block look more popular than it is.
+    pub fn key_hash(lun: u32, block_no: u64) -> u64 {
+        let mut z = block_no ^ (u64::from(lun) << 40 | u64::from(lun) >> 24);
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
     fn rows(&self, hash: u64) -> [usize; 2] {
         [
             (hash & self.mask) as usize,
@@ -80,11 +90,7 @@ mod tests {
     use super::*;
 
     fn h(x: u64) -> u64 {
-        // any well-mixed hash
-        let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        FrequencySketch::key_hash(0, x)
     }
 
     #[test]

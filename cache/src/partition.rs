@@ -594,7 +594,7 @@ impl Partition {
         };
         let c = &self.counters;
         let mut st = self.state.lock();
-        let hash = st.map.hasher().hash_one(key);
+        let hash = FrequencySketch::key_hash(key.lun, key.block_no);
         st.freq.touch(hash);
         let i = match st.map.get(&key) {
             Some(&i) => {
@@ -614,7 +614,8 @@ impl Partition {
                 // full: the LRU victim stays unless this block is read more often
                 let victim = st.tail[List::Lru as usize];
                 if st.head[List::Free as usize] == NIL && victim != NIL {
-                    let v = st.map.hasher().hash_one(st.slots[victim as usize].key);
+                    let vk = st.slots[victim as usize].key;
+                    let v = FrequencySketch::key_hash(vk.lun, vk.block_no);
                     if !st.freq.admit(hash, v) {
                         NodeCounters::add(&c.bypassed, 1);
                         return Lookup::Bypass;
