@@ -289,6 +289,12 @@ impl EventThread {
                 }
             }
             busy.clear();
+            // messages first: they were sent before what the sockets hold now (another
+            // thread's LOGICAL UNIT RESET must end this thread's tasks before their late
+            // Data-Out is read — its initiator may send it once the reset has completed)
+            if self.inbox.wake_pending.load(Ordering::Acquire) {
+                self.guarded("inbox", Self::drain_inbox);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
