@@ -183,8 +183,19 @@ pub fn numatgtd_bin() -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (bind port 0, read it, drop the listener).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
-    l.local_addr().expect("local_addr of probe listener").port()
+    // the kernel may hand the same free port to two tests running at once (each probe
+    // closes before its daemon binds): never give out a port twice in one test process
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..1000 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+        let port = l.local_addr().expect("local_addr of probe listener").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free port that this process has not handed out already");
 }
 
 /// A random control port in 1000..60000 (tgtd accepts at most 32767).
@@ -280,6 +291,8 @@ pub struct Daemon {
     pub extra_args: Vec<String>,
     /// numatgtd started exactly as tgtd is: no `--config`, the portal from `--iscsi`.
     pub tgtd_style: bool,
+    /// How many "listening on" lines the log held when the daemon was last spawned.
+    listen_mark: usize,
     child: Option<Child>,
     /// Declared last so the files outlive the process on drop.
     pub dir: TempDir,
@@ -399,6 +412,7 @@ impl Daemon {
             bare,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
             tgtd_style: false,
+            listen_mark: 0,
             child: None,
             dir,
         }
@@ -415,6 +429,10 @@ impl Daemon {
     }
 
     fn spawn(&mut self) {
+        self.listen_mark = self
+            .log()
+            .matches(format!("numatgtd: listening on {}", self.addr()).as_str())
+            .count();
         let (out, err) = self.log_file();
         let mut cmd = match self.kind {
             TargetKind::Numatgtd if self.tgtd_style => {
@@ -468,9 +486,14 @@ impl Daemon {
     fn wait_ready(&mut self) {
         let start = Instant::now();
         let addr = self.addr();
+        // numatgtd says when it listens: wait for that line too, so that a connection
+        // accepted by some other process on the same port is never taken for ours
+        let own = format!("numatgtd: listening on {addr}");
         loop {
             self.assert_alive("while starting");
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let listening = self.kind != TargetKind::Numatgtd
+                || self.log().matches(own.as_str()).count() > self.listen_mark;
+            if listening && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 return;
             }
             if start.elapsed() > READY_TIMEOUT {
