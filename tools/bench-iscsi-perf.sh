@@ -8,6 +8,8 @@
 #   QDS ("1 32"), SECS (11), BENCH_DIR, NUMATGT_PORT, TGTD_PORT (free ones from 23290), TGTD_CTL (17).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench-lib.sh
+. "$REPO/tools/bench-lib.sh"
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (tgtd)" >&2; exit 1; }
 for t in tgtd tgtadm iscsi-perf timeout; do
   command -v "$t" >/dev/null || { echo "bench: $t missing: run tools/install-test-deps.sh" >&2; exit 1; }
@@ -20,13 +22,6 @@ fi
 [ -x "$BIN" ] || { echo "bench: $BIN missing" >&2; exit 1; }
 QDS=${QDS:-"1 32"}
 SECS=${SECS:-11}
-free_port() { # first port from $1 upwards that nothing listens on (bounded scan)
-  local p
-  for p in $(seq "$1" $(($1 + 200))); do
-    ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return 0; }
-  done
-  echo "bench: no free port near $1" >&2; return 1
-}
 NPORT=${NUMATGT_PORT:-$(free_port 23290)}
 TPORT=${TGTD_PORT:-$(free_port $((NPORT + 1)))}
 TCTL=${TGTD_CTL:-17}
@@ -52,23 +47,7 @@ cleanup() {
   [ -n "$NPID" ] && stop_pid "$NPID"
   if [ "${KEEP_BENCH_LOGS:-0}" = 1 ]; then rm -f "$BENCH_DIR"/*.img; echo "bench: logs kept in $BENCH_DIR"; else rm -rf "$BENCH_DIR"; fi
 }
-stop_pid() { # PID: SIGTERM, up to 5 s, then SIGKILL
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }; sleep 0.1; done
-  echo "bench: pid $pid ignored SIGTERM, killing" >&2
-  kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-}
 trap cleanup EXIT
-wait_port() { # PORT PID: until PID itself listens on 127.0.0.1:PORT
-  local i
-  for i in $(seq 1 100); do
-    ss -Hltnp "sport = :$1" | grep -q "pid=$2," && return 0
-    kill -0 "$2" 2>/dev/null || { echo "bench: target pid $2 exited" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "bench: nothing listens on 127.0.0.1:$1" >&2; return 1
-}
 
 echo "bench: LUN files in $BENCH_DIR (1 GiB each, random data)"
 head -c 1G /dev/urandom > "$BENCH_DIR/numatgt.img"

@@ -20,6 +20,8 @@
 #      BENCH_DIR, KEEP_BENCH_LOGS=1.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench-lib.sh
+. "$REPO/tools/bench-lib.sh"
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (tgtd, tmpfs)" >&2; exit 1; }
 for t in tgtd tgtadm iscsi-perf timeout ss; do
   command -v "$t" >/dev/null || { echo "bench: $t missing: run tools/install-test-deps.sh" >&2; exit 1; }
@@ -38,13 +40,6 @@ CACHE=${CACHE:-256M}
 PARTS=${PARTS:-"1 2"}
 HZ=$(getconf CLK_TCK)
 
-free_port() { # first port from $1 upwards that nothing listens on (bounded scan)
-  local p
-  for p in $(seq "$1" $(($1 + 200))); do
-    ss -Hltn "sport = :$p" | grep -q . || { echo "$p"; return 0; }
-  done
-  echo "bench: no free port near $1" >&2; return 1
-}
 free_ctl() { # first control port from $1 whose tgtd socket lock nobody holds
   local c
   for c in $(seq "$1" $(($1 + 50))); do
@@ -67,13 +62,6 @@ if [ -z "${BENCH_DIR:-}" ]; then
 fi
 mkdir -p "$BENCH_DIR/state"
 NPID= TPID=
-stop_pid() { # PID: SIGTERM, up to 10 s, then SIGKILL
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }; sleep 0.1; done
-  echo "bench: pid $pid ignored SIGTERM, killing" >&2
-  kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-}
 stop_tgtd() {
   [ -n "$TPID" ] || return 0
   tgtadm -C "$TCTL" --op update --mode sys --name State -v offline >/dev/null 2>&1
@@ -88,15 +76,6 @@ cleanup() {
   if [ "${KEEP_BENCH_LOGS:-0}" = 1 ]; then rm -f "$BENCH_DIR"/*.img; echo "bench: logs kept in $BENCH_DIR"; else rm -rf "$BENCH_DIR"; fi
 }
 trap cleanup EXIT
-wait_port() { # PORT PID: until PID itself listens on PORT
-  local i
-  for i in $(seq 1 100); do
-    ss -Hltnp "sport = :$1" | grep -q "pid=$2," && return 0
-    kill -0 "$2" 2>/dev/null || { echo "bench: target pid $2 exited" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "bench: nothing listens on port $1" >&2; return 1
-}
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 RUN_IOPS=0 RUN_CPU=0
 run() { # PID URL QD -> RUN_IOPS (average), RUN_CPU (target CPU µs per I/O)
