@@ -1,7 +1,7 @@
 #!/bin/bash
 # THE test command of numatgt: every check CI runs, in order, each as a stage.
 #   install-test-deps (when root) -> toolchain components -> cargo build -> cargo fmt --check
-#   -> cargo clippy -D warnings -> cargo test --workspace (unit + integration against the
+#   -> cargo clippy -D warnings -> layers (tools/check-layers.py) -> cargo test --workspace (unit + integration against the
 #   built numatgtd and real initiators) -> fuzz smoke (every cargo-fuzz target of fuzz/ for
 #   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
@@ -97,6 +97,7 @@ stage toolchain toolchain
 stage build cargo build --workspace --all-targets
 stage fmt cargo fmt --all -- --check
 stage clippy cargo clippy --workspace --all-targets -- -D warnings
+stage layers python3 tools/check-layers.py
 stage test cargo_test
 stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test

@@ -48,6 +48,38 @@ pub(crate) fn compare_and_write(
     })
 }
 
+/// The data rule of COMPARE AND WRITE, applied by the server to the medium it read with the
+/// range held: `data_out` is the compare half then the write half, `len` bytes each. The
+/// write half when the medium matches the compare half; MISCOMPARE DURING VERIFY OPERATION
+/// at the first differing byte otherwise; INVALID FIELD IN INFORMATION UNIT when the buffer
+/// does not hold both halves or the medium is shorter than them.
+pub fn compare_and_write_data<'d>(
+    medium: &[u8],
+    data_out: &'d [u8],
+    len: usize,
+) -> Result<&'d [u8], Sense> {
+    let (Some(expected), Some(new), Some(medium)) = (
+        data_out.get(..len),
+        data_out.get(len..len.saturating_mul(2)),
+        medium.get(..len),
+    ) else {
+        return Err(Sense::invalid_field_in_information_unit());
+    };
+    match medium.iter().zip(expected).position(|(a, b)| a != b) {
+        Some(at) => Err(Sense::miscompare(at as u64)),
+        None => Ok(new),
+    }
+}
+
+/// The data rule of ORWRITE: the blocks become their bitwise OR with the Data-Out buffer
+/// (`data_out` shorter than the medium: INVALID FIELD IN INFORMATION UNIT).
+pub fn or_write_data(medium: &[u8], data_out: &[u8]) -> Result<Vec<u8>, Sense> {
+    if data_out.len() < medium.len() {
+        return Err(Sense::invalid_field_in_information_unit());
+    }
+    Ok(medium.iter().zip(data_out).map(|(a, b)| a | b).collect())
+}
+
 /// MAXIMUM ATOMIC TRANSFER LENGTH, in bytes (the Block Limits VPD page gives it in blocks).
 pub const MAX_ATOMIC_BYTES: u32 = 1 << 20;
 
@@ -134,6 +166,27 @@ mod tests {
         c[2..10].copy_from_slice(&lba.to_be_bytes());
         c[13] = blocks;
         c
+    }
+
+    #[test]
+    fn compare_and_write_data_rule() {
+        use super::compare_and_write_data as rule;
+        let medium = [1u8, 2, 3, 4];
+        let mut data = vec![1u8, 2, 3, 4, 9, 9, 9, 9];
+        assert_eq!(rule(&medium, &data, 4), Ok(&[9u8, 9, 9, 9][..]));
+        data[2] = 7; // differs at byte 2 of the compare half
+        let miss = rule(&medium, &data, 4).expect_err("miscompare");
+        assert_eq!(miss, crate::Sense::miscompare(2));
+        // half a buffer, or a short medium: no guessing
+        assert!(rule(&medium, &data[..6], 4).is_err());
+        assert!(rule(&medium[..3], &data, 4).is_err());
+    }
+
+    #[test]
+    fn or_write_data_rule() {
+        use super::or_write_data as rule;
+        assert_eq!(rule(&[0x0f, 0x10], &[0xf0, 0x01]), Ok(vec![0xff, 0x11]));
+        assert!(rule(&[0, 0], &[1]).is_err());
     }
 
     #[test]

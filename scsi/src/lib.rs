@@ -52,6 +52,7 @@ mod ua;
 mod unmapped;
 pub mod xcopy;
 
+pub use caw::{compare_and_write_data, or_write_data};
 pub use diagnostic::self_test_failed;
 pub use inquiry::{NAA_COMPANY_ID, naa6};
 pub use nexus::{Nexus, NexusId};

@@ -16,11 +16,12 @@ use iscsi_proto::{CommandResult, Connection, Event, SessionType, TmfResponse};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::backend::StorageCtx;
+use crate::backend::jobs::Job;
+use crate::backend::payload::Payload;
+use crate::backend::reply::{Answer, CompletionSink, ReplyTo, TaskControl, completed};
 use crate::dispatch;
-use crate::jobs::Job;
-use crate::payload::Payload;
 use crate::registry::{ConnControl, ConnId, LoginContext, Registry, Target};
-use crate::storage::{Replier, StorageCtx};
 
 const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
@@ -86,6 +87,17 @@ impl Inbox {
     }
 }
 
+impl CompletionSink for Inbox {
+    fn complete(&self, conn: ConnId, itt: u32, result: CommandResult<Payload>, buffer: Vec<u8>) {
+        self.send(Msg::IoDone {
+            conn,
+            itt,
+            result,
+            buffer,
+        });
+    }
+}
+
 /// State every event thread shares.
 pub struct Shared {
     pub registry: Arc<Registry>,
@@ -114,24 +126,6 @@ impl Shared {
         self.inboxes.get().and_then(|v| v.get(thread))
     }
 
-    /// Asks every event thread to end the matching tasks of its sessions (see
-    /// [`Msg::AbortTasks`]); the connections answer nothing for them.
-    pub fn abort_tasks(
-        &self,
-        tid: u32,
-        lun: Option<u64>,
-        nexuses: Option<Vec<scsi::NexusId>>,
-        except: Option<ConnId>,
-    ) {
-        for inbox in self.inboxes.get().into_iter().flatten() {
-            inbox.send(Msg::AbortTasks {
-                tid,
-                lun,
-                nexuses: nexuses.clone(),
-                except,
-            });
-        }
-    }
     fn thread_count(&self) -> usize {
         self.inboxes.get().map_or(1, |v| v.len())
     }
@@ -151,6 +145,27 @@ impl Shared {
         {
             Some(local) => local[turn % local.len()],
             None => turn % self.thread_count(),
+        }
+    }
+}
+
+impl TaskControl for Shared {
+    /// Asks every event thread to end the matching tasks of its sessions (see
+    /// [`Msg::AbortTasks`]); the connections answer nothing for them.
+    fn abort_tasks(
+        &self,
+        tid: u32,
+        lun: Option<u64>,
+        nexuses: Option<Vec<scsi::NexusId>>,
+        except: Option<ConnId>,
+    ) {
+        for inbox in self.inboxes.get().into_iter().flatten() {
+            inbox.send(Msg::AbortTasks {
+                tid,
+                lun,
+                nexuses: nexuses.clone(),
+                except,
+            });
         }
     }
 }
@@ -210,6 +225,8 @@ pub struct EventThread {
     node: usize,
     poll: Poll,
     inbox: Arc<Inbox>,
+    /// The inbox as the backend's completion sink.
+    sink: Arc<dyn CompletionSink>,
     /// The inbox batch being worked through (swapped with the inbox's queue).
     batch: VecDeque<Msg>,
     shared: Arc<Shared>,
@@ -245,6 +262,7 @@ impl EventThread {
             index,
             node,
             poll: setup.poll,
+            sink: Arc::clone(&setup.inbox) as Arc<dyn CompletionSink>,
             inbox: setup.inbox,
             batch: VecDeque::with_capacity(256),
             shared,
@@ -508,12 +526,13 @@ impl EventThread {
         self.current = Some(s);
         let shared = Arc::clone(&self.shared);
         let ctx = StorageCtx {
-            pools: &shared.pools,
+            workers: &shared.pools,
             node: self.node,
             cache: shared.cache.as_ref(),
             router: shared.router.as_ref(),
             state_dir: shared.registry.state_dir(),
             tasks: Some(&*shared),
+            registry: Some(&shared.registry),
         };
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
@@ -553,16 +572,11 @@ impl EventThread {
                         // not reachable: the protocol layer refuses commands in discovery sessions
                         slot.conn.complete_command(
                             itt,
-                            dispatch::to_result(scsi::execute_unmapped(&cmd.cdb, &[], false)),
+                            completed(scsi::execute_unmapped(&cmd.cdb, &[], false)),
                         );
                         continue;
                     };
-                    let reply = Replier {
-                        inbox: Arc::clone(&self.inbox),
-                        conn: id,
-                        itt,
-                        write_transfer_len: None,
-                    };
+                    let reply = ReplyTo::new(Arc::clone(&self.sink), id, itt);
                     let generation = target.luns_generation();
                     if slot.luns.as_ref().is_none_or(|(g, _)| *g != generation) {
                         // the table changed (or first command): take the new one
@@ -571,13 +585,13 @@ impl EventThread {
                     let Some((_, luns)) = slot.luns.as_ref() else {
                         continue;
                     };
-                    let now =
+                    let answer =
                         dispatch::execute(&mut cmd, target, luns, slot.nexus.as_ref(), &ctx, reply);
                     // the write buffer serves the connection's next commands
                     slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
-                    match now {
-                        Some(result) => slot.conn.complete_command(itt, result),
-                        None => slot.inflight += 1,
+                    match answer {
+                        Answer::Now(result) => slot.conn.complete_command(itt, result),
+                        Answer::Later(_) => slot.inflight += 1,
                     }
                 }
                 Event::TaskMgmt(req) => {
@@ -630,7 +644,7 @@ impl EventThread {
                     }
                     // long server-side jobs of the ended tasks: an EXTENDED COPY stops between
                     // chunks, a SANITIZE's task ends now (the operation goes on)
-                    crate::task_watch::tasks_ended(id, |itt| slot.conn.task_wanted(itt));
+                    crate::backend::task_watch::tasks_ended(id, |itt| slot.conn.task_wanted(itt));
                     slot.conn.complete_tmf(req.itt, resp);
                     if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                         slot.closing = true;
@@ -762,7 +776,9 @@ impl EventThread {
                             });
                         if ours && slot.conn.abort_tasks(lun) > 0 {
                             if let Some(c) = id {
-                                crate::task_watch::tasks_ended(c, |itt| slot.conn.task_wanted(itt));
+                                crate::backend::task_watch::tasks_ended(c, |itt| {
+                                    slot.conn.task_wanted(itt)
+                                });
                             }
                             tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
                             if !touched.contains(&s) {
@@ -816,7 +832,7 @@ impl EventThread {
                 }
             }
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
-            crate::task_watch::tasks_ended(id, |_| false);
+            crate::backend::task_watch::tasks_ended(id, |_| false);
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);
             self.free.push(s);

@@ -3,22 +3,13 @@
 
 pub mod alloc_count;
 pub mod atomic;
+pub mod backend;
 pub mod cli;
 pub mod dispatch;
 pub mod event_loop;
-pub mod flusher;
-pub mod jobs;
 pub mod listen;
 pub mod mgmt;
-pub mod payload;
-pub mod pr_store;
 pub mod registry;
 pub mod reload;
 pub mod runtime;
-pub mod sanitize;
 pub mod sd_notify;
-pub mod selftest;
-pub mod storage;
-pub mod task_watch;
-pub mod thin;
-pub mod xcopy;

@@ -16,8 +16,8 @@ use cache::{
 use iscsi_proto::ConnConfig;
 use mio::net::TcpListener;
 
+use crate::backend::flusher::Flushers;
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
-use crate::flusher::Flushers;
 use crate::registry::{Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target};
 
 /// Everything needed to start, already validated.
@@ -208,7 +208,7 @@ pub(crate) fn open_lun(
     // GetLBAStatus.UnmapSingle needs)
     lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
     lu.set_removable(l.removable);
-    crate::pr_store::restore(&lu, state_dir, iqn, l.lun);
+    crate::backend::pr_store::restore(&lu, state_dir, iqn, l.lun);
     lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
     let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {

@@ -50,6 +50,6 @@ impl Ctx {
     /// Make everything written to `lun` durable (cached dirty blocks first): before a LUN or
     /// its target is deleted, since the final sync at shutdown only sees registered LUNs.
     pub fn sync_lun(&self, lun: &crate::registry::Lun) -> std::io::Result<()> {
-        crate::storage::sync(self.cache.as_ref(), lun)
+        crate::backend::storage::sync(self.cache.as_ref(), lun)
     }
 }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use cache::{BlockCache, Node};
 
+use crate::backend::storage::write_dirty;
 use crate::registry::{Lun, Registry};
-use crate::storage::write_dirty;
 
 /// Blocks taken per pass.
 const BATCH: usize = 64;

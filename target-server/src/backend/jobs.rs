@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use cache::{BlockCache, IoRequest};
 
+use super::reply::Replier;
+use super::storage::{self, PieceList};
 use crate::registry::Lun;
-use crate::storage::{self, PieceList, Replier};
 
 /// Where a request's bytes are: LUN, first LBA (for sense data), byte offset and length.
 pub struct Extent {

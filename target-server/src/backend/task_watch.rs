@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use iscsi_proto::CommandResult;
 
+use super::reply::Replier;
 use crate::registry::ConnId;
-use crate::storage::Replier;
 
 /// What ending a watched task does.
 pub enum OnEnd {
@@ -68,7 +68,14 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        watched().retain(|x| x.id != self.id);
+        // taken out under the lock, dropped after it (a dropped replier answers)
+        let gone = {
+            let mut w = watched();
+            w.iter()
+                .position(|x| x.id == self.id)
+                .map(|i| w.swap_remove(i))
+        };
+        drop(gone);
     }
 }
 

@@ -7,26 +7,19 @@ use std::sync::Arc;
 
 use iscsi_proto::CommandResult;
 
-use crate::dispatch::to_result;
-use crate::jobs::Job;
-use crate::payload::Payload;
+use super::StorageCtx;
+use super::payload::Payload;
+use super::reply::{Answer, ReplyTo, completed};
+use super::storage;
 use crate::registry::Lun;
-use crate::storage::{self, Replier, StorageCtx};
 
 /// Runs the self-test read of `blocks` blocks at `lba` on an I/O worker; the result comes
 /// through `reply`.
-pub fn run(
-    lun: &Arc<Lun>,
-    lba: u64,
-    blocks: u32,
-    ctx: &StorageCtx<'_>,
-    reply: Replier,
-) -> Option<CommandResult<Payload>> {
+pub fn run(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: ReplyTo) -> Answer {
     let lun = Arc::clone(lun);
-    ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
-        reply.send(check(&lun, lba, blocks));
-    })));
-    None
+    let (reply, later) = reply.defer();
+    ctx.run(move || reply.send(check(&lun, lba, blocks)));
+    Answer::Later(later)
 }
 
 /// The self-test itself (blocking).
@@ -37,6 +30,6 @@ pub fn check(lun: &Lun, lba: u64, blocks: u32) -> CommandResult<Payload> {
         CommandResult::good()
     } else {
         tracing::warn!(lun = lun.number, "self-test read failed");
-        to_result(scsi::self_test_failed(&lun.scsi))
+        completed(scsi::self_test_failed(&lun.scsi))
     }
 }

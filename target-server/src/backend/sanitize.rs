@@ -22,10 +22,10 @@ use cache::{AlignedBuf, BlockCache};
 use iscsi_proto::CommandResult;
 use scsi::sanitize::{Method, Sanitize};
 
-use crate::dispatch::to_result;
-use crate::payload::Payload;
+use super::reply::{Answer, ReplyTo, completed};
+use super::storage::flush_range;
+use super::task_watch::{OnEnd, Watch};
 use crate::registry::Lun;
-use crate::storage::{Replier, flush_range};
 
 /// Bytes per OVERWRITE write and per erase step (progress granularity).
 const CHUNK: usize = 1 << 20;
@@ -41,25 +41,31 @@ pub fn set_rate_limit_mib(mib_per_s: u64) {
     RATE_LIMIT.store(mib_per_s.saturating_mul(1 << 20), Ordering::Relaxed);
 }
 
-/// Starts `op` on `lun` in the background. With IMMED the GOOD status is returned now;
-/// otherwise `None`, and the status goes through `reply` when the operation ends (unless
-/// the task was aborted meanwhile).
+/// Starts `op` on `lun` in the background. With IMMED the GOOD status is answered now;
+/// otherwise the status goes through `reply` when the operation ends (unless the task was
+/// aborted meanwhile).
 pub fn start(
     lun: &Arc<Lun>,
     op: Sanitize,
     cache: Option<Arc<BlockCache>>,
-    reply: Replier,
-) -> Option<CommandResult<Payload>> {
+    reply: ReplyTo,
+) -> Answer {
     let immed = op.immed;
     // without IMMED the task waits for the operation; task management may end it sooner
-    // (the operation goes on): see crate::task_watch
-    let watch = (!immed).then(|| {
-        crate::task_watch::Watch::new(
-            reply.conn,
-            reply.itt,
-            crate::task_watch::OnEnd::AnswerNow(reply),
+    // (the operation goes on): see super::task_watch. The watch is shared with the thread
+    // so that a thread that cannot start gives the replier back.
+    let (watch, later) = if immed {
+        (None, None)
+    } else {
+        let (conn, itt) = (reply.conn(), reply.itt());
+        let (r, later) = reply.defer();
+        (
+            Some(Watch::new(conn, itt, OnEnd::AnswerNow(r))),
+            Some(later),
         )
-    });
+    };
+    let watch = Arc::new(std::sync::Mutex::new(watch));
+    let thread_watch = Arc::clone(&watch);
     let job_lun = Arc::clone(lun);
     let spawned = std::thread::Builder::new()
         .name(format!("sanitize-{}", lun.number))
@@ -80,25 +86,36 @@ pub fn start(
                 Err(e) => {
                     tracing::error!(lun = lun.number, path = %lun.store.path().display(),
                         "SANITIZE failed: {e}; the LUN is in sanitize failure mode");
-                    to_result(lun.scsi.check_condition(&scsi::sanitize::failed_sense()))
+                    completed(lun.scsi.check_condition(&scsi::sanitize::failed_sense()))
                 }
             };
-            if let Some(r) = watch.and_then(crate::task_watch::Watch::take_replier) {
+            if let Some(r) = take_watch(&thread_watch).and_then(Watch::take_replier) {
                 r.send(result);
             }
         });
-    match spawned {
-        Ok(_) if immed => Some(CommandResult::good()),
-        Ok(_) => None,
-        Err(e) => {
+    match (spawned, later) {
+        (Ok(_), Some(later)) => Answer::Later(later),
+        (Ok(_), None) => Answer::Now(CommandResult::good()),
+        (Err(e), later) => {
             tracing::error!(lun = lun.number, "cannot start the SANITIZE thread: {e}");
             lun.scsi.sanitize_finished(false);
-            Some(to_result(
+            let failed = completed(
                 lun.scsi
                     .check_condition(&scsi::Sense::internal_target_failure()),
-            ))
+            );
+            match (take_watch(&watch).and_then(Watch::take_replier), later) {
+                (Some(r), Some(later)) => {
+                    r.send(failed);
+                    Answer::Later(later)
+                }
+                _ => Answer::Now(failed),
+            }
         }
     }
+}
+
+fn take_watch(w: &std::sync::Mutex<Option<Watch>>) -> Option<Watch> {
+    w.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 fn method_name(m: &Method) -> &'static str {

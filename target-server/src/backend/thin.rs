@@ -11,9 +11,11 @@ use cache::{AlignedBuf, BlockCache};
 use iscsi_proto::CommandResult;
 use scsi::LbaExtent;
 
-use crate::payload::Payload;
+use super::StorageCtx;
+use super::payload::Payload;
+use super::reply::{Answer, ReplyTo, completed};
+use super::storage::{flush_range, io_failure, update_cached_copy};
 use crate::registry::Lun;
-use crate::storage::{flush_range, io_failure, update_cached_copy};
 
 /// Bytes written per call while repeating a WRITE SAME block, and zeros per cache update.
 const CHUNK: usize = 1 << 20;
@@ -53,6 +55,76 @@ fn deallocate(
         zero_cached(c, lun, offset, len);
     }
     res
+}
+
+/// Runs `op` with the LUN's cache on an I/O worker of this node and sends its result.
+fn on_worker(
+    lun: &Arc<Lun>,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+    op: impl FnOnce(Option<&Arc<BlockCache>>, &Lun) -> CommandResult<Payload> + Send + 'static,
+) -> Answer {
+    let lun = Arc::clone(lun);
+    let cache = ctx.cache_for(&lun).cloned();
+    let (reply, later) = reply.defer();
+    ctx.run(move || reply.send(op(cache.as_ref(), &lun)));
+    Answer::Later(later)
+}
+
+/// UNMAP of `ranges`, on an I/O worker.
+pub fn start_unmap(
+    lun: &Arc<Lun>,
+    ranges: Vec<(u64, u64)>,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    on_worker(lun, ctx, reply, move |cache, lun| {
+        unmap(cache, lun, &ranges)
+    })
+}
+
+/// WRITE SAME of `blocks` blocks from `lba`, on an I/O worker: the first block of
+/// `data_out` repeated (zeros with `ndob`), or the range deallocated with `unmap`.
+pub fn start_write_same(
+    lun: &Arc<Lun>,
+    range: (u64, u64),
+    ndob: bool,
+    unmap: bool,
+    data_out: &[u8],
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    let bs = lun.store.block_size() as usize;
+    let block = if ndob {
+        vec![0u8; bs]
+    } else {
+        data_out.get(..bs).map(<[u8]>::to_vec).unwrap_or_default()
+    };
+    let durable = lun.durable_writes(false);
+    let (lba, blocks) = range;
+    on_worker(lun, ctx, reply, move |cache, lun| {
+        let op = WriteSame {
+            lba,
+            blocks,
+            block: &block,
+            unmap,
+            durable,
+        };
+        write_same(cache, lun, &op)
+    })
+}
+
+/// GET LBA STATUS from `lba`, on an I/O worker.
+pub fn start_lba_status(
+    lun: &Arc<Lun>,
+    lba: u64,
+    alloc_len: u32,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    on_worker(lun, ctx, reply, move |cache, lun| {
+        lba_status(cache, lun, lba, alloc_len)
+    })
 }
 
 /// UNMAP: deallocate every `(lba, blocks)` range.
@@ -156,7 +228,7 @@ pub fn lba_status(
         Err(e) => return io_failure(lun, &e, false, lba),
     };
     let extents = extents_from_runs(&runs, bs);
-    crate::dispatch::to_result(scsi::lba_status_completion(&extents, alloc_len))
+    completed(scsi::lba_status_completion(&extents, alloc_len))
 }
 
 /// Byte runs `(offset, len, allocated)` to block extents; a block partly allocated counts as

@@ -11,15 +11,16 @@
 use std::sync::Arc;
 
 use cache::{
-    AlignedBuf, BlockCache, BlockRef, BlockSpan, DirtyRange, Fill, IoPool, Lookup, ReadAhead,
-    RouteRequest, Router, UpdateOutcome, WriteOutcome,
+    AlignedBuf, BlockCache, BlockRef, BlockSpan, DirtyRange, Fill, Lookup, ReadAhead, RouteRequest,
+    UpdateOutcome, WriteOutcome,
 };
 use iscsi_proto::CommandResult;
 
-use crate::event_loop::{Inbox, Msg};
-use crate::jobs::{Extent, Job};
-use crate::payload::{BlockList, Payload};
-use crate::registry::{ConnId, Lun};
+use super::StorageCtx;
+use super::jobs::{Extent, Job};
+use super::payload::{BlockList, Payload};
+use super::reply::{Answer, ReplyTo, completed};
+use crate::registry::Lun;
 
 /// Largest single data transfer executed (bytes); the SCSI layer's block limits stop larger
 /// requests first, this is the last line of defence.
@@ -28,55 +29,6 @@ pub const MAX_IO_BYTES: u64 = 32 << 20;
 /// Write-back writes up to this size are copied into the cache on the event thread; larger
 /// ones on an I/O worker.
 const INLINE_WRITE_BACK: u64 = 128 << 10;
-
-/// Where a command runs and what it may use.
-pub struct StorageCtx<'a> {
-    /// One I/O pool per node.
-    pub pools: &'a [IoPool<Job>],
-    /// The node of the event thread that owns the connection.
-    pub node: usize,
-    pub cache: Option<&'a Arc<BlockCache>>,
-    pub router: Option<&'a Router>,
-    /// The daemon's state directory (persistent reservation files).
-    pub state_dir: Option<&'a std::path::Path>,
-    /// Ends tasks of other sessions (PREEMPT AND ABORT).
-    pub tasks: Option<&'a crate::event_loop::Shared>,
-}
-
-impl<'a> StorageCtx<'a> {
-    /// The I/O pool of `node` (the last one for an out-of-range node).
-    pub fn pool(&self, node: usize) -> &'a IoPool<Job> {
-        let last = self.pools.len().saturating_sub(1);
-        &self.pools[node.min(last)]
-    }
-}
-
-/// Sends a finished command back to its connection's event thread.
-#[derive(Clone)]
-pub struct Replier {
-    pub inbox: Arc<Inbox>,
-    pub conn: ConnId,
-    pub itt: u32,
-    /// The CDB's write transfer length, stamped on the result for the write residuals.
-    pub write_transfer_len: Option<u32>,
-}
-
-impl Replier {
-    pub fn send(&self, result: CommandResult<Payload>) {
-        self.send_with_buffer(result, Vec::new());
-    }
-
-    /// The result, and the command's write buffer back for the connection to reuse.
-    pub fn send_with_buffer(&self, mut result: CommandResult<Payload>, buffer: Vec<u8>) {
-        result.write_transfer_len = self.write_transfer_len;
-        self.inbox.send(Msg::IoDone {
-            conn: self.conn,
-            itt: self.itt,
-            result,
-            buffer,
-        });
-    }
-}
 
 fn good() -> CommandResult<Payload> {
     CommandResult::good()
@@ -93,7 +45,7 @@ fn with_data(p: Payload) -> CommandResult<Payload> {
 pub fn io_failure(lun: &Lun, e: &std::io::Error, write: bool, lba: u64) -> CommandResult<Payload> {
     tracing::error!(lun = lun.number, path = %lun.store.path().display(), lba, write,
         "backing store I/O failed: {e}");
-    crate::dispatch::to_result(scsi::io_error_completion(
+    completed(scsi::io_error_completion(
         &lun.scsi,
         e.raw_os_error().unwrap_or(libc::EIO),
         write,
@@ -102,7 +54,7 @@ pub fn io_failure(lun: &Lun, e: &std::io::Error, write: bool, lba: u64) -> Comma
 }
 
 fn too_large(lun: &Lun, write: bool, lba: u64) -> CommandResult<Payload> {
-    crate::dispatch::to_result(scsi::io_error_completion(
+    completed(scsi::io_error_completion(
         &lun.scsi,
         libc::EINVAL,
         write,
@@ -110,23 +62,13 @@ fn too_large(lun: &Lun, write: bool, lba: u64) -> CommandResult<Payload> {
     ))
 }
 
-pub fn uses_cache<'a>(lun: &Lun, ctx: &StorageCtx<'a>) -> Option<&'a Arc<BlockCache>> {
-    ctx.cache.filter(|_| lun.cached)
-}
-
 /// READ: the result now (every block cached and the request stays on this node), or later
 /// through `reply`.
-pub fn read(
-    lun: &Arc<Lun>,
-    lba: u64,
-    blocks: u32,
-    ctx: &StorageCtx<'_>,
-    reply: Replier,
-) -> Option<CommandResult<Payload>> {
+pub fn read(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: ReplyTo) -> Answer {
     let bs = u64::from(lun.store.block_size());
     let (offset, len) = (lba * bs, u64::from(blocks) * bs);
     if len > MAX_IO_BYTES {
-        return Some(too_large(lun, false, lba));
+        return Answer::Now(too_large(lun, false, lba));
     }
     let at = || Extent {
         lun: Arc::clone(lun),
@@ -134,10 +76,10 @@ pub fn read(
         offset,
         len,
     };
-    let Some(cache) = uses_cache(lun, ctx) else {
-        ctx.pool(ctx.node)
-            .submit(Job::DirectRead { at: at(), reply });
-        return None;
+    let Some(cache) = ctx.cache_for(lun) else {
+        let (reply, later) = reply.defer();
+        ctx.submit(Job::DirectRead { at: at(), reply });
+        return Answer::Later(later);
     };
     maybe_read_ahead(cache, lun, offset, len, ctx);
     // Algorithm 1: serve where most of the request's blocks live (unless it is small, the
@@ -152,7 +94,7 @@ pub fn read(
                     conn_node: ctx.node,
                     already_routed: false,
                 },
-                |n| ctx.pools.get(n).map_or(0, IoPool::pending),
+                |n| ctx.workers.pending(n),
             );
             if route.forward {
                 cache.record_forward(ctx.node, route.node);
@@ -164,41 +106,47 @@ pub fn read(
     if serve_on != ctx.node {
         // forwarded (marked: it is never routed again): node `serve_on` gathers from its
         // local blocks into a buffer of its own memory
-        ctx.pool(serve_on).submit(Job::Gather {
-            cache: Arc::clone(cache),
-            at: at(),
-            node: serve_on,
-            reply,
-        });
-        return None;
+        let (reply, later) = reply.defer();
+        ctx.workers.submit(
+            serve_on,
+            Job::Gather {
+                cache: Arc::clone(cache),
+                at: at(),
+                node: serve_on,
+                reply,
+            },
+        );
+        return Answer::Later(later);
     }
     let pieces = match lookup_all(cache, lun, offset, len) {
-        Some(Looked::AllHits(refs)) => return Some(served(cache, refs, ctx.node)),
+        Some(Looked::AllHits(refs)) => return Answer::Now(served(cache, refs, ctx.node)),
         Some(Looked::Pieces(pieces)) => pieces,
         Some(Looked::NotAdmitted) => {
             // as an uncached read costs: nothing of the range is in the cache
-            ctx.pool(ctx.node)
-                .submit(Job::DirectRead { at: at(), reply });
-            return None;
+            let (reply, later) = reply.defer();
+            ctx.submit(Job::DirectRead { at: at(), reply });
+            return Answer::Later(later);
         }
         None => {
             // some block is busy or has no room: read around the cache (after its dirty data)
-            ctx.pool(ctx.node).submit(Job::ReadAround {
+            let (reply, later) = reply.defer();
+            ctx.submit(Job::ReadAround {
                 cache: Arc::clone(cache),
                 at: at(),
                 reply,
             });
-            return None;
+            return Answer::Later(later);
         }
     };
-    ctx.pool(ctx.node).submit(Job::Fill {
+    let (reply, later) = reply.defer();
+    ctx.submit(Job::Fill {
         cache: Arc::clone(cache),
         at: at(),
         pieces,
         node: ctx.node,
         reply,
     });
-    None
+    Answer::Later(later)
 }
 
 /// On an I/O worker: read a request's missing blocks into the cache, then serve it from there.
@@ -244,12 +192,15 @@ fn maybe_read_ahead(
         return;
     }
     let home = cache.home_node(lun.cache_id, first);
-    ctx.pool(home).submit(Job::ReadAhead {
-        cache: Arc::clone(cache),
-        lun: Arc::clone(lun),
-        first,
-        last,
-    });
+    ctx.workers.submit(
+        home,
+        Job::ReadAhead {
+            cache: Arc::clone(cache),
+            lun: Arc::clone(lun),
+            first,
+            last,
+        },
+    );
 }
 
 /// On an I/O worker: load cache blocks `first..last` (skipping cached and busy ones).
@@ -493,17 +444,17 @@ pub fn write(
     data: &mut Vec<u8>,
     data_offset: usize,
     ctx: &StorageCtx<'_>,
-    reply: Replier,
-) -> Option<CommandResult<Payload>> {
+    reply: ReplyTo,
+) -> Answer {
     let bs = u64::from(lun.store.block_size());
     let (offset, len) = (lba * bs, u64::from(blocks) * bs);
     let end = data_offset
         .checked_add(len as usize)
         .filter(|&e| e <= data.len() && len <= MAX_IO_BYTES);
     let Some(end) = end else {
-        return Some(too_large(lun, true, lba));
+        return Answer::Now(too_large(lun, true, lba));
     };
-    let cache = uses_cache(lun, ctx);
+    let cache = ctx.cache_for(lun);
     if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
         // partition lock costs less than the hand-off to an I/O worker and back (unless a
@@ -513,10 +464,11 @@ pub fn write(
             && let Some(_hold) = lun.locks.try_write(offset, len)
             && write_back(cache, lun, offset, &data[data_offset..end])
         {
-            return Some(good());
+            return Answer::Now(good());
         }
     }
-    ctx.pool(ctx.node).submit(Job::Write {
+    let (reply, later) = reply.defer();
+    ctx.submit(Job::Write {
         cache: cache.cloned(),
         at: Extent {
             lun: Arc::clone(lun),
@@ -529,7 +481,7 @@ pub fn write(
         data_offset,
         reply,
     });
-    None
+    Answer::Later(later)
 }
 
 /// On an I/O worker: a write that did not complete on the event thread.
@@ -701,4 +653,56 @@ pub(crate) fn update_cached_copy(cache: &BlockCache, lun: &Lun, offset: u64, dat
             }
         }
     }
+}
+
+/// VERIFY with a byte check, on an I/O worker: the medium itself is compared (after dirty
+/// cached data of the range reached it) with the Data-Out buffer (`same_block`: its first
+/// block with every block).
+pub fn verify(
+    lun: &Arc<Lun>,
+    lba: u64,
+    blocks: u32,
+    same_block: bool,
+    data: Vec<u8>,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    let bs = u64::from(lun.store.block_size());
+    let len = u64::from(blocks) * bs;
+    let lun = Arc::clone(lun);
+    let cache = ctx.cache_for(&lun).cloned();
+    let (reply, later) = reply.defer();
+    ctx.run(move || {
+        let read = match &cache {
+            Some(c) => read_around(c, &lun, lba, lba * bs, len),
+            None => direct_read(&lun, lba, lba * bs, len),
+        };
+        let result = match &read.data {
+            Some(p) if read.status == 0 => {
+                let medium = p.contiguous();
+                match scsi::verify_compare(&medium, &data, bs as usize, same_block) {
+                    None => good(),
+                    Some(sense) => completed(lun.scsi.check_condition(&sense)),
+                }
+            }
+            _ => read,
+        };
+        reply.send(result);
+    });
+    Answer::Later(later)
+}
+
+/// SYNCHRONIZE CACHE on an I/O worker: see [`sync`]; a failure is reported at `lba`.
+pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: ReplyTo) -> Answer {
+    let lun = Arc::clone(lun);
+    let cache = ctx.cache_for(&lun).cloned();
+    let (reply, later) = reply.defer();
+    ctx.run(move || {
+        let result = match sync(cache.as_ref(), &lun) {
+            Ok(()) => good(),
+            Err(e) => io_failure(&lun, &e, true, lba),
+        };
+        reply.send(result);
+    });
+    Answer::Later(later)
 }

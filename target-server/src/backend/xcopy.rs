@@ -11,7 +11,7 @@
 //! Before each segment the copy manager checks, for the I_T nexus the command came from,
 //! that its source may be read and its destination written (`LogicalUnit::copy_access`:
 //! reservations, medium present, write protection). A running copy registers a
-//! cancellation flag under its connection and task tag (`crate::task_watch`); the event loop raises it when task
+//! cancellation flag under its connection and task tag (`crate::backend::task_watch`); the event loop raises it when task
 //! management ends the task (ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET,
 //! TARGET RESET, PREEMPT AND ABORT) or the connection closes, and the copy stops before its
 //! next chunk.
@@ -20,35 +20,34 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cache::BlockCache;
-use iscsi_proto::CommandResult;
 use scsi::copy_access::{CopyDenied, copy_ended_by_task_management};
 use scsi::xcopy::{self, CopyJob, Cscd, Segment};
 use scsi::{Nexus, Sense};
 
-use crate::dispatch::to_result;
-use crate::jobs::{Extent, Job};
-use crate::payload::Payload;
+use super::StorageCtx;
+use super::jobs::Extent;
+use super::reply::{Answer, ReplyTo, completed};
+use super::storage;
 use crate::registry::{ConnId, Lun, LunSet};
-use crate::storage::{self, Replier, StorageCtx};
 
 /// Bytes moved per read + write: bounds the memory one copy holds (a multiple of every
 /// supported block length).
 const CHUNK: u64 = 1 << 20;
 
-/// A running copy's registration with [`crate::task_watch`]: the flag it checks between
+/// A running copy's registration with [`crate::backend::task_watch`]: the flag it checks between
 /// chunks, raised when task management ends its task; unregistered when dropped.
 struct Running {
     cancel: Arc<AtomicBool>,
-    _watch: crate::task_watch::Watch,
+    _watch: crate::backend::task_watch::Watch,
 }
 
 impl Running {
     fn register(conn: ConnId, itt: u32) -> Self {
         let cancel = Arc::new(AtomicBool::new(false));
-        let watch = crate::task_watch::Watch::new(
+        let watch = crate::backend::task_watch::Watch::new(
             conn,
             itt,
-            crate::task_watch::OnEnd::Stop(Arc::clone(&cancel)),
+            crate::backend::task_watch::OnEnd::Stop(Arc::clone(&cancel)),
         );
         Running {
             cancel,
@@ -75,22 +74,23 @@ pub fn start(
     lun: &Arc<Lun>,
     luns: &LunSet,
     ctx: &StorageCtx<'_>,
-    reply: Replier,
-) -> Option<CommandResult<Payload>> {
+    reply: ReplyTo,
+) -> Answer {
     let targets: Vec<Option<CopyTarget>> = job
         .cscds
         .iter()
         .map(|c| {
             resolve(c, luns, ctx).map(|l| CopyTarget {
-                cache: storage::uses_cache(&l, ctx).cloned(),
+                cache: ctx.cache_for(&l).cloned(),
                 lun: l,
             })
         })
         .collect();
     let lun = Arc::clone(lun);
     let node = ctx.node;
-    let running = Running::register(reply.conn, reply.itt);
-    ctx.pool(ctx.node).submit(Job::Other(Box::new(move || {
+    let running = Running::register(reply.conn(), reply.itt());
+    let (reply, later) = reply.defer();
+    ctx.run(move || {
         let mut done = 0u16;
         let mut bytes = 0u64;
         let mut failure = None;
@@ -125,11 +125,11 @@ pub fn start(
             );
         }
         drop(running);
-        reply.send(to_result(
+        reply.send(completed(
             lun.scsi.copy_finished(&job, done, bytes, failure),
         ));
-    })));
-    None
+    });
+    Answer::Later(later)
 }
 
 /// The exported LUN a CSCD descriptor names: any target of the daemon (the NAA designator
@@ -140,9 +140,7 @@ fn resolve(c: &Cscd, luns: &LunSet, ctx: &StorageCtx<'_>) -> Option<Arc<Lun>> {
     if let Some(l) = luns.map.values().find(names) {
         return Some(Arc::clone(l));
     }
-    let shared = ctx.tasks?;
-    shared
-        .registry
+    ctx.registry?
         .targets()
         .iter()
         .find_map(|t| t.lun_set().map.values().find(names).cloned())

@@ -1,0 +1,439 @@
+//! Backend unit tests: no socket, no event loop, no thread. Work the backend queues lands in
+//! an in-memory [`Workers`] queue that the test runs job by job on its own thread, and
+//! answers land in a [`CompletionSink`] that keeps them, so every step — answered now, queued,
+//! answered later, never answered — is visible and in order.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use cache::{BlockCache, CacheConfig, IoJob, Topology};
+use iscsi_proto::CommandResult;
+
+use super::jobs::Job;
+use super::locked::{self, Blocks};
+use super::payload::Payload;
+use super::reply::{Answer, CompletionSink, ReplyTo};
+use super::{StorageCtx, Workers, storage};
+use crate::registry::{ConnId, Lun};
+
+const BS: usize = 512;
+const LUN_BLOCKS: u64 = 2048; // 1 MiB
+const CACHE_BLOCK: usize = 64 << 10;
+
+/// Jobs queued by the backend, per node, run when the test says so.
+#[derive(Default)]
+struct QueuedWorkers {
+    queue: Mutex<VecDeque<(usize, Job)>>,
+}
+
+impl Workers for QueuedWorkers {
+    fn submit(&self, node: usize, job: Job) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.push_back((node, job));
+        }
+    }
+
+    fn pending(&self, node: usize) -> usize {
+        self.queue
+            .lock()
+            .map_or(0, |q| q.iter().filter(|(n, _)| *n == node).count())
+    }
+}
+
+impl QueuedWorkers {
+    /// Runs queued jobs (and the jobs they queue) until none is left; returns how many ran.
+    fn run_all(&self) -> usize {
+        let mut ran = 0;
+        loop {
+            let next = self.queue.lock().ok().and_then(|mut q| q.pop_front());
+            let Some((_, job)) = next else {
+                return ran;
+            };
+            job.run();
+            ran += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.queue.lock().map_or(0, |q| q.len())
+    }
+}
+
+/// Answers as the connection would receive them.
+#[derive(Default)]
+struct Answers(Mutex<Vec<(u32, CommandResult<Payload>)>>);
+
+impl CompletionSink for Answers {
+    fn complete(&self, _conn: ConnId, itt: u32, result: CommandResult<Payload>, _buf: Vec<u8>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push((itt, result));
+        }
+    }
+}
+
+impl Answers {
+    fn take(&self) -> Vec<(u32, CommandResult<Payload>)> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// One LUN (a backing file of its own) with or without the cache, and the plumbing a
+/// command needs.
+struct Bench {
+    _dir: TempDir,
+    lun: Arc<Lun>,
+    cache: Option<Arc<BlockCache>>,
+    workers: QueuedWorkers,
+    answers: Arc<Answers>,
+    next_itt: RefCell<u32>,
+}
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("numatgt-backend-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).expect("temp dir");
+    TempDir(p)
+}
+
+impl Bench {
+    /// `mode` as a LUN's `cache:` setting; `write_cache`: the WCE bit.
+    fn new(tag: &str, mode: config::CacheMode, write_cache: bool) -> Bench {
+        let dir = temp_dir(tag);
+        let path = dir.0.join("lun.img");
+        let mut lc = config::LunConfig::new(1, path);
+        lc.create_size = Some(LUN_BLOCKS * BS as u64);
+        lc.cache = Some(mode);
+        lc.write_cache = write_cache;
+        let settings = config::CacheSettings::default();
+        let lun = crate::runtime::open_lun(
+            &settings,
+            "iqn.2026-11.org.numatgt:backend-test",
+            1,
+            &lc,
+            7,
+            &dir.0,
+            None,
+        )
+        .expect("open LUN");
+        let cache = (mode == config::CacheMode::Numa).then(|| {
+            let cfg = CacheConfig {
+                block_size: CACHE_BLOCK,
+                group_blocks: 1,
+                partitions_per_node: 2,
+                bytes_per_node: 16 * CACHE_BLOCK,
+                sector_size: BS,
+                huge_pages: false,
+                dirty_limit_bytes: 16 * CACHE_BLOCK as u64,
+                ..CacheConfig::default()
+            };
+            Arc::new(BlockCache::new(cfg, &Topology::split(&[0], 1, 1)).expect("cache"))
+        });
+        Bench {
+            _dir: dir,
+            lun: Arc::new(lun),
+            cache,
+            workers: QueuedWorkers::default(),
+            answers: Arc::new(Answers::default()),
+            next_itt: RefCell::new(1),
+        }
+    }
+
+    fn ctx(&self) -> StorageCtx<'_> {
+        StorageCtx {
+            workers: &self.workers,
+            node: 0,
+            cache: self.cache.as_ref(),
+            router: None,
+            state_dir: None,
+            tasks: None,
+            registry: None,
+        }
+    }
+
+    /// A fresh reply handle (its ITT numbers the answers).
+    fn reply(&self) -> ReplyTo {
+        let mut itt = self.next_itt.borrow_mut();
+        *itt += 1;
+        let conn = ConnId {
+            thread: 0,
+            slot: 0,
+            generation: 0,
+        };
+        ReplyTo::new(
+            Arc::clone(&self.answers) as Arc<dyn CompletionSink>,
+            conn,
+            *itt,
+        )
+    }
+
+    /// The answer of a command: now, or by running the queued jobs.
+    fn finish(&self, answer: Answer) -> CommandResult<Payload> {
+        match answer {
+            Answer::Now(r) => r,
+            Answer::Later(_) => {
+                assert!(
+                    self.workers.run_all() > 0,
+                    "a deferred command queued no job"
+                );
+                let mut got = self.answers.take();
+                assert_eq!(got.len(), 1, "one deferred command, one answer");
+                got.remove(0).1
+            }
+        }
+    }
+
+    fn write(&self, lba: u64, data: &[u8], fua: bool) -> CommandResult<Payload> {
+        let mut buf = data.to_vec();
+        let blocks = (data.len() / BS) as u32;
+        let durable = self.lun.durable_writes(fua);
+        let a = storage::write(
+            &self.lun,
+            lba,
+            blocks,
+            durable,
+            &mut buf,
+            0,
+            &self.ctx(),
+            self.reply(),
+        );
+        self.finish(a)
+    }
+
+    fn read(&self, lba: u64, blocks: u32) -> (CommandResult<Payload>, Vec<u8>) {
+        let a = storage::read(&self.lun, lba, blocks, &self.ctx(), self.reply());
+        let r = self.finish(a);
+        let bytes = r
+            .data
+            .as_ref()
+            .map(|p| p.contiguous().into_owned())
+            .unwrap_or_default();
+        (r, bytes)
+    }
+
+    /// What the backing file holds at `lba` (bypassing every cache of ours).
+    fn on_disk(&self, lba: u64, len: usize) -> Vec<u8> {
+        let all = std::fs::read(self.lun.store.path()).expect("read backing file");
+        all[lba as usize * BS..lba as usize * BS + len].to_vec()
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add((i / 7) as u8)).collect()
+}
+
+fn sense_key_asc(r: &CommandResult<Payload>) -> (u8, u8, u8) {
+    let s = &r.sense;
+    assert!(s.len() >= 14, "fixed-format sense expected: {s:02x?}");
+    (s[2] & 0x0f, s[12], s[13])
+}
+
+#[test]
+fn uncached_write_then_read_goes_through_the_workers() {
+    for mode in [config::CacheMode::Off, config::CacheMode::Page] {
+        let b = Bench::new("off", mode, true);
+        let data = pattern(3, 8 * BS);
+        let a = storage::write(
+            &b.lun,
+            10,
+            8,
+            false,
+            &mut data.clone(),
+            0,
+            &b.ctx(),
+            b.reply(),
+        );
+        assert!(
+            matches!(a, Answer::Later(_)),
+            "{mode:?}: no cache, a worker writes"
+        );
+        assert_eq!(b.workers.len(), 1, "one job queued");
+        assert!(
+            b.answers.take().is_empty(),
+            "nothing answered before the job ran"
+        );
+        assert_eq!(b.finish(a).status, 0);
+        let (r, got) = b.read(10, 8);
+        assert_eq!(r.status, 0);
+        assert_eq!(got, data, "{mode:?}: read returns what was written");
+        assert_eq!(
+            b.on_disk(10, data.len()),
+            data,
+            "{mode:?}: on the backing file"
+        );
+    }
+}
+
+#[test]
+fn cached_write_back_is_a_hit_and_reaches_the_disk_on_sync() {
+    let b = Bench::new("wb", config::CacheMode::Numa, true);
+    let data = pattern(9, 16 * BS);
+    // WCE=1, no FUA: a small write completes on the calling thread, dirty in the cache
+    let r = b.write(64, &data, false);
+    assert_eq!(r.status, 0);
+    assert_eq!(b.workers.len(), 0, "write-back copied inline, no job");
+    assert_eq!(
+        b.on_disk(64, data.len()),
+        vec![0; data.len()],
+        "not yet written back"
+    );
+    // the re-read is served from the cache now, without a worker
+    let a = storage::read(&b.lun, 64, 16, &b.ctx(), b.reply());
+    let Answer::Now(r) = a else {
+        panic!("a cached re-read must be answered at once");
+    };
+    assert_eq!(
+        r.data.map(|p| p.contiguous().into_owned()),
+        Some(data.clone())
+    );
+    // SYNCHRONIZE CACHE writes the dirty blocks back before GOOD
+    let a = storage::synchronize_cache(&b.lun, 64, &b.ctx(), b.reply());
+    assert_eq!(b.finish(a).status, 0);
+    assert_eq!(
+        b.on_disk(64, data.len()),
+        data,
+        "durable after SYNCHRONIZE CACHE"
+    );
+}
+
+#[test]
+fn fua_and_wce0_writes_are_on_disk_before_good() {
+    for (wce, fua) in [(true, true), (false, false)] {
+        let b = Bench::new("durable", config::CacheMode::Numa, wce);
+        let data = pattern(17, 4 * BS);
+        let r = b.write(200, &data, fua);
+        assert_eq!(r.status, 0);
+        assert_eq!(
+            b.on_disk(200, data.len()),
+            data,
+            "wce={wce} fua={fua}: durable when GOOD is sent"
+        );
+        // and the cache agrees with the disk
+        assert_eq!(b.read(200, 4).1, data);
+    }
+}
+
+#[test]
+fn a_cold_read_fills_the_cache_and_the_second_is_a_hit() {
+    let b = Bench::new("fill", config::CacheMode::Numa, true);
+    let data = pattern(40, 8 * BS);
+    // put data on disk behind the cache's back, as a previous run would have left it
+    let mut all = std::fs::read(b.lun.store.path()).expect("read");
+    all[300 * BS..300 * BS + data.len()].copy_from_slice(&data);
+    std::fs::write(b.lun.store.path(), &all).expect("write");
+    let a = storage::read(&b.lun, 300, 8, &b.ctx(), b.reply());
+    assert!(matches!(a, Answer::Later(_)), "a miss is read by a worker");
+    let r = b.finish(a);
+    assert_eq!(
+        r.data.map(|p| p.contiguous().into_owned()),
+        Some(data.clone())
+    );
+    let again = storage::read(&b.lun, 300, 8, &b.ctx(), b.reply());
+    let Answer::Now(r) = again else {
+        panic!("the second read must be a cache hit");
+    };
+    assert_eq!(r.data.map(|p| p.contiguous().into_owned()), Some(data));
+}
+
+#[test]
+fn compare_and_write_matches_then_miscompares() {
+    for mode in [config::CacheMode::Numa, config::CacheMode::Off] {
+        let b = Bench::new("caw", mode, true);
+        let old = pattern(1, BS);
+        assert_eq!(b.write(5, &old, false).status, 0);
+        let new = pattern(2, BS);
+        let mut buf = old.clone();
+        buf.extend_from_slice(&new);
+        let at = Blocks { lba: 5, count: 1 };
+        let a = locked::compare_and_write(&b.lun, at, false, buf.clone(), &b.ctx(), b.reply());
+        assert_eq!(b.finish(a).status, 0, "{mode:?}: compare half matches");
+        assert_eq!(b.read(5, 1).1, new);
+        // the same buffer again: the medium now holds `new`, the first byte differs
+        let diff = old.iter().zip(&new).position(|(x, y)| x != y).unwrap_or(0);
+        let at = Blocks { lba: 5, count: 1 };
+        let a = locked::compare_and_write(&b.lun, at, false, buf, &b.ctx(), b.reply());
+        let r = b.finish(a);
+        assert_eq!(r.status, scsi::status::CHECK_CONDITION);
+        assert_eq!(sense_key_asc(&r), (0x0e, 0x1d, 0x00), "MISCOMPARE");
+        // INFORMATION: the offset of the first differing byte
+        let info = u32::from_be_bytes([r.sense[3], r.sense[4], r.sense[5], r.sense[6]]);
+        assert_eq!(info as usize, diff);
+        assert_eq!(b.read(5, 1).1, new, "{mode:?}: a miscompare writes nothing");
+    }
+}
+
+#[test]
+fn or_write_ors_into_the_medium() {
+    let b = Bench::new("orw", config::CacheMode::Numa, true);
+    assert_eq!(b.write(8, &vec![0x0f; BS], false).status, 0);
+    let at = Blocks { lba: 8, count: 1 };
+    let a = locked::or_write(&b.lun, at, false, vec![0xf0; BS], &b.ctx(), b.reply());
+    assert_eq!(b.finish(a).status, 0);
+    assert_eq!(b.read(8, 1).1, vec![0xff; BS]);
+}
+
+#[test]
+fn reads_past_the_limit_are_refused_at_once() {
+    let b = Bench::new("big", config::CacheMode::Off, true);
+    let blocks = (storage::MAX_IO_BYTES / BS as u64 + 1) as u32;
+    let a = storage::read(&b.lun, 0, blocks, &b.ctx(), b.reply());
+    let Answer::Now(r) = a else {
+        panic!("refused without queueing work");
+    };
+    assert_eq!(r.status, scsi::status::CHECK_CONDITION);
+    assert_eq!(b.workers.len(), 0);
+}
+
+#[test]
+fn a_job_dropped_unrun_still_answers_check_condition() {
+    let b = Bench::new("drop", config::CacheMode::Off, true);
+    let a = storage::read(&b.lun, 0, 8, &b.ctx(), b.reply());
+    assert!(matches!(a, Answer::Later(_)));
+    // the worker pool goes away with the job in its queue (a panic, a shutdown)
+    let dropped = b
+        .workers
+        .queue
+        .lock()
+        .map(|mut q| q.drain(..).count())
+        .unwrap_or(0);
+    assert_eq!(dropped, 1);
+    let got = b.answers.take();
+    assert_eq!(
+        got.len(),
+        1,
+        "the command is answered, not left to time out"
+    );
+    assert_eq!(got[0].1.status, scsi::status::CHECK_CONDITION);
+    assert_eq!(sense_key_asc(&got[0].1), (0x04, 0x44, 0x00));
+}
+
+#[test]
+fn a_failing_backing_store_answers_medium_or_hardware_error() {
+    let b = Bench::new("fail", config::CacheMode::Off, true);
+    // a read past the end of the backing file (the LUN shrank under us): an error, not a panic
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(b.lun.store.path())
+        .expect("open");
+    f.set_len(0).expect("truncate");
+    let (r, _) = b.read(100, 8);
+    assert_eq!(
+        r.status,
+        scsi::status::CHECK_CONDITION,
+        "short read reported"
+    );
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Checks that target-server's data path imports run one way.
+
+Reads every module of target-server/src (test-only files, `tests.rs`, are left out), finds
+the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`), and checks:
+
+  1. the layers of the data path: backend::reply and backend::payload (rank 0) <- the other
+     backend modules (rank 1) <- dispatch (rank 2) <- event_loop (rank 3). A module names
+     only modules of its own rank or lower ones, never the transport above it;
+  2. the base modules every layer may use (registry, atomic, alloc_count) name none of the
+     data-path modules;
+  3. no import circle goes through the event loop or dispatch (Tarjan's strongly connected
+     components over the whole module graph).
+
+Prints the graph's circles (there are some in the control plane: runtime, mgmt, reload) and
+every violation; exit status 1 when there is one. Run: python3 tools/check-layers.py
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
+
+RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3}
+BASE = {"registry", "atomic", "alloc_count"}
+
+
+def module_of(path):
+    rel = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+    if rel[-1] in ("mod", "lib", "main"):
+        rel = rel[:-1]
+    return "::".join(rel)
+
+
+def unit(module):
+    """The node of the graph a module belongs to: backend's submodules are nodes of their
+    own, every other top-level module is one node with its children."""
+    parts = module.split("::")
+    if not parts or parts[0] == "":
+        return None
+    if parts[0] == "backend" and len(parts) > 1:
+        return "backend::" + parts[1]
+    return parts[0]
+
+
+def rank(u):
+    if u in RANK:
+        return RANK[u]
+    if u == "backend" or u.startswith("backend::"):
+        return 1
+    return None
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def references(module, text):
+    """Modules named in `text` of `module`, as absolute paths."""
+    out = set()
+    for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+        out.add(m.group(1))
+    # `use crate::{a, b::c}` groups
+    for m in re.finditer(r"\bcrate::\{([^}]*)\}", text):
+        for item in m.group(1).split(","):
+            item = item.strip().split(" ")[0]
+            if item:
+                out.add(item)
+    parent = module.split("::")[:-1]
+    for m in re.finditer(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+        out.add("::".join(parent + [m.group(1)]))
+    for m in re.finditer(r"\bsuper::\{([^}]*)\}", text):
+        for item in m.group(1).split(","):
+            item = item.strip().split(" ")[0]
+            if item and item != "self":
+                out.add("::".join(parent + [item]))
+    return out
+
+
+def build_graph():
+    modules = {}
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".rs") and f != "tests.rs":
+                p = os.path.join(dirpath, f)
+                modules[module_of(p)] = p
+    graph = {}
+    for module, path in modules.items():
+        src = unit(module)
+        if src is None or module == "main":
+            continue
+        with open(path, encoding="utf-8") as fh:
+            text = strip_comments(fh.read())
+        # a file's own `#[cfg(test)] mod tests { … }` is test code: cut it off
+        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{", text)
+        if cut:
+            text = text[: cut.start()]
+        edges = graph.setdefault(src, set())
+        for ref in references(module, text):
+            dst = unit(ref)
+            if dst and dst != src and (dst in graph or any(unit(m) == dst for m in modules)):
+                edges.add(dst)
+    return graph
+
+
+def sccs(graph):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    graph = build_graph()
+    bad = []
+    for src, dsts in sorted(graph.items()):
+        rs = rank(src)
+        for dst in sorted(dsts):
+            rd = rank(dst)
+            if rs is not None and rd is not None and rd > rs:
+                bad.append(f"layer: {src} (rank {rs}) names {dst} (rank {rd})")
+            if src in BASE and rd is not None:
+                bad.append(f"base: {src} names data-path module {dst}")
+    circles = [c for c in sccs(graph) if len(c) > 1]
+    for c in circles:
+        print("circle:", " <-> ".join(c))
+        for m in ("event_loop", "dispatch"):
+            if m in c:
+                bad.append(f"circle through {m}: {' <-> '.join(c)}")
+    edges = sum(len(d) for d in graph.values())
+    print(f"check-layers: {len(graph)} modules, {edges} imports, {len(circles)} circles")
+    for b in bad:
+        print("VIOLATION", b)
+    if bad:
+        print(f"check-layers: {len(bad)} violations")
+        return 1
+    print("check-layers: data path layers hold (reply <- backend <- dispatch <- event_loop)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
