@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
         serial: "SER12345".into(),
         naa_id: 0x1234_5678_9abc_def0,
         write_cache: shape & 4 != 0,
+        write_through: false,
         readonly: shape & 2 != 0,
         target_name: "iqn.2026-11.org.numatgt:t1".into(),
         rel_port_id: 1,

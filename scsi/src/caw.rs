@@ -44,7 +44,7 @@ pub(crate) fn compare_and_write(
     Ok(Action::CompareAndWrite {
         lba,
         blocks: u32::from(blocks),
-        fua: cdb[1] & 0x08 != 0,
+        durable: lu.durable_writes(cdb[1] & 0x08 != 0),
     })
 }
 
@@ -125,7 +125,7 @@ pub(crate) fn write_atomic(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Resul
     Ok(Action::AtomicWrite {
         lba,
         blocks,
-        fua: cdb[1] & 0x08 != 0,
+        durable: lu.durable_writes(cdb[1] & 0x08 != 0),
     })
 }
 
@@ -150,7 +150,7 @@ pub(crate) fn orwrite(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<Act
     Ok(Action::OrWrite {
         lba,
         blocks,
-        fua: cdb[1] & 0x08 != 0,
+        durable: lu.durable_writes(cdb[1] & 0x08 != 0),
     })
 }
 
@@ -198,7 +198,7 @@ mod tests {
             Action::CompareAndWrite {
                 lba: 7,
                 blocks: 1,
-                fua: true
+                durable: true
             }
         );
         assert_eq!(complete(&lu, &caw(7, 0, 0)).status, 0);
@@ -244,7 +244,7 @@ mod tests {
             Action::OrWrite {
                 lba: 3,
                 blocks: 2,
-                fua: true
+                durable: true
             }
         );
         assert_eq!(check(&complete_out(&lu, &c, &data[..512])), (5, 0x0E, 3));
@@ -277,7 +277,7 @@ mod tests {
             Action::AtomicWrite {
                 lba: 10,
                 blocks: 4,
-                fua: true
+                durable: true
             }
         );
         // 0 blocks: nothing to do, but still range checked

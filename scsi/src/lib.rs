@@ -21,7 +21,7 @@
 //! `unmapped` LUNs without a logical unit, `nexus` I_T nexus identity, `ua` unit attention
 //! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
 //! RESERVE / RELEASE, [`pr`] persistent reservations, [`removable`] removable medium
-//! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, `diagnostic` SEND
+//! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, [`task_mgmt`] task management plans, `diagnostic` SEND
 //! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS, [`xcopy`] EXTENDED COPY / RECEIVE COPY RESULTS,
 //! [`copy_access`] the copy manager's per-nexus access checks, `tpc_vpd` the Third-party
 //! Copy VPD page, [`sanitize`] SANITIZE.
@@ -46,6 +46,7 @@ mod rw;
 pub mod sanitize;
 pub mod sense;
 mod shared;
+pub mod task_mgmt;
 pub mod thin;
 mod tpc_vpd;
 mod ua;
@@ -109,6 +110,9 @@ pub struct LuParams {
     pub naa_id: u64,
     /// Default (and initial) value of the Caching mode page WCE bit.
     pub write_cache: bool,
+    /// Every write is stable before GOOD whatever the WCE bit says (tgt's `bsoflags
+    /// sync`); see [`LogicalUnit::durable_writes`].
+    pub write_through: bool,
     /// The medium is write protected.
     pub readonly: bool,
     /// iSCSI target name (SCSI target name designator).
@@ -225,12 +229,12 @@ pub enum Action {
     /// (`blocks * block_size` of them). `fua`: bypass a volatile cache (may be ignored for
     /// reads served from a coherent cache).
     Read { lba: u64, blocks: u32, fua: bool },
-    /// Write `data_out[data_offset..data_offset + blocks * block_size]` at `lba`; `fua`: the
-    /// data must be on stable storage before GOOD.
+    /// Write `data_out[data_offset..data_offset + blocks * block_size]` at `lba`; `durable`:
+    /// the data must be on stable storage before GOOD ([`LogicalUnit::durable_writes`]).
     Write {
         lba: u64,
         blocks: u32,
-        fua: bool,
+        durable: bool,
         data_offset: usize,
     },
     /// Make `blocks` blocks from `lba` durable (`blocks == 0`: through the last LBA).
@@ -245,17 +249,29 @@ pub enum Action {
     },
     /// COMPARE AND WRITE: atomically against every other writer of the blocks, compare
     /// `blocks` blocks at `lba` with the first half of `data_out`; if equal write the second
-    /// half there (stable before GOOD with `fua` or WCE=0), else CHECK CONDITION MISCOMPARE
+    /// half there (stable before GOOD when `durable`), else CHECK CONDITION MISCOMPARE
     /// ([`Sense::miscompare`] with the offset of the first differing byte) and no write.
-    CompareAndWrite { lba: u64, blocks: u32, fua: bool },
+    CompareAndWrite {
+        lba: u64,
+        blocks: u32,
+        durable: bool,
+    },
     /// ORWRITE: atomically against every other writer of the blocks, replace `blocks`
-    /// blocks at `lba` with their bitwise OR with `data_out` (stable before GOOD with `fua`
-    /// or WCE=0).
-    OrWrite { lba: u64, blocks: u32, fua: bool },
+    /// blocks at `lba` with their bitwise OR with `data_out` (stable before GOOD when
+    /// `durable`).
+    OrWrite {
+        lba: u64,
+        blocks: u32,
+        durable: bool,
+    },
     /// WRITE ATOMIC(16): write `blocks` blocks of `data_out` at `lba` as one unit — no other
     /// writer of those blocks (WRITE, COMPARE AND WRITE, another atomic write) may interleave
-    /// with it, whichever node serves it (stable before GOOD with `fua` or WCE=0).
-    AtomicWrite { lba: u64, blocks: u32, fua: bool },
+    /// with it, whichever node serves it (stable before GOOD when `durable`).
+    AtomicWrite {
+        lba: u64,
+        blocks: u32,
+        durable: bool,
+    },
     /// UNMAP: deallocate these `(lba, blocks)` ranges (thin LU; afterwards they read as
     /// zeros), then GOOD.
     Unmap { ranges: Vec<(u64, u64)> },
@@ -358,6 +374,14 @@ impl LogicalUnit {
     /// Current Caching mode page WCE (write-back allowed).
     pub fn write_cache_enabled(&self) -> bool {
         self.state.wce.load(Ordering::Relaxed)
+    }
+
+    /// The one durability rule of every write (SBC-3 4.11, the Caching mode page): stable
+    /// on the medium before GOOD when the command asks (`fua`), when the write cache is
+    /// disabled (WCE=0), or when the LU writes through ([`LuParams::write_through`]).
+    /// Otherwise the data may sit in a volatile cache until SYNCHRONIZE CACHE.
+    pub fn durable_writes(&self, fua: bool) -> bool {
+        fua || self.params.write_through || !self.write_cache_enabled()
     }
 
     /// Thin provisioned: the server can deallocate blocks (hole punching, discard) and

@@ -169,39 +169,19 @@ pub(crate) fn offered(lu: &LogicalUnit, e: &OpInfo) -> bool {
 /// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS byte 2: return extended parameter data.
 const REPD: u8 = 0x80;
 
-/// Basic parameter data byte 0 (SPC-4 table 253).
-mod tmf {
-    /// ABORT TASK.
-    pub const ATS: u8 = 0x80;
-    /// ABORT TASK SET.
-    pub const ATSS: u8 = 0x40;
-    /// CLEAR TASK SET.
-    pub const CTSS: u8 = 0x10;
-    /// LOGICAL UNIT RESET.
-    pub const LURS: u8 = 0x08;
-    /// TARGET RESET (SPC-3 TRS; obsolete in SPC-4, whose SAM-4 dropped the function). Set
-    /// because the target performs iSCSI's TARGET WARM RESET, the transport's form of it,
-    /// which SPC-3 initiators look for here.
-    pub const TRS: u8 = 0x02;
-}
-
 /// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS (MAINTENANCE IN, service action 0Dh): the task
-/// management functions the target answers — ABORT TASK, ABORT TASK SET, CLEAR TASK SET,
-/// LOGICAL UNIT RESET and (TRS) TARGET WARM RESET. Not CLEAR ACA (NACA is unsupported) nor
-/// the query functions or I_T NEXUS RESET (iSCSI has no function codes for them). With
-/// REPD = 1 the 16-byte extended format, with TMFTMOV = 0: no TMF timeouts are reported.
+/// management functions the target performs, from the table `task_mgmt` plans requests
+/// with (ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET and, as TRS, TARGET
+/// WARM RESET). With REPD = 1 the 16-byte extended format, with TMFTMOV = 0: no TMF
+/// timeouts are reported.
 pub(crate) fn report_supported_tmfs(
     _: &LogicalUnit,
     cdb: &[u8],
     _: &Req<'_>,
 ) -> Result<Action, Sense> {
     let alloc = be32(cdb, 6) as usize;
-    let mut d = vec![
-        tmf::ATS | tmf::ATSS | tmf::CTSS | tmf::LURS | tmf::TRS,
-        0,
-        0,
-        0,
-    ];
+    let [b0, b1, b2] = crate::task_mgmt::supported_bits();
+    let mut d = vec![b0, b1, b2, 0];
     if cdb[2] & REPD != 0 {
         d[3] = 0x0C; // ADDITIONAL DATA LENGTH
         // byte 4 TMFTMOV = 0, bytes 6-7 timeout-selected bits and 8-15 timeouts: zero

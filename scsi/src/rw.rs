@@ -119,7 +119,7 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
         Ok(Action::Write {
             lba: rw.lba,
             blocks,
-            fua,
+            durable: lu.durable_writes(fua),
             data_offset: 0,
         })
     } else {
@@ -280,6 +280,44 @@ mod tests {
         c
     }
 
+    /// WRITE(10) of one block at LBA 0, FUA as given.
+    fn w10(fua: bool) -> [u8; 10] {
+        [0x2A, if fua { 0x08 } else { 0 }, 0, 0, 0, 0, 0, 0, 1, 0]
+    }
+
+    fn durable_of(a: Action) -> bool {
+        match a {
+            Action::Write { durable, .. } => durable,
+            other => panic!("not a write: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn durability_is_decided_once_from_fua_wce_and_write_through() {
+        let block = [0u8; 512];
+        // WCE=1: only FUA makes a write durable
+        let lu = lu();
+        assert!(!durable_of(exec(&lu, &w10(false), &block)));
+        assert!(durable_of(exec(&lu, &w10(true), &block)));
+        assert!(!lu.durable_writes(false));
+        // WCE=0: every write
+        let lu = lu_with(|p| p.write_cache = false);
+        assert!(durable_of(exec(&lu, &w10(false), &block)));
+        assert!(lu.durable_writes(false));
+        // write-through LU (tgt's `sync`): every write, whatever WCE says
+        let lu = lu_with(|p| p.write_through = true);
+        assert!(lu.write_cache_enabled());
+        assert!(durable_of(exec(&lu, &w10(false), &block)));
+        // COMPARE AND WRITE follows the same rule
+        let mut caw = [0u8; 16];
+        caw[0] = 0x89;
+        caw[13] = 1;
+        match exec(&lu, &caw, &[0u8; 1024]) {
+            Action::CompareAndWrite { durable, .. } => assert!(durable),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn read6_zero_means_256() {
         let lu = lu();
@@ -302,7 +340,7 @@ mod tests {
             Action::Write {
                 lba: 0,
                 blocks: 256,
-                fua: false,
+                durable: false,
                 data_offset: 0
             }
         );
@@ -326,7 +364,7 @@ mod tests {
             Action::Write {
                 lba: 9,
                 blocks: 3,
-                fua: true,
+                durable: true,
                 data_offset: 0
             }
         );
@@ -469,7 +507,7 @@ mod tests {
             Action::Write {
                 lba: 0,
                 blocks: 1,
-                fua: false,
+                durable: false,
                 data_offset: 0
             }
         );
@@ -485,7 +523,7 @@ mod tests {
         let want = Action::Write {
             lba: 7,
             blocks: 2,
-            fua: true,
+            durable: true,
             data_offset: 0,
         };
         // BYTCHK 0 and 1, with and without DPO: a forced-unit-access write
@@ -532,7 +570,7 @@ mod tests {
             Action::Write {
                 lba: 0,
                 blocks: 2,
-                fua: true,
+                durable: true,
                 data_offset: 0
             }
         );

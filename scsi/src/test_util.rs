@@ -13,6 +13,7 @@ pub fn params() -> LuParams {
         serial: "SER12345".into(),
         naa_id: 0x1234_5678_9abc_def0,
         write_cache: true,
+        write_through: false,
         readonly: false,
         target_name: "iqn.2026-11.org.numatgt:t1".into(),
         rel_port_id: 1,

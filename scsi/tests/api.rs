@@ -19,6 +19,7 @@ fn params(block_size: u32, num_blocks: u64, readonly: bool) -> LuParams {
         serial: "abc".into(),
         naa_id: 42,
         write_cache: true,
+        write_through: false,
         readonly,
         target_name: "iqn.2026-11.org.numatgt:demo".into(),
         rel_port_id: 1,

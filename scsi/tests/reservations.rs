@@ -23,6 +23,7 @@ fn new_lu() -> LogicalUnit {
         serial: "abc".into(),
         naa_id: 42,
         write_cache: true,
+        write_through: false,
         readonly: false,
         target_name: TARGET.into(),
         rel_port_id: 1,

@@ -1,15 +1,18 @@
 //! From a SCSI command to its answer, for any transport: the `scsi` crate decides what the
 //! command means; emulated commands complete at once, the rest go to the backend (cache,
 //! O_DIRECT or page cache, on the node's I/O workers), whose results come back through the
-//! command's `Replier`. This module only maps one to the other.
+//! command's `Replier`. This module only maps one to the other — for task management
+//! requests too: `scsi::task_mgmt` plans them, [`task_management`] carries out the logical
+//! units' side, the transport ends its own connection's tasks and answers.
 
 use iscsi_proto::ScsiCommand;
+use scsi::task_mgmt::{self, ResetKind, TaskFunction, TaskScope, TmfPlan, TmfVerdict};
 use scsi::{Action, CmdCtx};
 
 use crate::backend::locked::{self, Blocks};
-use crate::backend::reply::{Answer, ReplyTo, completed};
+use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
-use crate::registry::{LunSet, Target};
+use crate::registry::{ConnId, LunSet, Target};
 
 /// Run `cmd` against `target`: [`Answer::Now`] with the result, or [`Answer::Later`] when it
 /// continues on an I/O worker (the result then arrives through the deferred `reply`).
@@ -63,21 +66,18 @@ pub fn execute(
         Action::Write {
             lba,
             blocks,
-            fua,
+            durable,
             data_offset,
-        } => {
-            let durable = lun.durable_writes(fua);
-            storage::write(
-                lun,
-                lba,
-                blocks,
-                durable,
-                &mut cmd.data_out,
-                data_offset,
-                ctx,
-                reply,
-            )
-        }
+        } => storage::write(
+            lun,
+            lba,
+            blocks,
+            durable,
+            &mut cmd.data_out,
+            data_offset,
+            ctx,
+            reply,
+        ),
         Action::Verify {
             lba,
             blocks,
@@ -86,19 +86,38 @@ pub fn execute(
             let data = std::mem::take(&mut cmd.data_out);
             storage::verify(lun, lba, blocks, same_block, data, ctx, reply)
         }
-        Action::CompareAndWrite { lba, blocks, fua } => {
+        Action::CompareAndWrite {
+            lba,
+            blocks,
+            durable,
+        } => {
             let data = std::mem::take(&mut cmd.data_out);
             let at = Blocks { lba, count: blocks };
-            locked::compare_and_write(lun, at, fua, data, ctx, reply)
+            locked::compare_and_write(lun, at, durable, data, ctx, reply)
         }
-        Action::OrWrite { lba, blocks, fua } => {
+        Action::OrWrite {
+            lba,
+            blocks,
+            durable,
+        } => {
             let data = std::mem::take(&mut cmd.data_out);
-            locked::or_write(lun, Blocks { lba, count: blocks }, fua, data, ctx, reply)
+            locked::or_write(
+                lun,
+                Blocks { lba, count: blocks },
+                durable,
+                data,
+                ctx,
+                reply,
+            )
         }
-        Action::AtomicWrite { lba, blocks, fua } => {
+        Action::AtomicWrite {
+            lba,
+            blocks,
+            durable,
+        } => {
             let data = std::mem::take(&mut cmd.data_out);
             let at = Blocks { lba, count: blocks };
-            locked::write_atomic(lun, at, fua, data, ctx, reply)
+            locked::write_atomic(lun, at, durable, data, ctx, reply)
         }
         Action::Unmap { ranges } => thin::start_unmap(lun, ranges, ctx, reply),
         Action::WriteSame {
@@ -127,5 +146,77 @@ fn stamped(answer: Answer, stamp: Option<u32>) -> Answer {
             Answer::Now(r)
         }
         later => later,
+    }
+}
+
+/// A task management request of a session with `target` (none: a session without logical
+/// units), for any transport: `scsi` plans it (response, tasks ended, reset); this carries
+/// out the logical units' side — the reset (reservations released,
+/// unit attentions for every I_T nexus: SAM-5 6.3.3, 6.4) and the end of other sessions'
+/// tasks through `tasks` (never those of connection `issuer`, whose own tasks its
+/// transport ends). Returns the plan: its verdict is the response, its `close_connections`
+/// asks the transport to drop the target's connections after answering.
+pub fn task_management(
+    req: &iscsi_proto::TmfRequest,
+    target: Option<&Target>,
+    tasks: &dyn TaskControl,
+    issuer: ConnId,
+) -> TmfPlan {
+    let function = task_function(req.function);
+    let Some(target) = target else {
+        // a session without a target has no logical units
+        return task_mgmt::plan(function, false);
+    };
+    let luns = target.lun_set();
+    let lu = luns.map.get(&req.lun);
+    let plan = task_mgmt::plan(function, lu.is_some());
+    if plan.verdict != TmfVerdict::Complete {
+        return plan;
+    }
+    match plan.reset {
+        ResetKind::None => {}
+        ResetKind::LogicalUnit => {
+            if let Some(l) = lu {
+                l.scsi.logical_unit_reset();
+            }
+        }
+        ResetKind::Target => {
+            for l in luns.map.values() {
+                l.scsi.target_reset();
+            }
+        }
+    }
+    let lun = match plan.scope {
+        TaskScope::AllOnLun => Some(Some(req.lun)),
+        TaskScope::AllOnTarget => Some(None),
+        TaskScope::Nothing | TaskScope::OneTask | TaskScope::OwnOnLun => None,
+    };
+    if let Some(lun) = lun {
+        tasks.abort_tasks(target.tid, lun, None, Some(issuer));
+    }
+    plan
+}
+
+/// iSCSI's task management function codes (RFC 7143 11.5.1) as SAM-5 functions.
+fn task_function(f: iscsi_proto::TmfFunction) -> TaskFunction {
+    use iscsi_proto::TmfFunction as F;
+    match f {
+        F::AbortTask => TaskFunction::AbortTask,
+        F::AbortTaskSet => TaskFunction::AbortTaskSet,
+        F::ClearAca => TaskFunction::ClearAca,
+        F::ClearTaskSet => TaskFunction::ClearTaskSet,
+        F::LogicalUnitReset => TaskFunction::LogicalUnitReset,
+        F::TargetWarmReset => TaskFunction::TargetWarmReset,
+        F::TargetColdReset => TaskFunction::TargetColdReset,
+        F::TaskReassign | F::Other(_) => TaskFunction::Other,
+    }
+}
+
+/// A plan's verdict as the iSCSI Task Management Function Response code.
+pub fn tmf_response(plan: &TmfPlan) -> iscsi_proto::TmfResponse {
+    match plan.verdict {
+        TmfVerdict::Complete => iscsi_proto::TmfResponse::Complete,
+        TmfVerdict::LunNotExist => iscsi_proto::TmfResponse::LunNotExist,
+        TmfVerdict::NotSupported => iscsi_proto::TmfResponse::NotSupported,
     }
 }

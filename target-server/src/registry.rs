@@ -37,7 +37,7 @@ pub struct Lun {
     /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
     pub cached: bool,
     /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
-    /// whatever the WCE bit says.
+    /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
     pub sync_writes: bool,
     /// Cache blocks to read ahead after a sequential read (0 = off).
     pub read_ahead: u32,
@@ -47,14 +47,6 @@ pub struct Lun {
     pub meta: Mutex<LunMeta>,
     /// Write atomicity for COMPARE AND WRITE.
     pub locks: crate::atomic::RangeLocks,
-}
-
-impl Lun {
-    /// Must a write be durable before its status: FUA, the write cache disabled (WCE=0),
-    /// or tgt's `sync` flag on the LUN.
-    pub fn durable_writes(&self, fua: bool) -> bool {
-        fua || self.sync_writes || !self.scsi.write_cache_enabled()
-    }
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).

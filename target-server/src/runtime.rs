@@ -196,6 +196,7 @@ pub(crate) fn open_lun(
         serial: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
         naa_id: id,
         write_cache: l.write_cache && !sync_writes,
+        write_through: sync_writes,
         readonly: l.readonly,
         target_name: iqn.to_string(),
         rel_port_id: 1,

@@ -314,9 +314,10 @@ impl<B: DataBuf> Connection<B> {
             self.send_tmf_response(t.itt, TmfResponse::Rejected.code());
             return;
         }
-        if t.function == 8 {
-            // TASK REASSIGN: needs ERL 2.
-            self.send_tmf_response(t.itt, 4);
+        if req.function == TmfFunction::TaskReassign {
+            // the one iSCSI-only function: connection recovery (ERL 2) is not offered; every
+            // other function is planned by the server (scsi::task_mgmt)
+            self.send_tmf_response(t.itt, TmfResponse::ReassignNotSupported.code());
             return;
         }
         if req.function == TmfFunction::AbortTask && !self.tasks.contains_key(&req.referenced_itt) {

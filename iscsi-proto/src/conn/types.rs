@@ -235,6 +235,8 @@ pub enum TmfResponse {
     TaskNotExist,
     LunNotExist,
     TaskStillAllegiant,
+    /// TASK REASSIGN refused: task allegiance reassignment needs ErrorRecoveryLevel 2.
+    ReassignNotSupported,
     NotSupported,
     AuthFailed,
     Rejected,
@@ -248,6 +250,7 @@ impl TmfResponse {
             TmfResponse::TaskNotExist => 1,
             TmfResponse::LunNotExist => 2,
             TmfResponse::TaskStillAllegiant => 3,
+            TmfResponse::ReassignNotSupported => 4,
             TmfResponse::NotSupported => 5,
             TmfResponse::AuthFailed => 6,
             TmfResponse::Rejected => 255,

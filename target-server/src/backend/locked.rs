@@ -28,12 +28,12 @@ pub struct Blocks {
 pub fn compare_and_write(
     lun: &Arc<Lun>,
     at: Blocks,
-    fua: bool,
+    durable: bool,
     data: Vec<u8>,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
 ) -> Answer {
-    on_worker(lun, data, fua, ctx, reply, move |w| {
+    on_worker(lun, data, durable, ctx, reply, move |w| {
         let len = at.count as usize * w.lun.store.block_size() as usize;
         read_modify_write(w, at, |medium| {
             scsi::compare_and_write_data(medium, w.data, len).map(<[u8]>::to_vec)
@@ -45,12 +45,12 @@ pub fn compare_and_write(
 pub fn or_write(
     lun: &Arc<Lun>,
     at: Blocks,
-    fua: bool,
+    durable: bool,
     data: Vec<u8>,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
 ) -> Answer {
-    on_worker(lun, data, fua, ctx, reply, move |w| {
+    on_worker(lun, data, durable, ctx, reply, move |w| {
         read_modify_write(w, at, |medium| scsi::or_write_data(medium, w.data))
     })
 }
@@ -62,12 +62,12 @@ pub fn or_write(
 pub fn write_atomic(
     lun: &Arc<Lun>,
     at: Blocks,
-    fua: bool,
+    durable: bool,
     data: Vec<u8>,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
 ) -> Answer {
-    on_worker(lun, data, fua, ctx, reply, move |w| {
+    on_worker(lun, data, durable, ctx, reply, move |w| {
         let lun = w.lun;
         let bs = u64::from(lun.store.block_size());
         let (offset, len) = (at.lba * bs, u64::from(at.count) * bs);
@@ -93,7 +93,7 @@ struct LockedWrite<'a> {
     lun: &'a Lun,
     /// The command's Data-Out buffer.
     data: &'a [u8],
-    /// Stable before GOOD: FUA, the write cache disabled, or the LUN's `sync` flag.
+    /// Stable before GOOD (`scsi::LogicalUnit::durable_writes`).
     durable: bool,
 }
 
@@ -102,14 +102,13 @@ struct LockedWrite<'a> {
 fn on_worker(
     lun: &Arc<Lun>,
     data: Vec<u8>,
-    fua: bool,
+    durable: bool,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
     op: impl FnOnce(&LockedWrite<'_>) -> CommandResult<Payload> + Send + 'static,
 ) -> Answer {
     let lun = Arc::clone(lun);
     let cache = ctx.cache_for(&lun).cloned();
-    let durable = lun.durable_writes(fua);
     let (reply, later) = reply.defer();
     ctx.run(move || {
         reply.send(op(&LockedWrite {

@@ -113,12 +113,17 @@ fn temp_dir(tag: &str) -> TempDir {
 impl Bench {
     /// `mode` as a LUN's `cache:` setting; `write_cache`: the WCE bit.
     fn new(tag: &str, mode: config::CacheMode, write_cache: bool) -> Bench {
+        Bench::with(tag, mode, |lc| lc.write_cache = write_cache)
+    }
+
+    /// As `new`, with the LUN's configuration changed by `f` first.
+    fn with(tag: &str, mode: config::CacheMode, f: impl FnOnce(&mut config::LunConfig)) -> Bench {
         let dir = temp_dir(tag);
         let path = dir.0.join("lun.img");
         let mut lc = config::LunConfig::new(1, path);
         lc.create_size = Some(LUN_BLOCKS * BS as u64);
         lc.cache = Some(mode);
-        lc.write_cache = write_cache;
+        f(&mut lc);
         let settings = config::CacheSettings::default();
         let lun = crate::runtime::open_lun(
             &settings,
@@ -200,7 +205,7 @@ impl Bench {
     fn write(&self, lba: u64, data: &[u8], fua: bool) -> CommandResult<Payload> {
         let mut buf = data.to_vec();
         let blocks = (data.len() / BS) as u32;
-        let durable = self.lun.durable_writes(fua);
+        let durable = self.lun.scsi.durable_writes(fua);
         let a = storage::write(
             &self.lun,
             lba,
@@ -325,6 +330,20 @@ fn fua_and_wce0_writes_are_on_disk_before_good() {
         // and the cache agrees with the disk
         assert_eq!(b.read(200, 4).1, data);
     }
+}
+
+#[test]
+fn a_sync_lun_writes_through_whatever_wce_says() {
+    // tgt's `--bsoflags sync`: the LU reports WCE=0 and every write is on the disk before
+    // GOOD (scsi's unit tests show the rule holds with WCE=1 too)
+    let b = Bench::with("sync", config::CacheMode::Numa, |lc| {
+        lc.bsoflags.sync = true
+    });
+    assert!(!b.lun.scsi.write_cache_enabled());
+    assert!(b.lun.scsi.durable_writes(false));
+    let data = pattern(77, 2 * BS);
+    assert_eq!(b.write(40, &data, false).status, 0);
+    assert_eq!(b.on_disk(40, data.len()), data, "written through");
 }
 
 #[test]

@@ -100,7 +100,7 @@ pub fn start_write_same(
     } else {
         data_out.get(..bs).map(<[u8]>::to_vec).unwrap_or_default()
     };
-    let durable = lun.durable_writes(false);
+    let durable = lun.scsi.durable_writes(false);
     let (lba, blocks) = range;
     on_worker(lun, ctx, reply, move |cache, lun| {
         let op = WriteSame {

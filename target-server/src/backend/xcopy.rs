@@ -262,7 +262,7 @@ fn copy_chunk(
         offset: dst_off,
         len: n,
     };
-    let durable = dst.lun.durable_writes(false);
+    let durable = dst.lun.scsi.durable_writes(false);
     let written = storage::write_job(dst.cache.as_ref(), &at, durable, &data, 0);
     if written.status != 0 {
         return Err(xcopy::third_party_device_failure());

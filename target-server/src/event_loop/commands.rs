@@ -1,0 +1,119 @@
+//! What a connection's protocol events become: SCSI commands handed to `dispatch` (answered
+//! now or later through the backend's reply), task management requests planned by `scsi`
+//! and carried out by `dispatch`, logouts and protocol errors.
+
+use std::sync::Arc;
+
+use iscsi_proto::{Event, SessionType};
+
+use super::EventThread;
+use crate::backend::StorageCtx;
+use crate::backend::reply::{Answer, ReplyTo, completed};
+use crate::dispatch;
+
+impl EventThread {
+    pub(super) fn process_events(&mut self, s: usize) {
+        let Some(id) = self.id(s) else { return };
+        self.current = Some(s);
+        let shared = Arc::clone(&self.shared);
+        let ctx = StorageCtx {
+            workers: &shared.pools,
+            node: self.node,
+            cache: shared.cache.as_ref(),
+            router: shared.router.as_ref(),
+            state_dir: shared.registry.state_dir(),
+            tasks: Some(&*shared),
+            registry: Some(&shared.registry),
+        };
+        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
+            return;
+        };
+        while let Some(ev) = slot.conn.poll_event() {
+            match ev {
+                Event::LoggedIn(info) => {
+                    if let (SessionType::Normal, Some(name)) =
+                        (&info.session_type, &info.target_name)
+                    {
+                        slot.target = shared.registry.target(name);
+                        if let Some(t) = &slot.target {
+                            let isid = info.isid;
+                            let isid = u64::from_be_bytes([
+                                0, 0, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5],
+                            ]);
+                            let n = scsi::Nexus::iscsi(
+                                shared.registry.next_nexus_id(),
+                                &info.initiator_name,
+                                isid,
+                                &t.iqn,
+                                crate::registry::PORTAL_GROUP_TAG,
+                            );
+                            for l in t.lun_set().map.values() {
+                                l.scsi.nexus_added(&n);
+                            }
+                            slot.nexus = Some(n);
+                        }
+                    }
+                    tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
+                        target = info.target_name.as_deref().unwrap_or("(discovery)"),
+                        tsih = info.tsih, thread = self.index, node = self.node, "login complete");
+                }
+                Event::Command(mut cmd) => {
+                    let itt = cmd.itt;
+                    let Some(target) = slot.target.as_ref() else {
+                        // not reachable: the protocol layer refuses commands in discovery sessions
+                        slot.conn.complete_command(
+                            itt,
+                            completed(scsi::execute_unmapped(&cmd.cdb, &[], false)),
+                        );
+                        continue;
+                    };
+                    let reply = ReplyTo::new(Arc::clone(&self.sink), id, itt);
+                    let generation = target.luns_generation();
+                    if slot.luns.as_ref().is_none_or(|(g, _)| *g != generation) {
+                        // the table changed (or first command): take the new one
+                        slot.luns = Some((generation, target.lun_set()));
+                    }
+                    let Some((_, luns)) = slot.luns.as_ref() else {
+                        continue;
+                    };
+                    let answer =
+                        dispatch::execute(&mut cmd, target, luns, slot.nexus.as_ref(), &ctx, reply);
+                    // the write buffer serves the connection's next commands
+                    slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
+                    match answer {
+                        Answer::Now(result) => slot.conn.complete_command(itt, result),
+                        Answer::Later(_) => slot.inflight += 1,
+                    }
+                }
+                Event::TaskMgmt(req) => {
+                    // The connection has marked this session's affected tasks aborted: their
+                    // results will be dropped, and it answers once they have ended (backing
+                    // store jobs run to completion; RFC 7143 11.6.1 b). `scsi` decides the
+                    // response and the effects; `dispatch` performs the logical units' side.
+                    let plan =
+                        dispatch::task_management(&req, slot.target.as_deref(), &*shared, id);
+                    if plan.close_connections {
+                        // RFC 7143 11.5.1: the target drops its connections after answering
+                        slot.close_after_tmf = true;
+                    }
+                    let resp = dispatch::tmf_response(&plan);
+                    // long server-side jobs of the ended tasks: an EXTENDED COPY stops between
+                    // chunks, a SANITIZE's task ends now (the operation goes on)
+                    crate::backend::task_watch::tasks_ended(id, |itt| slot.conn.task_wanted(itt));
+                    slot.conn.complete_tmf(req.itt, resp);
+                    if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
+                        slot.closing = true;
+                    }
+                }
+                Event::LoggedOut => {
+                    tracing::info!(peer = %slot.peer, "logout");
+                    slot.closing = true;
+                }
+                Event::Close(err) => {
+                    tracing::warn!(peer = %slot.peer, "closing connection: {err}");
+                    slot.closing = true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! An event thread's mailbox: the messages other threads send it ([`Msg`]), the queue that
+//! carries them without allocating once warm ([`Inbox`], also the backend's completion sink
+//! for this thread's connections), the poll objects made before the thread starts
+//! ([`EventThreadSetup`]), and how the thread works through a batch (`drain_inbox`).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use iscsi_proto::CommandResult;
+use mio::net::TcpStream;
+use mio::{Poll, Waker};
+
+use super::{EventThread, WAKER};
+use crate::backend::payload::Payload;
+use crate::backend::reply::CompletionSink;
+use crate::registry::ConnId;
+
+/// Messages to an event thread.
+pub enum Msg {
+    /// A freshly accepted connection to adopt.
+    NewConn(TcpStream, SocketAddr),
+    /// A backing-store job finished.
+    IoDone {
+        conn: ConnId,
+        itt: u32,
+        result: CommandResult<Payload>,
+        /// The command's write buffer, back for the connection to reuse (empty if none).
+        buffer: Vec<u8>,
+    },
+    /// Close one connection.
+    Close(ConnId, &'static str),
+    /// End the tasks of other sessions of target `tid` (task management or PREEMPT AND
+    /// ABORT from another I_T nexus): on `lun` (every LUN with `None`), only of the sessions
+    /// whose nexus is listed (all with `None`), never of `except`.
+    AbortTasks {
+        tid: u32,
+        lun: Option<u64>,
+        nexuses: Option<Vec<scsi::NexusId>>,
+        except: Option<ConnId>,
+    },
+    /// Stop: close every connection and leave the loop.
+    Shutdown,
+}
+
+/// An event thread's mailbox: anyone may send; the thread is woken at most once per batch.
+/// The queue keeps its memory (the thread swaps it with an emptied one), so sending does not
+/// allocate once the queue has reached its working size.
+pub struct Inbox {
+    pub(super) queue: Mutex<VecDeque<Msg>>,
+    pub(super) waker: Waker,
+    pub(super) wake_pending: AtomicBool,
+    pub(super) stopped: AtomicBool,
+}
+
+impl Inbox {
+    pub fn send(&self, msg: Msg) {
+        if self.stopped.load(Ordering::Acquire) {
+            return; // the thread has stopped; the message is dropped
+        }
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(msg);
+        if !self.wake_pending.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.waker.wake() {
+                tracing::error!("cannot wake event thread: {e}");
+            }
+        }
+    }
+}
+
+impl CompletionSink for Inbox {
+    fn complete(&self, conn: ConnId, itt: u32, result: CommandResult<Payload>, buffer: Vec<u8>) {
+        self.send(Msg::IoDone {
+            conn,
+            itt,
+            result,
+            buffer,
+        });
+    }
+}
+
+/// The poll objects of a thread, created before the thread starts so that the inbox exists.
+pub struct EventThreadSetup {
+    pub poll: Poll,
+    pub inbox: Arc<Inbox>,
+}
+
+impl EventThreadSetup {
+    pub fn new() -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        Ok(EventThreadSetup {
+            poll,
+            inbox: Arc::new(Inbox {
+                queue: Mutex::new(VecDeque::with_capacity(256)),
+                waker,
+                wake_pending: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl EventThread {
+    pub(super) fn drain_inbox(&mut self) {
+        self.inbox.wake_pending.store(false, Ordering::Release);
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        let mut batch = std::mem::take(&mut self.batch);
+        loop {
+            if batch.is_empty() {
+                std::mem::swap(
+                    &mut *self.inbox.queue.lock().unwrap_or_else(|p| p.into_inner()),
+                    &mut batch,
+                );
+                if batch.is_empty() {
+                    break;
+                }
+            }
+            let Some(msg) = batch.pop_front() else {
+                break;
+            };
+            match msg {
+                Msg::NewConn(sock, peer) => {
+                    if !self.stopping {
+                        self.adopt(sock, peer);
+                    }
+                }
+                Msg::IoDone {
+                    conn,
+                    itt,
+                    result,
+                    buffer,
+                } => {
+                    if self.id(conn.slot) != Some(conn) {
+                        continue; // the connection is gone; the result is dropped
+                    }
+                    self.current = Some(conn.slot);
+                    if let Some(slot) = self.slots[conn.slot].as_mut() {
+                        slot.conn.recycle_buffer(buffer);
+                        slot.inflight = slot.inflight.saturating_sub(1);
+                        slot.conn.complete_command(itt, result);
+                        if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
+                            slot.closing = true;
+                        }
+                        if !touched.contains(&conn.slot) {
+                            touched.push(conn.slot);
+                        }
+                    }
+                }
+                Msg::Close(conn, reason) => {
+                    if self.id(conn.slot) == Some(conn) {
+                        self.close(conn.slot, reason);
+                    }
+                }
+                Msg::AbortTasks {
+                    tid,
+                    lun,
+                    nexuses,
+                    except,
+                } => {
+                    for s in 0..self.slots.len() {
+                        let id = self.id(s);
+                        let Some(slot) = self.slots[s].as_mut() else {
+                            continue;
+                        };
+                        let ours = slot.target.as_ref().is_some_and(|t| t.tid == tid)
+                            && id != except
+                            && nexuses.as_ref().is_none_or(|list| {
+                                slot.nexus.as_ref().is_some_and(|n| list.contains(&n.id))
+                            });
+                        if ours && slot.conn.abort_tasks(lun) > 0 {
+                            if let Some(c) = id {
+                                crate::backend::task_watch::tasks_ended(c, |itt| {
+                                    slot.conn.task_wanted(itt)
+                                });
+                            }
+                            tracing::info!(peer = %slot.peer, lun, "tasks ended by another I_T nexus");
+                            if !touched.contains(&s) {
+                                touched.push(s);
+                            }
+                        }
+                    }
+                }
+                Msg::Shutdown => {
+                    self.stopping = true;
+                    for l in &mut self.listeners {
+                        let _ = self.poll.registry().deregister(l);
+                    }
+                    self.listeners.clear();
+                    for s in 0..self.slots.len() {
+                        if self.slots[s].is_some() {
+                            self.flush(s);
+                            self.close(s, "target shutting down");
+                        }
+                    }
+                }
+            }
+        }
+        self.batch = batch;
+        for &s in &touched {
+            self.process_events(s);
+            self.flush(s);
+        }
+        self.touched = touched;
+    }
+}

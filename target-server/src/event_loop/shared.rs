@@ -1,0 +1,95 @@
+//! What every event thread shares ([`Shared`]): the registry, the node I/O pools, the cache
+//! and router, the inboxes, connection placement by the NIC's node; and the control the
+//! backend and the management plane have over the threads' connections ([`TaskControl`],
+//! [`ConnControl`]).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use cache::{BlockCache, IoPool, Router};
+
+use super::{Inbox, Msg};
+use crate::backend::jobs::Job;
+use crate::backend::reply::TaskControl;
+use crate::registry::{ConnControl, ConnId, Registry};
+
+/// State every event thread shares.
+pub struct Shared {
+    pub registry: Arc<Registry>,
+    /// One I/O pool per NUMA node.
+    pub pools: Vec<IoPool<Job>>,
+    /// The NUMA-aware block cache (absent when no LUN uses it).
+    pub cache: Option<Arc<BlockCache>>,
+    /// Algorithm 1 (absent when routing is off).
+    pub router: Option<Router>,
+    /// Every thread's inbox, indexed by thread number (set once all threads exist).
+    pub inboxes: OnceLock<Vec<Arc<Inbox>>>,
+    pub next_thread: AtomicUsize,
+    /// Event threads of each node (dense node index), for placing connections.
+    pub threads_by_node: Vec<Vec<usize>>,
+    /// The topology, to find the node of the network device a connection arrived on.
+    pub topology: cache::Topology,
+    /// Node of the network device carrying each local address seen (None: unknown).
+    pub nic_nodes: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Option<usize>>>,
+    /// Open connections, all threads together.
+    pub connections: AtomicUsize,
+    pub started: Instant,
+}
+
+impl Shared {
+    pub fn inbox(&self, thread: usize) -> Option<&Arc<Inbox>> {
+        self.inboxes.get().and_then(|v| v.get(thread))
+    }
+
+    pub(super) fn thread_count(&self) -> usize {
+        self.inboxes.get().map_or(1, |v| v.len())
+    }
+
+    /// The event thread for a new connection that arrived on local address `ip`: round robin
+    /// over the threads of the node its network device is attached to, when that is known
+    /// (and has threads), else over all threads.
+    pub fn thread_for(&self, ip: std::net::IpAddr) -> usize {
+        let node = {
+            let mut m = self.nic_nodes.lock().unwrap_or_else(|p| p.into_inner());
+            *m.entry(ip).or_insert_with(|| self.topology.nic_node(ip))
+        };
+        let turn = self.next_thread.fetch_add(1, Ordering::Relaxed);
+        match node
+            .and_then(|n| self.threads_by_node.get(n))
+            .filter(|t| !t.is_empty())
+        {
+            Some(local) => local[turn % local.len()],
+            None => turn % self.thread_count(),
+        }
+    }
+}
+
+impl TaskControl for Shared {
+    /// Asks every event thread to end the matching tasks of its sessions (see
+    /// [`Msg::AbortTasks`]); the connections answer nothing for them.
+    fn abort_tasks(
+        &self,
+        tid: u32,
+        lun: Option<u64>,
+        nexuses: Option<Vec<scsi::NexusId>>,
+        except: Option<ConnId>,
+    ) {
+        for inbox in self.inboxes.get().into_iter().flatten() {
+            inbox.send(Msg::AbortTasks {
+                tid,
+                lun,
+                nexuses: nexuses.clone(),
+                except,
+            });
+        }
+    }
+}
+
+impl ConnControl for Shared {
+    fn close(&self, id: ConnId, reason: &'static str) {
+        if let Some(inbox) = self.inbox(id.thread) {
+            inbox.send(Msg::Close(id, reason));
+        }
+    }
+}
