@@ -5,7 +5,10 @@
 //! never wait for each other, and no write can slip between a COMPARE AND WRITE's compare
 //! and its write, whichever node's thread serves either (the table is one per LUN, in shared
 //! memory). WRITE ATOMIC(16) holds its stripes exclusive in the same way for its whole
-//! write. Event threads only try the lock: when a COMPARE AND WRITE holds it, the write is
+//! write, and so does every write-through to a LUN in the NUMA cache (WCE=0, FUA, WRITE
+//! SAME, UNMAP, a write the cache could not take): its backing-store write and the update of
+//! the cached copy must not interleave with another writer's, or two overlapping writes
+//! could leave the disk holding one and the cache the other. Event threads only try the lock: when a COMPARE AND WRITE holds it, the write is
 //! handed to an I/O worker, so an event thread never waits.
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -83,6 +86,12 @@ impl RangeLocks {
             }
         }
         Some(SharedHold { _guards: guards })
+    }
+
+    /// Waits for the writers of the range to finish and keeps new ones out (COMPARE AND
+    /// WRITE, WRITE ATOMIC, a write-through to a cached LUN).
+    pub fn exclusive(&self, offset: u64, len: u64) -> ExclusiveHold<'_> {
+        self.compare_and_write(offset, len)
     }
 
     /// Waits for the writers of the range to finish and keeps new ones out.

@@ -493,21 +493,26 @@ pub(crate) fn write_job(
     data_offset: usize,
 ) -> CommandResult<Payload> {
     let (lun, lba, offset, len) = (&*at.lun, at.lba, at.offset, at.len);
-    let _hold = lun.locks.write(offset, len);
     let Some(payload) = data.get(data_offset..data_offset + len as usize) else {
         return too_large(lun, true, lba);
     };
-    match cache {
-        Some(cache)
-            if !durable && len > INLINE_WRITE_BACK && write_back(cache, lun, offset, payload) =>
-        {
-            good()
+    let Some(cache) = cache else {
+        let _hold = lun.locks.write(offset, len);
+        return write_through(None, lun, lba, offset, payload, durable);
+    };
+    if !durable && len > INLINE_WRITE_BACK {
+        let _hold = lun.locks.write(offset, len);
+        if write_back(cache, lun, offset, payload) {
+            return good();
         }
-        Some(cache) => match flush_range(cache, lun, offset, len) {
-            Ok(()) => write_through(Some(cache), lun, lba, offset, payload, durable),
-            Err(e) => io_failure(lun, &e, true, lba),
-        },
-        None => write_through(None, lun, lba, offset, payload, durable),
+        // blocks the cache did take stay dirty: the flush below writes them first
+    }
+    // through to the backing store, the range held exclusively: the disk write and the
+    // cached copy's update must not interleave with another write-through of these blocks
+    let _exclusive = lun.locks.exclusive(offset, len);
+    match flush_range(cache, lun, offset, len) {
+        Ok(()) => write_through(Some(cache), lun, lba, offset, payload, durable),
+        Err(e) => io_failure(lun, &e, true, lba),
     }
 }
 

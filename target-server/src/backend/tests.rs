@@ -456,3 +456,41 @@ fn a_failing_backing_store_answers_medium_or_hardware_error() {
         "short read reported"
     );
 }
+
+#[test]
+fn a_write_through_to_a_cached_lun_excludes_other_writers_of_its_range() {
+    // Two write-throughs of the same blocks must not interleave their disk write and their
+    // update of the cached copy (else the disk could keep one and the cache the other):
+    // while another writer holds the range, a WCE=0 write waits.
+    let b = Bench::new("excl", config::CacheMode::Numa, false);
+    let lun = Arc::clone(&b.lun);
+    let cache = b.cache.clone();
+    let data = pattern(5, 4 * BS);
+    let other = b.lun.locks.write(64 * BS as u64, 4 * BS as u64);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        let at = super::jobs::Extent {
+            lun: Arc::clone(&lun),
+            lba: 64,
+            offset: 64 * BS as u64,
+            len: 4 * BS as u64,
+        };
+        let r = storage::write_job(cache.as_ref(), &at, true, &data, 0);
+        let _ = tx.send(r.status);
+    });
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "the write-through went ahead while another writer held its range"
+    );
+    drop(other);
+    let status = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the write-through finishes once the range is free");
+    assert_eq!(status, 0);
+    writer.join().expect("writer thread");
+    // and an uncached LUN's writers still share their ranges
+    let u = Bench::new("shared", config::CacheMode::Off, false);
+    let _held = u.lun.locks.write(0, BS as u64);
+    assert_eq!(u.write(0, &pattern(6, BS), true).status, 0);
+}

@@ -135,12 +135,28 @@ pub fn unmap(
 ) -> CommandResult<Payload> {
     let bs = u64::from(lun.store.block_size());
     for &(lba, blocks) in ranges {
-        let _hold = lun.locks.write(lba * bs, blocks * bs);
+        // exclusive on a cached LUN: see `atomic.rs` (write-through and cached copy)
+        let _hold = hold(cache.is_some(), lun, lba * bs, blocks * bs);
         if let Err(e) = deallocate(cache, lun, lba * bs, blocks * bs) {
             return io_failure(lun, &e, true, lba);
         }
     }
     good()
+}
+
+/// The range hold of a write to the backing store: shared, or exclusive when a cached copy
+/// must be brought up to date too (`atomic.rs` says why).
+enum Hold<'a> {
+    Shared(#[allow(dead_code, reason = "held, never read")] crate::atomic::SharedHold<'a>),
+    Exclusive(#[allow(dead_code, reason = "held, never read")] crate::atomic::ExclusiveHold<'a>),
+}
+
+fn hold(cached: bool, lun: &Lun, offset: u64, len: u64) -> Hold<'_> {
+    if cached {
+        Hold::Exclusive(lun.locks.exclusive(offset, len))
+    } else {
+        Hold::Shared(lun.locks.write(offset, len))
+    }
 }
 
 /// One WRITE SAME.
@@ -165,7 +181,7 @@ pub fn write_same(
 ) -> CommandResult<Payload> {
     let bs = u64::from(lun.store.block_size());
     let (offset, len) = (op.lba * bs, op.blocks * bs);
-    let _hold = lun.locks.write(offset, len);
+    let _hold = hold(cache.is_some(), lun, offset, len);
     if op.block.len() as u64 != bs {
         return io_failure(
             lun,
