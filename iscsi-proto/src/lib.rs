@@ -23,13 +23,14 @@ pub mod text;
 
 pub use conn::{
     Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant,
-    LoginReject, LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord,
-    TmfFunction, TmfRequest, TmfResponse,
+    LoginReject, LoginRequestInfo, ProtocolError, ScsiCommand, SessionInfo, SessionType,
+    TargetRecord, TmfFunction, TmfRequest, TmfResponse,
 };
 pub use login::{
     AuthFailure, AuthFailureReason, AuthPolicy, ChapAlgorithm, ChapCredential, ChapIdentity,
     ChapPolicy, ChapSecret, RandomSource, RandomUnavailable,
 };
+pub use pdu::RejectReason;
 pub use text::negotiate::SessionParams;
 
 /// Data-In payload that the connection holds until it is sent: one contiguous buffer or a

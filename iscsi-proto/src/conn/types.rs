@@ -1,5 +1,5 @@
 //! Public types exchanged between a [`super::Connection`] and the server: configuration,
-//! commands, results, task management, events and errors.
+//! commands, results, task management and events (errors are in `error`).
 
 use crate::DataBuf;
 use crate::Digest;
@@ -257,30 +257,6 @@ impl TmfResponse {
     }
 }
 
-/// Why a connection must be closed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnError {
-    #[error("login failed (status {class:#04x}/{detail:#04x}): {reason}")]
-    LoginFailed {
-        class: u8,
-        detail: u8,
-        /// Why, in words (never a secret).
-        reason: String,
-        /// For authentication failures: the reason and CHAP user, to count and log.
-        auth: Option<crate::login::AuthFailure>,
-    },
-    #[error("login did not complete in time")]
-    LoginTimeout,
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    #[error("header digest error")]
-    HeaderDigest,
-    #[error("data digest error on a PDU carrying task data")]
-    DataDigest,
-    #[error("{0} NOP-In pings unanswered")]
-    NopTimeout(u32),
-}
-
 /// What the connection asks of the server.
 #[derive(Debug)]
 pub enum Event {
@@ -292,5 +268,5 @@ pub enum Event {
     /// Logout response queued; close after output drains.
     LoggedOut,
     /// Protocol error: flush output (e.g. a Reject) then close; log the reason.
-    Close(ConnError),
+    Close(super::ConnError),
 }
