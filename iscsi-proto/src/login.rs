@@ -221,6 +221,16 @@ mod tests {
                     target_portal_group_tag: 1,
                     target_alias: None,
                 }),
+                // the target's own limits
+                Some("iqn.t:cfg") => Ok(LoginGrant {
+                    config: Some(crate::conn::ConnConfig {
+                        max_queued_commands: 7,
+                        ..Default::default()
+                    }),
+                    tsih: 3,
+                    target_portal_group_tag: 2,
+                    target_alias: None,
+                }),
                 Some("iqn.t:acl") => Err(LoginReject::NotAuthorized),
                 _ => Err(LoginReject::TargetNotFound),
             }
@@ -396,47 +406,22 @@ mod tests {
         ));
     }
 
-    /// A directory granting its own limits to every login.
-    struct CfgDir;
-    impl Directory for CfgDir {
-        fn login(&self, _: &LoginRequestInfo<'_>) -> Result<LoginGrant, LoginReject> {
-            Ok(LoginGrant {
-                config: Some(crate::conn::ConnConfig {
-                    max_queued_commands: 7,
-                    ..Default::default()
-                }),
-                tsih: 3,
-                target_portal_group_tag: 2,
-                target_alias: None,
-            })
-        }
-        fn send_targets(
-            &self,
-            _: &str,
-            _: SocketAddr,
-            _: SocketAddr,
-            _: Option<&str>,
-        ) -> Vec<TargetRecord> {
-            vec![]
-        }
-    }
-
     #[test]
     fn grant_outlives_a_failed_login_and_nothing_follows_the_end() {
         let mut m = machine();
         assert!(!m.started());
-        let d = text("InitiatorName=iqn.i;TargetName=iqn.t:ok;AuthMethod=None;");
-        let step = m.handle(&req(0, 1, false), &d, &CfgDir, addr(), addr());
+        let d = text("InitiatorName=iqn.i;TargetName=iqn.t:cfg;AuthMethod=None;");
+        let step = m.handle(&req(0, 1, false), &d, &Dir, addr(), addr());
         assert!(matches!(step, LoginStep::Continue(..)), "{step:?}");
         assert!(m.started());
         assert_eq!(m.granted_config().map(|c| c.max_queued_commands), Some(7));
         // a duplicate key fails the login; the connection still sizes the last
         // response's window from the grant
         let d = text("MaxBurstLength=512;MaxBurstLength=512;");
-        let step = m.handle(&req(0, 1, false), &d, &CfgDir, addr(), addr());
+        let step = m.handle(&req(0, 1, false), &d, &Dir, addr(), addr());
         assert!(matches!(step, LoginStep::Fail(..)), "{step:?}");
         assert_eq!(m.granted_config().map(|c| c.max_queued_commands), Some(7));
-        let step = m.handle(&req(1, 3, true), &[], &CfgDir, addr(), addr());
+        let step = m.handle(&req(1, 3, true), &[], &Dir, addr(), addr());
         assert!(matches!(step, LoginStep::Fail(..)), "{step:?}");
     }
 }

@@ -82,6 +82,15 @@ pub(super) struct Operational {
     mrdsl_declared: bool,
 }
 
+/// One complete login text and the request that ended it.
+struct Turn<'a> {
+    req: &'a LoginRequest,
+    pairs: &'a [(String, String)],
+    dir: &'a dyn Directory,
+    /// The text that named the parties (the first of the login).
+    first: bool,
+}
+
 /// The keys of one login text, negotiated.
 struct Negotiated {
     /// Answers so far.
@@ -116,10 +125,19 @@ impl State {
         pairs: &[(String, String)],
         dir: &dyn Directory,
     ) -> (State, LoginStep) {
+        let mut t = Turn {
+            req,
+            pairs,
+            dir,
+            first: false,
+        };
         let next = match self {
-            State::Identifying(_) => Self::first_text(cx, req, pairs, dir),
-            State::Security(s) => s.text(cx, req, pairs, dir, false, Vec::new()),
-            State::Operational(o) => o.text(cx, req, pairs, dir, false, Vec::new()),
+            State::Identifying(_) => {
+                t.first = true;
+                Self::first_text(cx, &t)
+            }
+            State::Security(s) => s.text(cx, &t, Vec::new()),
+            State::Operational(o) => o.text(cx, &t, Vec::new()),
             State::Start | State::Ended => {
                 Err(Refusal::new(status::INITIATOR_ERROR, "login already ended"))
             }
@@ -129,28 +147,23 @@ impl State {
 
     /// The text that names the parties enters the stage the initiator is in: security,
     /// or operational when it skips authentication.
-    fn first_text(
-        cx: &mut Context,
-        req: &LoginRequest,
-        pairs: &[(String, String)],
-        dir: &dyn Directory,
-    ) -> Result<(State, LoginStep), Refusal> {
+    fn first_text(cx: &mut Context, t: &Turn<'_>) -> Result<(State, LoginStep), Refusal> {
         let mut out = Vec::new();
-        let (party, auth) = identify(cx, pairs, dir, &mut out)?;
-        if req.csg == 0 {
+        let (party, auth) = identify(cx, t.pairs, t.dir, &mut out)?;
+        if t.req.csg == 0 {
             let s = Security {
                 party,
                 auth,
                 authenticated: false,
             };
-            Box::new(s).text(cx, req, pairs, dir, true, out)
+            Box::new(s).text(cx, t, out)
         } else {
             let o = Operational {
                 party,
                 auth,
                 mrdsl_declared: false,
             };
-            Box::new(o).text(cx, req, pairs, dir, true, out)
+            Box::new(o).text(cx, t, out)
         }
     }
 }
@@ -309,17 +322,15 @@ fn authenticated(
         .map_err(refused)
 }
 
-/// Negotiates the keys of one login text (`first`: the text that carried the identity
-/// keys), selecting the authentication method when `AuthMethod` is answered in the
+/// Negotiates the keys of one login text, selecting the authentication method when `AuthMethod` is answered in the
 /// security stage and setting method-specific keys aside.
 fn negotiate(
     cx: &mut Context,
-    req: &LoginRequest,
-    pairs: &[(String, String)],
-    first: bool,
+    t: &Turn<'_>,
     auth: &mut Auth,
     out: Vec<u8>,
 ) -> Result<Negotiated, Refusal> {
+    let (req, first) = (t.req, t.first);
     let phase = if req.csg == 0 {
         Phase::Security
     } else {
@@ -330,7 +341,7 @@ fn negotiate(
         auth_keys: Vec::new(),
         method_rejected: false,
     };
-    for (k, v) in pairs {
+    for (k, v) in t.pairs {
         match k.as_str() {
             "InitiatorName" | "TargetName" if !first => {
                 return Err(Refusal::new(
@@ -409,15 +420,13 @@ impl Security {
     fn text(
         mut self: Box<Self>,
         cx: &mut Context,
-        req: &LoginRequest,
-        pairs: &[(String, String)],
-        dir: &dyn Directory,
-        first: bool,
+        t: &Turn<'_>,
         out: Vec<u8>,
     ) -> Result<(State, LoginStep), Refusal> {
-        let mut n = negotiate(cx, req, pairs, first, &mut self.auth, out)?;
+        let req = t.req;
+        let mut n = negotiate(cx, t, &mut self.auth, out)?;
         let mut auth_out = Vec::new();
-        self.authenticate(cx, req, dir, &n.auth_keys, &mut auth_out)?;
+        self.authenticate(cx, t, &n.auth_keys, &mut auth_out)?;
         n.out.append(&mut auth_out);
         let resp = respond(req, &n.out)?;
         if !(req.transit && self.authenticated) {
@@ -437,8 +446,7 @@ impl Security {
     fn authenticate(
         &mut self,
         cx: &Context,
-        req: &LoginRequest,
-        dir: &dyn Directory,
+        t: &Turn<'_>,
         keys: &[(String, String)],
         out: &mut Vec<u8>,
     ) -> Result<(), Refusal> {
@@ -450,7 +458,7 @@ impl Security {
             },
             // No AuthMethod offered: acceptable only when we allow None.
             None if cx.allows_no_auth() => true,
-            None if req.transit => {
+            None if t.req.transit => {
                 let f = AuthFailure::new(AuthFailureReason::NotAuthenticated);
                 return Err(Refusal::auth(f, Vec::new()));
             }
@@ -458,31 +466,29 @@ impl Security {
         };
         if done && !self.authenticated {
             self.authenticated = true;
-            authenticated(cx, &self.party, &self.auth, dir)?;
+            authenticated(cx, &self.party, &self.auth, t.dir)?;
         }
         Ok(())
     }
 }
 
 impl Operational {
-    /// `first`: the login started in this stage, skipping the security stage.
+    /// A first text here means the login skips the security stage.
     fn text(
         mut self: Box<Self>,
         cx: &mut Context,
-        req: &LoginRequest,
-        pairs: &[(String, String)],
-        dir: &dyn Directory,
-        first: bool,
+        t: &Turn<'_>,
         out: Vec<u8>,
     ) -> Result<(State, LoginStep), Refusal> {
-        let mut n = negotiate(cx, req, pairs, first, &mut self.auth, out)?;
-        if first {
+        let req = t.req;
+        let mut n = negotiate(cx, t, &mut self.auth, out)?;
+        if t.first {
             // Skipped the security stage: allowed when no authentication is required.
             if !cx.allows_no_auth() {
                 let f = AuthFailure::new(AuthFailureReason::NotAuthenticated);
                 return Err(Refusal::auth(f, Vec::new()));
             }
-            authenticated(cx, &self.party, &self.auth, dir)?;
+            authenticated(cx, &self.party, &self.auth, t.dir)?;
         }
         if !self.mrdsl_declared {
             self.mrdsl_declared = true;

@@ -520,24 +520,26 @@ mod tests {
         let (p, o) = (SessionParams::default(), Offer::default());
         let rfc = |k: KeyRange| u64::from(k.rfc_default);
         let ours = |k: KeyRange| u64::from(k.target_default);
-        assert_eq!(u64::from(p.max_connections), rfc(limits::MAX_CONNECTIONS));
-        assert_eq!(
-            u64::from(p.initiator_max_recv_data_segment_length),
-            rfc(limits::MAX_RECV_DATA_SEGMENT_LENGTH)
-        );
-        assert_eq!(
-            u64::from(p.default_time2wait),
-            rfc(limits::DEFAULT_TIME2WAIT)
-        );
-        assert_eq!(u64::from(o.max_connections), ours(limits::MAX_CONNECTIONS));
-        assert_eq!(
-            u64::from(o.max_recv_data_segment_length),
-            ours(limits::MAX_RECV_DATA_SEGMENT_LENGTH)
-        );
-        assert_eq!(
-            u64::from(o.error_recovery_level),
-            ours(limits::ERROR_RECOVERY_LEVEL)
-        );
+        let table: [(u64, u64); 6] = [
+            (p.max_connections.into(), rfc(limits::MAX_CONNECTIONS)),
+            (
+                p.initiator_max_recv_data_segment_length.into(),
+                rfc(limits::MAX_RECV_DATA_SEGMENT_LENGTH),
+            ),
+            (p.default_time2wait.into(), rfc(limits::DEFAULT_TIME2WAIT)),
+            (o.max_connections.into(), ours(limits::MAX_CONNECTIONS)),
+            (
+                o.max_recv_data_segment_length.into(),
+                ours(limits::MAX_RECV_DATA_SEGMENT_LENGTH),
+            ),
+            (
+                o.error_recovery_level.into(),
+                ours(limits::ERROR_RECOVERY_LEVEL),
+            ),
+        ];
+        for (got, want) in table {
+            assert_eq!(got, want);
+        }
         assert_eq!(o, crate::ConnConfig::default().offer());
     }
 
