@@ -286,7 +286,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     Ok(String::new())
 }
 
-/// Applies `name=value` pairs in order (stopping at the first invalid one, as tgtd does),
+/// Applies `name=value` pairs in order (stopping at the first invalid one, as before),
 /// then checks FirstBurstLength ≤ MaxBurstLength (RFC 7143 §13.14) as the configuration
 /// file does: a request that breaks it changes neither length and is refused.
 pub fn update_keys<'a>(
