@@ -486,14 +486,16 @@ pub struct IscsiParams {
 }
 
 impl Default for IscsiParams {
+    /// numatgt's offers from [`iscsi_proto::limits`].
     fn default() -> Self {
+        use iscsi_proto::limits as iscsi;
         IscsiParams {
-            max_recv_data_segment_length: 262_144,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
+            max_recv_data_segment_length: iscsi::MAX_RECV_DATA_SEGMENT_LENGTH.target_default,
+            max_burst_length: iscsi::MAX_BURST_LENGTH.target_default,
+            first_burst_length: iscsi::FIRST_BURST_LENGTH.target_default,
             immediate_data: true,
             initial_r2t: true,
-            max_outstanding_r2t: 1,
+            max_outstanding_r2t: iscsi::MAX_OUTSTANDING_R2T.target_default,
             header_digest: vec![Digest::None, Digest::Crc32c],
             data_digest: vec![Digest::None, Digest::Crc32c],
             max_queued_commands: 128,
@@ -501,10 +503,10 @@ impl Default for IscsiParams {
             nop_count: 0,
             data_pdu_in_order: true,
             data_sequence_in_order: true,
-            error_recovery_level: 0,
-            default_time2wait: 2,
-            default_time2retain: 20,
-            max_connections: 1,
+            error_recovery_level: iscsi::ERROR_RECOVERY_LEVEL.target_default as u8,
+            default_time2wait: iscsi::DEFAULT_TIME2WAIT.target_default as u16,
+            default_time2retain: iscsi::DEFAULT_TIME2RETAIN.target_default as u16,
+            max_connections: iscsi::MAX_CONNECTIONS.target_default,
             max_xmit_data_segment_length: None,
         }
     }

@@ -22,11 +22,11 @@ use crate::raw::{
 use crate::size::{format_size, parse_size};
 use crate::validate_auth::{accounts, auth};
 
-/// Bounds of the configurable values.
+/// Bounds of the configurable values other than the iSCSI keys, whose ranges are the one
+/// table in [`iscsi_proto::limits`].
 pub mod limits {
     /// iSCSI data lengths (RFC 7143 §13.12-13.14): 512 ..= 2^24 - 1.
-    pub const DATA_LEN: (u64, u64) = (512, 16_777_215);
-    pub const MAX_OUTSTANDING_R2T: (u64, u64) = (1, 65_535);
+    pub const DATA_LEN: (u64, u64) = iscsi_proto::limits::MAX_RECV_DATA_SEGMENT_LENGTH.bounds();
     pub const MAX_QUEUE_CMD: (u64, u64) = (1, 2048);
     pub const NOP_INTERVAL: (u64, u64) = (0, 86_400);
     pub const NOP_COUNT: (u64, u64) = (0, 65_535);
@@ -42,10 +42,6 @@ pub mod limits {
     pub const ALIAS: usize = 255;
     /// tgt's `scsi_id` (SCSI_ID_LEN).
     pub const SCSI_ID: usize = 24;
-    pub const ERROR_RECOVERY_LEVEL: (u64, u64) = (0, 2);
-    /// `DefaultTime2Wait` / `DefaultTime2Retain`, seconds (RFC 7143 §13.15-16).
-    pub const TIME2: (u64, u64) = (0, 3600);
-    pub const MAX_CONNECTIONS: (u64, u64) = (1, 65_535);
     /// Logical blocks per physical block exponent (4 bits).
     pub const LBPPBE: (u64, u64) = (0, 15);
     /// Lowest aligned LBA (14 bits).
@@ -471,24 +467,24 @@ fn digest_list(ctx: &Ctx<'_>, path: &str, l: &List) -> R<Vec<Digest>> {
 }
 
 fn iscsi_override(ctx: &Ctx<'_>, base: &str, r: &RawIscsi) -> R<IscsiParamsOverride> {
+    use iscsi_proto::limits::{self as iscsi, KeyRange};
     let p = |k: &str| format!("{base}.{k}");
-    let len = |k: &str, v: Option<u64>| {
-        v.map(|v| ctx.range32(&p(k), v, limits::DATA_LEN))
+    let key =
+        |k: &KeyRange, v: Option<u64>| v.map(|v| ctx.range(&p(k.name), v, k.bounds())).transpose();
+    let key32 = |k: &KeyRange, v: Option<u64>| {
+        v.map(|v| ctx.range32(&p(k.name), v, k.bounds()))
             .transpose()
     };
     Ok(IscsiParamsOverride {
-        max_recv_data_segment_length: len(
-            "MaxRecvDataSegmentLength",
+        max_recv_data_segment_length: key32(
+            &iscsi::MAX_RECV_DATA_SEGMENT_LENGTH,
             r.max_recv_data_segment_length,
         )?,
-        max_burst_length: len("MaxBurstLength", r.max_burst_length)?,
-        first_burst_length: len("FirstBurstLength", r.first_burst_length)?,
+        max_burst_length: key32(&iscsi::MAX_BURST_LENGTH, r.max_burst_length)?,
+        first_burst_length: key32(&iscsi::FIRST_BURST_LENGTH, r.first_burst_length)?,
         immediate_data: r.immediate_data.map(|b| b.0),
         initial_r2t: r.initial_r2t.map(|b| b.0),
-        max_outstanding_r2t: r
-            .max_outstanding_r2t
-            .map(|v| ctx.range32(&p("MaxOutstandingR2T"), v, limits::MAX_OUTSTANDING_R2T))
-            .transpose()?,
+        max_outstanding_r2t: key32(&iscsi::MAX_OUTSTANDING_R2T, r.max_outstanding_r2t)?,
         header_digest: r
             .header_digest
             .as_ref()
@@ -513,35 +509,17 @@ fn iscsi_override(ctx: &Ctx<'_>, base: &str, r: &RawIscsi) -> R<IscsiParamsOverr
             .transpose()?,
         data_pdu_in_order: r.data_pdu_in_order.map(|b| b.0),
         data_sequence_in_order: r.data_sequence_in_order.map(|b| b.0),
-        error_recovery_level: r
-            .error_recovery_level
-            .map(|v| {
-                ctx.range(&p("ErrorRecoveryLevel"), v, limits::ERROR_RECOVERY_LEVEL)
-                    .map(|v| v as u8)
-            })
+        error_recovery_level: key(&iscsi::ERROR_RECOVERY_LEVEL, r.error_recovery_level)?
+            .map(|v| v as u8),
+        default_time2wait: key(&iscsi::DEFAULT_TIME2WAIT, r.default_time2wait)?.map(|v| v as u16),
+        default_time2retain: key(&iscsi::DEFAULT_TIME2RETAIN, r.default_time2retain)?
+            .map(|v| v as u16),
+        max_connections: key32(&iscsi::MAX_CONNECTIONS, r.max_connections)?,
+        // not an RFC 7143 key (a local value tgtd shows): the data length range
+        max_xmit_data_segment_length: r
+            .max_xmit_data_segment_length
+            .map(|v| ctx.range32(&p("MaxXmitDataSegmentLength"), v, limits::DATA_LEN))
             .transpose()?,
-        default_time2wait: r
-            .default_time2wait
-            .map(|v| {
-                ctx.range(&p("DefaultTime2Wait"), v, limits::TIME2)
-                    .map(|v| v as u16)
-            })
-            .transpose()?,
-        default_time2retain: r
-            .default_time2retain
-            .map(|v| {
-                ctx.range(&p("DefaultTime2Retain"), v, limits::TIME2)
-                    .map(|v| v as u16)
-            })
-            .transpose()?,
-        max_connections: r
-            .max_connections
-            .map(|v| ctx.range32(&p("MaxConnections"), v, limits::MAX_CONNECTIONS))
-            .transpose()?,
-        max_xmit_data_segment_length: len(
-            "MaxXmitDataSegmentLength",
-            r.max_xmit_data_segment_length,
-        )?,
     })
     .and_then(|o| {
         for (key, v) in [("IFMarker", r.if_marker), ("OFMarker", r.of_marker)] {
@@ -565,21 +543,16 @@ fn check_bursts(
     local: Option<&RawIscsi>,
     global: Option<&str>,
 ) -> R<()> {
-    if p.first_burst_length <= p.max_burst_length {
+    let Err(why) = iscsi_proto::limits::check_bursts(p.first_burst_length, p.max_burst_length)
+    else {
         return Ok(());
-    }
+    };
     let key = match local {
         Some(r) if r.first_burst_length.is_some() => format!("{base}.FirstBurstLength"),
         Some(r) if r.max_burst_length.is_some() => format!("{base}.MaxBurstLength"),
         _ => format!("{}.FirstBurstLength", global.unwrap_or(base)),
     };
-    Err(ctx.err(
-        &key,
-        format!(
-            "FirstBurstLength ({}) must not exceed MaxBurstLength ({})",
-            p.first_burst_length, p.max_burst_length
-        ),
-    ))
+    Err(ctx.err(&key, why))
 }
 
 fn target(

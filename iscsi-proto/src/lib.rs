@@ -8,12 +8,14 @@
 //! Modules:
 //! - [`pdu`]: encode/decode of every RFC 7143 PDU, AHS, padding, CRC32C digests, framing.
 //! - [`text`]: `key=value` text encoding and the negotiation rules of RFC 7143 §13.
+//! - [`limits`]: the one table of numeric key ranges and defaults (RFC 7143 §13).
 //! - [`login`]: the login phase state machine (security / operational stages, CHAP
 //!   authentication one-way and mutual in [`login::chap`]).
 //! - [`seq`]: CmdSN window and serial-number arithmetic (RFC 1982).
 //! - [`conn`]: the full connection state machine (ERL 0, one connection per session).
 
 pub mod conn;
+pub mod limits;
 pub mod login;
 pub mod pdu;
 pub mod seq;
@@ -21,13 +23,14 @@ pub mod text;
 
 pub use conn::{
     Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant,
-    LoginReject, LoginRequestInfo, ScsiCommand, SessionInfo, SessionType, TargetRecord,
-    TmfFunction, TmfRequest, TmfResponse,
+    LoginReject, LoginRequestInfo, ProtocolError, ScsiCommand, SessionInfo, SessionType,
+    TargetRecord, TmfFunction, TmfRequest, TmfResponse,
 };
 pub use login::{
     AuthFailure, AuthFailureReason, AuthPolicy, ChapAlgorithm, ChapCredential, ChapIdentity,
     ChapPolicy, ChapSecret, RandomSource, RandomUnavailable,
 };
+pub use pdu::RejectReason;
 pub use text::negotiate::SessionParams;
 
 /// Data-In payload that the connection holds until it is sent: one contiguous buffer or a

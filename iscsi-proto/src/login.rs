@@ -1,7 +1,9 @@
 //! The login phase (RFC 7143 §6, §11.12–11.13): security and operational stages,
 //! CSG/NSG transitions with the T bit, C-bit continuation, mandatory keys, discovery vs
 //! normal sessions, target lookup/ACL/TSIH through the [`Directory`], status classes and
-//! details, and a bound on the number of login PDUs.
+//! details, and a bound on the number of login PDUs. [`LoginMachine`] (`machine`) runs
+//! the checks every PDU needs and reassembles the text; `stages` holds one type per
+//! stage (identifying, security, operational) with what that stage knows.
 //!
 //! Authentication: after the identity keys of the first login text, the server's
 //! [`Directory::auth_policy`] says whether this login needs CHAP ([`AuthPolicy`]). With
@@ -16,16 +18,21 @@ pub mod auth;
 pub mod chap;
 #[cfg(test)]
 mod chap_tests;
+mod machine;
+mod stages;
 
 pub use auth::{
     AuthFailure, AuthFailureReason, AuthPolicy, ChapCredential, ChapIdentity, ChapPolicy,
     ChapSecret, RandomSource, RandomUnavailable,
 };
 pub use chap::ChapAlgorithm;
+pub use machine::LoginMachine;
 
-use crate::pdu::{LoginRequest, LoginResponse};
-use crate::text::kv::{self, Accumulator};
-use crate::text::negotiate::{Negotiator, Offer, Phase, SessionParams};
+use crate::pdu::LoginResponse;
+use crate::text::negotiate::{Offer, SessionParams};
+// the login tests (here and in chap_tests) build requests and read texts
+#[cfg(test)]
+use crate::{pdu::LoginRequest, text::kv};
 use std::net::SocketAddr;
 
 /// Discovery or normal session.
@@ -200,501 +207,6 @@ pub struct LoginConfig {
     pub max_login_pdus: u32,
 }
 
-/// The login state machine of one connection.
-pub struct LoginMachine {
-    cfg: LoginConfig,
-    neg: Negotiator,
-    stage: Option<u8>,
-    pdus: u32,
-    acc: Accumulator,
-    initiator_name: Option<String>,
-    target_name: Option<String>,
-    session_type: SessionType,
-    isid: [u8; 6],
-    tsih: u16,
-    grant: Option<LoginGrant>,
-    auth: Option<Box<dyn Authenticator>>,
-    auth_done: bool,
-    /// The Directory asked for CHAP (only CHAP is offered then).
-    chap_required: bool,
-    chap_policy: Option<ChapPolicy>,
-    rng: Option<Box<dyn RandomSource>>,
-    mrdsl_declared: bool,
-    /// The first complete login text has been processed.
-    text_seen: bool,
-    /// CmdSN of the first login request (initial CmdSN of the session).
-    pub initial_cmd_sn: u32,
-    /// ExpStatSN of the first login request (we start StatSN there).
-    pub initial_exp_stat_sn: u32,
-}
-
-impl std::fmt::Debug for LoginMachine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoginMachine")
-            .field("stage", &self.stage)
-            .field("pdus", &self.pdus)
-            .field("initiator_name", &self.initiator_name)
-            .finish_non_exhaustive()
-    }
-}
-
-fn reject_status(r: LoginReject) -> (u8, u8) {
-    match r {
-        LoginReject::TargetNotFound => status::NOT_FOUND,
-        LoginReject::NotAuthorized => status::NOT_AUTHORIZED,
-        LoginReject::TooManySessions => status::OUT_OF_RESOURCES,
-        LoginReject::ServiceUnavailable => status::SERVICE_UNAVAILABLE,
-        LoginReject::TargetRemoved => status::TARGET_REMOVED,
-    }
-}
-
-impl LoginMachine {
-    /// A fresh login.
-    pub fn new(cfg: LoginConfig) -> Self {
-        LoginMachine {
-            neg: Negotiator::new(cfg.offer.clone()),
-            cfg,
-            stage: None,
-            pdus: 0,
-            acc: Accumulator::new(64 * 1024),
-            initiator_name: None,
-            target_name: None,
-            session_type: SessionType::Normal,
-            isid: [0; 6],
-            tsih: 0,
-            grant: None,
-            auth: None,
-            auth_done: false,
-            chap_required: false,
-            chap_policy: None,
-            rng: None,
-            mrdsl_declared: false,
-            text_seen: false,
-            initial_cmd_sn: 0,
-            initial_exp_stat_sn: 0,
-        }
-    }
-
-    /// The source of CHAP identifiers and challenges (required for CHAP logins: without
-    /// one they fail with a target error).
-    pub fn set_random_source(&mut self, rng: Box<dyn RandomSource>) {
-        self.rng = Some(rng);
-    }
-
-    /// True once the first login request has been seen.
-    pub fn started(&self) -> bool {
-        self.stage.is_some()
-    }
-
-    fn response(&self, req: &LoginRequest) -> LoginResponse {
-        LoginResponse {
-            transit: false,
-            cont: false,
-            csg: req.csg,
-            nsg: 0,
-            version_max: 0,
-            version_active: 0,
-            isid: req.isid,
-            tsih: 0,
-            itt: req.itt,
-            stat_sn: 0,
-            exp_cmd_sn: 0,
-            max_cmd_sn: 0,
-            status_class: 0,
-            status_detail: 0,
-        }
-    }
-
-    fn fail(&self, req: &LoginRequest, st: (u8, u8), why: impl Into<String>) -> LoginStep {
-        let mut r = self.response(req);
-        r.nsg = 0;
-        r.status_class = st.0;
-        r.status_detail = st.1;
-        LoginStep::Fail(r, Vec::new(), why.into(), None)
-    }
-
-    fn fail_auth(&self, req: &LoginRequest, f: AuthFailure) -> LoginStep {
-        self.fail_auth_with(req, f, Vec::new())
-    }
-
-    fn fail_auth_with(&self, req: &LoginRequest, f: AuthFailure, text: Vec<u8>) -> LoginStep {
-        let st = if f.reason == AuthFailureReason::RandomUnavailable {
-            status::TARGET_ERROR
-        } else {
-            status::AUTH_FAILED
-        };
-        let mut r = self.response(req);
-        r.status_class = st.0;
-        r.status_detail = st.1;
-        LoginStep::Fail(r, text, f.to_string(), Some(f))
-    }
-
-    fn allows_no_auth(&self) -> bool {
-        self.cfg.offer.auth_methods.iter().any(|m| m == "None")
-    }
-
-    /// Authentication is complete: tell the Directory (`Some(step)` ends the login).
-    fn authenticated(
-        &mut self,
-        req: &LoginRequest,
-        dir: &dyn Directory,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> Option<LoginStep> {
-        self.auth_done = true;
-        let iname = self.initiator_name.clone().unwrap_or_default();
-        let info = LoginRequestInfo {
-            initiator_name: &iname,
-            initiator_alias: self.neg.params.initiator_alias.as_deref(),
-            target_name: match self.session_type {
-                SessionType::Normal => self.target_name.as_deref(),
-                SessionType::Discovery => None,
-            },
-            session_type: self.session_type,
-            isid: self.isid,
-            tsih: self.tsih,
-            peer,
-            local,
-        };
-        let chap = self.auth.as_ref().and_then(|a| a.chap_identity());
-        match dir.authenticated(&info, chap.as_ref()) {
-            Ok(()) => None,
-            Err(r) => Some(self.fail(req, reject_status(r), format!("login refused: {r:?}"))),
-        }
-    }
-
-    /// Processes one login request PDU and its data segment.
-    /// First login text: ask the server whether this initiator may log in to the named
-    /// target (and with which limits). `Some(step)` ends the login.
-    fn ask_directory(
-        &mut self,
-        req: &LoginRequest,
-        out: &mut Vec<u8>,
-        dir: &dyn Directory,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> Option<LoginStep> {
-        let Some(iname) = self.initiator_name.clone() else {
-            return Some(self.fail(req, status::MISSING_PARAMETER, "InitiatorName missing"));
-        };
-        if self.session_type == SessionType::Normal && self.target_name.is_none() {
-            return Some(self.fail(req, status::MISSING_PARAMETER, "TargetName missing"));
-        }
-        let tname = match self.session_type {
-            SessionType::Normal => self.target_name.as_deref(),
-            SessionType::Discovery => None,
-        };
-        let info = LoginRequestInfo {
-            initiator_name: &iname,
-            initiator_alias: self.neg.params.initiator_alias.as_deref(),
-            target_name: tname,
-            session_type: self.session_type,
-            isid: self.isid,
-            tsih: self.tsih,
-            peer,
-            local,
-        };
-        match dir.login(&info) {
-            Ok(g) => {
-                let policy = dir.auth_policy(&info);
-                if self.session_type == SessionType::Normal {
-                    kv::push(
-                        out,
-                        "TargetPortalGroupTag",
-                        &g.target_portal_group_tag.to_string(),
-                    );
-                    if let Some(a) = &g.target_alias {
-                        kv::push(out, "TargetAlias", a);
-                    }
-                }
-                self.neg.params.target_portal_group_tag = g.target_portal_group_tag;
-                self.neg.params.target_alias = g.target_alias.clone();
-                if let Some(c) = &g.config {
-                    // the target's own limits: negotiate with them from here on
-                    let offer = c.offer();
-                    let params = self.neg.params.clone();
-                    let discovery = self.neg.discovery;
-                    self.neg = Negotiator::new(offer.clone());
-                    self.neg.params = params;
-                    self.neg.discovery = discovery;
-                    self.cfg.offer = offer;
-                    self.cfg.max_login_pdus = c.max_login_pdus.max(1);
-                }
-                if let AuthPolicy::Chap(p) = policy {
-                    let only_chap = vec!["CHAP".to_string()];
-                    self.neg.offer.auth_methods = only_chap.clone();
-                    self.cfg.offer.auth_methods = only_chap;
-                    self.chap_required = true;
-                    self.chap_policy = Some(p);
-                }
-                self.grant = Some(g);
-            }
-            Err(r) => {
-                return Some(self.fail(req, reject_status(r), format!("login refused: {r:?}")));
-            }
-        }
-        None
-    }
-
-    /// The per-target configuration granted at login, if the server gave one.
-    pub fn granted_config(&self) -> Option<&crate::conn::ConnConfig> {
-        self.grant.as_ref().and_then(|g| g.config.as_ref())
-    }
-
-    pub fn handle(
-        &mut self,
-        req: &LoginRequest,
-        data: &[u8],
-        dir: &dyn Directory,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> LoginStep {
-        self.pdus += 1;
-        if self.pdus > self.cfg.max_login_pdus {
-            return self.fail(req, status::INITIATOR_ERROR, "too many login PDUs");
-        }
-        let first = self.stage.is_none();
-        if first {
-            if req.version_min > 0 {
-                return self.fail(
-                    req,
-                    status::UNSUPPORTED_VERSION,
-                    "unsupported iSCSI version",
-                );
-            }
-            self.isid = req.isid;
-            self.tsih = req.tsih;
-            self.initial_cmd_sn = req.cmd_sn;
-            self.initial_exp_stat_sn = req.exp_stat_sn;
-        }
-        if req.csg > 1 {
-            return self.fail(req, status::INITIATOR_ERROR, "invalid CSG in login request");
-        }
-        if let Some(st) = self.stage
-            && st != req.csg
-        {
-            return self.fail(
-                req,
-                status::INITIATOR_ERROR,
-                "login CSG does not match stage",
-            );
-        }
-        if req.transit && (req.nsg <= req.csg || req.nsg == 2) {
-            return self.fail(req, status::INITIATOR_ERROR, "invalid NSG in login request");
-        }
-        if req.transit && req.cont {
-            return self.fail(
-                req,
-                status::INITIATOR_ERROR,
-                "login request with both T and C",
-            );
-        }
-        self.stage = Some(req.csg);
-        let text = match self.acc.push(data, req.cont) {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                // Acknowledge a partial text with an empty response (RFC 7143 §6.1).
-                return LoginStep::Continue(self.response(req), Vec::new());
-            }
-            Err(e) => return self.fail(req, status::INITIATOR_ERROR, e.to_string()),
-        };
-        let pairs = match kv::parse(&text) {
-            Ok(p) => p,
-            Err(e) => return self.fail(req, status::INITIATOR_ERROR, e.to_string()),
-        };
-        let phase = if req.csg == 0 {
-            Phase::Security
-        } else {
-            Phase::Operational
-        };
-        let first = !self.text_seen;
-        self.text_seen = true;
-        let mut out = Vec::new();
-        let mut auth_keys = Vec::new();
-        let mut auth_failed = false;
-        if first {
-            // The identity keys come first: the target they name decides which limits the
-            // rest of the negotiation uses.
-            for (k, v) in &pairs {
-                match k.as_str() {
-                    "InitiatorName" => {
-                        if self.initiator_name.is_some() {
-                            return self.fail(
-                                req,
-                                status::INITIATOR_ERROR,
-                                "InitiatorName repeated",
-                            );
-                        }
-                        self.initiator_name = Some(v.clone());
-                    }
-                    "TargetName" => {
-                        if self.target_name.is_some() {
-                            return self.fail(req, status::INITIATOR_ERROR, "TargetName repeated");
-                        }
-                        self.target_name = Some(v.clone());
-                    }
-                    "SessionType" => {
-                        self.session_type = match v.as_str() {
-                            "Normal" => SessionType::Normal,
-                            "Discovery" => SessionType::Discovery,
-                            _ => {
-                                return self.fail(
-                                    req,
-                                    status::SESSION_TYPE_UNSUPPORTED,
-                                    "unknown SessionType",
-                                );
-                            }
-                        };
-                        self.neg.discovery = self.session_type == SessionType::Discovery;
-                    }
-                    "InitiatorAlias" => self.neg.params.initiator_alias = Some(v.clone()),
-                    _ => {}
-                }
-            }
-            if let Some(step) = self.ask_directory(req, &mut out, dir, peer, local) {
-                return step;
-            }
-        }
-        for (k, v) in &pairs {
-            match k.as_str() {
-                "InitiatorName" | "TargetName" if !first => {
-                    return self.fail(req, status::INITIATOR_ERROR, format!("{k} repeated"));
-                }
-                "SessionType" if !first => {
-                    return self.fail(req, status::INITIATOR_ERROR, "SessionType too late");
-                }
-                "CHAP_A" | "CHAP_I" | "CHAP_C" | "CHAP_N" | "CHAP_R" if self.chap_required => {
-                    auth_keys.push((k.clone(), v.clone()));
-                    continue;
-                }
-                // no CHAP for this login: ignored once AuthMethod=None was agreed
-                _ if k.starts_with("CHAP_") && self.auth.is_some() => continue,
-                _ => {}
-            }
-            match self.neg.respond(k, v, phase) {
-                Ok(Some(a)) => {
-                    if k == "AuthMethod" && phase == Phase::Security {
-                        if a == crate::text::negotiate::REJECT {
-                            auth_failed = true;
-                        } else if self.auth.is_some() {
-                            // answered once already (a repeat is a negotiation error)
-                        } else if a == "None" {
-                            self.auth = Some(Box::new(NoAuth));
-                        } else if a == "CHAP" {
-                            let policy = self
-                                .chap_policy
-                                .take()
-                                .unwrap_or_else(|| auth::ChapPolicy::new(Vec::new(), None));
-                            self.auth = Some(Box::new(chap::ChapAuthenticator::new(
-                                policy,
-                                self.rng.take(),
-                            )));
-                        }
-                    }
-                    kv::push(&mut out, k, &a);
-                }
-                Ok(None) => {}
-                Err(e) => return self.fail(req, status::INITIATOR_ERROR, e.to_string()),
-            }
-        }
-        if auth_failed {
-            return self.fail_auth(req, AuthFailure::new(AuthFailureReason::MethodRejected));
-        }
-        let chap_selected = self.auth.as_ref().is_some_and(|a| a.method() == "CHAP");
-        if let Some((k, _)) = auth_keys.first()
-            && (req.csg != 0 || !chap_selected)
-        {
-            // CHAP keys before CHAP was selected, or outside the security stage
-            let key = ["CHAP_A", "CHAP_I", "CHAP_C", "CHAP_N", "CHAP_R"]
-                .into_iter()
-                .find(|c| c == k);
-            let f = AuthFailure {
-                key,
-                ..AuthFailure::new(AuthFailureReason::UnexpectedKey)
-            };
-            return self.fail_auth(req, f);
-        }
-        // Security stage: run the authenticator (None completes at once).
-        let mut auth_out = Vec::new();
-        if req.csg == 0 {
-            match self.auth.as_mut() {
-                Some(a) => match a.step(&auth_keys, &mut auth_out) {
-                    AuthStatus::Done => {
-                        if !self.auth_done
-                            && let Some(step) = self.authenticated(req, dir, peer, local)
-                        {
-                            return step;
-                        }
-                    }
-                    AuthStatus::Continue => {}
-                    AuthStatus::Failed(f) => return self.fail_auth_with(req, f, auth_out),
-                },
-                None => {
-                    // No AuthMethod offered: acceptable only when we allow None.
-                    if self.allows_no_auth() {
-                        if !self.auth_done
-                            && let Some(step) = self.authenticated(req, dir, peer, local)
-                        {
-                            return step;
-                        }
-                    } else if req.transit {
-                        return self
-                            .fail_auth(req, AuthFailure::new(AuthFailureReason::NotAuthenticated));
-                    }
-                }
-            }
-        } else if !self.auth_done {
-            // Skipped the security stage: allowed when no authentication is required.
-            if !self.allows_no_auth() {
-                return self.fail_auth(req, AuthFailure::new(AuthFailureReason::NotAuthenticated));
-            }
-            if let Some(step) = self.authenticated(req, dir, peer, local) {
-                return step;
-            }
-        }
-        out.append(&mut auth_out);
-        if req.csg == 1 && !self.mrdsl_declared {
-            self.mrdsl_declared = true;
-            let m = self.cfg.offer.max_recv_data_segment_length;
-            self.neg.params.target_max_recv_data_segment_length = m;
-            kv::push(&mut out, "MaxRecvDataSegmentLength", &m.to_string());
-        }
-        let mut resp = self.response(req);
-        if out.len() > 8192 {
-            return self.fail(req, status::TARGET_ERROR, "login response too long");
-        }
-        if req.transit && self.auth_done {
-            resp.transit = true;
-            resp.nsg = req.nsg;
-            if req.nsg == 3 {
-                let params = self.neg.finish();
-                let g = self.grant.clone().unwrap_or(LoginGrant {
-                    tsih: 0,
-                    target_portal_group_tag: 1,
-                    target_alias: None,
-                    config: None,
-                });
-                resp.tsih = g.tsih;
-                let info = SessionInfo {
-                    session_type: self.session_type,
-                    initiator_name: self.initiator_name.clone().unwrap_or_default(),
-                    target_name: match self.session_type {
-                        SessionType::Normal => self.target_name.clone(),
-                        SessionType::Discovery => None,
-                    },
-                    isid: self.isid,
-                    tsih: g.tsih,
-                    params,
-                    chap: self.auth.as_ref().and_then(|a| a.chap_identity()),
-                };
-                return LoginStep::Complete(resp, out, info);
-            }
-            self.stage = Some(req.nsg);
-        }
-        LoginStep::Continue(resp, out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,6 +219,16 @@ mod tests {
                     config: None,
                     tsih: 7,
                     target_portal_group_tag: 1,
+                    target_alias: None,
+                }),
+                // the target's own limits
+                Some("iqn.t:cfg") => Ok(LoginGrant {
+                    config: Some(crate::conn::ConnConfig {
+                        max_queued_commands: 7,
+                        ..Default::default()
+                    }),
+                    tsih: 3,
+                    target_portal_group_tag: 2,
                     target_alias: None,
                 }),
                 Some("iqn.t:acl") => Err(LoginReject::NotAuthorized),
@@ -882,5 +404,24 @@ mod tests {
             m.handle(&req(0, 1, true), &[], &Dir, addr(), addr()),
             LoginStep::Fail(..)
         ));
+    }
+
+    #[test]
+    fn grant_outlives_a_failed_login_and_nothing_follows_the_end() {
+        let mut m = machine();
+        assert!(!m.started());
+        let d = text("InitiatorName=iqn.i;TargetName=iqn.t:cfg;AuthMethod=None;");
+        let step = m.handle(&req(0, 1, false), &d, &Dir, addr(), addr());
+        assert!(matches!(step, LoginStep::Continue(..)), "{step:?}");
+        assert!(m.started());
+        assert_eq!(m.granted_config().map(|c| c.max_queued_commands), Some(7));
+        // a duplicate key fails the login; the connection still sizes the last
+        // response's window from the grant
+        let d = text("MaxBurstLength=512;MaxBurstLength=512;");
+        let step = m.handle(&req(0, 1, false), &d, &Dir, addr(), addr());
+        assert!(matches!(step, LoginStep::Fail(..)), "{step:?}");
+        assert_eq!(m.granted_config().map(|c| c.max_queued_commands), Some(7));
+        let step = m.handle(&req(1, 3, true), &[], &Dir, addr(), addr());
+        assert!(matches!(step, LoginStep::Fail(..)), "{step:?}");
     }
 }

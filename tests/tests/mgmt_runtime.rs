@@ -1,8 +1,8 @@
 //! numatgtd's management socket at run time: LUN changes seen by live sessions, ACLs, state
 //! and CHAP at login, forced logout, reinstatement only after authentication, portals bound
 //! and closed, `--dump` and a restart from it, cached data written back on LUN delete, the
-//! debug switch, sense format, and hostile or foreign clients on the socket (tgtd's errors,
-//! SO_PEERCRED, the lock file).
+//! debug switch, sense format, burst length updates (FirstBurstLength ≤ MaxBurstLength), and
+//! hostile or foreign clients on the socket (tgtd's errors, SO_PEERCRED, the lock file).
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -708,4 +708,42 @@ fn sense_format_and_thin_provisioning_updates_reach_scsi() {
         !lbpme(&mut s, 6),
         "LBPME still set after thin_provisioning=0"
     );
+}
+
+/// `--op update` of the burst lengths keeps FirstBurstLength ≤ MaxBurstLength as the
+/// configuration file does: a value breaking it is an invalid request and changes nothing.
+#[test]
+fn burst_length_updates_keep_first_within_max() {
+    let d = Daemon::start_bare(TargetKind::Numatgtd);
+    d.tgtadm(&["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1])
+        .check("target new");
+    let update = |key: &str, value: &str| {
+        d.tgtadm(&[
+            "--op", "update", "--mode", "target", "--tid", "1", "-n", key, "-v", value,
+        ])
+    };
+    let bursts = || {
+        let shown = d.tgtadm(&["--op", "show", "--mode", "target", "--tid", "1"]);
+        shown.check("show target");
+        let value = |key: &str| {
+            shown
+                .stdout
+                .lines()
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix(&format!("{key}="))
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| panic!("{key} not shown: {shown}"))
+        };
+        (value("FirstBurstLength"), value("MaxBurstLength"))
+    };
+    for (key, value) in [("FirstBurstLength", "524288"), ("MaxBurstLength", "4096")] {
+        let r = update(key, value);
+        assert!(r.stderr.contains("invalid request"), "{key}={value}: {r}");
+    }
+    assert_eq!(bursts(), ("65536".into(), "262144".into()));
+    update("FirstBurstLength", "4096").check("first burst down");
+    update("MaxBurstLength", "8192").check("max burst down");
+    assert_eq!(bursts(), ("4096".into(), "8192".into()));
 }

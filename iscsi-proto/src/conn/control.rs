@@ -17,15 +17,7 @@ use crate::pdu::{
 use crate::text::kv;
 use crate::text::negotiate::{Phase, REJECT};
 
-use crate::pdu::reason;
-
-// Reject reasons used by the connection (RFC 7143 §11.17.1).
-pub(crate) const REASON_DATA_DIGEST: u8 = reason::DATA_DIGEST;
-pub(crate) const REASON_PROTOCOL: u8 = reason::PROTOCOL_ERROR;
-pub(crate) const REASON_NOT_SUPPORTED: u8 = reason::NOT_SUPPORTED;
-pub(crate) const REASON_INVALID_FIELD: u8 = reason::INVALID_FIELD;
-pub(crate) const REASON_IMMEDIATE: u8 = reason::IMMEDIATE_REJECT;
-pub(crate) const REASON_RESOURCES: u8 = reason::OUT_OF_RESOURCES;
+use crate::pdu::RejectReason;
 
 /// Bound on task management requests waiting for the server.
 const MAX_PENDING_TMFS: usize = 64;
@@ -50,10 +42,10 @@ pub(crate) struct PendingTmf {
 
 impl<B: DataBuf> Connection<B> {
     /// Queues a Reject carrying the offending header.
-    pub(crate) fn reject(&mut self, reason: u8, hdr: &[u8; 48]) {
+    pub(crate) fn reject(&mut self, reason: RejectReason, hdr: &[u8; 48]) {
         self.stats.rejects_sent += 1;
         let r = Reject {
-            reason,
+            reason: reason.code(),
             stat_sn: self.stat_sn.advance(),
             exp_cmd_sn: self.window.exp_cmd_sn(),
             max_cmd_sn: self.window.max_cmd_sn(),
@@ -169,7 +161,7 @@ impl<B: DataBuf> Connection<B> {
             // Continuation of a long answer of ours.
             match self.text_pending.take() {
                 Some(p) if p.ttt == t.ttt => self.send_text_chunk(t.itt, t.lun, p.rest),
-                _ => self.reject(super::control::REASON_INVALID_FIELD, hdr),
+                _ => self.reject(RejectReason::InvalidPduField, hdr),
             }
             return;
         }
@@ -193,12 +185,12 @@ impl<B: DataBuf> Connection<B> {
                 return;
             }
             Err(_) => {
-                self.reject(REASON_PROTOCOL, hdr);
+                self.reject(RejectReason::ProtocolError, hdr);
                 return;
             }
         };
         let Ok(pairs) = kv::parse(&text) else {
-            self.reject(REASON_PROTOCOL, hdr);
+            self.reject(RejectReason::ProtocolError, hdr);
             return;
         };
         let mut out = Vec::new();
@@ -218,7 +210,7 @@ impl<B: DataBuf> Connection<B> {
                 Ok(Some(a)) => kv::push(&mut out, k, &a),
                 Ok(None) => {}
                 Err(_) => {
-                    self.reject(REASON_PROTOCOL, hdr);
+                    self.reject(RejectReason::ProtocolError, hdr);
                     return;
                 }
             }

@@ -4,6 +4,7 @@
 //! NOP, Text, Logout, task management and rejects in `control`.
 
 mod control;
+mod error;
 mod scsi;
 mod tx;
 mod types;
@@ -14,15 +15,16 @@ mod tests;
 pub use crate::login::{
     Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionInfo, SessionType, TargetRecord,
 };
+pub use error::{ConnError, ProtocolError};
 pub use types::{
-    Cdb, CommandResult, ConnConfig, ConnError, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction,
-    TmfRequest, TmfResponse,
+    Cdb, CommandResult, ConnConfig, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction, TmfRequest,
+    TmfResponse,
 };
 
 use crate::DataBuf;
 use crate::Digest;
 use crate::login::{LoginConfig, LoginMachine, LoginStep};
-use crate::pdu::{Bhs, Decoded, Digests, Frame, PduError, check_frame};
+use crate::pdu::{Bhs, Decoded, Digests, Frame, PduError, RejectReason, check_frame};
 use crate::seq::{CmdWindow, StatSn};
 use crate::text::kv::Accumulator;
 use crate::text::negotiate::{Negotiator, SessionParams};
@@ -336,7 +338,7 @@ impl<B: DataBuf> Connection<B> {
         match e {
             PduError::HeaderDigest { .. } => self.close(ConnError::HeaderDigest),
             PduError::DataDigest { .. } => {
-                self.reject(control::REASON_DATA_DIGEST, hdr);
+                self.reject(RejectReason::DataDigest, hdr);
                 let op = hdr[0] & 0x3f;
                 if op == crate::pdu::op::SCSI_CMD || op == crate::pdu::op::DATA_OUT {
                     // ERL 0 cannot recover the task's data: drop the connection.
@@ -345,17 +347,15 @@ impl<B: DataBuf> Connection<B> {
             }
             PduError::DataSegmentTooLong { len, max } => {
                 if self.state == State::FullFeature {
-                    self.reject(control::REASON_PROTOCOL, hdr);
+                    self.reject(RejectReason::ProtocolError, hdr);
                 }
-                self.close(ConnError::Protocol(format!(
-                    "data segment of {len} bytes exceeds MaxRecvDataSegmentLength {max}"
-                )));
+                self.close(ProtocolError::DataSegmentTooLong { len, max }.into());
             }
             other => {
                 if have < f.total {
-                    self.close(ConnError::Protocol(other.to_string()));
+                    self.close(ProtocolError::MalformedPdu(other).into());
                 } else {
-                    self.reject(control::REASON_INVALID_FIELD, hdr);
+                    self.reject(RejectReason::InvalidPduField, hdr);
                 }
             }
         }
@@ -368,9 +368,9 @@ impl<B: DataBuf> Connection<B> {
             Ok(b) => b,
             Err(_) => {
                 if self.state == State::Login {
-                    self.close(ConnError::Protocol("unknown opcode during login".into()));
+                    self.close(ProtocolError::UnknownOpcodeDuringLogin.into());
                 } else {
-                    self.reject(control::REASON_NOT_SUPPORTED, hdr);
+                    self.reject(RejectReason::CommandNotSupported, hdr);
                 }
                 return;
             }
@@ -378,10 +378,7 @@ impl<B: DataBuf> Connection<B> {
         if self.state == State::Login {
             match bhs {
                 Bhs::LoginRequest(req) => self.handle_login(&req, data, dir),
-                _ => self.close(ConnError::Protocol(format!(
-                    "opcode {:#04x} during login",
-                    bhs.opcode()
-                ))),
+                _ => self.close(ProtocolError::OpcodeDuringLogin(bhs.opcode()).into()),
             }
             return;
         }
@@ -396,7 +393,7 @@ impl<B: DataBuf> Connection<B> {
             )
         {
             // Discovery sessions carry only Text, NOP and Logout (RFC 7143 §4.3).
-            self.reject(control::REASON_PROTOCOL, hdr);
+            self.reject(RejectReason::ProtocolError, hdr);
             return;
         }
         match bhs {
@@ -406,14 +403,12 @@ impl<B: DataBuf> Connection<B> {
             Bhs::TextRequest(t) => self.handle_text(&t, hdr, data, dir),
             Bhs::LogoutRequest(l) => self.handle_logout(&l),
             Bhs::TaskMgmtRequest(t) => self.handle_tmf(&t),
-            Bhs::Snack(_) => self.reject(control::REASON_PROTOCOL, hdr),
+            Bhs::Snack(_) => self.reject(RejectReason::ProtocolError, hdr),
             Bhs::LoginRequest(_) => {
-                self.reject(control::REASON_PROTOCOL, hdr);
-                self.close(ConnError::Protocol(
-                    "login request in full feature phase".into(),
-                ));
+                self.reject(RejectReason::ProtocolError, hdr);
+                self.close(ProtocolError::LoginInFullFeature.into());
             }
-            _ => self.reject(control::REASON_NOT_SUPPORTED, hdr),
+            _ => self.reject(RejectReason::CommandNotSupported, hdr),
         }
     }
 

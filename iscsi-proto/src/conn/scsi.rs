@@ -3,13 +3,14 @@
 //! MaxOutstandingR2T, Data-Out validation, delivery in CmdSN order once the write data
 //! is complete, and Data-In / SCSI Response generation for completed commands.
 
-use super::control::{REASON_IMMEDIATE, REASON_INVALID_FIELD, REASON_PROTOCOL, REASON_RESOURCES};
 use super::tx::TxData;
-use super::{Cdb, CommandResult, ConnError, Connection, Event, ScsiCommand};
+use super::{Cdb, CommandResult, Connection, Event, ProtocolError, ScsiCommand};
 use crate::DataBuf;
 use crate::pdu::fields::lun_decode;
 use crate::pdu::frame::{AHS_BIDI_READ_LEN, AHS_EXTENDED_CDB, parse_ahs};
-use crate::pdu::{Bhs, DataIn, DataOut, R2t, RESERVED_TAG, ScsiCommandHdr, ScsiResponse};
+use crate::pdu::{
+    Bhs, DataIn, DataOut, R2t, RESERVED_TAG, RejectReason, ScsiCommandHdr, ScsiResponse,
+};
 use std::collections::VecDeque;
 
 /// Largest write (EDTL) accepted; bounds the memory one task can make us hold.
@@ -94,7 +95,7 @@ impl<B: DataBuf> Connection<B> {
         data: &[u8],
     ) {
         if self.logout_itt.is_some() {
-            self.reject(REASON_PROTOCOL, hdr);
+            self.reject(RejectReason::ProtocolError, hdr);
             return;
         }
         if !c.immediate
@@ -104,7 +105,7 @@ impl<B: DataBuf> Connection<B> {
             self.last_drop = Some(r.to_string());
             return;
         }
-        let reject_consume = |me: &mut Self, reason: u8| {
+        let reject_consume = |me: &mut Self, reason: RejectReason| {
             // A rejected non-immediate command still consumes its CmdSN.
             if !c.immediate {
                 let _ = me.window.arrive(c.cmd_sn, None);
@@ -113,24 +114,24 @@ impl<B: DataBuf> Connection<B> {
             me.reject(reason, hdr);
         };
         if c.itt == RESERVED_TAG || self.tasks.contains_key(&c.itt) {
-            reject_consume(self, REASON_PROTOCOL);
+            reject_consume(self, RejectReason::ProtocolError);
             return;
         }
         if c.immediate && self.tasks.len() >= self.cfg.max_queued_commands.max(1) as usize {
             // Immediate commands bypass the CmdSN window; bound them by the task limit.
-            self.reject(REASON_IMMEDIATE, hdr);
+            self.reject(RejectReason::ImmediateCommandReject, hdr);
             return;
         }
         if c.write && c.edtl > MAX_WRITE_LEN {
-            reject_consume(self, REASON_RESOURCES);
+            reject_consume(self, RejectReason::OutOfResources);
             return;
         }
         let Ok(ahs) = parse_ahs(ahs) else {
-            reject_consume(self, REASON_INVALID_FIELD);
+            reject_consume(self, RejectReason::InvalidPduField);
             return;
         };
         let Some(mut cdb) = Cdb::new(&c.cdb) else {
-            reject_consume(self, REASON_INVALID_FIELD);
+            reject_consume(self, RejectReason::InvalidPduField);
             return;
         };
         let mut bidi_len = None;
@@ -143,7 +144,7 @@ impl<B: DataBuf> Connection<B> {
                     ]))
                 }
                 _ => {
-                    reject_consume(self, REASON_INVALID_FIELD);
+                    reject_consume(self, RejectReason::InvalidPduField);
                     return;
                 }
             }
@@ -159,7 +160,7 @@ impl<B: DataBuf> Connection<B> {
         if dlen > 0
             && (!c.write || !p.immediate_data || dlen > edtl_write || dlen > p.first_burst_length)
         {
-            reject_consume(self, REASON_PROTOCOL);
+            reject_consume(self, RejectReason::ProtocolError);
             return;
         }
         let unsol_limit = if p.initial_r2t || c.final_ {
@@ -261,9 +262,9 @@ impl<B: DataBuf> Connection<B> {
         }
     }
 
-    fn data_out_error(&mut self, hdr: &[u8; 48], why: &str) {
-        self.reject(REASON_INVALID_FIELD, hdr);
-        self.close(ConnError::Protocol(why.to_string()));
+    fn data_out_error(&mut self, hdr: &[u8; 48], why: ProtocolError) {
+        self.reject(RejectReason::InvalidPduField, hdr);
+        self.close(why.into());
     }
 
     pub(crate) fn handle_data_out(&mut self, d: &DataOut, hdr: &[u8; 48], data: &[u8]) {
@@ -297,14 +298,14 @@ impl<B: DataBuf> Connection<B> {
             return self.discard_failed_data_out(d);
         }
         if !t.write || t.delivered || d.buffer_offset != t.received {
-            return self.data_out_error(hdr, "Data-Out out of order or unexpected");
+            return self.data_out_error(hdr, ProtocolError::DataOutUnexpected);
         }
         if u64::from(t.received) + u64::from(len) > u64::from(t.edtl_write) {
-            return self.data_out_error(hdr, "Data-Out beyond expected transfer length");
+            return self.data_out_error(hdr, ProtocolError::DataOutBeyondLength);
         }
         if d.ttt == RESERVED_TAG {
             if t.unsol_done || d.data_sn != t.unsol_data_sn || t.received + len > t.unsol_limit {
-                return self.data_out_error(hdr, "bad unsolicited Data-Out");
+                return self.data_out_error(hdr, ProtocolError::BadUnsolicitedDataOut);
             }
             t.unsol_data_sn += 1;
             t.received += len;
@@ -317,14 +318,14 @@ impl<B: DataBuf> Connection<B> {
             }
         } else {
             let Some(r) = t.r2ts.iter_mut().find(|r| r.ttt == d.ttt) else {
-                return self.data_out_error(hdr, "Data-Out with unknown TTT");
+                return self.data_out_error(hdr, ProtocolError::DataOutUnknownTtt);
             };
             if d.data_sn != r.next_data_sn
                 || d.buffer_offset != r.offset + r.received
                 || r.received + len > r.len
                 || (d.final_ && r.received + len != r.len)
             {
-                return self.data_out_error(hdr, "bad solicited Data-Out");
+                return self.data_out_error(hdr, ProtocolError::BadSolicitedDataOut);
             }
             r.received += len;
             r.next_data_sn += 1;

@@ -1,8 +1,9 @@
 //! Public types exchanged between a [`super::Connection`] and the server: configuration,
-//! commands, results, task management, events and errors.
+//! commands, results, task management and events (errors are in `error`).
 
 use crate::DataBuf;
 use crate::Digest;
+use crate::limits;
 use crate::text::negotiate::Offer;
 
 /// Target-side values and limits used in negotiation and for bounding resources.
@@ -33,19 +34,19 @@ pub struct ConnConfig {
 impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
-            max_recv_data_segment_length: 262_144,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
+            max_recv_data_segment_length: limits::MAX_RECV_DATA_SEGMENT_LENGTH.target_default,
+            max_burst_length: limits::MAX_BURST_LENGTH.target_default,
+            first_burst_length: limits::FIRST_BURST_LENGTH.target_default,
             immediate_data: true,
             initial_r2t: true,
-            max_outstanding_r2t: 1,
+            max_outstanding_r2t: limits::MAX_OUTSTANDING_R2T.target_default,
             header_digest: vec![Digest::None, Digest::Crc32c],
             data_digest: vec![Digest::None, Digest::Crc32c],
             max_queued_commands: 128,
             nop_interval_ms: 0,
             nop_count: 0,
-            default_time2wait: 2,
-            default_time2retain: 20,
+            default_time2wait: limits::DEFAULT_TIME2WAIT.target_default as u16,
+            default_time2retain: limits::DEFAULT_TIME2RETAIN.target_default as u16,
             max_login_pdus: 16,
         }
     }
@@ -53,25 +54,26 @@ impl Default for ConnConfig {
 
 impl ConnConfig {
     /// The negotiation offer derived from this configuration (values clamped to the
-    /// ranges RFC 7143 allows).
+    /// ranges of [`limits`]).
     pub fn offer(&self) -> Offer {
-        let clamp24 = |v: u32| v.clamp(512, 0xff_ffff);
+        let time2 = |k: limits::KeyRange, v: u16| k.clamp(v.into()) as u16;
         Offer {
             header_digest: self.header_digest.clone(),
             data_digest: self.data_digest.clone(),
             auth_methods: vec!["None".to_string()],
-            max_connections: 1,
+            max_connections: limits::MAX_CONNECTIONS.target_default as u16,
             initial_r2t: self.initial_r2t,
             immediate_data: self.immediate_data,
-            max_recv_data_segment_length: clamp24(self.max_recv_data_segment_length),
-            max_burst_length: clamp24(self.max_burst_length),
-            first_burst_length: clamp24(self.first_burst_length),
-            default_time2wait: self.default_time2wait.min(3600),
-            default_time2retain: self.default_time2retain.min(3600),
-            max_outstanding_r2t: self.max_outstanding_r2t.clamp(1, 65535),
+            max_recv_data_segment_length: limits::MAX_RECV_DATA_SEGMENT_LENGTH
+                .clamp(self.max_recv_data_segment_length),
+            max_burst_length: limits::MAX_BURST_LENGTH.clamp(self.max_burst_length),
+            first_burst_length: limits::FIRST_BURST_LENGTH.clamp(self.first_burst_length),
+            default_time2wait: time2(limits::DEFAULT_TIME2WAIT, self.default_time2wait),
+            default_time2retain: time2(limits::DEFAULT_TIME2RETAIN, self.default_time2retain),
+            max_outstanding_r2t: limits::MAX_OUTSTANDING_R2T.clamp(self.max_outstanding_r2t),
             data_pdu_in_order: true,
             data_sequence_in_order: true,
-            error_recovery_level: 0,
+            error_recovery_level: limits::ERROR_RECOVERY_LEVEL.target_default as u8,
         }
     }
 }
@@ -258,30 +260,6 @@ impl TmfResponse {
     }
 }
 
-/// Why a connection must be closed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConnError {
-    #[error("login failed (status {class:#04x}/{detail:#04x}): {reason}")]
-    LoginFailed {
-        class: u8,
-        detail: u8,
-        /// Why, in words (never a secret).
-        reason: String,
-        /// For authentication failures: the reason and CHAP user, to count and log.
-        auth: Option<crate::login::AuthFailure>,
-    },
-    #[error("login did not complete in time")]
-    LoginTimeout,
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    #[error("header digest error")]
-    HeaderDigest,
-    #[error("data digest error on a PDU carrying task data")]
-    DataDigest,
-    #[error("{0} NOP-In pings unanswered")]
-    NopTimeout(u32),
-}
-
 /// What the connection asks of the server.
 #[derive(Debug)]
 pub enum Event {
@@ -293,5 +271,5 @@ pub enum Event {
     /// Logout response queued; close after output drains.
     LoggedOut,
     /// Protocol error: flush output (e.g. a Reject) then close; log the reason.
-    Close(ConnError),
+    Close(super::ConnError),
 }

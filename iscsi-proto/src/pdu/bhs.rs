@@ -28,18 +28,19 @@ pub mod op {
     pub const REJECT: u8 = 0x3f;
 }
 
-/// Reject reason codes (RFC 7143 §11.17.1).
+/// Reject reason codes (RFC 7143 §11.17.1), from [`super::RejectReason`].
 pub mod reason {
-    pub const DATA_DIGEST: u8 = 0x02;
-    pub const SNACK_REJECT: u8 = 0x03;
-    pub const PROTOCOL_ERROR: u8 = 0x04;
-    pub const NOT_SUPPORTED: u8 = 0x05;
-    pub const IMMEDIATE_REJECT: u8 = 0x06;
-    pub const TASK_IN_PROGRESS: u8 = 0x07;
-    pub const INVALID_DATA_ACK: u8 = 0x08;
-    pub const INVALID_FIELD: u8 = 0x09;
-    pub const OUT_OF_RESOURCES: u8 = 0x0a;
-    pub const WAITING_FOR_LOGOUT: u8 = 0x0c;
+    use super::super::RejectReason as R;
+    pub const DATA_DIGEST: u8 = R::DataDigest.code();
+    pub const SNACK_REJECT: u8 = R::SnackReject.code();
+    pub const PROTOCOL_ERROR: u8 = R::ProtocolError.code();
+    pub const NOT_SUPPORTED: u8 = R::CommandNotSupported.code();
+    pub const IMMEDIATE_REJECT: u8 = R::ImmediateCommandReject.code();
+    pub const TASK_IN_PROGRESS: u8 = R::TaskInProgress.code();
+    pub const INVALID_DATA_ACK: u8 = R::InvalidDataAck.code();
+    pub const INVALID_FIELD: u8 = R::InvalidPduField.code();
+    pub const OUT_OF_RESOURCES: u8 = R::OutOfResources.code();
+    pub const WAITING_FOR_LOGOUT: u8 = R::WaitingForLogout.code();
 }
 
 /// The reserved "no tag" value of ITT / TTT.

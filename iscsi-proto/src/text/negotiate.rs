@@ -8,6 +8,7 @@
 //! authenticator so that CHAP can be added without touching these rules.
 
 use crate::Digest;
+use crate::limits::{self, KeyRange};
 use std::collections::HashSet;
 
 /// Negotiated (or declared) session and connection parameters.
@@ -41,19 +42,20 @@ impl Default for SessionParams {
         SessionParams {
             header_digest: Digest::None,
             data_digest: Digest::None,
-            max_connections: 1,
+            max_connections: limits::MAX_CONNECTIONS.rfc_default as u16,
             initial_r2t: true,
             immediate_data: true,
-            target_max_recv_data_segment_length: 8192,
-            initiator_max_recv_data_segment_length: 8192,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
-            default_time2wait: 2,
-            default_time2retain: 20,
-            max_outstanding_r2t: 1,
+            target_max_recv_data_segment_length: limits::MAX_RECV_DATA_SEGMENT_LENGTH.rfc_default,
+            initiator_max_recv_data_segment_length: limits::MAX_RECV_DATA_SEGMENT_LENGTH
+                .rfc_default,
+            max_burst_length: limits::MAX_BURST_LENGTH.rfc_default,
+            first_burst_length: limits::FIRST_BURST_LENGTH.rfc_default,
+            default_time2wait: limits::DEFAULT_TIME2WAIT.rfc_default as u16,
+            default_time2retain: limits::DEFAULT_TIME2RETAIN.rfc_default as u16,
+            max_outstanding_r2t: limits::MAX_OUTSTANDING_R2T.rfc_default,
             data_pdu_in_order: true,
             data_sequence_in_order: true,
-            error_recovery_level: 0,
+            error_recovery_level: limits::ERROR_RECOVERY_LEVEL.rfc_default as u8,
             initiator_alias: None,
             target_alias: None,
             target_portal_group_tag: 1,
@@ -87,18 +89,18 @@ impl Default for Offer {
             header_digest: vec![Digest::None, Digest::Crc32c],
             data_digest: vec![Digest::None, Digest::Crc32c],
             auth_methods: vec!["None".to_string()],
-            max_connections: 1,
+            max_connections: limits::MAX_CONNECTIONS.target_default as u16,
             initial_r2t: true,
             immediate_data: true,
-            max_recv_data_segment_length: 262_144,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
-            default_time2wait: 2,
-            default_time2retain: 20,
-            max_outstanding_r2t: 1,
+            max_recv_data_segment_length: limits::MAX_RECV_DATA_SEGMENT_LENGTH.target_default,
+            max_burst_length: limits::MAX_BURST_LENGTH.target_default,
+            first_burst_length: limits::FIRST_BURST_LENGTH.target_default,
+            default_time2wait: limits::DEFAULT_TIME2WAIT.target_default as u16,
+            default_time2retain: limits::DEFAULT_TIME2RETAIN.target_default as u16,
+            max_outstanding_r2t: limits::MAX_OUTSTANDING_R2T.target_default,
             data_pdu_in_order: true,
             data_sequence_in_order: true,
-            error_recovery_level: 0,
+            error_recovery_level: limits::ERROR_RECOVERY_LEVEL.target_default as u8,
         }
     }
 }
@@ -272,7 +274,7 @@ impl Negotiator {
                     Some(pick.map(str::to_string).unwrap_or_else(|| REJECT.into()))
                 }
             }
-            "MaxConnections" => num_min(value, 1, 65535, u64::from(o.max_connections), |v| {
+            "MaxConnections" => num_min(value, &limits::MAX_CONNECTIONS, o.max_connections, |v| {
                 p.max_connections = v as u16
             }),
             "InitialR2T" => boolean(value, |v| {
@@ -285,7 +287,7 @@ impl Negotiator {
                 p.immediate_data = r;
                 r
             }),
-            // RFC 7143 §13.19/§13.20: result function is OR.
+            // RFC 7143 §13.18/§13.19: result function is OR.
             "DataPDUInOrder" => boolean(value, |v| {
                 let r = v || o.data_pdu_in_order;
                 p.data_pdu_in_order = r;
@@ -297,40 +299,44 @@ impl Negotiator {
                 r
             }),
             "MaxBurstLength" => {
-                num_min(value, 512, 0xff_ffff, u64::from(o.max_burst_length), |v| {
+                num_min(value, &limits::MAX_BURST_LENGTH, o.max_burst_length, |v| {
                     p.max_burst_length = v as u32
                 })
             }
             "FirstBurstLength" => num_min(
                 value,
-                512,
-                0xff_ffff,
-                u64::from(o.first_burst_length),
+                &limits::FIRST_BURST_LENGTH,
+                o.first_burst_length,
                 |v| p.first_burst_length = v as u32,
             ),
-            "MaxOutstandingR2T" => {
-                num_min(value, 1, 65535, u64::from(o.max_outstanding_r2t), |v| {
-                    p.max_outstanding_r2t = v as u32
-                })
-            }
-            "DefaultTime2Retain" => {
-                num_min(value, 0, 3600, u64::from(o.default_time2retain), |v| {
-                    p.default_time2retain = v as u16
-                })
-            }
+            "MaxOutstandingR2T" => num_min(
+                value,
+                &limits::MAX_OUTSTANDING_R2T,
+                o.max_outstanding_r2t,
+                |v| p.max_outstanding_r2t = v as u32,
+            ),
+            "DefaultTime2Retain" => num_min(
+                value,
+                &limits::DEFAULT_TIME2RETAIN,
+                o.default_time2retain,
+                |v| p.default_time2retain = v as u16,
+            ),
             "DefaultTime2Wait" => match parse_num(value) {
-                Some(v) if v <= 3600 => {
+                Some(v) if limits::DEFAULT_TIME2WAIT.contains(v) => {
                     let r = v.max(u64::from(o.default_time2wait));
                     p.default_time2wait = r as u16;
                     Some(r.to_string())
                 }
                 _ => Some(REJECT.into()),
             },
-            "ErrorRecoveryLevel" => num_min(value, 0, 2, u64::from(o.error_recovery_level), |v| {
-                p.error_recovery_level = v as u8
-            }),
+            "ErrorRecoveryLevel" => num_min(
+                value,
+                &limits::ERROR_RECOVERY_LEVEL,
+                o.error_recovery_level,
+                |v| p.error_recovery_level = v as u8,
+            ),
             "MaxRecvDataSegmentLength" => match parse_num(value) {
-                Some(v) if (512..=0xff_ffff).contains(&v) => {
+                Some(v) if limits::MAX_RECV_DATA_SEGMENT_LENGTH.contains(v) => {
                     p.initiator_max_recv_data_segment_length = v as u32;
                     None
                 }
@@ -351,7 +357,12 @@ impl Negotiator {
                     Some(REJECT.into())
                 }
             }
-            "iSCSIProtocolLevel" => num_min(value, 0, 31, 1, |_| {}),
+            "iSCSIProtocolLevel" => num_min(
+                value,
+                &limits::ISCSI_PROTOCOL_LEVEL,
+                limits::ISCSI_PROTOCOL_LEVEL.target_default,
+                |_| {},
+            ),
             "IFMarker" | "OFMarker" => Some("No".into()),
             "IFMarkInt" | "OFMarkInt" => Some(REJECT.into()),
             _ => Some(NOT_UNDERSTOOD.into()),
@@ -369,10 +380,11 @@ impl Negotiator {
     }
 }
 
-fn num_min(value: &str, lo: u64, hi: u64, ours: u64, set: impl FnOnce(u64)) -> Answer {
+/// The minimum of a numerical key in `range` and `ours` (out of range: Reject).
+fn num_min(value: &str, range: &KeyRange, ours: impl Into<u64>, set: impl FnOnce(u64)) -> Answer {
     match parse_num(value) {
-        Some(v) if (lo..=hi).contains(&v) => {
-            let r = v.min(ours);
+        Some(v) if range.contains(v) => {
+            let r = v.min(ours.into());
             set(r);
             Some(r.to_string())
         }
@@ -485,6 +497,50 @@ mod tests {
             Some("Irrelevant")
         );
         assert_eq!(ans(&mut n, "HeaderDigest", "None").as_deref(), Some("None"));
+    }
+
+    /// Every numeric key of the table is accepted exactly in its range, and the defaults
+    /// come from the table.
+    #[test]
+    fn bounds_equal_the_limits_table() {
+        for k in limits::NUMERIC_KEYS {
+            let answer = |v: u64| {
+                let mut n = neg();
+                n.respond(k.name, &v.to_string(), Phase::Operational)
+                    .unwrap()
+            };
+            let reject = Some(REJECT.to_string());
+            assert_ne!(answer(k.min.into()), reject, "{} min", k.name);
+            assert_ne!(answer(k.max.into()), reject, "{} max", k.name);
+            assert_eq!(answer(u64::from(k.max) + 1), reject, "{} max+1", k.name);
+            if k.min > 0 {
+                assert_eq!(answer(u64::from(k.min) - 1), reject, "{} min-1", k.name);
+            }
+        }
+        let (p, o) = (SessionParams::default(), Offer::default());
+        let rfc = |k: KeyRange| u64::from(k.rfc_default);
+        let ours = |k: KeyRange| u64::from(k.target_default);
+        let table: [(u64, u64); 6] = [
+            (p.max_connections.into(), rfc(limits::MAX_CONNECTIONS)),
+            (
+                p.initiator_max_recv_data_segment_length.into(),
+                rfc(limits::MAX_RECV_DATA_SEGMENT_LENGTH),
+            ),
+            (p.default_time2wait.into(), rfc(limits::DEFAULT_TIME2WAIT)),
+            (o.max_connections.into(), ours(limits::MAX_CONNECTIONS)),
+            (
+                o.max_recv_data_segment_length.into(),
+                ours(limits::MAX_RECV_DATA_SEGMENT_LENGTH),
+            ),
+            (
+                o.error_recovery_level.into(),
+                ours(limits::ERROR_RECOVERY_LEVEL),
+            ),
+        ];
+        for (got, want) in table {
+            assert_eq!(got, want);
+        }
+        assert_eq!(o, crate::ConnConfig::default().offer());
     }
 
     #[test]

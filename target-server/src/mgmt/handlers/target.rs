@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use iscsi_proto::Digest;
+use iscsi_proto::limits::{self, KeyRange};
 
 use super::{need_tid, parse_bool};
 use crate::mgmt::show;
@@ -141,11 +142,17 @@ fn bind(ctx: &Ctx, h: &ReqHeader, p: &Payload, add: bool) -> Reply {
     Ok(String::new())
 }
 
-fn number(v: &str, lo: u32, hi: u32) -> Result<u32, ErrCode> {
+/// A decimal `v` in `lo..=hi`.
+fn number(v: &str, (lo, hi): (u64, u64)) -> Result<u32, ErrCode> {
     match v.trim().parse::<u32>() {
-        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(n) if (lo..=hi).contains(&u64::from(n)) => Ok(n),
         _ => Err(ErrCode::InvalidRequest),
     }
+}
+
+/// A value of the iSCSI key `k`, in its range from [`limits`].
+fn key_value(v: &str, k: &KeyRange) -> Result<u32, ErrCode> {
+    number(v, k.bounds())
 }
 
 fn digest_list(v: &str) -> Result<Vec<Digest>, ErrCode> {
@@ -190,45 +197,44 @@ pub fn update_key(t: &Target, name: &str, value: &str) -> Result<(), ErrCode> {
             return Ok(());
         }
         "nop_interval" => {
-            let n = number(value, 0, 86_400)?;
+            let n = number(value, config::limits::NOP_INTERVAL)?;
             t.update_conn_config(|c| c.nop_interval_ms = u64::from(n) * 1000);
             return Ok(());
         }
         "nop_count" => {
-            let n = number(value, 0, 65_535)?;
+            let n = number(value, config::limits::NOP_COUNT)?;
             t.update_conn_config(|c| c.nop_count = n);
             return Ok(());
         }
         _ => {}
     }
-    const SEG: (u32, u32) = (512, 16_777_215);
     match lower.as_str() {
         "maxrecvdatasegmentlength" => {
-            let n = number(value, SEG.0, SEG.1)?;
+            let n = key_value(value, &limits::MAX_RECV_DATA_SEGMENT_LENGTH)?;
             t.update_conn_config(|c| c.max_recv_data_segment_length = n);
         }
         "maxburstlength" => {
-            let n = number(value, SEG.0, SEG.1)?;
+            let n = key_value(value, &limits::MAX_BURST_LENGTH)?;
             t.update_conn_config(|c| c.max_burst_length = n);
         }
         "firstburstlength" => {
-            let n = number(value, SEG.0, SEG.1)?;
+            let n = key_value(value, &limits::FIRST_BURST_LENGTH)?;
             t.update_conn_config(|c| c.first_burst_length = n);
         }
         "maxoutstandingr2t" => {
-            let n = number(value, 1, 65_535)?;
+            let n = key_value(value, &limits::MAX_OUTSTANDING_R2T)?;
             t.update_conn_config(|c| c.max_outstanding_r2t = n);
         }
         "maxqueuecmd" => {
-            let n = number(value, 1, 2048)?;
+            let n = number(value, config::limits::MAX_QUEUE_CMD)?;
             t.update_conn_config(|c| c.max_queued_commands = n);
         }
         "defaulttime2wait" => {
-            let n = number(value, 0, 3600)?;
+            let n = key_value(value, &limits::DEFAULT_TIME2WAIT)?;
             t.update_conn_config(|c| c.default_time2wait = n as u16);
         }
         "defaulttime2retain" => {
-            let n = number(value, 0, 3600)?;
+            let n = key_value(value, &limits::DEFAULT_TIME2RETAIN)?;
             t.update_conn_config(|c| c.default_time2retain = n as u16);
         }
         "initialr2t" => {
@@ -276,8 +282,118 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     if pairs.is_empty() {
         return Err(ErrCode::InvalidRequest);
     }
-    for (k, v) in pairs {
-        update_key(&t, k, v)?;
-    }
+    update_keys(&t, pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
     Ok(String::new())
+}
+
+/// Applies `name=value` pairs in order (stopping at the first invalid one, as before),
+/// then checks FirstBurstLength ≤ MaxBurstLength (RFC 7143 §13.14) as the configuration
+/// file does: a request that breaks it changes neither length and is refused.
+pub fn update_keys<'a>(
+    t: &Target,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), ErrCode> {
+    let before = t.conn_config();
+    let applied = pairs.into_iter().try_for_each(|(k, v)| update_key(t, k, v));
+    let now = t.conn_config();
+    if let Err(why) = limits::check_bursts(now.first_burst_length, now.max_burst_length) {
+        t.update_conn_config(|c| {
+            c.first_burst_length = before.first_burst_length;
+            c.max_burst_length = before.max_burst_length;
+        });
+        tracing::info!(target = %t.iqn, "session keys refused: {why}");
+        return Err(ErrCode::InvalidRequest);
+    }
+    applied
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        let name = "iqn.2026-11.org.numatgt:t";
+        Target::new(
+            1,
+            name.to_string(),
+            None,
+            BTreeMap::new(),
+            iscsi_proto::ConnConfig::default(),
+            config::TargetConfig::new(name),
+            Acl::default(),
+        )
+    }
+
+    #[test]
+    fn session_key_ranges_are_the_limits_table() {
+        let t = target();
+        for k in [
+            limits::MAX_RECV_DATA_SEGMENT_LENGTH,
+            limits::MAX_BURST_LENGTH,
+            limits::FIRST_BURST_LENGTH,
+            limits::MAX_OUTSTANDING_R2T,
+            limits::DEFAULT_TIME2WAIT,
+            limits::DEFAULT_TIME2RETAIN,
+        ] {
+            let set = |v: u64| update_keys(&t, [(k.name, v.to_string().as_str())]);
+            // keep FirstBurstLength <= MaxBurstLength out of the way
+            update_keys(
+                &t,
+                [("FirstBurstLength", "512"), ("MaxBurstLength", "16777215")],
+            )
+            .unwrap();
+            assert_eq!(set(k.min.into()), Ok(()), "{} min", k.name);
+            assert_eq!(set(k.max.into()), Ok(()), "{} max", k.name);
+            assert_eq!(set(u64::from(k.max) + 1), Err(ErrCode::InvalidRequest));
+            if k.min > 0 {
+                assert_eq!(set(u64::from(k.min) - 1), Err(ErrCode::InvalidRequest));
+            }
+        }
+        // the keys numatgt fixes are shown with a value in the table's range
+        for (name, value) in show::FIXED_KEYS {
+            if let (Some(k), Ok(v)) = (limits::find(name), value.parse::<u64>()) {
+                assert!(k.contains(v), "{name}={value}");
+            }
+        }
+    }
+
+    #[test]
+    fn first_burst_must_not_exceed_max_burst() {
+        let t = target();
+        let bursts = |t: &Target| {
+            let c = t.conn_config();
+            (c.first_burst_length, c.max_burst_length)
+        };
+        assert_eq!(bursts(&t), (65_536, 262_144));
+        assert_eq!(
+            update_keys(&t, [("FirstBurstLength", "524288")]),
+            Err(ErrCode::InvalidRequest)
+        );
+        assert_eq!(
+            update_keys(&t, [("MaxBurstLength", "4096")]),
+            Err(ErrCode::InvalidRequest)
+        );
+        // refused requests change neither length, even next to a valid key
+        assert_eq!(
+            update_keys(&t, [("MaxBurstLength", "8192"), ("MaxOutstandingR2T", "0")]),
+            Err(ErrCode::InvalidRequest)
+        );
+        assert_eq!(bursts(&t), (65_536, 262_144));
+        // both in one request, in either order
+        update_keys(
+            &t,
+            [("MaxBurstLength", "8192"), ("FirstBurstLength", "4096")],
+        )
+        .unwrap();
+        assert_eq!(bursts(&t), (4096, 8192));
+        update_keys(
+            &t,
+            [
+                ("FirstBurstLength", "1048576"),
+                ("MaxBurstLength", "2097152"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(bursts(&t), (1_048_576, 2_097_152));
+    }
 }
