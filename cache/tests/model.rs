@@ -307,8 +307,14 @@ impl World {
         }
     }
 
-    /// The production range flush, with the test playing the other threads.
-    fn flush_range(&mut self, lun: u32, first: u64, blocks: u64) {
+    /// The cache and `lun`'s disk, with the test playing the other threads for blocks
+    /// `first..=last`.
+    fn with_others(
+        &mut self,
+        lun: u32,
+        first: u64,
+        last: u64,
+    ) -> (&BlockCache, &MemDisk, PlayOthers<'_>) {
         let World {
             cache,
             disks,
@@ -318,15 +324,21 @@ impl World {
             ..
         } = self;
         let disk = &disks[lun as usize];
-        let mut others = PlayOthers {
+        let others = PlayOthers {
             lun,
             first,
-            last: first + blocks - 1,
+            last,
             disk,
             fills,
             flushes,
             refs,
         };
+        (cache, disk, others)
+    }
+
+    /// The production range flush, with the test playing the other threads.
+    fn flush_range(&mut self, lun: u32, first: u64, blocks: u64) {
+        let (cache, disk, mut others) = self.with_others(lun, first, first + blocks - 1);
         coherence::flush_range(
             cache,
             lun,
@@ -448,24 +460,7 @@ impl World {
                 let data = vec![byte; span.len()];
                 self.flush_range(lun, block, 1);
                 self.latest(k)[span.start()..span.end()].copy_from_slice(&data);
-                let World {
-                    cache,
-                    disks,
-                    fills,
-                    flushes,
-                    refs,
-                    ..
-                } = self;
-                let disk = &disks[lun as usize];
-                let mut others = PlayOthers {
-                    lun,
-                    first: block,
-                    last: block,
-                    disk,
-                    fills,
-                    flushes,
-                    refs,
-                };
+                let (cache, disk, mut others) = self.with_others(lun, block, block);
                 let offset = block * BS as u64 + span.start() as u64;
                 let done = coherence::write_through(
                     Some(cache),
@@ -609,24 +604,7 @@ impl World {
         }
         // the production SYNCHRONIZE CACHE of each LUN (finishing the held flushes)
         for lun in 0..2u32 {
-            let World {
-                cache,
-                disks,
-                fills,
-                flushes,
-                refs,
-                ..
-            } = &mut self;
-            let disk = &disks[lun as usize];
-            let mut others = PlayOthers {
-                lun,
-                first: 0,
-                last: DISK_BLOCKS - 1,
-                disk,
-                fills,
-                flushes,
-                refs,
-            };
+            let (cache, disk, mut others) = self.with_others(lun, 0, DISK_BLOCKS - 1);
             coherence::flush_and_sync(cache, lun, disk, &mut others).unwrap();
         }
         assert!(

@@ -170,3 +170,24 @@ impl std::fmt::Debug for PieceList {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piece_list_goes_back_to_the_pool_it_came_from() {
+        let (a, b) = (PiecePool::new(), PiecePool::new());
+        let list = a.take();
+        // dropped on another thread (an I/O worker): back in `a`, not in `b`
+        std::thread::spawn(move || drop(list)).join().expect("join");
+        assert_eq!((a.lists.lock().len(), b.lists.lock().len()), (1, 0));
+        let again = a.take();
+        assert_eq!(a.lists.lock().len(), 0, "reused");
+        assert!(again.is_empty());
+        assert!(
+            a.lists.lock().capacity() >= PIECE_LISTS,
+            "reserved once at start"
+        );
+    }
+}

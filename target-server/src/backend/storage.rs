@@ -159,10 +159,27 @@ pub(crate) fn fill_and_serve(
     node: usize,
 ) -> CommandResult<Payload> {
     let (lun, lba) = (&*at.lun, at.lba);
-    match coherence::fill(&*lun.store, pieces) {
-        CachedRead::Blocks(refs) => served(cache, refs, node),
-        CachedRead::NotAdmitted => direct_read(lun, lba, at.offset, at.len),
-        CachedRead::ReadAround => read_around(cache, lun, lba, at.offset, at.len),
+    let read = coherence::fill(&*lun.store, pieces);
+    cached_read_result(cache, lun, lba, at.offset, at.len, read, |refs| {
+        served(cache, refs, node)
+    })
+}
+
+/// The result of a cached read: `blocks` sends the pinned blocks; otherwise the backing
+/// store is read directly (nothing cached) or around the cache, or the failure reported.
+fn cached_read_result(
+    cache: &BlockCache,
+    lun: &Lun,
+    lba: u64,
+    offset: u64,
+    len: u64,
+    read: CachedRead,
+    blocks: impl FnOnce(BlockList) -> CommandResult<Payload>,
+) -> CommandResult<Payload> {
+    match read {
+        CachedRead::Blocks(refs) => blocks(refs),
+        CachedRead::NotAdmitted => direct_read(lun, lba, offset, len),
+        CachedRead::ReadAround => read_around(cache, lun, lba, offset, len),
         CachedRead::Failed(e) => io_failure(lun, &e, false, lba),
     }
 }
@@ -230,23 +247,19 @@ pub(crate) fn gather_read(
     len: u64,
     node: usize,
 ) -> CommandResult<Payload> {
-    match coherence::read(cache, lun.cache_id, &*lun.store, node, offset, len) {
-        CachedRead::Blocks(refs) => {
-            let mut buf = AlignedBuf::new(len as usize);
-            let out = buf.as_mut_slice();
-            let mut at = 0usize;
-            for r in refs.iter() {
-                let b = r.bytes();
-                out[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
-                cache.record_served(r.node(), node, b.len() as u64);
-            }
-            with_data(Payload::Block(buf))
+    let read = coherence::read(cache, lun.cache_id, &*lun.store, node, offset, len);
+    cached_read_result(cache, lun, lba, offset, len, read, |refs| {
+        let mut buf = AlignedBuf::new(len as usize);
+        let out = buf.as_mut_slice();
+        let mut at = 0usize;
+        for r in refs.iter() {
+            let b = r.bytes();
+            out[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+            cache.record_served(r.node(), node, b.len() as u64);
         }
-        CachedRead::NotAdmitted => direct_read(lun, lba, offset, len),
-        CachedRead::ReadAround => read_around(cache, lun, lba, offset, len),
-        CachedRead::Failed(e) => io_failure(lun, &e, false, lba),
-    }
+        with_data(Payload::Block(buf))
+    })
 }
 
 /// Read a cached LUN's range from the backing store itself: dirty cached data of the range
