@@ -4,8 +4,9 @@
 //! after; dirty blocks written back before anything reads or writes the medium around the
 //! cache. Functions take the cache, the LUN's cache id and its [`Medium`], and return typed
 //! outcomes; the caller (the daemon's backend) maps them to commands and runs them on the
-//! right thread: [`lookup`] and [`write_back`] with [`NoWait`] never block (event threads),
-//! the rest do I/O and wait ([`Backoff`]) on I/O workers only.
+//! right thread: [`lookup`] and [`write_back`] with [`NoWait`] do no I/O and never wait
+//! (beyond a partition or pool lock: fit for event threads); the rest do I/O and wait
+//! ([`Backoff`]) on I/O workers only.
 
 mod lists;
 mod medium;

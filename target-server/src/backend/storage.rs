@@ -394,6 +394,20 @@ pub(crate) fn write_through(
     payload: &[u8],
     durable: bool,
 ) -> CommandResult<Payload> {
+    match write_through_io(cache, lun, offset, payload, durable) {
+        Ok(()) => good(),
+        Err(e) => io_failure(lun, &e, true, lba),
+    }
+}
+
+/// [`write_through`] for callers that report failures themselves (WRITE SAME's chunks).
+pub(crate) fn write_through_io(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    offset: u64,
+    payload: &[u8],
+    durable: bool,
+) -> std::io::Result<()> {
     let done = coherence::write_through(
         cache.map(|c| &**c),
         lun.cache_id,
@@ -406,10 +420,7 @@ pub(crate) fn write_through(
     if let Err(e) = done.cached {
         cache_dropped(lun, &e);
     }
-    match done.written {
-        Ok(()) => good(),
-        Err(e) => io_failure(lun, &e, true, lba),
-    }
+    done.written
 }
 
 fn cache_dropped(lun: &Lun, e: &coherence::Invalidated) {
