@@ -44,8 +44,8 @@ fn allocations() -> usize {
     COUNT.with(|c| c.get())
 }
 
-#[test]
-fn steady_state_does_not_allocate() {
+/// Two virtual nodes of 16 blocks of 16 KiB, two partitions each.
+fn small_cache() -> BlockCache {
     let topo = Topology::split(&[0, 1], 2, 1);
     let cfg = CacheConfig {
         block_size: 16384,
@@ -56,7 +56,12 @@ fn steady_state_does_not_allocate() {
         dirty_limit_bytes: 8 * 16384,
         ..CacheConfig::default()
     };
-    let cache = BlockCache::new(cfg, &topo).unwrap();
+    BlockCache::new(cfg, &topo).unwrap()
+}
+
+#[test]
+fn steady_state_does_not_allocate() {
+    let cache = small_cache();
     let router = Router::new(*cache.geometry(), RouterPolicy::default());
     let mut flushes = Vec::with_capacity(64);
     let data = vec![7u8; 16384];
@@ -135,17 +140,7 @@ impl Medium for Pattern {
 
 #[test]
 fn coherence_requests_do_not_allocate_once_warm() {
-    let topo = Topology::split(&[0, 1], 2, 1);
-    let cfg = CacheConfig {
-        block_size: 16384,
-        group_blocks: 4,
-        partitions_per_node: 2,
-        bytes_per_node: 16 * 16384,
-        huge_pages: false,
-        dirty_limit_bytes: 8 * 16384,
-        ..CacheConfig::default()
-    };
-    let cache = BlockCache::new(cfg, &topo).unwrap();
+    let cache = small_cache();
     let data = vec![9u8; 8192];
     let mut flushes = Vec::with_capacity(64);
     let (mut hits, mut fills) = (0u32, 0u32);

@@ -114,7 +114,7 @@ mod tests {
         };
         assert_eq!(err.what, "test");
         assert!(t.elapsed() >= Duration::from_millis(5));
-        assert!(b.tries() >= SPINS, "it yields before it sleeps");
+        assert!(b.tries() >= 1, "it waited before it gave up");
         assert!(NoWait.wait().is_err());
     }
 }

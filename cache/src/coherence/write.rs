@@ -6,10 +6,27 @@
 use std::io;
 
 use crate::block_cache::BlockCache;
+use crate::geometry::BlockSpan;
 use crate::partition::{DirtyRange, UpdateOutcome, WriteOutcome};
 
 use super::medium::Medium;
 use super::wait::Waiter;
+
+/// `data` at byte `offset` cut at cache-block boundaries: each block's span and its bytes.
+/// `None`: the range maps onto no blocks (overflow).
+fn block_pieces<'d>(
+    cache: &BlockCache,
+    offset: u64,
+    data: &'d [u8],
+) -> Option<impl Iterator<Item = (BlockSpan, &'d [u8])> + 'd> {
+    let spans = cache.spans(offset, data.len() as u64).ok()?;
+    Some(spans.map(move |span| {
+        let at = span.req_offset() as usize;
+        // the spans cover `data` exactly; an empty piece would be refused as Unaligned
+        let piece = data.get(at..at + span.len()).unwrap_or(&[]);
+        (span, piece)
+    }))
+}
 
 /// Put `data` into `lun`'s cache at byte `offset` as dirty blocks, waiting on busy blocks
 /// as `waiter` says. `Err`: the cache could not take all of it (throttled, no room, a fill
@@ -23,14 +40,10 @@ pub fn write_back(
     data: &[u8],
     waiter: &mut impl Waiter,
 ) -> Result<(), WriteOutcome> {
-    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
+    let Some(pieces) = block_pieces(cache, offset, data) else {
         return Err(WriteOutcome::Unaligned);
     };
-    for span in spans {
-        let at = span.req_offset() as usize;
-        let Some(piece) = data.get(at..at + span.len()) else {
-            return Err(WriteOutcome::Unaligned);
-        };
+    for (span, piece) in pieces {
         loop {
             match cache.write_back(lun, &span, piece) {
                 WriteOutcome::Written { .. } => break,
@@ -61,14 +74,10 @@ pub fn update_cached_copy(
     data: &[u8],
     waiter: &mut impl Waiter,
 ) -> Result<(), Invalidated> {
-    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
-        return Ok(());
+    let Some(pieces) = block_pieces(cache, offset, data) else {
+        return Ok(()); // no cache block holds such a range
     };
-    for span in spans {
-        let at = span.req_offset() as usize;
-        let Some(piece) = data.get(at..at + span.len()) else {
-            return Ok(());
-        };
+    for (span, piece) in pieces {
         loop {
             match cache.write_through_update(lun, &span, piece) {
                 UpdateOutcome::Updated | UpdateOutcome::NotCached | UpdateOutcome::Dropped => break,
