@@ -68,6 +68,10 @@ pub struct BackingStore {
     readonly: bool,
 }
 
+/// Memory alignment below which an O_DIRECT write is bounced at once (the smallest logical
+/// sector); above it, only when the file system refuses the buffer.
+pub const MIN_DIRECT_MEM_ALIGN: usize = 512;
+
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKSSZGET: libc::c_ulong = 0x1268;
 
@@ -300,13 +304,41 @@ impl BackingStore {
         Ok(())
     }
 
-    /// Write all of `data` at `offset`. `durable` makes this one write reach stable storage
-    /// before returning (RWF_DSYNC: FUA or write cache disabled).
+    /// Write all of `data` at `offset`, from a buffer of any alignment. `durable` makes this
+    /// one write reach stable storage before returning (RWF_DSYNC: FUA or write cache
+    /// disabled).
+    ///
+    /// The one O_DIRECT alignment path for every caller: a buffer not aligned to a sector
+    /// ([`MIN_DIRECT_MEM_ALIGN`]) is copied into an [`AlignedBuf`] first; a sector-aligned
+    /// one (cache block runs) is written as it is, and copied only when the file system
+    /// answers EINVAL because it wants coarser memory alignment. Buffered stores write
+    /// `data` as it is.
     pub fn write_at(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         if self.readonly {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
         self.check_range(offset, data.len())?;
+        if !self.direct {
+            return self.pwrite_all(data, offset, durable);
+        }
+        let addr = data.as_ptr() as usize;
+        if addr % MIN_DIRECT_MEM_ALIGN != 0 {
+            return self.pwrite_all(AlignedBuf::from_slice(data).as_slice(), offset, durable);
+        }
+        match self.pwrite_all(data, offset, durable) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINVAL)
+                    && addr % crate::aligned::DIRECT_ALIGN != 0 =>
+            {
+                // the file system wants coarser memory alignment than a sector: bounce
+                self.pwrite_all(AlignedBuf::from_slice(data).as_slice(), offset, durable)
+            }
+            other => other,
+        }
+    }
+
+    /// pwritev2 until all of `data` is written (the buffer as it is).
+    fn pwrite_all(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         let flags = if durable { libc::RWF_DSYNC } else { 0 };
         let mut done = 0usize;
         while done < data.len() {
@@ -577,6 +609,25 @@ mod tests {
         assert!(s.resize(Some(1 << 20)).is_err(), "shrinking is refused");
         assert!(s.resize(Some((3 << 20) + 1)).is_err(), "not whole blocks");
         assert_eq!(s.resize(None).expect("re-measure"), 2 << 20);
+    }
+
+    #[test]
+    fn writes_from_unaligned_buffers() {
+        let (_d, s) = store(1 << 20, 512);
+        // a Vec slice at an odd address: bounced when the store is O_DIRECT
+        let v: Vec<u8> = (0..4097u32).map(|i| (i % 253) as u8).collect();
+        s.write_at(&v[1..], 8192, false).expect("unaligned write");
+        let mut back = AlignedBuf::new(4096);
+        s.read_at(back.as_mut_slice(), 8192).expect("read");
+        assert_eq!(back.as_slice(), &v[1..]);
+        // sector-aligned but not page-aligned memory
+        let mut a = AlignedBuf::new(8192);
+        a.as_mut_slice()[512..1536].fill(0x5A);
+        s.write_at(&a.as_slice()[512..1536], 4096, true)
+            .expect("sector-aligned write");
+        let mut back = AlignedBuf::new(1024);
+        s.read_at(back.as_mut_slice(), 4096).expect("read");
+        assert!(back.as_slice().iter().all(|&b| b == 0x5A));
     }
 
     #[test]

@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::arena::{ArenaError, ArenaOptions, BindPolicy, NodeArena};
+use crate::coherence::{PieceList, PiecePool};
 use crate::counters::{CounterSnapshot, NodeCounters};
 use crate::geometry::{BlockSpan, Geometry, GeometryError, RangeError, Spans};
 use crate::partition::{
@@ -179,6 +180,8 @@ pub struct BlockCache {
     /// The write-back clock (ms), advanced by the flushers; see `set_clock_ms`.
     clock: Arc<AtomicU64>,
     virtual_nodes: bool,
+    /// Spare piece lists of reads with misses, one pool per node.
+    piece_pools: Vec<Arc<PiecePool>>,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -248,6 +251,9 @@ impl BlockCache {
             counters,
             clock,
             virtual_nodes: topology.is_virtual(),
+            piece_pools: (0..topology.node_count())
+                .map(|_| PiecePool::new())
+                .collect(),
         })
     }
 
@@ -270,6 +276,13 @@ impl BlockCache {
     /// Home node of a block.
     pub fn home_node(&self, lun: u32, block_no: u64) -> usize {
         self.geometry.home_node(lun, block_no)
+    }
+
+    /// An empty piece list from `node`'s pool (out of range: the last node's); it goes
+    /// back there when dropped.
+    pub fn piece_list(&self, node: usize) -> PieceList {
+        let last = self.piece_pools.len().saturating_sub(1);
+        self.piece_pools[node.min(last)].take()
     }
 
     /// Split a request's byte range into per-block pieces.

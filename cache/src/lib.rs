@@ -1,6 +1,7 @@
 //! The `cache` crate: NUMA topology, aligned node-local buffers, O_DIRECT backing stores,
-//! per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block cache
-//! and the affinity router (seed 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
+//! per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block
+//! cache, its coherence with the backing stores (`coherence`) and the affinity router (seed
+//! 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
 
 pub mod admission;
 pub mod aligned;
@@ -8,6 +9,7 @@ pub mod arena;
 pub mod backing;
 mod bits;
 pub mod block_cache;
+pub mod coherence;
 pub mod counters;
 pub mod geometry;
 pub mod io_pool;
@@ -19,6 +21,7 @@ pub use aligned::AlignedBuf;
 pub use arena::{ArenaError, ArenaOptions, BindPolicy, Binding, NodeArena, PageKind, placement};
 pub use backing::{BackingError, BackingStore, OpenOptions as BackingOptions};
 pub use block_cache::{BlockCache, CacheConfig, CacheError, DirtyScan};
+pub use coherence::{BlockList, Medium};
 pub use counters::{CounterSnapshot, NodeCounters};
 pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};
 pub use io_pool::{IoJob, IoPool, IoRequest};

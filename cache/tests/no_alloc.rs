@@ -1,10 +1,13 @@
 //! Steady-state cache operations allocate nothing: hits, misses with eviction, fills,
 //! write-back writes (including copy-on-write), flush collection into a reused vector and
-//! routing are run under a counting global allocator, which must count zero.
+//! routing are run under a counting global allocator, which must count zero. So must the
+//! coherence calls of a request (lookup into pooled lists, fill, write-back that may not
+//! wait, write_dirty) once their pools are warm.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use cache::coherence::{self, CachedRead, Looked, Medium, NoWait};
 use cache::{
     BlockCache, BlockSpan, CacheConfig, Lookup, ReadAhead, RouteRequest, Router, RouterPolicy,
     Topology,
@@ -41,8 +44,8 @@ fn allocations() -> usize {
     COUNT.with(|c| c.get())
 }
 
-#[test]
-fn steady_state_does_not_allocate() {
+/// Two virtual nodes of 16 blocks of 16 KiB, two partitions each.
+fn small_cache() -> BlockCache {
     let topo = Topology::split(&[0, 1], 2, 1);
     let cfg = CacheConfig {
         block_size: 16384,
@@ -53,7 +56,12 @@ fn steady_state_does_not_allocate() {
         dirty_limit_bytes: 8 * 16384,
         ..CacheConfig::default()
     };
-    let cache = BlockCache::new(cfg, &topo).unwrap();
+    BlockCache::new(cfg, &topo).unwrap()
+}
+
+#[test]
+fn steady_state_does_not_allocate() {
+    let cache = small_cache();
     let router = Router::new(*cache.geometry(), RouterPolicy::default());
     let mut flushes = Vec::with_capacity(64);
     let data = vec![7u8; 16384];
@@ -107,5 +115,70 @@ fn steady_state_does_not_allocate() {
     assert_eq!(after - before, 0, "the steady state allocated");
     let c = cache.counters(0).unwrap();
     assert!(c.hits > 0 && c.misses > 0 && c.evictions > 0, "{c:?}");
+    cache.check_invariants().unwrap();
+}
+
+/// A medium that reads a pattern and drops writes (no allocation of its own).
+struct Pattern;
+
+impl Medium for Pattern {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        buf.fill(offset as u8);
+        Ok(())
+    }
+    fn write_at(&self, data: &[u8], _offset: u64, _durable: bool) -> std::io::Result<()> {
+        std::hint::black_box(data);
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        1 << 30
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn coherence_requests_do_not_allocate_once_warm() {
+    let cache = small_cache();
+    let data = vec![9u8; 8192];
+    let mut flushes = Vec::with_capacity(64);
+    let (mut hits, mut fills) = (0u32, 0u32);
+    let mut round = |cache: &BlockCache| {
+        for i in 0..200u64 {
+            let (offset, len) = ((i * 7919 % 97) * 4096, 4096 * (1 + i % 20));
+            let node = (i % 2) as usize;
+            match coherence::lookup(cache, 0, node, offset, len) {
+                Looked::AllHits(refs) => {
+                    hits += 1;
+                    std::hint::black_box(refs.len());
+                }
+                Looked::Pieces(p) => {
+                    if let CachedRead::Blocks(refs) = coherence::fill(&Pattern, p) {
+                        fills += 1;
+                        std::hint::black_box(refs.len());
+                    }
+                }
+                Looked::NotAdmitted | Looked::ReadAround => {}
+            }
+            let w = (i * 31 % 97) * 4096;
+            let _ = coherence::write_back(cache, 0, w, &data, &mut NoWait);
+            if i % 8 == 0 {
+                for n in 0..2 {
+                    cache.collect_dirty(n, 32, &mut flushes);
+                    for r in flushes.drain(..) {
+                        coherence::write_dirty(&Pattern, &r).unwrap();
+                        let _ = r.mark_clean();
+                    }
+                }
+            }
+        }
+    };
+    round(&cache); // warm up: thread-local block lists, per-node piece lists
+    let before = allocations();
+    round(&cache);
+    let after = allocations();
+    assert_eq!(after - before, 0, "the coherence steady state allocated");
+    assert!(hits > 0 && fills > 0, "hits {hits}, fills {fills}");
     cache.check_invariants().unwrap();
 }

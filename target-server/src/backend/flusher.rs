@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cache::coherence::write_dirty;
 use cache::{BlockCache, Node};
 
-use crate::backend::storage::write_dirty;
 use crate::registry::{Lun, Registry};
 
 /// Blocks taken per pass.
@@ -103,7 +103,7 @@ fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, 
                 orphans += 1;
                 continue;
             };
-            match write_dirty(lun, &r) {
+            match write_dirty(&*lun.store, &r) {
                 Ok(()) => {
                     let _ = r.mark_clean();
                 }

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
+use cache::coherence::PieceList;
 use cache::{BlockCache, IoRequest};
 
 use super::reply::Replier;
-use super::storage::{self, PieceList};
+use super::storage;
 use crate::registry::Lun;
 
 /// Where a request's bytes are: LUN, first LBA (for sense data), byte offset and length.

@@ -2,11 +2,11 @@
 //! (INQUIRY, MODE SENSE…), an O_DIRECT buffer filled by a backing-store read, or pinned cache
 //! blocks (sent as they are: the connection writes straight from block memory). The
 //! connection holds a payload once for all of its Data-In PDUs and drops it when the last
-//! one is written; cache blocks stay pinned until then. The list of block references comes
-//! from a per-thread pool, so a cache hit allocates nothing.
+//! one is written; cache blocks stay pinned until then. The list of block references
+//! ([`BlockList`], the cache's) comes from a per-thread pool, so a cache hit allocates
+//! nothing.
 
-use std::cell::RefCell;
-
+pub use cache::BlockList;
 use cache::{AlignedBuf, BlockRef};
 
 #[derive(Debug)]
@@ -34,75 +34,6 @@ impl Payload {
                     .collect(),
             ),
         }
-    }
-}
-
-/// Lists kept per thread, and the largest list kept (in references).
-const POOL_LISTS: usize = 256;
-const POOL_LIST_MAX: usize = 256;
-
-thread_local! {
-    static POOL: RefCell<Vec<Vec<BlockRef>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Pinned block references in request order. Dropping the list unpins every block and
-/// gives the list's memory back to the dropping thread's pool.
-#[derive(Debug, Default)]
-pub struct BlockList {
-    refs: Vec<BlockRef>,
-}
-
-impl BlockList {
-    /// An empty list, from this thread's pool when it has one.
-    pub fn new() -> Self {
-        let refs = POOL
-            .try_with(|p| p.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| Vec::with_capacity(16));
-        BlockList { refs }
-    }
-
-    pub fn push(&mut self, r: BlockRef) {
-        self.refs.push(r);
-    }
-
-    /// Takes every reference out (still pinned), leaving the list empty.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, BlockRef> {
-        self.refs.drain(..)
-    }
-
-    pub fn iter(&self) -> std::slice::Iter<'_, BlockRef> {
-        self.refs.iter()
-    }
-
-    pub fn len(&self) -> usize {
-        self.refs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.refs.is_empty()
-    }
-}
-
-impl Drop for BlockList {
-    fn drop(&mut self) {
-        let mut refs = std::mem::take(&mut self.refs);
-        refs.clear(); // unpins every block now
-        if refs.capacity() == 0 || refs.capacity() > POOL_LIST_MAX {
-            return;
-        }
-        let _ = POOL.try_with(|p| {
-            if let Ok(mut p) = p.try_borrow_mut()
-                && p.len() < POOL_LISTS
-            {
-                // full size at once: lists made on I/O workers end here, so the pool of an
-                // event thread grows to its bound; it must not reallocate on the way
-                let room = POOL_LISTS - p.len();
-                p.reserve_exact(room);
-                p.push(refs);
-            }
-        });
     }
 }
 

@@ -7,13 +7,15 @@
 //! shutdown writes them back; otherwise they go through to the backing store and then bring
 //! any cached copy up to date. A block is cached at most once, so every reader agrees with
 //! every writer. Every blocking call runs on an I/O pool worker.
+//!
+//! The coherence steps themselves (lookup, fill, read-ahead, write-back, write-through,
+//! flushes) are the `cache` crate's ([`cache::coherence`]); this module picks the thread
+//! each runs on and maps its outcome to the command's result (status, sense data).
 
 use std::sync::Arc;
 
-use cache::{
-    AlignedBuf, BlockCache, BlockRef, BlockSpan, DirtyRange, Fill, Lookup, ReadAhead, RouteRequest,
-    UpdateOutcome, WriteOutcome,
-};
+use cache::coherence::{self, Backoff, CachedRead, Looked, NoWait, PieceList};
+use cache::{AlignedBuf, BlockCache, RouteRequest};
 use iscsi_proto::CommandResult;
 
 use super::StorageCtx;
@@ -118,16 +120,16 @@ pub fn read(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: 
         );
         return Answer::Later(later);
     }
-    let pieces = match lookup_all(cache, lun, offset, len) {
-        Some(Looked::AllHits(refs)) => return Answer::Now(served(cache, refs, ctx.node)),
-        Some(Looked::Pieces(pieces)) => pieces,
-        Some(Looked::NotAdmitted) => {
+    let pieces = match coherence::lookup(cache, lun.cache_id, ctx.node, offset, len) {
+        Looked::AllHits(refs) => return Answer::Now(served(cache, refs, ctx.node)),
+        Looked::Pieces(pieces) => pieces,
+        Looked::NotAdmitted => {
             // as an uncached read costs: nothing of the range is in the cache
             let (reply, later) = reply.defer();
             ctx.submit(Job::DirectRead { at: at(), reply });
             return Answer::Later(later);
         }
-        None => {
+        Looked::ReadAround => {
             // some block is busy or has no room: read around the cache (after its dirty data)
             let (reply, later) = reply.defer();
             ctx.submit(Job::ReadAround {
@@ -157,10 +159,28 @@ pub(crate) fn fill_and_serve(
     node: usize,
 ) -> CommandResult<Payload> {
     let (lun, lba) = (&*at.lun, at.lba);
-    match fill_pieces(lun, pieces) {
-        Ok(refs) => served(cache, refs, node),
-        Err(FillFailure::Bypass) => read_around(cache, lun, lba, at.offset, at.len),
-        Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
+    let read = coherence::fill(&*lun.store, pieces);
+    cached_read_result(cache, lun, lba, at.offset, at.len, read, |refs| {
+        served(cache, refs, node)
+    })
+}
+
+/// The result of a cached read: `blocks` sends the pinned blocks; otherwise the backing
+/// store is read directly (nothing cached) or around the cache, or the failure reported.
+fn cached_read_result(
+    cache: &BlockCache,
+    lun: &Lun,
+    lba: u64,
+    offset: u64,
+    len: u64,
+    read: CachedRead,
+    blocks: impl FnOnce(BlockList) -> CommandResult<Payload>,
+) -> CommandResult<Payload> {
+    match read {
+        CachedRead::Blocks(refs) => blocks(refs),
+        CachedRead::NotAdmitted => direct_read(lun, lba, offset, len),
+        CachedRead::ReadAround => read_around(cache, lun, lba, offset, len),
+        CachedRead::Failed(e) => io_failure(lun, &e, false, lba),
     }
 }
 
@@ -205,32 +225,7 @@ fn maybe_read_ahead(
 
 /// On an I/O worker: load cache blocks `first..last` (skipping cached and busy ones).
 pub(crate) fn read_ahead(cache: &BlockCache, lun: &Lun, first: u64, last: u64) {
-    let bs = cache.geometry().block_size() as u64;
-    let size = lun.store.size();
-    {
-        for b in first..last {
-            let start = b * bs;
-            let Some(span) = BlockSpan::new(bs as usize, b, 0, (size - start).min(bs) as usize)
-            else {
-                return;
-            };
-            match cache.lookup(lun.cache_id, &span, ReadAhead::WholeBlock) {
-                Lookup::Hit(_) => {}
-                Lookup::Miss(mut f) => {
-                    let ok = f
-                        .runs_mut()
-                        .all(|run| lun.store.read_at(run.buf, run.disk_offset).is_ok());
-                    if ok {
-                        let _ = f.complete();
-                    } else {
-                        f.abort();
-                        return;
-                    }
-                }
-                Lookup::Busy | Lookup::NoSpace | Lookup::Bypass => return,
-            }
-        }
-    }
+    coherence::read_ahead(cache, lun.cache_id, &*lun.store, first, last);
 }
 
 /// Zero-copy Data-In from pinned blocks; counts local and remote bytes for the node that
@@ -240,136 +235,6 @@ fn served(cache: &BlockCache, refs: BlockList, node: usize) -> CommandResult<Pay
         cache.record_served(r.node(), node, r.len() as u64);
     }
     with_data(Payload::Blocks(refs))
-}
-
-#[allow(
-    clippy::large_enum_variant,
-    reason = "a Fill carries its sector mask inline; boxing would allocate per miss"
-)]
-pub(crate) enum Piece {
-    Hit(BlockRef),
-    Miss(Fill),
-}
-
-/// Pieces lists kept for reuse (they travel from event threads to I/O workers, so the pool
-/// is shared), and the longest list kept.
-const PIECE_LISTS: usize = 1024;
-const PIECE_LIST_MAX: usize = 256;
-static PIECE_POOL: std::sync::Mutex<Vec<Vec<Piece>>> = std::sync::Mutex::new(Vec::new());
-
-/// The pieces of a request with misses, in request order; the list's memory is reused.
-pub struct PieceList {
-    pieces: Vec<Piece>,
-}
-
-impl PieceList {
-    fn new() -> Self {
-        let pooled = PIECE_POOL.lock().ok().and_then(|mut p| p.pop());
-        PieceList {
-            pieces: pooled.unwrap_or_else(|| Vec::with_capacity(16)),
-        }
-    }
-}
-
-impl Drop for PieceList {
-    fn drop(&mut self) {
-        let mut v = std::mem::take(&mut self.pieces);
-        v.clear(); // unpins hits, releases reservations
-        if v.capacity() == 0 || v.capacity() > PIECE_LIST_MAX {
-            return;
-        }
-        if let Ok(mut p) = PIECE_POOL.lock()
-            && p.len() < PIECE_LISTS
-        {
-            let room = PIECE_LISTS - p.len();
-            p.reserve_exact(room); // once: the pool never reallocates after
-            p.push(v);
-        }
-    }
-}
-
-enum FillFailure {
-    /// The cache could not take the request (a racing write, an odd alignment): read around it.
-    Bypass,
-    Io(std::io::Error),
-}
-
-/// What looking a request's blocks up found.
-enum Looked {
-    /// Every block cached: pinned references, in a pooled list (no allocation).
-    AllHits(BlockList),
-    /// Some blocks must be read first.
-    Pieces(PieceList),
-    /// No block of the request is cached and none was admitted into its full partition:
-    /// read it from the backing store, bypassing the cache (the disk holds the newest data).
-    NotAdmitted,
-}
-
-/// Look every block of the request up, pinning hits and reserving misses. `None`: some block
-/// is busy or has no room, so the request reads around the cache (dropping the pieces unpins
-/// the hits and releases the reservations).
-fn lookup_all(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> Option<Looked> {
-    let spans = cache.spans(offset, len).ok()?;
-    let mut hits = BlockList::new();
-    let mut pieces: Option<PieceList> = None;
-    // every block so far was not admitted (nothing of them is cached)
-    let mut bypassed = false;
-    for span in spans {
-        let l = cache.lookup(lun.cache_id, &span, ReadAhead::None);
-        if bypassed && !matches!(l, Lookup::Bypass) {
-            // partly cached, partly not: read around the cache, after its dirty data
-            return None;
-        }
-        match (l, &mut pieces) {
-            (Lookup::Hit(r), None) => hits.push(r),
-            (Lookup::Hit(r), Some(p)) => p.pieces.push(Piece::Hit(r)),
-            (Lookup::Miss(f), Some(p)) => p.pieces.push(Piece::Miss(f)),
-            (Lookup::Miss(f), None) => {
-                // the first miss: from here on the request needs an I/O worker
-                let mut p = PieceList::new();
-                p.pieces.extend(hits.drain().map(Piece::Hit));
-                p.pieces.push(Piece::Miss(f));
-                pieces = Some(p);
-            }
-            (Lookup::Bypass, None) if hits.is_empty() => bypassed = true,
-            (Lookup::Busy | Lookup::NoSpace | Lookup::Bypass, _) => return None,
-        }
-    }
-    if bypassed {
-        return Some(Looked::NotAdmitted);
-    }
-    Some(match pieces {
-        Some(p) => Looked::Pieces(p),
-        None => Looked::AllHits(hits),
-    })
-}
-
-/// On an I/O worker: read the missing sectors of every reserved block (O_DIRECT, straight
-/// into the block's home-node memory) and turn the reservations into pinned references.
-fn fill_pieces(lun: &Lun, mut pieces: PieceList) -> Result<BlockList, FillFailure> {
-    let mut out = BlockList::new();
-    for p in pieces.pieces.drain(..) {
-        match p {
-            Piece::Hit(r) => out.push(r),
-            Piece::Miss(mut f) => {
-                for run in f.runs_mut() {
-                    if let Err(e) = lun.store.read_at(run.buf, run.disk_offset) {
-                        // dropping `f` (and the rest) releases every reservation
-                        return Err(if e.raw_os_error() == Some(libc::EINVAL) {
-                            FillFailure::Bypass
-                        } else {
-                            FillFailure::Io(e)
-                        });
-                    }
-                }
-                match f.complete() {
-                    Ok(r) => out.push(r),
-                    Err(_raced) => return Err(FillFailure::Bypass),
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// A forwarded READ, on a worker of `node`: look up and fill there, then copy the blocks into
@@ -382,28 +247,19 @@ pub(crate) fn gather_read(
     len: u64,
     node: usize,
 ) -> CommandResult<Payload> {
-    let pieces = match lookup_all(cache, lun, offset, len) {
-        Some(Looked::AllHits(refs)) => Ok(refs),
-        Some(Looked::Pieces(pieces)) => fill_pieces(lun, pieces),
-        Some(Looked::NotAdmitted) => return direct_read(lun, lba, offset, len),
-        None => return read_around(cache, lun, lba, offset, len),
-    };
-    match pieces {
-        Ok(refs) => {
-            let mut buf = AlignedBuf::new(len as usize);
-            let out = buf.as_mut_slice();
-            let mut at = 0usize;
-            for r in refs.iter() {
-                let b = r.bytes();
-                out[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
-                cache.record_served(r.node(), node, b.len() as u64);
-            }
-            with_data(Payload::Block(buf))
+    let read = coherence::read(cache, lun.cache_id, &*lun.store, node, offset, len);
+    cached_read_result(cache, lun, lba, offset, len, read, |refs| {
+        let mut buf = AlignedBuf::new(len as usize);
+        let out = buf.as_mut_slice();
+        let mut at = 0usize;
+        for r in refs.iter() {
+            let b = r.bytes();
+            out[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+            cache.record_served(r.node(), node, b.len() as u64);
         }
-        Err(FillFailure::Bypass) => read_around(cache, lun, lba, offset, len),
-        Err(FillFailure::Io(e)) => io_failure(lun, &e, false, lba),
-    }
+        with_data(Payload::Block(buf))
+    })
 }
 
 /// Read a cached LUN's range from the backing store itself: dirty cached data of the range
@@ -458,11 +314,19 @@ pub fn write(
     if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
         // partition lock costs less than the hand-off to an I/O worker and back (unless a
-        // COMPARE AND WRITE holds the range: then a worker waits for it)
+        // COMPARE AND WRITE holds the range, or a block is busy: then a worker takes it;
+        // an event thread never waits)
         if !durable
             && len <= INLINE_WRITE_BACK
             && let Some(_hold) = lun.locks.try_write(offset, len)
-            && write_back(cache, lun, offset, &data[data_offset..end])
+            && coherence::write_back(
+                cache,
+                lun.cache_id,
+                offset,
+                &data[data_offset..end],
+                &mut NoWait,
+            )
+            .is_ok()
         {
             return Answer::Now(good());
         }
@@ -502,7 +366,8 @@ pub(crate) fn write_job(
     };
     if !durable && len > INLINE_WRITE_BACK {
         let _hold = lun.locks.write(offset, len);
-        if write_back(cache, lun, offset, payload) {
+        let mut wait = Backoff::write_back();
+        if coherence::write_back(cache, lun.cache_id, offset, payload, &mut wait).is_ok() {
             return good();
         }
         // blocks the cache did take stay dirty: the flush below writes them first
@@ -516,33 +381,8 @@ pub(crate) fn write_job(
     }
 }
 
-/// Put the data in the cache as dirty blocks. `false`: the cache could not take all of it
-/// (throttled, no room, a fill in the way); the caller writes it through instead (blocks
-/// already taken are flushed first, so nothing is lost or reordered).
-fn write_back(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) -> bool {
-    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
-        return false;
-    };
-    for span in spans {
-        let at = span.req_offset() as usize;
-        let Some(piece) = data.get(at..at + span.len()) else {
-            return false;
-        };
-        let mut tries = 0;
-        loop {
-            match cache.write_back(lun.cache_id, &span, piece) {
-                WriteOutcome::Written { .. } => break,
-                WriteOutcome::Busy if tries < 64 => {
-                    tries += 1;
-                    std::thread::yield_now();
-                }
-                _ => return false,
-            }
-        }
-    }
-    true
-}
-
+/// Write `payload` through to the backing store (the caller flushed the range's dirty
+/// blocks first), then bring the cached copy up to date.
 pub(crate) fn write_through(
     cache: Option<&Arc<BlockCache>>,
     lun: &Lun,
@@ -551,112 +391,80 @@ pub(crate) fn write_through(
     payload: &[u8],
     durable: bool,
 ) -> CommandResult<Payload> {
-    let res = if lun.store.is_direct() {
-        // O_DIRECT needs an aligned source buffer
-        let aligned = AlignedBuf::from_slice(payload);
-        lun.store.write_at(aligned.as_slice(), offset, durable)
-    } else {
-        lun.store.write_at(payload, offset, durable)
-    };
-    // even after a failed write the disk may hold part of the data: no cached copy may keep
-    // the old bytes
-    if let Some(cache) = cache {
-        update_cached_copy(cache, lun, offset, payload);
-    }
-    match res {
+    match write_through_io(cache, lun, offset, payload, durable) {
         Ok(()) => good(),
         Err(e) => io_failure(lun, &e, true, lba),
     }
+}
+
+/// [`write_through`] for callers that report failures themselves (WRITE SAME's chunks).
+pub(crate) fn write_through_io(
+    cache: Option<&Arc<BlockCache>>,
+    lun: &Lun,
+    offset: u64,
+    payload: &[u8],
+    durable: bool,
+) -> std::io::Result<()> {
+    let done = coherence::write_through(
+        cache.map(|c| &**c),
+        lun.cache_id,
+        &*lun.store,
+        offset,
+        payload,
+        durable,
+        &mut Backoff::update_cached_copy(),
+    );
+    if let Err(e) = done.cached {
+        cache_dropped(lun, &e);
+    }
+    done.written
+}
+
+fn cache_dropped(lun: &Lun, e: &coherence::Invalidated) {
+    tracing::error!(lun = lun.number, block = e.block, last = ?e.last,
+        "cannot update the cached copy after a write; invalidated the LUN's cache");
 }
 
 /// Write every dirty cached block of the range back to the backing store (no fdatasync: the
 /// caller syncs when it promises durability). Waits for flushes of the range already running
 /// elsewhere. On error the blocks stay dirty.
 pub fn flush_range(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> std::io::Result<()> {
-    let mut ranges = Vec::new();
-    for round in 0u32.. {
-        ranges.clear();
-        let scan = cache
-            .dirty_ranges(lun.cache_id, offset, len, &mut ranges)
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-        for r in ranges.drain(..) {
-            write_dirty(lun, &r)?;
-            // false: written again meanwhile; the next round takes it again
-            let _ = r.mark_clean();
-        }
-        if scan.taken == 0 && scan.in_flight == 0 {
-            return Ok(());
-        }
-        if scan.taken == 0 {
-            if round > 100_000 {
-                return Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT));
-            }
-            // another thread is writing part of the range back: give it a moment
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
-    }
-    Ok(())
-}
-
-/// Write one dirty block's runs to the backing store.
-pub fn write_dirty(lun: &Lun, r: &DirtyRange) -> std::io::Result<()> {
-    for (off, bytes) in r.runs() {
-        match lun.store.write_at(bytes, off, false) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && lun.store.is_direct() => {
-                // the file system wants coarser memory alignment than a sector: bounce
-                let a = AlignedBuf::from_slice(bytes);
-                lun.store.write_at(a.as_slice(), off, false)?;
-            }
-            other => other?,
-        }
-    }
-    Ok(())
+    coherence::flush_range(
+        cache,
+        lun.cache_id,
+        &*lun.store,
+        offset,
+        len,
+        &mut Backoff::flush_range(),
+    )
 }
 
 /// SYNCHRONIZE CACHE: write the LUN's dirty blocks back, then make the backing store durable.
 pub fn sync(cache: Option<&Arc<BlockCache>>, lun: &Lun) -> std::io::Result<()> {
-    if let Some(cache) = cache.filter(|_| lun.cached) {
-        flush_range(cache, lun, 0, lun.store.size())?;
+    match cache.filter(|_| lun.cached) {
+        Some(cache) => coherence::flush_and_sync(
+            cache,
+            lun.cache_id,
+            &*lun.store,
+            &mut Backoff::flush_range(),
+        ),
+        None => lun.store.sync(),
     }
-    lun.store.sync()
 }
 
 /// After `data` reached the backing store at `offset`: make every cached block of the range
-/// agree with it (or drop it). A fill racing with the write never validates what it read.
+/// agree with it (or drop the LUN's cache, logged). A fill racing with the write never
+/// validates what it read.
 pub(crate) fn update_cached_copy(cache: &BlockCache, lun: &Lun, offset: u64, data: &[u8]) {
-    let Ok(spans) = cache.spans(offset, data.len() as u64) else {
-        return;
-    };
-    for span in spans {
-        let at = span.req_offset() as usize;
-        let Some(piece) = data.get(at..at + span.len()) else {
-            return;
-        };
-        let mut tries = 0u32;
-        loop {
-            match cache.write_through_update(lun.cache_id, &span, piece) {
-                UpdateOutcome::Updated | UpdateOutcome::NotCached | UpdateOutcome::Dropped => break,
-                UpdateOutcome::Busy | UpdateOutcome::NoSpace if tries < 200_000 => {
-                    // a fill or flush of this block is finishing: wait for it
-                    tries += 1;
-                    if tries % 64 == 0 {
-                        std::thread::sleep(std::time::Duration::from_micros(50));
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-                other => {
-                    tracing::error!(
-                        lun = lun.number,
-                        block = span.block_no(),
-                        ?other,
-                        "cannot update the cached copy after a write; invalidating the LUN's cache"
-                    );
-                    cache.invalidate_lun(lun.cache_id);
-                    return;
-                }
-            }
-        }
+    let updated = coherence::update_cached_copy(
+        cache,
+        lun.cache_id,
+        offset,
+        data,
+        &mut Backoff::update_cached_copy(),
+    );
+    if let Err(e) = updated {
+        cache_dropped(lun, &e);
     }
 }
 

@@ -14,7 +14,7 @@ use scsi::LbaExtent;
 use super::StorageCtx;
 use super::payload::Payload;
 use super::reply::{Answer, ReplyTo, completed};
-use super::storage::{flush_range, io_failure, update_cached_copy};
+use super::storage::{flush_range, io_failure, update_cached_copy, write_through_io};
 use crate::registry::Lun;
 
 /// Bytes written per call while repeating a WRITE SAME block, and zeros per cache update.
@@ -210,11 +210,8 @@ pub fn write_same(
     while at < len {
         let n = (len - at).min(chunk_len as u64) as usize;
         let data = &pattern.as_slice()[..n];
-        let res = lun.store.write_at(data, offset + at, op.durable);
-        if let Some(c) = cache {
-            update_cached_copy(c, lun, offset + at, data);
-        }
-        if let Err(e) = res {
+        // the cached copies follow even a failed write (part of it may be on the medium)
+        if let Err(e) = write_through_io(cache, lun, offset + at, data, op.durable) {
             return io_failure(lun, &e, true, op.lba + at / bs);
         }
         at += n as u64;

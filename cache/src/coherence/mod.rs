@@ -1,0 +1,117 @@
+//! Cache coherence: every step that moves a LUN's bytes between the block cache and its
+//! medium, in the order that keeps them in agreement — reads looked up, filled and read
+//! ahead; writes kept dirty (write-back) or written through with the cached copy updated
+//! after; dirty blocks written back before anything reads or writes the medium around the
+//! cache. Functions take the cache, the LUN's cache id and its [`Medium`], and return typed
+//! outcomes; the caller (the daemon's backend) maps them to commands and runs them on the
+//! right thread: [`lookup`] and [`write_back`] with [`NoWait`] do no I/O and never wait
+//! (beyond a partition or pool lock: fit for event threads); the rest do I/O and wait
+//! ([`Backoff`]) on I/O workers only.
+
+mod lists;
+mod medium;
+mod read;
+mod wait;
+mod write;
+
+pub(crate) use lists::PiecePool;
+pub use lists::{BlockList, Piece, PieceList};
+pub use medium::Medium;
+pub use read::{CachedRead, Looked, fill, lookup, read, read_ahead};
+pub use wait::{Backoff, GaveUp, NoWait, Waiter};
+pub use write::{
+    Invalidated, WrittenThrough, flush_and_sync, flush_range, update_cached_copy, write_back,
+    write_dirty, write_through,
+};
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::io;
+
+    use super::*;
+    use crate::partition::{Lookup, ReadAhead, WriteOutcome};
+    use crate::{BlockCache, BlockSpan, CacheConfig, Topology};
+
+    const BS: usize = 4096;
+
+    /// A 16-block disk in memory.
+    struct Mem(RefCell<Vec<u8>>);
+
+    impl Medium for Mem {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            let o = offset as usize;
+            buf.copy_from_slice(&self.0.borrow()[o..o + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, data: &[u8], offset: u64, _durable: bool) -> io::Result<()> {
+            let o = offset as usize;
+            self.0.borrow_mut()[o..o + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.0.borrow().len() as u64
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn cache() -> BlockCache {
+        let cfg = CacheConfig {
+            block_size: BS,
+            group_blocks: 1,
+            partitions_per_node: 1,
+            bytes_per_node: 8 * BS,
+            huge_pages: false,
+            dirty_limit_bytes: 8 * BS as u64,
+            ..CacheConfig::default()
+        };
+        BlockCache::new(cfg, &Topology::split(&[0, 1], 2, 1)).expect("cache")
+    }
+
+    #[test]
+    fn a_busy_block_refuses_a_write_back_that_may_not_wait() {
+        let c = cache();
+        let span = BlockSpan::new(BS, 3, 0, BS).expect("span");
+        let Lookup::Miss(fill) = c.lookup(0, &span, ReadAhead::None) else {
+            panic!("a cold block misses");
+        };
+        let data = vec![7u8; BS];
+        let busy = write_back(&c, 0, 3 * BS as u64, &data, &mut NoWait);
+        assert_eq!(busy, Err(WriteOutcome::Busy));
+        fill.abort();
+        assert_eq!(write_back(&c, 0, 3 * BS as u64, &data, &mut NoWait), Ok(()));
+        // written back and read through the production read path
+        let disk = Mem(RefCell::new(vec![0; 16 * BS]));
+        flush_and_sync(&c, 0, &disk, &mut NoWait).expect("flush");
+        assert_eq!(&disk.0.borrow()[3 * BS..4 * BS], &data[..]);
+        let CachedRead::Blocks(refs) = read(&c, 0, &disk, 0, 3 * BS as u64, BS as u64) else {
+            panic!("a dirty-then-clean block is cached");
+        };
+        assert_eq!(refs.iter().next().map(|r| r.bytes().to_vec()), Some(data));
+    }
+
+    #[test]
+    fn write_through_updates_the_cached_copy_and_fills_read_the_medium() {
+        let c = cache();
+        let disk = Mem(RefCell::new((0..16 * BS).map(|i| (i / BS) as u8).collect()));
+        let Looked::Pieces(p) = lookup(&c, 0, 1, 0, 2 * BS as u64) else {
+            panic!("cold blocks need a fill");
+        };
+        let CachedRead::Blocks(refs) = fill(&disk, p) else {
+            panic!("fill");
+        };
+        assert_eq!(refs.len(), 2);
+        drop(refs);
+        let new = vec![0xEEu8; 512];
+        let done = write_through(Some(&c), 0, &disk, 512, &new, true, &mut NoWait);
+        assert!(done.written.is_ok() && done.cached.is_ok());
+        let Looked::AllHits(refs) = lookup(&c, 0, 1, 0, BS as u64) else {
+            panic!("still cached");
+        };
+        let cached = refs.iter().next().map(|r| r.bytes().to_vec()).expect("one");
+        assert_eq!(&cached[512..1024], &new[..]);
+        assert_eq!(&cached[..], &disk.0.borrow()[..BS]);
+    }
+}

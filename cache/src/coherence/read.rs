@@ -1,0 +1,171 @@
+//! The read side: look every block of a request up (pinning hits, reserving misses), fill
+//! the misses from the medium straight into the blocks' home-node memory, and read ahead of
+//! sequential readers. What cannot go through the cache is said by the outcome (read the
+//! medium directly, or around the cache after its dirty data); the caller does that I/O.
+
+use std::io;
+
+use crate::block_cache::BlockCache;
+use crate::geometry::BlockSpan;
+use crate::partition::{Lookup, ReadAhead};
+
+use super::lists::{BlockList, Piece, PieceList};
+use super::medium::Medium;
+
+/// What looking a request's blocks up found (on the event thread: no I/O, no wait).
+#[derive(Debug)]
+pub enum Looked {
+    /// Every block cached: pinned references, in a pooled list (no allocation).
+    AllHits(BlockList),
+    /// Some blocks must be read first: [`fill`] them on an I/O worker.
+    Pieces(PieceList),
+    /// No block of the request is cached and none was admitted into its full partition:
+    /// read it from the medium, bypassing the cache (the medium holds the newest data).
+    NotAdmitted,
+    /// Some block is busy or has no room: read around the cache, after [`flush_range`]
+    /// (the pieces looked up so far were released).
+    ///
+    /// [`flush_range`]: super::flush_range
+    ReadAround,
+}
+
+/// How a cached read ended.
+#[derive(Debug)]
+pub enum CachedRead {
+    /// Every block pinned, in request order.
+    Blocks(BlockList),
+    /// Nothing of the range is cached: read the medium directly.
+    NotAdmitted,
+    /// The cache could not take the request (busy, no room, a racing write, an odd
+    /// alignment): read around it, after [`flush_range`](super::flush_range).
+    ReadAround,
+    /// Reading the medium failed (every reservation was released).
+    Failed(io::Error),
+}
+
+/// Look every block of `lun`'s `[offset, offset + len)` up, pinning hits and reserving
+/// misses; a piece list comes from `node`'s pool (the caller's node).
+pub fn lookup(cache: &BlockCache, lun: u32, node: usize, offset: u64, len: u64) -> Looked {
+    let Ok(spans) = cache.spans(offset, len) else {
+        return Looked::ReadAround;
+    };
+    let mut hits = BlockList::new();
+    let mut pieces: Option<PieceList> = None;
+    // every block so far was not admitted (nothing of them is cached)
+    let mut bypassed = false;
+    for span in spans {
+        let l = cache.lookup(lun, &span, ReadAhead::None);
+        if bypassed && !matches!(l, Lookup::Bypass) {
+            // partly cached, partly not: read around the cache, after its dirty data
+            return Looked::ReadAround;
+        }
+        match (l, &mut pieces) {
+            (Lookup::Hit(r), None) => hits.push(r),
+            (Lookup::Hit(r), Some(p)) => p.push(Piece::Hit(r)),
+            (Lookup::Miss(f), Some(p)) => p.push(Piece::Miss(f)),
+            (Lookup::Miss(f), None) => {
+                // the first miss: from here on the request needs an I/O worker
+                let mut p = cache.piece_list(node);
+                for r in hits.drain() {
+                    p.push(Piece::Hit(r));
+                }
+                p.push(Piece::Miss(f));
+                pieces = Some(p);
+            }
+            (Lookup::Bypass, None) if hits.is_empty() => bypassed = true,
+            (Lookup::Busy | Lookup::NoSpace | Lookup::Bypass, _) => return Looked::ReadAround,
+        }
+    }
+    if bypassed {
+        return Looked::NotAdmitted;
+    }
+    match pieces {
+        Some(p) => Looked::Pieces(p),
+        None => Looked::AllHits(hits),
+    }
+}
+
+/// On an I/O worker: read the missing sectors of every reserved block from `medium`
+/// (straight into the block's home-node memory) and turn the reservations into pinned
+/// references.
+pub fn fill<M: Medium + ?Sized>(medium: &M, mut pieces: PieceList) -> CachedRead {
+    let mut out = BlockList::new();
+    for p in pieces.drain() {
+        match p {
+            Piece::Hit(r) => out.push(r),
+            Piece::Miss(mut f) => {
+                for run in f.runs_mut() {
+                    if let Err(e) = medium.read_at(run.buf, run.disk_offset) {
+                        // dropping `f` (and the rest) releases every reservation
+                        return if e.raw_os_error() == Some(libc::EINVAL) {
+                            CachedRead::ReadAround
+                        } else {
+                            CachedRead::Failed(e)
+                        };
+                    }
+                }
+                match f.complete() {
+                    Ok(r) => out.push(r),
+                    Err(_raced) => return CachedRead::ReadAround,
+                }
+            }
+        }
+    }
+    CachedRead::Blocks(out)
+}
+
+/// On an I/O worker: look up and fill in one go (a forwarded read, EXTENDED COPY).
+pub fn read<M: Medium + ?Sized>(
+    cache: &BlockCache,
+    lun: u32,
+    medium: &M,
+    node: usize,
+    offset: u64,
+    len: u64,
+) -> CachedRead {
+    match lookup(cache, lun, node, offset, len) {
+        Looked::AllHits(refs) => CachedRead::Blocks(refs),
+        Looked::Pieces(pieces) => fill(medium, pieces),
+        Looked::NotAdmitted => CachedRead::NotAdmitted,
+        Looked::ReadAround => CachedRead::ReadAround,
+    }
+}
+
+/// On an I/O worker: load cache blocks `first..last` of `lun` whole, skipping cached ones;
+/// stops at the first busy block, full partition or read error.
+pub fn read_ahead<M: Medium + ?Sized>(
+    cache: &BlockCache,
+    lun: u32,
+    medium: &M,
+    first: u64,
+    last: u64,
+) {
+    let bs = cache.geometry().block_size() as u64;
+    let size = medium.size();
+    for b in first..last {
+        let start = b * bs;
+        let Some(span) = BlockSpan::new(
+            bs as usize,
+            b,
+            0,
+            size.saturating_sub(start).min(bs) as usize,
+        ) else {
+            return;
+        };
+        match cache.lookup(lun, &span, ReadAhead::WholeBlock) {
+            Lookup::Hit(_) => {}
+            Lookup::Miss(mut f) => {
+                let ok = f
+                    .runs_mut()
+                    .all(|run| medium.read_at(run.buf, run.disk_offset).is_ok());
+                if ok {
+                    let _ = f.complete();
+                } else {
+                    f.abort();
+                    return;
+                }
+            }
+            Lookup::Busy | Lookup::NoSpace | Lookup::Bypass => return,
+        }
+    }
+}

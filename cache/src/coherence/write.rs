@@ -1,0 +1,178 @@
+//! The write side: write-back into the cache, write-through to the medium with the cached
+//! copy brought up to date after it, and writing dirty blocks back (a node's flusher, or a
+//! range before SYNCHRONIZE CACHE, a read around the cache or a write-through). The order of
+//! these steps is what keeps the medium, the cache and every reader in agreement.
+
+use std::io;
+
+use crate::block_cache::BlockCache;
+use crate::geometry::BlockSpan;
+use crate::partition::{DirtyRange, UpdateOutcome, WriteOutcome};
+
+use super::medium::Medium;
+use super::wait::Waiter;
+
+/// `data` at byte `offset` cut at cache-block boundaries: each block's span and its bytes.
+/// `None`: the range maps onto no blocks (overflow).
+fn block_pieces<'d>(
+    cache: &BlockCache,
+    offset: u64,
+    data: &'d [u8],
+) -> Option<impl Iterator<Item = (BlockSpan, &'d [u8])> + 'd> {
+    let spans = cache.spans(offset, data.len() as u64).ok()?;
+    Some(spans.map(move |span| {
+        let at = span.req_offset() as usize;
+        // the spans cover `data` exactly; an empty piece would be refused as Unaligned
+        let piece = data.get(at..at + span.len()).unwrap_or(&[]);
+        (span, piece)
+    }))
+}
+
+/// Put `data` into `lun`'s cache at byte `offset` as dirty blocks, waiting on busy blocks
+/// as `waiter` says. `Err`: the cache could not take all of it (throttled, no room, a fill
+/// in the way, the refusing block's outcome); the caller writes it through instead, after
+/// [`flush_range`] (blocks already taken are flushed first, so nothing is lost or
+/// reordered).
+pub fn write_back(
+    cache: &BlockCache,
+    lun: u32,
+    offset: u64,
+    data: &[u8],
+    waiter: &mut impl Waiter,
+) -> Result<(), WriteOutcome> {
+    let Some(pieces) = block_pieces(cache, offset, data) else {
+        return Err(WriteOutcome::Unaligned);
+    };
+    for (span, piece) in pieces {
+        loop {
+            match cache.write_back(lun, &span, piece) {
+                WriteOutcome::Written { .. } => break,
+                WriteOutcome::Busy if waiter.wait().is_ok() => {}
+                refused => return Err(refused),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cached copy could not be brought up to date after a write reached the medium, so
+/// every cached block of the LUN was dropped (later reads go to the medium).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cannot update cached block {block} after a write ({last:?}); the LUN's cache was dropped")]
+pub struct Invalidated {
+    pub block: u64,
+    pub last: UpdateOutcome,
+}
+
+/// After `data` reached the medium at `offset`: make every cached block of the range agree
+/// with it (or drop it), waiting on fills and flushes in the way as `waiter` says. A fill
+/// racing with the write never validates what it read.
+pub fn update_cached_copy(
+    cache: &BlockCache,
+    lun: u32,
+    offset: u64,
+    data: &[u8],
+    waiter: &mut impl Waiter,
+) -> Result<(), Invalidated> {
+    let Some(pieces) = block_pieces(cache, offset, data) else {
+        return Ok(()); // no cache block holds such a range
+    };
+    for (span, piece) in pieces {
+        loop {
+            match cache.write_through_update(lun, &span, piece) {
+                UpdateOutcome::Updated | UpdateOutcome::NotCached | UpdateOutcome::Dropped => break,
+                // a fill or flush of this block is finishing: wait for it
+                UpdateOutcome::Busy | UpdateOutcome::NoSpace if waiter.wait().is_ok() => {}
+                last => {
+                    cache.invalidate_lun(lun);
+                    return Err(Invalidated {
+                        block: span.block_no(),
+                        last,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a write-through ended.
+#[derive(Debug)]
+pub struct WrittenThrough {
+    /// The medium write.
+    pub written: io::Result<()>,
+    /// The cached copy (`Ok` also without a cache).
+    pub cached: Result<(), Invalidated>,
+}
+
+/// Write `data` to the medium at `offset` (durable first when `durable`), then bring
+/// `lun`'s cached copy up to date — even after a failed write, for the medium may hold part
+/// of the data and no cached copy may keep the old bytes. The caller flushed the range's
+/// dirty blocks first ([`flush_range`]) and holds the range's write lock.
+pub fn write_through<M: Medium + ?Sized>(
+    cache: Option<&BlockCache>,
+    lun: u32,
+    medium: &M,
+    offset: u64,
+    data: &[u8],
+    durable: bool,
+    waiter: &mut impl Waiter,
+) -> WrittenThrough {
+    let written = medium.write_at(data, offset, durable);
+    let cached = match cache {
+        Some(c) => update_cached_copy(c, lun, offset, data, waiter),
+        None => Ok(()),
+    };
+    WrittenThrough { written, cached }
+}
+
+/// Write one dirty block's runs to the medium (the medium aligns the buffers).
+pub fn write_dirty<M: Medium + ?Sized>(medium: &M, r: &DirtyRange) -> io::Result<()> {
+    for (off, bytes) in r.runs() {
+        medium.write_at(bytes, off, false)?;
+    }
+    Ok(())
+}
+
+/// Write every dirty cached block of `lun`'s range back to the medium (no sync: the caller
+/// syncs when it promises durability), waiting as `waiter` says for flushes of the range
+/// already running elsewhere (given up: ETIMEDOUT). On error the blocks stay dirty.
+pub fn flush_range<M: Medium + ?Sized>(
+    cache: &BlockCache,
+    lun: u32,
+    medium: &M,
+    offset: u64,
+    len: u64,
+    waiter: &mut impl Waiter,
+) -> io::Result<()> {
+    let mut ranges = Vec::new();
+    loop {
+        ranges.clear();
+        let scan = cache
+            .dirty_ranges(lun, offset, len, &mut ranges)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        for r in ranges.drain(..) {
+            write_dirty(medium, &r)?;
+            // false: written again meanwhile; the next round takes it again
+            let _ = r.mark_clean();
+        }
+        if scan.taken == 0 && scan.in_flight == 0 {
+            return Ok(());
+        }
+        if scan.taken == 0 && waiter.wait().is_err() {
+            // another thread is writing part of the range back and did not finish in time
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+    }
+}
+
+/// Write `lun`'s dirty blocks back, then make the medium durable (SYNCHRONIZE CACHE).
+pub fn flush_and_sync<M: Medium + ?Sized>(
+    cache: &BlockCache,
+    lun: u32,
+    medium: &M,
+    waiter: &mut impl Waiter,
+) -> io::Result<()> {
+    flush_range(cache, lun, medium, 0, medium.size(), waiter)?;
+    medium.sync()
+}
