@@ -1,13 +1,12 @@
 //! The management socket: tgt's tgtadm protocol on an AF_UNIX socket, so Debian's `tgtadm`
-//! and `tgt-admin` (and `numatgtadm`) drive numatgtd. `wire` is the codec, `socket` the
-//! listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
+//! and `tgt-admin` (and `numatgtadm`) drive numatgtd. The `tgtadm_wire` crate is the codec,
+//! `socket` the listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
 
 pub mod dump;
 pub mod handlers;
 pub mod portals;
 pub mod show;
 pub mod socket;
-pub mod wire;
 
 use std::sync::Arc;
 
@@ -35,7 +34,7 @@ pub struct Ctx {
 }
 
 /// The outcome of one request: text for stdout, or tgtd's error code.
-pub type Reply = Result<String, wire::ErrCode>;
+pub type Reply = Result<String, tgtadm_wire::ErrCode>;
 
 /// `$TGT_IPC_SOCKET.<port>`, else `/var/run/tgtd/socket.<port>` (as tgtd and tgtadm).
 pub fn socket_path(control_port: u16) -> std::path::PathBuf {

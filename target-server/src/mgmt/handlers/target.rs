@@ -9,9 +9,9 @@ use iscsi_proto::Digest;
 
 use super::{need_tid, parse_bool};
 use crate::mgmt::show;
-use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
 use crate::registry::{Acl, Target, TargetState};
+use tgtadm_wire::{ErrCode, Op, Payload, ReqHeader};
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
