@@ -76,10 +76,6 @@ impl BlockList {
         self.refs.iter()
     }
 
-    pub fn len(&self) -> usize {
-        self.refs.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.refs.is_empty()
     }
