@@ -109,7 +109,7 @@ pub fn parse_iscsi_opts(s: &str) -> Result<IscsiOpts, String> {
 }
 
 /// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260).
-pub fn parse_portal(v: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = v.parse::<SocketAddr>() {
         return Ok(a);
     }

@@ -21,7 +21,7 @@ pub struct Loaded {
     /// The file given with `--config` (reload reads it again when no other is named).
     pub path: Option<PathBuf>,
     /// The configuration as last applied.
-    pub config: config::Config,
+    pub(crate) config: config::Config,
     /// Portals came from the command line (`--iscsi portal=`): the file's are ignored.
     pub portals_from_cli: bool,
     /// Targets added by `--demo`, kept across reloads.

@@ -66,7 +66,6 @@ pub struct Daemon {
     flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
-    topology: Topology,
 }
 
 /// Stable 64-bit identity for a LUN (FNV-1a of target name and LUN number).
@@ -129,7 +128,6 @@ pub(crate) fn open_target(
         t.alias.clone(),
         luns,
         conn_config(&t.effective_iscsi(&cfg.iscsi)),
-        t.clone(),
         Acl::from_config(t),
     );
     {
@@ -257,7 +255,7 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
 }
 
 /// The connection limits and offers for one set of iSCSI parameters.
-pub fn conn_config(p: &config::IscsiParams) -> ConnConfig {
+pub(crate) fn conn_config(p: &config::IscsiParams) -> ConnConfig {
     let digest = |d: &config::Digest| match d {
         config::Digest::None => iscsi_proto::Digest::None,
         config::Digest::Crc32c => iscsi_proto::Digest::Crc32c,
@@ -557,7 +555,6 @@ impl Daemon {
             flushers,
             threads,
             listening,
-            topology,
         })
     }
 
@@ -637,10 +634,6 @@ impl Daemon {
 
     pub fn listening(&self) -> &[SocketAddr] {
         &self.listening
-    }
-
-    pub fn topology(&self) -> &Topology {
-        &self.topology
     }
 
     /// Close every connection, stop the threads, and make every LUN's data durable.

@@ -75,10 +75,6 @@ impl MgmtSocket {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Serve requests on a thread of its own for the life of the process.
     pub fn spawn(self, ctx: Ctx) -> Result<(), SocketError> {
         std::thread::Builder::new()

@@ -58,17 +58,12 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         {
             return Err(ErrCode::TargetExist);
         }
-        let cfg = config::TargetConfig {
-            tid: Some(tid),
-            ..config::TargetConfig::new(name)
-        };
         ts.push(Arc::new(Target::new(
             tid,
             name.to_string(),
             None,
             BTreeMap::new(),
             reg.default_config().clone(),
-            cfg,
             // as tgtd: nobody may log in until an ACL is bound
             Acl::default(),
         )));
