@@ -5,6 +5,8 @@
 //! sd_notify, the allocation counter, the sanitize rate limit); the data path, the registry
 //! and the rest are crate-private, so nothing outside the daemon builds on them.
 
+#![warn(missing_docs)]
+
 pub mod alloc_count;
 pub(crate) mod atomic;
 pub(crate) mod backend;

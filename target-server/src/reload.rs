@@ -28,6 +28,7 @@ pub struct Loaded {
     pub demo: Vec<config::TargetConfig>,
 }
 
+/// [`Loaded`] shared by the management socket and the SIGHUP handler.
 pub type Shared = Arc<Mutex<Loaded>>;
 
 /// How long a reload waits for the sessions of a removed or changed target to close.

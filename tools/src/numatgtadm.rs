@@ -4,6 +4,9 @@
 //! tgtadm wire protocol to numatgtd (or tgtd) on `$TGT_IPC_SOCKET.<port>`. `--dump` (numatgt
 //! only) prints the running configuration as YAML.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;

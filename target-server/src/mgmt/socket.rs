@@ -14,20 +14,29 @@ use tgtadm_wire::{ErrCode, MAX_REQUEST_LEN, REQ_HEADER_LEN, ReqHeader};
 /// How long a client may take to send its request or read the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why the management socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    /// Another daemon holds the lock file (named here) of this control port.
     #[error("another tgtd is using {0}")]
     Locked(PathBuf),
+    /// The lock file could not be opened.
     #[error("cannot open the lock file {path}: {source}")]
     LockFile {
+        /// The lock file.
         path: PathBuf,
+        /// What went wrong.
         source: std::io::Error,
     },
+    /// The socket could not be bound.
     #[error("cannot listen on the management socket {path}: {source}")]
     Bind {
+        /// The socket's path.
         path: PathBuf,
+        /// What went wrong.
         source: std::io::Error,
     },
+    /// The serving thread could not be started.
     #[error("cannot start the management thread: {0}")]
     Thread(std::io::Error),
 }
