@@ -15,7 +15,9 @@ pub const CHAP_FIELD_MAX: usize = 255;
 /// bound to several targets, incoming or outgoing.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Account {
+    /// The CHAP user name (`CHAP_N`).
     pub user: String,
+    /// The CHAP secret; never printed by `Debug`.
     pub password: String,
 }
 

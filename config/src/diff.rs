@@ -41,6 +41,7 @@ pub struct ConfigDiff {
 /// How one target changed. Empty lists / false = that part is the same.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetChange {
+    /// The target's iSCSI name.
     pub iqn: String,
     /// Changed target-level fields: `tid`, `alias`, `driver`, `state`,
     /// `allow_initiators`, `allow_addresses`, `incoming_users`,

@@ -18,6 +18,9 @@
 //! importer and its includes); [`parse`] reads nothing. Nothing is started, no
 //! clock or network is used. See `docs/configuration.md` for the file formats.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod auth;
 mod diff;
 mod error;

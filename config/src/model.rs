@@ -28,7 +28,9 @@ pub const DEMO_SIZE: u64 = 1 << 30;
 pub struct Config {
     /// Listening portals; never empty after parsing (default `0.0.0.0:3260`).
     pub portals: Vec<PortalConfig>,
+    /// NUMA layout (`numa:`).
     pub numa: NumaConfig,
+    /// Thread counts (`threads:`).
     pub threads: ThreadConfig,
     /// Global iSCSI negotiation values; a target may override some of them.
     pub iscsi: IscsiParams,
@@ -41,6 +43,7 @@ pub struct Config {
     pub accounts: Vec<Account>,
     /// CHAP for discovery sessions (`discovery_auth:`).
     pub discovery_auth: DiscoveryAuth,
+    /// The exported targets (`targets:`).
     pub targets: Vec<TargetConfig>,
 }
 
@@ -130,6 +133,7 @@ impl Config {
 /// One listening portal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortalConfig {
+    /// The address and port to listen on.
     pub addr: SocketAddr,
     /// Seconds between NOP-In pings on this portal's connections (0 = off);
     /// `None` = the global `iscsi.NopInterval`.
@@ -554,23 +558,41 @@ impl IscsiParams {
 /// Same keys, ranges and meaning as the global `iscsi` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IscsiParamsOverride {
+    /// `MaxRecvDataSegmentLength`.
     pub max_recv_data_segment_length: Option<u32>,
+    /// `MaxBurstLength`.
     pub max_burst_length: Option<u32>,
+    /// `FirstBurstLength`.
     pub first_burst_length: Option<u32>,
+    /// `ImmediateData`.
     pub immediate_data: Option<bool>,
+    /// `InitialR2T`.
     pub initial_r2t: Option<bool>,
+    /// `MaxOutstandingR2T`.
     pub max_outstanding_r2t: Option<u32>,
+    /// `HeaderDigest`, in order of preference.
     pub header_digest: Option<Vec<Digest>>,
+    /// `DataDigest`, in order of preference.
     pub data_digest: Option<Vec<Digest>>,
+    /// `MaxQueueCmd`.
     pub max_queued_commands: Option<u32>,
+    /// `NopInterval`, seconds.
     pub nop_interval: Option<u32>,
+    /// `NopCount`.
     pub nop_count: Option<u32>,
+    /// `DataPDUInOrder`.
     pub data_pdu_in_order: Option<bool>,
+    /// `DataSequenceInOrder`.
     pub data_sequence_in_order: Option<bool>,
+    /// `ErrorRecoveryLevel`.
     pub error_recovery_level: Option<u8>,
+    /// `DefaultTime2Wait`, seconds.
     pub default_time2wait: Option<u16>,
+    /// `DefaultTime2Retain`, seconds.
     pub default_time2retain: Option<u16>,
+    /// `MaxConnections`.
     pub max_connections: Option<u32>,
+    /// `MaxXmitDataSegmentLength`.
     pub max_xmit_data_segment_length: Option<u32>,
 }
 
@@ -604,6 +626,7 @@ pub struct TargetConfig {
     pub incoming_users: Vec<String>,
     /// CHAP account the target answers with (mutual CHAP).
     pub outgoing_user: Option<String>,
+    /// The target's logical units.
     pub luns: Vec<LunConfig>,
 }
 

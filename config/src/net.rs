@@ -16,7 +16,12 @@ pub enum AddressRule {
     All,
     /// A network `addr/prefix`; a single host is a /32 (IPv4) or /128 (IPv6).
     /// `addr` has its host bits cleared.
-    Net { addr: IpAddr, prefix: u8 },
+    Net {
+        /// The network address.
+        addr: IpAddr,
+        /// The prefix length in bits.
+        prefix: u8,
+    },
 }
 
 impl AddressRule {

@@ -27,18 +27,31 @@ use crate::validate_auth::{accounts, auth};
 pub mod limits {
     /// iSCSI data lengths (RFC 7143 §13.12-13.14): 512 ..= 2^24 - 1.
     pub const DATA_LEN: (u64, u64) = iscsi_proto::limits::MAX_RECV_DATA_SEGMENT_LENGTH.bounds();
+    /// `MaxQueueCmd`: commands queued per session.
     pub const MAX_QUEUE_CMD: (u64, u64) = (1, 2048);
+    /// `NopInterval`, seconds.
     pub const NOP_INTERVAL: (u64, u64) = (0, 86_400);
+    /// `NopCount`.
     pub const NOP_COUNT: (u64, u64) = (0, 65_535);
+    /// `numa.nodes`.
     pub const NUMA_NODES: (u64, u64) = (1, 256);
+    /// `threads.event_threads`.
     pub const EVENT_THREADS: (u64, u64) = (1, 4096);
+    /// `threads.io_threads`, per node.
     pub const IO_THREADS: (u64, u64) = (1, 256);
+    /// A LUN number.
     pub const LUN: (u64, u64) = (0, 16_383);
+    /// A target id.
     pub const TID: (u64, u64) = (1, 2_147_483_647);
+    /// Longest `vendor_id`, bytes.
     pub const VENDOR_ID: usize = 8;
+    /// Longest `product_id`, bytes.
     pub const PRODUCT_ID: usize = 16;
+    /// Longest `product_rev`, bytes.
     pub const PRODUCT_REV: usize = 4;
+    /// Longest `serial`, bytes.
     pub const SERIAL: usize = 36;
+    /// Longest target `alias`, bytes.
     pub const ALIAS: usize = 255;
     /// tgt's `scsi_id` (SCSI_ID_LEN).
     pub const SCSI_ID: usize = 24;
@@ -54,6 +67,7 @@ pub mod limits {
     pub const CACHE_BLOCK_SIZE: (u64, u64) = (4096, 1 << 20);
     /// `cache.group_blocks`: a power of two.
     pub const GROUP_BLOCKS: (u64, u64) = (1, 4096);
+    /// `cache.partitions_per_node`.
     pub const PARTITIONS_PER_NODE: (u64, u64) = (1, 1024);
     /// `cache.size_per_node` must hold at least this many blocks (and one per partition).
     pub const MIN_CACHE_BLOCKS: u64 = 16;
@@ -63,6 +77,7 @@ pub mod limits {
     pub const READ_AHEAD: (u64, u64) = (0, 1024);
     /// `router.min_forward_bytes`: 0 ..= 16 MiB.
     pub const MIN_FORWARD_BYTES: (u64, u64) = (0, 16 << 20);
+    /// `router.max_queue`.
     pub const ROUTER_MAX_QUEUE: (u64, u64) = (1, 65_535);
 }
 

@@ -14,6 +14,8 @@
 //! - [`seq`]: CmdSN window and serial-number arithmetic (RFC 1982).
 //! - [`conn`]: the full connection state machine (ERL 0, one connection per session).
 
+#![forbid(unsafe_code)]
+
 pub mod conn;
 pub mod limits;
 pub mod login;

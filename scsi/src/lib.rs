@@ -26,6 +26,8 @@
 //! [`copy_access`] the copy manager's per-nexus access checks, `tpc_vpd` the Third-party
 //! Copy VPD page, [`sanitize`] SANITIZE.
 
+#![forbid(unsafe_code)]
+
 mod capacity;
 mod caw;
 mod cdb;

@@ -59,7 +59,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// thread data, and may grow its global table, the first time a thread waits on a contended
 /// lock — a partition lock, say — which would otherwise happen at a random moment of
 /// steady-state I/O).
-pub fn mark_event_thread() {
+pub(crate) fn mark_event_thread() {
     let m = parking_lot::Mutex::new(());
     let cv = parking_lot::Condvar::new();
     let mut g = m.lock();

@@ -6,11 +6,14 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+/// numatgtd's command line (tgtd's options and numatgt's own). `long_about = None` keeps this
+/// comment out of `--help`.
 #[derive(Debug, Parser)]
 #[command(
     name = "numatgtd",
     version,
-    about = "NUMA-aware iSCSI target daemon (tgtd-compatible)"
+    about = "NUMA-aware iSCSI target daemon (tgtd-compatible)",
+    long_about = None
 )]
 pub struct Cli {
     /// Stay in the foreground (do not daemonize); logs go to stderr.
@@ -69,8 +72,11 @@ pub struct Cli {
 /// One `--iscsi` option set.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IscsiOpts {
+    /// `portal=IP:PORT`: listen there.
     pub portal: Option<SocketAddr>,
+    /// `nop_interval=S`: seconds between NOP-In pings.
     pub nop_interval: Option<u32>,
+    /// `nop_count=N`: unanswered pings before the connection is dropped.
     pub nop_count: Option<u32>,
 }
 
@@ -109,7 +115,7 @@ pub fn parse_iscsi_opts(s: &str) -> Result<IscsiOpts, String> {
 }
 
 /// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260).
-pub fn parse_portal(v: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = v.parse::<SocketAddr>() {
         return Ok(a);
     }

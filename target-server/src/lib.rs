@@ -1,15 +1,23 @@
 //! numatgtd as a library: the pieces of the daemon, so that `main.rs` stays a thin shell and
 //! tests can start a daemon in-process.
+//!
+//! Only what `main.rs` uses is public (command line, runtime, management socket, reload,
+//! sd_notify, the allocation counter, the sanitize rate limit); the data path, the registry
+//! and the rest are crate-private, so nothing outside the daemon builds on them.
+
+#![warn(missing_docs)]
 
 pub mod alloc_count;
-pub mod atomic;
-pub mod backend;
+pub(crate) mod atomic;
+pub(crate) mod backend;
 pub mod cli;
-pub mod dispatch;
-pub mod event_loop;
-pub mod listen;
+pub(crate) mod dispatch;
+pub(crate) mod event_loop;
+pub(crate) mod listen;
 pub mod mgmt;
-pub mod registry;
+pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
+
+pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;

@@ -127,7 +127,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let debug_switch = init_logging(cli.debug);
-    target_server::backend::sanitize::set_rate_limit_mib(cli.sanitize_rate);
+    target_server::set_sanitize_rate_limit_mib(cli.sanitize_rate);
     let rc = match load(&cli) {
         Ok(rc) => rc,
         Err(e) => {

@@ -121,8 +121,6 @@ pub struct Target {
     /// The target's iSCSI limits and offers (global parameters merged with its own), for new
     /// sessions.
     conn_config: RwLock<ConnConfig>,
-    /// The target as configured at start (empty for targets made by tgtadm).
-    pub config: config::TargetConfig,
     pub mgmt: Mutex<TargetMgmt>,
 }
 
@@ -141,7 +139,6 @@ impl Target {
         alias: Option<String>,
         luns: BTreeMap<u64, Arc<Lun>>,
         conn_config: ConnConfig,
-        config: config::TargetConfig,
         acl: Acl,
     ) -> Target {
         Target {
@@ -151,7 +148,6 @@ impl Target {
             luns: RwLock::new(Arc::new(LunSet::new(luns))),
             luns_gen: std::sync::atomic::AtomicU64::new(0),
             conn_config: RwLock::new(conn_config),
-            config,
             mgmt: Mutex::new(TargetMgmt {
                 state: TargetState::Ready,
                 acl,
@@ -445,14 +441,6 @@ impl Registry {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
-    }
-
-    /// Sessions currently registered (for logs and, later, tgtadm show).
-    pub fn session_count(&self) -> usize {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
     }
 
     /// The connection configuration for a connection that reached us on `local`, before

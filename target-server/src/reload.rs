@@ -21,13 +21,14 @@ pub struct Loaded {
     /// The file given with `--config` (reload reads it again when no other is named).
     pub path: Option<PathBuf>,
     /// The configuration as last applied.
-    pub config: config::Config,
+    pub(crate) config: config::Config,
     /// Portals came from the command line (`--iscsi portal=`): the file's are ignored.
     pub portals_from_cli: bool,
     /// Targets added by `--demo`, kept across reloads.
     pub demo: Vec<config::TargetConfig>,
 }
 
+/// [`Loaded`] shared by the management socket and the SIGHUP handler.
 pub type Shared = Arc<Mutex<Loaded>>;
 
 /// How long a reload waits for the sessions of a removed or changed target to close.

@@ -23,37 +23,43 @@ use crate::registry::{Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
+    /// The validated configuration (file, demo or empty, with the command line applied).
     pub config: config::Config,
     /// Where state that must survive a restart is kept (persistent reservations).
     pub state_dir: std::path::PathBuf,
+    /// Virtual NUMA nodes to split the CPUs into; `None` = the host's real nodes.
     pub numa_nodes: Option<usize>,
+    /// Event threads in total; `None` = one per CPU.
     pub event_threads: Option<usize>,
+    /// Backing-store I/O threads per node (at least 1).
     pub io_threads: usize,
 }
 
+/// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A LUN's backing store could not be created or opened.
     #[error("LUN {lun} of {target}: {source}")]
     Lun {
+        /// The target's iSCSI name.
         target: String,
+        /// The LUN number.
         lun: u64,
+        /// What went wrong.
         source: cache::BackingError,
     },
-    #[error("LUN {lun} of {target}: block size {block_size} does not match {path}: {why}")]
-    LunShape {
-        target: String,
-        lun: u64,
-        block_size: u32,
-        path: String,
-        why: String,
-    },
+    /// A portal could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
+        /// The portal's address.
         addr: SocketAddr,
+        /// What went wrong.
         source: std::io::Error,
     },
+    /// A thread could not be started.
     #[error("cannot start threads: {0}")]
     Threads(std::io::Error),
+    /// The block cache could not be set up.
     #[error("cannot set up the block cache: {0}")]
     Cache(cache::CacheError),
 }
@@ -66,7 +72,6 @@ pub struct Daemon {
     flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
-    topology: Topology,
 }
 
 /// Stable 64-bit identity for a LUN (FNV-1a of target name and LUN number).
@@ -129,7 +134,6 @@ pub(crate) fn open_target(
         t.alias.clone(),
         luns,
         conn_config(&t.effective_iscsi(&cfg.iscsi)),
-        t.clone(),
         Acl::from_config(t),
     );
     {
@@ -258,7 +262,7 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
 }
 
 /// The connection limits and offers for one set of iSCSI parameters.
-pub fn conn_config(p: &config::IscsiParams) -> ConnConfig {
+pub(crate) fn conn_config(p: &config::IscsiParams) -> ConnConfig {
     let digest = |d: &config::Digest| match d {
         config::Digest::None => iscsi_proto::Digest::None,
         config::Digest::Crc32c => iscsi_proto::Digest::Crc32c,
@@ -382,6 +386,8 @@ fn build_cache(
 }
 
 impl Daemon {
+    /// Detects the topology, opens every LUN, starts the I/O pools, the block cache and the
+    /// event threads, then binds the portals; returns once the daemon serves.
     pub fn start(rc: RuntimeConfig) -> Result<Daemon, StartError> {
         let started = Instant::now();
         let topology = Topology::detect(rc.numa_nodes);
@@ -558,7 +564,6 @@ impl Daemon {
             flushers,
             threads,
             listening,
-            topology,
         })
     }
 
@@ -636,12 +641,9 @@ impl Daemon {
         }
     }
 
+    /// The addresses the portals are bound to.
     pub fn listening(&self) -> &[SocketAddr] {
         &self.listening
-    }
-
-    pub fn topology(&self) -> &Topology {
-        &self.topology
     }
 
     /// Close every connection, stop the threads, and make every LUN's data durable.

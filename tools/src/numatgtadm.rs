@@ -4,12 +4,15 @@
 //! tgtadm wire protocol to numatgtd (or tgtd) on `$TGT_IPC_SOCKET.<port>`. `--dump` (numatgt
 //! only) prints the running configuration as YAML.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use target_server::mgmt::wire::{self, ErrCode, Mode, Op, ReqHeader};
+use tgtadm_wire::{ErrCode, Mode, Op, ReqHeader};
 
 #[path = "numatgtadm/getopt.rs"]
 mod getopt;
@@ -291,15 +294,15 @@ fn exchange(path: &str, req: &[u8]) -> Result<String, Fail> {
     let mut s = UnixStream::connect(path).map_err(|_| not_connected())?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
     s.write_all(req).map_err(|_| not_connected())?;
-    let mut head = [0u8; wire::RSP_HEADER_LEN];
+    let mut head = [0u8; tgtadm_wire::RSP_HEADER_LEN];
     s.read_exact(&mut head)
         .map_err(|e| fail(format!("can't get the response, {e}")))?;
-    let (err, len) = wire::decode_response_header(&head);
+    let (err, len) = tgtadm_wire::decode_response_header(&head);
     if err != 0 {
         let msg = ErrCode::from_u32(err).map_or("unknown error", ErrCode::message);
         return Err(fail(msg));
     }
-    let body_len = (len as usize).saturating_sub(wire::RSP_HEADER_LEN);
+    let body_len = (len as usize).saturating_sub(tgtadm_wire::RSP_HEADER_LEN);
     let mut body = Vec::with_capacity(body_len.min(1 << 24));
     s.take(body_len as u64)
         .read_to_end(&mut body)

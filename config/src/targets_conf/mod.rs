@@ -25,6 +25,7 @@ use crate::validate;
 /// accepted but has no effect, or is advised against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Imported {
+    /// The configuration, validated as a YAML file would be.
     pub config: Config,
     /// One line each, `FILE:LINE: directive: what happened`.
     pub warnings: Vec<String>,

@@ -73,11 +73,6 @@ impl ReplyTo {
         self.itt
     }
 
-    /// The CDB's write transfer length (commands with a Data-Out part).
-    pub fn write_transfer_len(&self) -> Option<u32> {
-        self.write_transfer_len
-    }
-
     pub fn set_write_transfer_len(&mut self, len: Option<u32>) {
         self.write_transfer_len = len;
     }
@@ -136,16 +131,6 @@ pub struct Replier {
 }
 
 impl Replier {
-    /// The connection the command arrived on.
-    pub fn conn(&self) -> ConnId {
-        self.conn
-    }
-
-    /// The command's initiator task tag.
-    pub fn itt(&self) -> u32 {
-        self.itt
-    }
-
     pub fn send(self, result: CommandResult<Payload>) {
         self.send_with_buffer(result, Vec::new());
     }

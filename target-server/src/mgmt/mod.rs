@@ -1,13 +1,12 @@
 //! The management socket: tgt's tgtadm protocol on an AF_UNIX socket, so Debian's `tgtadm`
-//! and `tgt-admin` (and `numatgtadm`) drive numatgtd. `wire` is the codec, `socket` the
-//! listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
+//! and `tgt-admin` (and `numatgtadm`) drive numatgtd. The `tgtadm_wire` crate is the codec,
+//! `socket` the listener thread, `handlers` the modes and ops, `show` tgtd's output layouts.
 
-pub mod dump;
-pub mod handlers;
-pub mod portals;
-pub mod show;
+pub(crate) mod dump;
+pub(crate) mod handlers;
+pub(crate) mod portals;
+pub(crate) mod show;
 pub mod socket;
-pub mod wire;
 
 use std::sync::Arc;
 
@@ -19,23 +18,23 @@ pub type DebugSwitch = Arc<dyn Fn(bool) + Send + Sync>;
 /// What request handlers work on.
 #[derive(Clone)]
 pub struct Ctx {
-    pub registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     /// Closes connections (forced logout, target delete --force).
-    pub control: Arc<dyn ConnControl>,
+    pub(crate) control: Arc<dyn ConnControl>,
     /// The NUMA block cache, to write a LUN's dirty blocks back before it goes away.
-    pub cache: Option<Arc<cache::BlockCache>>,
+    pub(crate) cache: Option<Arc<cache::BlockCache>>,
     /// The configuration the daemon started with (global sections for `--dump`).
-    pub base: Arc<config::Config>,
+    pub(crate) base: Arc<config::Config>,
     /// `sys update debug=on|off` (None: the flag is only recorded).
     pub debug: Option<DebugSwitch>,
     /// Binds and closes portals at run time (None: not available).
-    pub portals: Option<Arc<portals::PortalAcceptor>>,
+    pub(crate) portals: Option<Arc<portals::PortalAcceptor>>,
     /// The configuration as loaded last (for reload).
     pub loaded: crate::reload::Shared,
 }
 
 /// The outcome of one request: text for stdout, or tgtd's error code.
-pub type Reply = Result<String, wire::ErrCode>;
+pub(crate) type Reply = Result<String, tgtadm_wire::ErrCode>;
 
 /// `$TGT_IPC_SOCKET.<port>`, else `/var/run/tgtd/socket.<port>` (as tgtd and tgtadm).
 pub fn socket_path(control_port: u16) -> std::path::PathBuf {
@@ -49,7 +48,7 @@ pub fn socket_path(control_port: u16) -> std::path::PathBuf {
 impl Ctx {
     /// Make everything written to `lun` durable (cached dirty blocks first): before a LUN or
     /// its target is deleted, since the final sync at shutdown only sees registered LUNs.
-    pub fn sync_lun(&self, lun: &crate::registry::Lun) -> std::io::Result<()> {
+    pub(crate) fn sync_lun(&self, lun: &crate::registry::Lun) -> std::io::Result<()> {
         crate::backend::storage::sync(self.cache.as_ref(), lun)
     }
 }

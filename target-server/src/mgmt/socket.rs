@@ -8,26 +8,35 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::wire::{self, ErrCode, MAX_REQUEST_LEN, REQ_HEADER_LEN, ReqHeader};
 use super::{Ctx, handlers};
+use tgtadm_wire::{ErrCode, MAX_REQUEST_LEN, REQ_HEADER_LEN, ReqHeader};
 
 /// How long a client may take to send its request or read the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why the management socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
+    /// Another daemon holds the lock file (named here) of this control port.
     #[error("another tgtd is using {0}")]
     Locked(PathBuf),
+    /// The lock file could not be opened.
     #[error("cannot open the lock file {path}: {source}")]
     LockFile {
+        /// The lock file.
         path: PathBuf,
+        /// What went wrong.
         source: std::io::Error,
     },
+    /// The socket could not be bound.
     #[error("cannot listen on the management socket {path}: {source}")]
     Bind {
+        /// The socket's path.
         path: PathBuf,
+        /// What went wrong.
         source: std::io::Error,
     },
+    /// The serving thread could not be started.
     #[error("cannot start the management thread: {0}")]
     Thread(std::io::Error),
 }
@@ -73,10 +82,6 @@ impl MgmtSocket {
             listener,
             _lock: lock,
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Serve requests on a thread of its own for the life of the process.
@@ -137,10 +142,10 @@ fn serve(mut s: UnixStream, ctx: &Ctx) {
                 tracing::debug!("management request payload incomplete: {e}");
                 return;
             }
-            match wire::Payload::parse(&body) {
+            match tgtadm_wire::Payload::parse(&body) {
                 Ok(p) => {
-                    shutdown =
-                        h.mode == wire::Mode::System.as_u32() && h.op == wire::Op::Delete.as_u32();
+                    shutdown = h.mode == tgtadm_wire::Mode::System.as_u32()
+                        && h.op == tgtadm_wire::Op::Delete.as_u32();
                     // a bug in a handler must not take the management thread down
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         handlers::handle(ctx, &h, &p)
@@ -162,7 +167,7 @@ fn serve(mut s: UnixStream, ctx: &Ctx) {
         Err(c) => (c, String::new()),
     };
     let shutdown = shutdown && code == ErrCode::Success;
-    let _ = s.write_all(&wire::encode_response(code, &text));
+    let _ = s.write_all(&tgtadm_wire::encode_response(code, &text));
     drop(s);
     if shutdown {
         handlers::system::shutdown_now();

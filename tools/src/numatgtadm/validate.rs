@@ -1,7 +1,7 @@
 //! tgtadm's per-mode checks before it talks to the daemon: required options, the options
 //! each mode and operation allows, and their messages.
 
-use target_server::mgmt::wire::{self, Mode, Op};
+use tgtadm_wire::{Mode, Op};
 
 use super::{Args, Fail, fail, mode_name, op_name};
 
@@ -102,7 +102,7 @@ pub(super) fn validate(a: &mut Args) -> Result<(Mode, Op), Fail> {
                     return Err(fail("'user' option is necessary"));
                 }
                 if a.tid == -1 {
-                    a.tid = i64::from(wire::GLOBAL_TID);
+                    a.tid = i64::from(tgtadm_wire::GLOBAL_TID);
                 }
             }
             _ => return Err(unsupported()),

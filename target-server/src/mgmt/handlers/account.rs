@@ -4,9 +4,9 @@
 //! ([`crate::registry::Registry::chap_credentials`]).
 
 use super::target::lookup;
-use crate::mgmt::wire::{ErrCode, GLOBAL_TID, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
 use crate::registry::AuthBinding;
+use tgtadm_wire::{ErrCode, GLOBAL_TID, Op, Payload, ReqHeader};
 
 /// Accounts at most (tgtd has no fixed limit; this bounds memory).
 const MAX_ACCOUNTS: usize = 4096;

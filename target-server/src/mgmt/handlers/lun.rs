@@ -10,9 +10,9 @@ use std::sync::atomic::AtomicU64;
 use super::parse_bool;
 use super::target::lookup;
 use crate::mgmt::show;
-use crate::mgmt::wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
 use crate::registry::{Lun, LunMeta, Target};
+use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
 const OTHER_BSTYPES: [&str; 9] = [

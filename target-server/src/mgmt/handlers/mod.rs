@@ -7,8 +7,8 @@ pub mod lun;
 pub mod system;
 pub mod target;
 
-use super::wire::{ErrCode, Mode, Op, Payload, ReqHeader};
 use super::{Ctx, Reply};
+use tgtadm_wire::{ErrCode, Mode, Op, Payload, ReqHeader};
 
 /// Handle one decoded request.
 pub fn handle(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {

@@ -2,8 +2,8 @@
 //! `--mode portal` (show), `--mode session` and `--mode conn` (show, forced logout).
 
 use crate::mgmt::show;
-use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
+use tgtadm_wire::{ErrCode, Op, Payload, ReqHeader};
 
 use super::parse_bool;
 use crate::mgmt::portals::PortalError;

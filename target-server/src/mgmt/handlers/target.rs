@@ -10,9 +10,9 @@ use iscsi_proto::limits::{self, KeyRange};
 
 use super::{need_tid, parse_bool};
 use crate::mgmt::show;
-use crate::mgmt::wire::{ErrCode, Op, Payload, ReqHeader};
 use crate::mgmt::{Ctx, Reply};
 use crate::registry::{Acl, Target, TargetState};
+use tgtadm_wire::{ErrCode, Op, Payload, ReqHeader};
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -59,17 +59,12 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         {
             return Err(ErrCode::TargetExist);
         }
-        let cfg = config::TargetConfig {
-            tid: Some(tid),
-            ..config::TargetConfig::new(name)
-        };
         ts.push(Arc::new(Target::new(
             tid,
             name.to_string(),
             None,
             BTreeMap::new(),
             reg.default_config().clone(),
-            cfg,
             // as tgtd: nobody may log in until an ACL is bound
             Acl::default(),
         )));
@@ -319,7 +314,6 @@ mod tests {
             None,
             BTreeMap::new(),
             iscsi_proto::ConnConfig::default(),
-            config::TargetConfig::new(name),
             Acl::default(),
         )
     }

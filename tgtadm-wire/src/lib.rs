@@ -1,6 +1,12 @@
 //! The tgtadm wire protocol (tgt's `struct tgtadm_req` / `tgtadm_rsp`, x86-64 layout): the
 //! 120-byte request header, the comma-joined `key=value` payload, the response header, and
 //! tgtd's error codes with their messages. Pure bytes in, values out: never panics on input.
+//!
+//! Sans-I/O: the management socket of `numatgtd` and the `numatgtadm` client read and write
+//! the bytes; this crate only encodes and decodes them.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::fmt;
 
@@ -20,17 +26,26 @@ pub const NO_TID: i32 = -1;
 /// What the request manages (`enum tgtadm_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// `sys`: the daemon itself (state, debug, shutdown).
     System,
+    /// `target`: targets, their ACLs and parameters.
     Target,
+    /// `logicalunit`: LUNs of a target.
     Device,
+    /// `portal`: listening addresses.
     Portal,
+    /// `lld`: low-level drivers (iscsi, iser).
     Lld,
+    /// `session`: iSCSI sessions of a target.
     Session,
+    /// `conn`: connections of a session.
     Connection,
+    /// `account`: CHAP accounts.
     Account,
 }
 
 impl Mode {
+    /// The mode with wire number `v`, or `None` for an unknown number.
     pub fn from_u32(v: u32) -> Option<Mode> {
         Some(match v {
             0 => Mode::System,
@@ -44,6 +59,7 @@ impl Mode {
             _ => return None,
         })
     }
+    /// The mode's wire number.
     pub fn as_u32(self) -> u32 {
         self as u32
     }
@@ -52,18 +68,28 @@ impl Mode {
 /// What to do (`enum tgtadm_op`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// `new`: create.
     New,
+    /// `delete`: remove.
     Delete,
+    /// `show`: list.
     Show,
+    /// `bind`: add an ACL rule or an account to a target.
     Bind,
+    /// `unbind`: remove an ACL rule or an account from a target.
     Unbind,
+    /// `update`: change parameters.
     Update,
+    /// `stats`: counters.
     Stats,
+    /// `start`: start a driver.
     Start,
+    /// `stop`: stop a driver.
     Stop,
 }
 
 impl Op {
+    /// The operation with wire number `v`, or `None` for an unknown number.
     pub fn from_u32(v: u32) -> Option<Op> {
         Some(match v {
             0 => Op::New,
@@ -78,6 +104,7 @@ impl Op {
             _ => return None,
         })
     }
+    /// The operation's wire number.
     pub fn as_u32(self) -> u32 {
         self as u32
     }
@@ -86,30 +113,55 @@ impl Op {
 /// tgtd's management error codes (`enum tgtadm_errno`), in wire order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrCode {
+    /// The request succeeded.
     Success = 0,
+    /// An error with no better code.
     UnknownErr,
+    /// Out of memory.
     NoMem,
+    /// No such low-level driver.
     NoDriver,
+    /// No such target.
     NoTarget,
+    /// No such logical unit.
     NoLun,
+    /// No such session.
     NoSession,
+    /// No such connection.
     NoConnection,
+    /// No such binding.
     NoBinding,
+    /// The target already exists.
     TargetExist,
+    /// The logical unit number already exists.
     LunExist,
+    /// The binding already exists.
     BindingExist,
+    /// The access control rule already exists.
     AclExist,
+    /// The access control rule does not exist.
     AclNoExist,
+    /// The account already exists.
     UserExist,
+    /// No such account.
     NoUser,
+    /// Too many accounts.
     TooManyUser,
+    /// The request is malformed or not allowed.
     InvalidRequest,
+    /// The target already has an outgoing account.
     OutAccountExist,
+    /// The target still has sessions.
     TargetActive,
+    /// The logical unit is still in use.
     LunActive,
+    /// The driver is busy.
     DriverActive,
+    /// The operation is not supported.
     UnsupportedOperation,
+    /// A parameter is not known.
     UnknownParam,
+    /// The device has Prevent Removal set.
     PreventRemoval,
 }
 
@@ -142,9 +194,11 @@ const ALL_CODES: [ErrCode; 25] = [
 ];
 
 impl ErrCode {
+    /// The code with wire number `v`, or `None` for an unknown number.
     pub fn from_u32(v: u32) -> Option<ErrCode> {
         ALL_CODES.get(v as usize).copied()
     }
+    /// The code's wire number.
     pub fn as_u32(self) -> u32 {
         self as u32
     }
@@ -189,18 +243,31 @@ impl fmt::Display for ErrCode {
 /// A decoded request header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReqHeader {
+    /// [`Mode`] number (kept raw: an unknown mode is answered, not a decode error).
     pub mode: u32,
+    /// [`Op`] number (kept raw, as `mode`).
     pub op: u32,
+    /// Low-level driver name (`iscsi`, `iser`), NUL-terminated in 64 bytes on the wire.
     pub lld: String,
+    /// Length of the whole request, header included.
     pub len: u32,
+    /// Target id ([`NO_TID`] when none was given, [`GLOBAL_TID`] for discovery accounts).
     pub tid: i32,
+    /// Session id.
     pub sid: u64,
+    /// Logical unit number ([`NO_LUN`] when none was given).
     pub lun: u64,
+    /// Connection id.
     pub cid: u32,
+    /// SCSI host number.
     pub host_no: u32,
+    /// Device type of a new LUN (`--device-type`).
     pub device_type: u32,
+    /// Account direction: 1 for an outgoing account (`--outgoing`).
     pub ac_dir: u32,
+    /// tgtadm's `pack` field (sent as 0, not used by numatgtd).
     pub pack: u32,
+    /// `--force`.
     pub force: u32,
 }
 
@@ -243,10 +310,15 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 /// Why a request could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WireError {
+    /// Fewer than [`REQ_HEADER_LEN`] bytes.
     Short,
+    /// The header's `len` is smaller than the header.
     BadLength(u32),
+    /// The header's `len` is larger than [`MAX_REQUEST_LEN`].
     TooLong(u32),
+    /// The driver name has no NUL or is not UTF-8.
     BadLld,
+    /// The payload is not UTF-8.
     BadPayload,
 }
 
@@ -319,6 +391,7 @@ impl ReqHeader {
 /// prefixes recognised (their pairs are returned with `ops = true`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Payload {
+    /// The plain `key=value` pairs, in order.
     pub pairs: Vec<(String, String)>,
     /// The pairs that came from `--params` (after `targetOps`/`portalOps`).
     pub params: Vec<(String, String)>,
