@@ -1,0 +1,282 @@
+//! One target and its LUNs: names, ACLs, authentication bindings, LUN attributes.
+
+use super::network::{check_bursts, iscsi_override};
+use super::{Ctx, R, check_nonempty, ident, item_path, limits};
+use std::path::PathBuf;
+
+use crate::model::{
+    Account, AddressRule, BsOflags, BsType, Driver, IscsiParams, LunConfig, SenseFormat,
+    TargetConfig, TargetState,
+};
+use crate::names::validate_iscsi_name;
+use crate::raw::{RawAuth, RawLun, RawTarget, Scalar};
+use crate::size::parse_size;
+use crate::validate_auth::auth;
+
+pub(super) fn target(
+    ctx: &Ctx<'_>,
+    path: &str,
+    rt: RawTarget,
+    global: &IscsiParams,
+    accounts: &[Account],
+) -> R<TargetConfig> {
+    validate_iscsi_name(&rt.iqn).map_err(|m| ctx.err(&format!("{path}.iqn"), m))?;
+    let tid = rt
+        .tid
+        .map(|v| ctx.range32(&format!("{path}.tid"), v, limits::TID))
+        .transpose()?;
+    if let Some(a) = &rt.alias {
+        if a.is_empty() || a.len() > limits::ALIAS || a.chars().any(char::is_control) {
+            return Err(ctx.err(
+                &format!("{path}.alias"),
+                format!(
+                    "must be 1..={} bytes without control characters",
+                    limits::ALIAS
+                ),
+            ));
+        }
+    }
+    let mut allow_initiators = Vec::new();
+    let mut allow_addresses = Vec::new();
+    if let Some(allow) = &rt.allow {
+        if let Some(l) = &allow.initiators {
+            let p = format!("{path}.allow.initiators");
+            check_nonempty(ctx, &p, l)?;
+            for (j, name) in l.items.iter().enumerate() {
+                let ip = item_path(&p, l, j);
+                if name.trim().eq_ignore_ascii_case("all") {
+                    allow_initiators.push("ALL".to_string());
+                } else {
+                    validate_iscsi_name(name).map_err(|m| ctx.err(&ip, m))?;
+                    allow_initiators.push(name.clone());
+                }
+            }
+            if allow_initiators.iter().any(|n| n == "ALL") {
+                allow_initiators.clear();
+            }
+        }
+        if let Some(l) = &allow.addresses {
+            let p = format!("{path}.allow.addresses");
+            check_nonempty(ctx, &p, l)?;
+            for (j, a) in l.items.iter().enumerate() {
+                let rule = AddressRule::parse(a).map_err(|m| ctx.err(&item_path(&p, l, j), m))?;
+                allow_addresses.push(rule);
+            }
+            if allow_addresses.contains(&AddressRule::All) {
+                allow_addresses.clear();
+            }
+        }
+    }
+    let iscsi = match &rt.iscsi {
+        Some(ri) => {
+            let base = format!("{path}.iscsi");
+            let o = iscsi_override(ctx, &base, ri)?;
+            check_bursts(ctx, &base, &global.merged_with(&o), Some(ri), None)?;
+            Some(o)
+        }
+        None => None,
+    };
+    let driver = match &rt.driver {
+        Some(w) => Driver::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.driver"),
+                format!("must be iscsi or iser (got {:?})", w.0),
+            )
+        })?,
+        None => Driver::Iscsi,
+    };
+    let state = match &rt.state {
+        Some(w) => TargetState::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{path}.state"),
+                format!("must be ready or offline (got {:?})", w.0),
+            )
+        })?,
+        None => TargetState::Ready,
+    };
+    let raw_auth = RawAuth {
+        incoming_users: rt.incoming_users.clone(),
+        outgoing_user: rt.outgoing_user.clone(),
+    };
+    let (incoming_users, outgoing_user) = auth(ctx, path, &raw_auth, accounts)?;
+    let mut luns: Vec<LunConfig> = Vec::new();
+    for (j, rl) in rt.luns.unwrap_or_default().into_iter().enumerate() {
+        let lp = format!("{path}.luns[{j}]");
+        let l = lun(ctx, &lp, rl)?;
+        if let Some(k) = luns.iter().position(|o| o.lun == l.lun) {
+            return Err(ctx.err(
+                &format!("{lp}.lun"),
+                format!("LUN {} is already used by {path}.luns[{k}]", l.lun),
+            ));
+        }
+        luns.push(l);
+    }
+    Ok(TargetConfig {
+        iqn: rt.iqn,
+        tid,
+        alias: rt.alias,
+        allow_initiators,
+        allow_addresses,
+        iscsi,
+        driver,
+        state,
+        incoming_users,
+        outgoing_user,
+        luns,
+    })
+}
+
+pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
+    let lun = ctx.range(&format!("{p}.lun"), rl.lun, limits::LUN)?;
+    if let Some(w) = &rl.device_type {
+        if !w.0.trim().eq_ignore_ascii_case("disk") {
+            return Err(ctx.err(
+                &format!("{p}.device_type"),
+                format!(
+                    "device type {:?} is not supported; numatgt exports disks only (disk)",
+                    w.0
+                ),
+            ));
+        }
+    }
+    if rl.path.is_empty() {
+        return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
+    }
+    let path = PathBuf::from(&rl.path);
+    if !path.is_absolute() {
+        return Err(ctx.err(
+            &format!("{p}.path"),
+            format!(
+                "must be an absolute path (got {:?}); relative paths are not resolved",
+                rl.path
+            ),
+        ));
+    }
+    let block_size = match rl.block_size {
+        None => 512,
+        Some(b @ (512 | 4096)) => b as u32,
+        Some(b) => {
+            return Err(ctx.err(
+                &format!("{p}.block_size"),
+                format!("must be 512 or 4096 (got {b})"),
+            ));
+        }
+    };
+    let create_size = match &rl.size {
+        None => None,
+        Some(s) => {
+            let sp = format!("{p}.size");
+            let bytes = match s {
+                Scalar::Int(i) => u64::try_from(*i)
+                    .map_err(|_| ctx.err(&sp, format!("must be a positive size (got {i})")))?,
+                Scalar::Text(t) => parse_size(t).map_err(|m| ctx.err(&sp, m))?,
+            };
+            if bytes == 0 {
+                return Err(ctx.err(&sp, "must be greater than 0"));
+            }
+            if bytes % u64::from(block_size) != 0 {
+                return Err(ctx.err(
+                    &sp,
+                    format!("{bytes} bytes is not a multiple of the block size {block_size}"),
+                ));
+            }
+            Some(bytes)
+        }
+    };
+    Ok(LunConfig {
+        lun,
+        path,
+        block_size,
+        write_cache: rl.write_cache.is_none_or(|b| b.0),
+        readonly: rl.readonly.is_some_and(|b| b.0),
+        create_size,
+        vendor_id: ident(
+            ctx,
+            &format!("{p}.vendor_id"),
+            rl.vendor_id,
+            limits::VENDOR_ID,
+        )?,
+        product_id: ident(
+            ctx,
+            &format!("{p}.product_id"),
+            rl.product_id,
+            limits::PRODUCT_ID,
+        )?,
+        product_rev: ident(
+            ctx,
+            &format!("{p}.product_rev"),
+            rl.product_rev,
+            limits::PRODUCT_REV,
+        )?,
+        serial: ident(ctx, &format!("{p}.serial"), rl.serial, limits::SERIAL)?,
+        cache: rl
+            .cache
+            .as_ref()
+            .map(|w| ctx.cache_mode(&format!("{p}.cache"), w))
+            .transpose()?,
+        scsi_id: ident(ctx, &format!("{p}.scsi_id"), rl.scsi_id, limits::SCSI_ID)?,
+        sense_format: match &rl.sense_format {
+            None => SenseFormat::Fixed,
+            Some(w) => SenseFormat::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.sense_format"),
+                    format!("must be 0/fixed or 1/descriptor (got {:?})", w.0),
+                )
+            })?,
+        },
+        removable: rl.removable.is_some_and(|b| b.0),
+        thin_provisioning: rl.thin_provisioning.is_some_and(|b| b.0),
+        online: rl.online.is_none_or(|b| b.0),
+        bs_type: match &rl.bs_type {
+            None => BsType::Rdwr,
+            Some(w) => BsType::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    &format!("{p}.bs_type"),
+                    format!(
+                        "backing-store type {:?} is not supported; numatgt serves files and \
+                         block devices only (rdwr or aio)",
+                        w.0
+                    ),
+                )
+            })?,
+        },
+        bsoflags: match &rl.bsoflags {
+            None => BsOflags::default(),
+            Some(w) => BsOflags::parse(&w.0).map_err(|m| ctx.err(&format!("{p}.bsoflags"), m))?,
+        },
+        lbppbe: rl
+            .lbppbe
+            .map(|v| {
+                ctx.range(&format!("{p}.lbppbe"), v, limits::LBPPBE)
+                    .map(|v| v as u8)
+            })
+            .transpose()?,
+        la_lba: rl
+            .la_lba
+            .map(|v| {
+                ctx.range(&format!("{p}.la_lba"), v, limits::LA_LBA)
+                    .map(|v| v as u16)
+            })
+            .transpose()?,
+        optimal_xfer_gran: rl
+            .optimal_xfer_gran
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_gran"),
+                    v,
+                    limits::OPTIMAL_XFER_GRAN,
+                )
+            })
+            .transpose()?,
+        optimal_xfer_len: rl
+            .optimal_xfer_len
+            .map(|v| {
+                ctx.range32(
+                    &format!("{p}.optimal_xfer_len"),
+                    v,
+                    limits::OPTIMAL_XFER_LEN,
+                )
+            })
+            .transpose()?,
+    })
+}
