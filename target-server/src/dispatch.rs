@@ -9,7 +9,7 @@ use iscsi_proto::ScsiCommand;
 use scsi::task_mgmt::{self, ResetKind, TaskFunction, TaskScope, TmfPlan, TmfVerdict};
 use scsi::{Action, CmdCtx};
 
-use crate::backend::locked::{self, Blocks};
+use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
 use crate::registry::{ConnId, LunSet, Target};
@@ -56,6 +56,16 @@ pub fn execute(
             return stamped(pr::reserve_out(po, lun, target, ctx, reply), stamp);
         }
     };
+    // COMPARE AND WRITE, ORWRITE, WRITE ATOMIC: one path, the range held exclusively
+    let mut locked_write = |op, (lba, count, durable), reply| {
+        let data = std::mem::take(&mut cmd.data_out);
+        let w = Locked {
+            op,
+            at: Blocks { lba, count },
+            durable,
+        };
+        locked::start(w, lun, data, ctx, reply)
+    };
     let answer = match action {
         Action::Complete(c) => Answer::Now(completed(c)),
         Action::Read {
@@ -90,35 +100,17 @@ pub fn execute(
             lba,
             blocks,
             durable,
-        } => {
-            let data = std::mem::take(&mut cmd.data_out);
-            let at = Blocks { lba, count: blocks };
-            locked::compare_and_write(lun, at, durable, data, ctx, reply)
-        }
+        } => locked_write(LockedOp::CompareAndWrite, (lba, blocks, durable), reply),
         Action::OrWrite {
             lba,
             blocks,
             durable,
-        } => {
-            let data = std::mem::take(&mut cmd.data_out);
-            locked::or_write(
-                lun,
-                Blocks { lba, count: blocks },
-                durable,
-                data,
-                ctx,
-                reply,
-            )
-        }
+        } => locked_write(LockedOp::OrWrite, (lba, blocks, durable), reply),
         Action::AtomicWrite {
             lba,
             blocks,
             durable,
-        } => {
-            let data = std::mem::take(&mut cmd.data_out);
-            let at = Blocks { lba, count: blocks };
-            locked::write_atomic(lun, at, durable, data, ctx, reply)
-        }
+        } => locked_write(LockedOp::Atomic, (lba, blocks, durable), reply),
         Action::Unmap { ranges } => thin::start_unmap(lun, ranges, ctx, reply),
         Action::WriteSame {
             lba,

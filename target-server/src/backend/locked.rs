@@ -22,69 +22,86 @@ pub struct Blocks {
     pub count: u32,
 }
 
-/// COMPARE AND WRITE: the medium compared with the first half of `data`; on a match the
-/// second half is written, else MISCOMPARE at the first differing byte. Answers through
-/// `reply`.
-pub fn compare_and_write(
-    lun: &Arc<Lun>,
-    at: Blocks,
-    durable: bool,
-    data: Vec<u8>,
-    ctx: &StorageCtx<'_>,
-    reply: ReplyTo,
-) -> Answer {
-    on_worker(lun, data, durable, ctx, reply, move |w| {
-        let len = at.count as usize * w.lun.store.block_size() as usize;
-        read_modify_write(w, at, |medium| {
-            scsi::compare_and_write_data(medium, w.data, len).map(<[u8]>::to_vec)
-        })
-    })
+/// Which locked write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockedOp {
+    /// COMPARE AND WRITE: the medium compared with the first half of the data; on a match
+    /// the second half is written, else MISCOMPARE at the first differing byte.
+    CompareAndWrite,
+    /// ORWRITE: the blocks become their bitwise OR with the data.
+    OrWrite,
+    /// WRITE ATOMIC(16): with the range held exclusively (no other writer of these blocks
+    /// on any node can interleave), dirty cached data of the range is written back first
+    /// (so no later write-back brings old bytes over the new ones), then the blocks go to
+    /// the backing store in one write, and cached copies are updated.
+    Atomic,
 }
 
-/// ORWRITE: the blocks become their bitwise OR with `data`. Answers through `reply`.
-pub fn or_write(
-    lun: &Arc<Lun>,
-    at: Blocks,
-    durable: bool,
-    data: Vec<u8>,
-    ctx: &StorageCtx<'_>,
-    reply: ReplyTo,
-) -> Answer {
-    on_worker(lun, data, durable, ctx, reply, move |w| {
-        read_modify_write(w, at, |medium| scsi::or_write_data(medium, w.data))
-    })
+/// One locked write: what, where, and whether it is stable before GOOD
+/// (`scsi::LogicalUnit::durable_writes`).
+#[derive(Clone, Copy, Debug)]
+pub struct Locked {
+    pub op: LockedOp,
+    pub at: Blocks,
+    pub durable: bool,
 }
 
-/// WRITE ATOMIC(16): with the range held exclusively (no other writer of these blocks on
-/// any node can interleave), dirty cached data of the range is written back first (so no
-/// later write-back brings old bytes over the new ones), then the blocks go to the backing
-/// store in one write, and cached copies are updated. Answers through `reply`.
-pub fn write_atomic(
+/// Runs `w` with the command's Data-Out buffer `data` on an I/O worker of this node (it may
+/// wait for the range locks, which an event thread never does); answers through `reply`.
+pub fn start(
+    w: Locked,
     lun: &Arc<Lun>,
-    at: Blocks,
-    durable: bool,
     data: Vec<u8>,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
 ) -> Answer {
-    on_worker(lun, data, durable, ctx, reply, move |w| {
-        let lun = w.lun;
-        let bs = u64::from(lun.store.block_size());
-        let (offset, len) = (at.lba * bs, u64::from(at.count) * bs);
-        let Some(new) = w.data.get(..len as usize) else {
-            return completed(
-                lun.scsi
-                    .check_condition(&scsi::Sense::invalid_field_in_information_unit()),
-            );
+    let lun = Arc::clone(lun);
+    let cache = ctx.cache_for(&lun).cloned();
+    let (reply, later) = reply.defer();
+    ctx.run(move || {
+        let on = LockedWrite {
+            cache: cache.as_ref(),
+            lun: &lun,
+            data: &data,
+            durable: w.durable,
         };
-        let _exclusive = lun.locks.compare_and_write(offset, len);
-        if let Some(c) = w.cache
-            && let Err(e) = storage::flush_range(c, lun, offset, len)
-        {
-            return storage::io_failure(lun, &e, true, at.lba);
+        reply.send(run(w.op, &on, w.at));
+    });
+    Answer::Later(later)
+}
+
+/// On the worker: the data rule of `op` (the `scsi` crate's) applied in the I/O order.
+fn run(op: LockedOp, w: &LockedWrite<'_>, at: Blocks) -> CommandResult<Payload> {
+    match op {
+        LockedOp::CompareAndWrite => {
+            let len = at.count as usize * w.lun.store.block_size() as usize;
+            read_modify_write(w, at, |medium| {
+                scsi::compare_and_write_data(medium, w.data, len).map(<[u8]>::to_vec)
+            })
         }
-        storage::write_through(w.cache, lun, at.lba, offset, new, w.durable)
-    })
+        LockedOp::OrWrite => read_modify_write(w, at, |medium| scsi::or_write_data(medium, w.data)),
+        LockedOp::Atomic => write_atomic(w, at),
+    }
+}
+
+/// WRITE ATOMIC(16) on the worker (see [`LockedOp::Atomic`]).
+fn write_atomic(w: &LockedWrite<'_>, at: Blocks) -> CommandResult<Payload> {
+    let lun = w.lun;
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (at.lba * bs, u64::from(at.count) * bs);
+    let Some(new) = w.data.get(..len as usize) else {
+        return completed(
+            lun.scsi
+                .check_condition(&scsi::Sense::invalid_field_in_information_unit()),
+        );
+    };
+    let _exclusive = lun.locks.compare_and_write(offset, len);
+    if let Some(c) = w.cache
+        && let Err(e) = storage::flush_range(c, lun, offset, len)
+    {
+        return storage::io_failure(lun, &e, true, at.lba);
+    }
+    storage::write_through(w.cache, lun, at.lba, offset, new, w.durable)
 }
 
 /// What a locked write works with on its I/O worker.
@@ -95,30 +112,6 @@ struct LockedWrite<'a> {
     data: &'a [u8],
     /// Stable before GOOD (`scsi::LogicalUnit::durable_writes`).
     durable: bool,
-}
-
-/// Runs `op` on an I/O worker of this node (it may wait for the range locks, which an
-/// event thread never does) and sends its result.
-fn on_worker(
-    lun: &Arc<Lun>,
-    data: Vec<u8>,
-    durable: bool,
-    ctx: &StorageCtx<'_>,
-    reply: ReplyTo,
-    op: impl FnOnce(&LockedWrite<'_>) -> CommandResult<Payload> + Send + 'static,
-) -> Answer {
-    let lun = Arc::clone(lun);
-    let cache = ctx.cache_for(&lun).cloned();
-    let (reply, later) = reply.defer();
-    ctx.run(move || {
-        reply.send(op(&LockedWrite {
-            cache: cache.as_ref(),
-            lun: &lun,
-            data: &data,
-            durable,
-        }));
-    });
-    Answer::Later(later)
 }
 
 /// A read-modify-write, atomic against every other writer of the blocks (the LUN's range

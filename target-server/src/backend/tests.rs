@@ -11,7 +11,7 @@ use cache::{BlockCache, CacheConfig, IoJob, Topology};
 use iscsi_proto::CommandResult;
 
 use super::jobs::Job;
-use super::locked::{self, Blocks};
+use super::locked::{self, Blocks, Locked, LockedOp};
 use super::payload::Payload;
 use super::reply::{Answer, CompletionSink, ReplyTo};
 use super::{StorageCtx, Workers, storage};
@@ -219,6 +219,16 @@ impl Bench {
         self.finish(a)
     }
 
+    /// A locked write (COMPARE AND WRITE, ORWRITE, WRITE ATOMIC) of one range, no FUA.
+    fn locked(&self, op: LockedOp, lba: u64, count: u32, data: Vec<u8>) -> CommandResult<Payload> {
+        let w = Locked {
+            op,
+            at: Blocks { lba, count },
+            durable: false,
+        };
+        self.finish(locked::start(w, &self.lun, data, &self.ctx(), self.reply()))
+    }
+
     fn read(&self, lba: u64, blocks: u32) -> (CommandResult<Payload>, Vec<u8>) {
         let a = storage::read(&self.lun, lba, blocks, &self.ctx(), self.reply());
         let r = self.finish(a);
@@ -377,15 +387,12 @@ fn compare_and_write_matches_then_miscompares() {
         let new = pattern(2, BS);
         let mut buf = old.clone();
         buf.extend_from_slice(&new);
-        let at = Blocks { lba: 5, count: 1 };
-        let a = locked::compare_and_write(&b.lun, at, false, buf.clone(), &b.ctx(), b.reply());
-        assert_eq!(b.finish(a).status, 0, "{mode:?}: compare half matches");
+        let r = b.locked(LockedOp::CompareAndWrite, 5, 1, buf.clone());
+        assert_eq!(r.status, 0, "{mode:?}: compare half matches");
         assert_eq!(b.read(5, 1).1, new);
         // the same buffer again: the medium now holds `new`, the first byte differs
         let diff = old.iter().zip(&new).position(|(x, y)| x != y).unwrap_or(0);
-        let at = Blocks { lba: 5, count: 1 };
-        let a = locked::compare_and_write(&b.lun, at, false, buf, &b.ctx(), b.reply());
-        let r = b.finish(a);
+        let r = b.locked(LockedOp::CompareAndWrite, 5, 1, buf);
         assert_eq!(r.status, scsi::status::CHECK_CONDITION);
         assert_eq!(sense_key_asc(&r), (0x0e, 0x1d, 0x00), "MISCOMPARE");
         // INFORMATION: the offset of the first differing byte
@@ -399,10 +406,27 @@ fn compare_and_write_matches_then_miscompares() {
 fn or_write_ors_into_the_medium() {
     let b = Bench::new("orw", config::CacheMode::Numa, true);
     assert_eq!(b.write(8, &vec![0x0f; BS], false).status, 0);
-    let at = Blocks { lba: 8, count: 1 };
-    let a = locked::or_write(&b.lun, at, false, vec![0xf0; BS], &b.ctx(), b.reply());
-    assert_eq!(b.finish(a).status, 0);
+    assert_eq!(b.locked(LockedOp::OrWrite, 8, 1, vec![0xf0; BS]).status, 0);
     assert_eq!(b.read(8, 1).1, vec![0xff; BS]);
+}
+
+#[test]
+fn write_atomic_writes_through_over_dirty_cached_data() {
+    let b = Bench::new("atomic", config::CacheMode::Numa, true);
+    // dirty in the cache first (WCE=1): the atomic write must not be undone by its flush
+    assert_eq!(b.write(16, &pattern(3, 2 * BS), false).status, 0);
+    let new = pattern(9, 2 * BS);
+    assert_eq!(b.locked(LockedOp::Atomic, 16, 2, new.clone()).status, 0);
+    assert_eq!(b.read(16, 2).1, new);
+    assert_eq!(
+        b.on_disk(16, new.len()),
+        new,
+        "written through, over the flushed data"
+    );
+    // a Data-Out buffer shorter than the blocks: refused, nothing written
+    let r = b.locked(LockedOp::Atomic, 16, 2, vec![0; BS]);
+    assert_eq!(r.status, scsi::status::CHECK_CONDITION);
+    assert_eq!(b.read(16, 2).1, new);
 }
 
 #[test]
