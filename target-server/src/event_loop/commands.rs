@@ -29,6 +29,8 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        let span = slot.span.clone();
+        let _in_conn = span.enter();
         while let Some(ev) = slot.conn.poll_event() {
             match ev {
                 Event::LoggedIn(info) => {
@@ -55,9 +57,12 @@ impl EventThread {
                         }
                     }
                     slot.io.set_session(info.tsih);
-                    tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
-                        target = info.target_name.as_deref().unwrap_or("(discovery)"),
-                        tsih = info.tsih, thread = self.index, node = self.node, "login complete");
+                    slot.span.record("initiator", info.initiator_name.as_str());
+                    slot.span.record(
+                        "target",
+                        info.target_name.as_deref().unwrap_or("(discovery)"),
+                    );
+                    tracing::info!(tsih = info.tsih, node = self.node, "login complete");
                 }
                 Event::Command(mut cmd) => {
                     let itt = cmd.itt;
@@ -122,11 +127,11 @@ impl EventThread {
                     }
                 }
                 Event::LoggedOut => {
-                    tracing::info!(peer = %slot.peer, "logout");
+                    tracing::info!("logout");
                     slot.closing = true;
                 }
                 Event::Close(err) => {
-                    tracing::warn!(peer = %slot.peer, "closing connection: {err}");
+                    tracing::warn!("closing connection: {err}");
                     slot.closing = true;
                 }
             }
