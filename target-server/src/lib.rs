@@ -15,6 +15,7 @@ pub(crate) mod dispatch;
 pub(crate) mod event_loop;
 pub(crate) mod io_stats;
 pub(crate) mod listen;
+pub(crate) mod proto_stats;
 pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod registry;

@@ -57,6 +57,10 @@ impl EventThread {
                         }
                     }
                     slot.io.set_session(info.tsih);
+                    slot.events = shared
+                        .proto_stats
+                        .target(slot.target.as_ref().map_or("", |t| t.iqn.as_str()));
+                    slot.events.login("success");
                     slot.span.record("initiator", info.initiator_name.as_str());
                     slot.span.record(
                         "target",
@@ -107,6 +111,7 @@ impl EventThread {
                     }
                 }
                 Event::TaskMgmt(req) => {
+                    slot.events.task_management(tmf_label(req.function));
                     // The connection has marked this session's affected tasks aborted: their
                     // results will be dropped, and it answers once they have ended (backing
                     // store jobs run to completion; RFC 7143 11.6.1 b). `scsi` decides the
@@ -136,5 +141,21 @@ impl EventThread {
                 }
             }
         }
+    }
+}
+
+/// The `function` label of a task management request.
+fn tmf_label(f: iscsi_proto::TmfFunction) -> &'static str {
+    use iscsi_proto::TmfFunction as F;
+    match f {
+        F::AbortTask => "abort_task",
+        F::AbortTaskSet => "abort_task_set",
+        F::ClearAca => "clear_aca",
+        F::ClearTaskSet => "clear_task_set",
+        F::LogicalUnitReset => "lun_reset",
+        F::TargetWarmReset => "target_warm_reset",
+        F::TargetColdReset => "target_cold_reset",
+        F::TaskReassign => "task_reassign",
+        F::Other(_) => "other",
     }
 }

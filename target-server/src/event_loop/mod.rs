@@ -58,6 +58,8 @@ struct Slot {
     more_input: bool,
     /// The connection's I/O counters, one block per LUN it used.
     io: crate::io_stats::ConnIo,
+    /// Its target's protocol event counters (those of target `""` until logged in).
+    events: Arc<crate::proto_stats::TargetEvents>,
     /// The log context of everything about this connection (`conn{id peer initiator
     /// target}`; initiator and target once logged in).
     span: tracing::Span,
@@ -315,6 +317,7 @@ impl EventThread {
             close_after_tmf: false,
             more_input: false,
             io: Default::default(),
+            events: self.shared.proto_stats.target(""),
             span,
         });
     }
