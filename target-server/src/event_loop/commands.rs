@@ -139,6 +139,8 @@ impl EventThread {
                     tracing::warn!("closing connection: {err}");
                     slot.closing = true;
                 }
+                // reported for counting (issue 12): the metrics wiring comes with the endpoint
+                Event::LoginFailed { .. } | Event::Rejected(_) | Event::DigestError { .. } => {}
             }
         }
     }
