@@ -165,4 +165,25 @@ mod tests {
         assert_eq!(c.digest_errors, 1);
         assert!(Arc::ptr_eq(&s.target("iqn.x"), &t));
     }
+
+    #[test]
+    fn the_protocol_crate_labels_are_all_listed() {
+        use iscsi_proto::login::LoginFailure as L;
+        for r in iscsi_proto::pdu::RejectReason::ALL {
+            assert!(REJECT_REASONS.contains(&r.label()), "{}", r.label());
+        }
+        for l in [
+            L::AuthFailure,
+            L::NotAuthorized,
+            L::NotFound,
+            L::Refused,
+            L::Error,
+        ] {
+            assert!(LOGIN_RESULTS.contains(&l.label()), "{}", l.label());
+        }
+        for code in 0..=255u8 {
+            let f = iscsi_proto::TmfFunction::from_code(code);
+            assert!(TMF_FUNCTIONS.contains(&f.label()), "{}", f.label());
+        }
+    }
 }

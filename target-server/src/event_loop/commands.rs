@@ -111,7 +111,7 @@ impl EventThread {
                     }
                 }
                 Event::TaskMgmt(req) => {
-                    slot.events.task_management(tmf_label(req.function));
+                    slot.events.task_management(req.function.label());
                     // The connection has marked this session's affected tasks aborted: their
                     // results will be dropped, and it answers once they have ended (backing
                     // store jobs run to completion; RFC 7143 11.6.1 b). `scsi` decides the
@@ -140,24 +140,25 @@ impl EventThread {
                     slot.closing = true;
                 }
                 // reported for counting (issue 12): the metrics wiring comes with the endpoint
-                Event::LoginFailed { .. } | Event::Rejected(_) | Event::DigestError { .. } => {}
+                Event::LoginFailed {
+                    target_name,
+                    failure,
+                } => {
+                    // only configured targets get a series of their own
+                    let known = target_name
+                        .as_deref()
+                        .and_then(|n| shared.registry.target(n))
+                        .map(|t| t.iqn.clone())
+                        .unwrap_or_default();
+                    shared.proto_stats.target(&known).login(failure.label());
+                    tracing::info!(result = failure.label(), "login failed");
+                }
+                Event::Rejected(reason) => slot.events.rejected(reason.label()),
+                Event::DigestError { header } => {
+                    slot.events.digest_error();
+                    tracing::warn!("{} digest error", if header { "header" } else { "data" });
+                }
             }
         }
-    }
-}
-
-/// The `function` label of a task management request.
-fn tmf_label(f: iscsi_proto::TmfFunction) -> &'static str {
-    use iscsi_proto::TmfFunction as F;
-    match f {
-        F::AbortTask => "abort_task",
-        F::AbortTaskSet => "abort_task_set",
-        F::ClearAca => "clear_aca",
-        F::ClearTaskSet => "clear_task_set",
-        F::LogicalUnitReset => "lun_reset",
-        F::TargetWarmReset => "target_warm_reset",
-        F::TargetColdReset => "target_cold_reset",
-        F::TaskReassign => "task_reassign",
-        F::Other(_) => "other",
     }
 }

@@ -115,7 +115,10 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_logins_total",
         "Login attempts by outcome (target \"\" when no configured target was named).",
     );
-    let mut auth = Family::counter("numatgt_auth_failures_total", "CHAP authentication failures.");
+    let mut auth = Family::counter(
+        "numatgt_auth_failures_total",
+        "CHAP authentication failures.",
+    );
     let mut tmf = Family::counter(
         "numatgt_task_management_total",
         "Task management requests by function.",
@@ -129,7 +132,13 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
         "Header or data digest mismatches.",
     );
     // every configured target has its series (zeros included), and "" always
-    let mut names: Vec<String> = src.shared.registry.targets().iter().map(|t| t.iqn.clone()).collect();
+    let mut names: Vec<String> = src
+        .shared
+        .registry
+        .targets()
+        .iter()
+        .map(|t| t.iqn.clone())
+        .collect();
     names.push(String::new());
     for n in &names {
         let _ = src.shared.proto_stats.target(n);
