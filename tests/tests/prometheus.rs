@@ -7,16 +7,19 @@
 //! A missing `prometheus` / `promtool` / `iscsi-perf` is a FAILURE with the install hint.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tests::TEST_IQN;
+use tests::daemon::{free_port, require_numatgtd};
 use tests::prom::{
-    Exposition, Prometheus, ScrapeTarget, StaticExporter, dashboard_queries, promql_metric_names,
-    promtool_check_metrics, read_workspace_file, substitute_variables, variable_promql,
+    DashboardQuery, Exposition, Prometheus, ScrapeTarget, StaticExporter, dashboard_queries,
+    http_get, promql_metric_names, promtool_check_metrics, read_workspace_file,
+    substitute_variables, unix_now, variable_promql,
 };
 use tests::tools;
+use tests::{Daemon, LunSpec, MIB, TEST_IQN};
 
 const DASHBOARD: &str = "tools/grafana/numatgt-dashboard.json";
 const SCRAPE_CONFIG: &str = "tools/prometheus/numatgt-scrape.yml";
@@ -27,6 +30,59 @@ static LOAD: Mutex<()> = Mutex::new(());
 
 fn load_lock() -> std::sync::MutexGuard<'static, ()> {
     LOAD.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// numatgtd with `luns`, two virtual NUMA nodes and `--metrics 127.0.0.1:<free port>`;
+/// returns the daemon and its metrics address.
+fn daemon_with_metrics(luns: &[LunSpec]) -> (Daemon, SocketAddr) {
+    require_numatgtd("prometheus");
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let listen = addr.to_string();
+    let d = Daemon::start_with_args(luns, &["--metrics", &listen, "--numa-nodes", "2"]);
+    (d, addr)
+}
+
+/// `GET /metrics` from `addr`, parsed; panics unless 200.
+fn scrape(addr: SocketAddr) -> (String, Exposition) {
+    let (code, body) =
+        http_get(addr, "/metrics").unwrap_or_else(|e| panic!("GET /metrics from {addr}: {e}"));
+    assert_eq!(code, 200, "GET /metrics from {addr}: HTTP {code}\n{body}");
+    let e = Exposition::parse(&body);
+    (body, e)
+}
+
+/// Runs `iscsi-perf` (sequential 4 KiB READ16s: 8 blocks of 512 bytes, 16 in flight) on
+/// `url` for `secs` seconds and returns its final `iops average` and its output.
+fn iscsi_perf(url: &str, secs: u64) -> (u64, tools::ToolRun) {
+    let run = tools::run(
+        secs + 30,
+        "iscsi-perf",
+        ["-t", &secs.to_string(), "-b", "8", "-m", "16", url],
+    );
+    run.check("iscsi-perf");
+    let out = &run.stdout;
+    let at = out
+        .rfind("iops average ")
+        .unwrap_or_else(|| panic!("no `iops average` in iscsi-perf output:\n{run}"));
+    let iops = out[at + "iops average ".len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("bad `iops average` in iscsi-perf output:\n{run}"));
+    (iops, run)
+}
+
+fn rel_diff(a: f64, b: f64) -> f64 {
+    (a - b).abs() / a.abs().max(b.abs()).max(1.0)
+}
+
+/// The node labels of the series of `expr`.
+fn nodes_of(prom: &Prometheus, expr: &str) -> BTreeSet<String> {
+    prom.query(expr)
+        .iter()
+        .map(|s| s.label("node").to_string())
+        .collect()
 }
 
 /// The tokenizer that finds metric names in dashboard expressions.
@@ -210,13 +266,50 @@ fn dashboard_is_well_formed() {
     );
 }
 
+/// The queries of the ```promql blocks of docs/metrics.md (one per `# comment`).
+fn docs_queries() -> Vec<DashboardQuery> {
+    let doc = read_workspace_file("docs/metrics.md");
+    let mut out: Vec<DashboardQuery> = Vec::new();
+    let mut in_block = false;
+    let mut cur = String::new();
+    let flush = |cur: &mut String, out: &mut Vec<DashboardQuery>| {
+        if !cur.trim().is_empty() {
+            out.push(DashboardQuery {
+                place: format!("docs/metrics.md query {}", out.len() + 1),
+                expr: cur.trim().to_string(),
+                is_variable: false,
+            });
+        }
+        cur.clear();
+    };
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            if in_block {
+                flush(&mut cur, &mut out);
+            }
+            in_block = line.trim() == "```promql";
+        } else if in_block {
+            if line.trim_start().starts_with('#') || line.trim().is_empty() {
+                flush(&mut cur, &mut out);
+            } else {
+                cur.push_str(line);
+                cur.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// Every metric name of every dashboard query is exported by `exp`, and every query (with
 /// the template variables substituted) parses and evaluates on the real Prometheus.
 fn check_dashboard(exp: &Exposition, prom: &Prometheus) {
     let dash: Value = serde_json::from_str(&read_workspace_file(DASHBOARD))
         .unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
-    let queries = dashboard_queries(&dash);
+    let mut queries = dashboard_queries(&dash);
     assert!(queries.len() > 20, "only {} queries found", queries.len());
+    let docs = docs_queries();
+    assert!(docs.len() >= 5, "docs/metrics.md useful queries: {docs:?}");
+    queries.extend(docs);
     let mut missing = Vec::new();
     let mut failed = Vec::new();
     let mut names_seen = BTreeSet::new();
@@ -263,4 +356,235 @@ fn check_dashboard(exp: &Exposition, prom: &Prometheus) {
         queries.len(),
         names_seen.len()
     );
+}
+
+/// (a) Prometheus scraping numatgtd every second sees the reads iscsi-perf made.
+///
+/// Measurement: iscsi-perf reports `iops average` = reads completed / its run time (8 s, its
+/// own clock), so it did `iops × 8` reads (plus at most the 16 in flight at the end, which
+/// drain). Prometheus' count over the run is `increase()` between two of its own samples
+/// that bracket the run while the daemon is idle (the last scrape before iscsi-perf starts,
+/// the first after it exits): the window starts and ends on samples, so `increase` does not
+/// extrapolate and is the exact counter difference. That count must equal the difference of
+/// `/metrics` read directly before and after (ground truth) and agree with iscsi-perf within
+/// 5 %, for READs and bytes (4096 per READ). Then: the cache's hit/miss counters and the
+/// local/remote served bytes exist for every NUMA node.
+#[test]
+fn prometheus_counts_the_reads_iscsi_perf_made() {
+    const SECS: u64 = 8;
+    const IO_BYTES: f64 = 4096.0;
+    let _g = load_lock();
+    tools::require_tool("iscsi-perf");
+    let (mut d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 256 * MIB)]);
+    let mut prom = Prometheus::start(&[ScrapeTarget::new("numatgt", maddr)]);
+    prom.wait_up(Duration::from_secs(20));
+    let lun = format!(r#"job="numatgt",target="{TEST_IQN}",lun="1""#);
+    let reads = format!("numatgt_lun_reads_completed_total{{{lun}}}");
+    let bytes = format!("numatgt_lun_read_bytes_total{{{lun}}}");
+    let gt = |e: &Exposition, name: &str| e.sum(name, &[("target", TEST_IQN), ("lun", "1")]);
+
+    // idle: ground truth, then a scrape after it
+    let (_, before) = scrape(maddr);
+    let t_gt0 = unix_now();
+    prom.wait_sample_after(&reads, t_gt0, Duration::from_secs(10));
+    let t_start = unix_now();
+    let (iops, run) = iscsi_perf(&d.url(1), SECS);
+    let t_end = unix_now();
+    let (_, after) = scrape(maddr);
+    let t_gt1 = unix_now();
+    prom.wait_sample_after(&reads, t_gt1, Duration::from_secs(10));
+    d.assert_alive("after iscsi-perf");
+
+    // Prometheus' raw samples around the run
+    let span = (unix_now() - t_gt0).ceil() as u64 + 5;
+    let raw = prom.query(&format!("{reads}[{span}s]"));
+    assert_eq!(raw.len(), 1, "one series of {reads}: {raw:?}");
+    let samples = &raw[0].samples;
+    let s0 = *samples
+        .iter()
+        .rev()
+        .find(|s| s.0 <= t_start && s.0 > t_gt0)
+        .unwrap_or_else(|| panic!("no idle sample before the run: {samples:?}"));
+    let s1 = *samples
+        .iter()
+        .find(|s| s.0 >= t_end)
+        .unwrap_or_else(|| panic!("no sample after the run: {samples:?}"));
+    let in_run = samples
+        .iter()
+        .filter(|s| s.0 > t_start && s.0 < t_end)
+        .count();
+    assert!(
+        in_run as u64 >= SECS - 2,
+        "only {in_run} scrapes during an {SECS} s run: {samples:?}"
+    );
+    assert_eq!(
+        s0.1,
+        gt(&before, "numatgt_lun_reads_completed_total"),
+        "idle sample before"
+    );
+    assert_eq!(
+        s1.1,
+        gt(&after, "numatgt_lun_reads_completed_total"),
+        "idle sample after"
+    );
+
+    let window_ms = ((s1.0 - s0.0) * 1000.0).round() as u64;
+    let one = |expr: String| -> f64 {
+        let r = prom.query_at(&expr, Some(s1.0));
+        assert_eq!(r.len(), 1, "{expr}: {r:?}");
+        r[0].value()
+    };
+    let p_reads = one(format!("increase({reads}[{window_ms}ms])"));
+    let p_bytes = one(format!("increase({bytes}[{window_ms}ms])"));
+    let p_rate = one(format!("rate({reads}[{window_ms}ms])"));
+    let gt_reads = gt(&after, "numatgt_lun_reads_completed_total")
+        - gt(&before, "numatgt_lun_reads_completed_total");
+    let gt_bytes =
+        gt(&after, "numatgt_lun_read_bytes_total") - gt(&before, "numatgt_lun_read_bytes_total");
+    let perf_reads = iops as f64 * SECS as f64;
+    let perf_bytes = perf_reads * IO_BYTES;
+    eprintln!(
+        "iscsi-perf: {iops} reads/s for {SECS} s = {perf_reads} reads, {perf_bytes} bytes \
+         (ran {:.2} s incl. login); /metrics: +{gt_reads} reads, +{gt_bytes} bytes; \
+         prometheus over {window_ms} ms ({in_run} scrapes in the run): increase {p_reads} \
+         reads, {p_bytes} bytes, rate {p_rate:.0}/s = {:.0} reads/s over iscsi-perf's {SECS} s",
+        t_end - t_start,
+        p_reads / SECS as f64
+    );
+    assert!(
+        rel_diff(p_reads, gt_reads) < 1e-9 && rel_diff(p_bytes, gt_bytes) < 1e-9,
+        "prometheus' increase ({p_reads} reads, {p_bytes} bytes) differs from /metrics \
+         (+{gt_reads}, +{gt_bytes})"
+    );
+    assert!(
+        rel_diff(p_rate * window_ms as f64 / 1000.0, p_reads) < 1e-6,
+        "rate × window ≠ increase"
+    );
+    assert!(
+        gt_reads > 1000.0,
+        "too few reads to compare: {gt_reads}\n{run}"
+    );
+    assert!(
+        rel_diff(p_reads, perf_reads) <= 0.05,
+        "reads: prometheus {p_reads} vs iscsi-perf {perf_reads} ({iops}/s × {SECS} s)\n{run}"
+    );
+    assert!(
+        rel_diff(p_bytes, perf_bytes) <= 0.05,
+        "bytes: prometheus {p_bytes} vs iscsi-perf {perf_bytes}\n{run}"
+    );
+    assert_eq!(
+        gt_bytes,
+        gt_reads * IO_BYTES,
+        "every READ of iscsi-perf is 4096 bytes"
+    );
+
+    // per-node hit-ratio inputs and locality counters, for every node
+    let numa_nodes: usize = after
+        .matching("numatgt_build_info", &[])
+        .next()
+        .and_then(|s| s.labels.get("numa_nodes"))
+        .and_then(|n| n.parse().ok())
+        .expect("numatgt_build_info{numa_nodes} in /metrics");
+    assert_eq!(numa_nodes, 2, "started with --numa-nodes 2");
+    let all: BTreeSet<String> = (0..numa_nodes).map(|n| n.to_string()).collect();
+    for expr in [
+        r#"numatgt_cache_hits_total{job="numatgt"}"#,
+        r#"numatgt_cache_misses_total{job="numatgt"}"#,
+        r#"numatgt_served_bytes_total{job="numatgt",locality="local"}"#,
+        r#"numatgt_served_bytes_total{job="numatgt",locality="remote"}"#,
+    ] {
+        assert_eq!(nodes_of(&prom, expr), all, "{expr}: one series per node");
+    }
+    let lookups = |e: &Exposition| {
+        e.sum("numatgt_cache_hits_total", &[]) + e.sum("numatgt_cache_misses_total", &[])
+    };
+    let p_lookups = prom.query(
+        r#"sum(numatgt_cache_hits_total{job="numatgt"}) + sum(numatgt_cache_misses_total{job="numatgt"})"#,
+    );
+    assert_eq!(p_lookups.len(), 1);
+    assert_eq!(
+        p_lookups[0].value(),
+        lookups(&after),
+        "lookups: prometheus vs /metrics"
+    );
+    assert!(
+        lookups(&after) > lookups(&before),
+        "the reads went through the cache"
+    );
+    let served = prom.query(r#"sum(numatgt_served_bytes_total{job="numatgt"})"#);
+    assert!(served[0].value() > 0.0, "bytes served from cache blocks");
+
+    assert!(prom.stop(), "prometheus stopped cleanly on SIGTERM");
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.is_some_and(|s| s.success()), "numatgtd stopped: {st:?}");
+}
+
+/// (b) `promtool check metrics` accepts numatgtd's exposition after reads, writes and a
+/// failed login: no errors, no lint warnings.
+#[test]
+fn promtool_accepts_the_exposition() {
+    let _g = load_lock();
+    tools::require_tool("iscsi-perf");
+    let (d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 64 * MIB)]);
+    iscsi_perf(&d.url(1), 2);
+    tools::run(
+        30,
+        "qemu-io",
+        [
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5a 0 1M",
+            "-c",
+            "flush",
+            &d.url(1),
+        ],
+    )
+    .check("qemu-io write");
+    let wrong = format!("iscsi://127.0.0.1:{}/{TEST_IQN}-nonexistent/1", d.port);
+    let _ = tools::run(30, "iscsi-inq", [wrong.as_str()]);
+    let (text, exp) = scrape(maddr);
+    assert!(
+        exp.sum("numatgt_lun_writes_completed_total", &[]) > 0.0,
+        "writes counted"
+    );
+    let lint = promtool_check_metrics(&text);
+    lint.check("promtool check metrics on numatgtd's /metrics");
+    assert!(
+        lint.stdout.trim().is_empty() && lint.stderr.trim().is_empty(),
+        "promtool lint problems in numatgtd's /metrics:\n{lint}"
+    );
+}
+
+/// (c) The dashboard against a live numatgtd: every metric name is in its /metrics and every
+/// expression is accepted by a Prometheus scraping it.
+#[test]
+fn dashboard_matches_a_live_numatgtd() {
+    let _g = load_lock();
+    tools::require_tool("iscsi-perf");
+    let (d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 64 * MIB)]);
+    let prom = Prometheus::start(&[ScrapeTarget::new("numatgt", maddr)]);
+    prom.wait_up(Duration::from_secs(20));
+    iscsi_perf(&d.url(1), 2);
+    let (_, exp) = scrape(maddr);
+    prom.wait_sample_after(
+        r#"numatgt_lun_reads_completed_total{job="numatgt"}"#,
+        unix_now(),
+        Duration::from_secs(10),
+    );
+    check_dashboard(&exp, &prom);
+    let start = Instant::now();
+    // with data: the stat queries return a value for this daemon
+    for expr in [
+        r#"sum(numatgt_targets{instance=~".*"})"#,
+        r#"sum(numatgt_luns{instance=~".*"})"#,
+        r#"sum(numatgt_lun_capacity_bytes{instance=~".*", target=~".*", lun=~".*"})"#,
+    ] {
+        let r = prom.query(expr);
+        assert!(
+            r.len() == 1 && r[0].value() > 0.0,
+            "{expr}: {r:?} ({:?})",
+            start.elapsed()
+        );
+    }
 }
