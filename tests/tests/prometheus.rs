@@ -153,6 +153,48 @@ fn harness_prometheus_scrapes_a_static_exposition() {
     );
     assert_eq!(got[0].label("job"), "static");
     assert_eq!(got[0].label("instance"), srv.addr().to_string());
+    // the measurement of the load test: increase() between two samples (window aligned on
+    // them) is the exact counter difference, without extrapolation
+    let sel = format!("numatgt_lun_reads_completed_total{{job=\"static\",lun=\"1\"}}");
+    let t_a = unix_now();
+    prom.wait_sample_after(&sel, t_a, Duration::from_secs(10));
+    let v0 = exp.sum("numatgt_lun_reads_completed_total", &[("lun", "1")]);
+    let bumped = fixture.replace(
+        &format!("numatgt_lun_reads_completed_total{{target=\"{TEST_IQN}\",lun=\"1\"}} {v0}"),
+        &format!(
+            "numatgt_lun_reads_completed_total{{target=\"{TEST_IQN}\",lun=\"1\"}} {}",
+            v0 + 1000.0
+        ),
+    );
+    assert_ne!(bumped, fixture, "fixture line for LUN 1 reads");
+    std::fs::write(srv.dir.path().join("metrics.tmp"), &bumped).expect("write new exposition");
+    std::fs::rename(
+        srv.dir.path().join("metrics.tmp"),
+        srv.dir.path().join("metrics"),
+    )
+    .expect("replace exposition");
+    let t_b = unix_now();
+    let raw = prom.wait_sample_after(&sel, t_b + 1.0, Duration::from_secs(10));
+    let samples = &raw[0].samples;
+    let s0 = *samples
+        .iter()
+        .rev()
+        .find(|s| s.1 == v0)
+        .expect("a sample before the bump");
+    let s1 = *samples
+        .iter()
+        .find(|s| s.1 == v0 + 1000.0)
+        .expect("a sample after the bump");
+    let w = ((s1.0 - s0.0) * 1000.0).round() as u64;
+    let inc = prom.query_at(&format!("increase({sel}[{w}ms])"), Some(s1.0));
+    assert_eq!(inc.len(), 1);
+    assert!(
+        (inc[0].value() - 1000.0).abs() < 1e-9,
+        "increase over [{}, {}] = {} (samples {samples:?})",
+        s0.0,
+        s1.0,
+        inc[0].value()
+    );
     // an invalid expression is an API error, not a panic of the harness
     let bad = prom.try_query("sum(rate(x[1m]", None);
     assert!(bad.is_err(), "a broken expression must not parse: {bad:?}");
