@@ -155,7 +155,7 @@ fn harness_prometheus_scrapes_a_static_exposition() {
     assert_eq!(got[0].label("instance"), srv.addr().to_string());
     // the measurement of the load test: increase() between two samples (window aligned on
     // them) is the exact counter difference, without extrapolation
-    let sel = format!("numatgt_lun_reads_completed_total{{job=\"static\",lun=\"1\"}}");
+    let sel = r#"numatgt_lun_reads_completed_total{job="static",lun="1"}"#.to_string();
     let t_a = unix_now();
     prom.wait_sample_after(&sel, t_a, Duration::from_secs(10));
     let v0 = exp.sum("numatgt_lun_reads_completed_total", &[("lun", "1")]);
