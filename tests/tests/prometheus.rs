@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tests::daemon::{free_port, require_numatgtd};
+use tests::daemon::require_numatgtd;
 use tests::prom::{
     DashboardQuery, Exposition, Prometheus, ScrapeTarget, StaticExporter, dashboard_queries,
     http_get, promql_metric_names, promtool_check_metrics, read_workspace_file,
@@ -32,14 +32,13 @@ fn load_lock() -> std::sync::MutexGuard<'static, ()> {
     LOAD.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// numatgtd with `luns`, two virtual NUMA nodes and `--metrics 127.0.0.1:<free port>`;
-/// returns the daemon and its metrics address.
+/// numatgtd with `luns` and two virtual NUMA nodes; its metrics server is on a free loopback
+/// port (`--metrics`, chosen by the harness). Returns the daemon and the metrics address.
 fn daemon_with_metrics(luns: &[LunSpec]) -> (Daemon, SocketAddr) {
     require_numatgtd("prometheus");
-    let port = free_port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let listen = addr.to_string();
-    let d = Daemon::start_with_args(luns, &["--metrics", &listen, "--numa-nodes", "2"]);
+    let d = Daemon::start_with_args(luns, &["--numa-nodes", "2"]);
+    let addr = SocketAddr::from(([127, 0, 0, 1], d.metrics_port));
+    assert_eq!(d.metrics_url(), format!("http://{addr}"));
     (d, addr)
 }
 
@@ -52,25 +51,80 @@ fn scrape(addr: SocketAddr) -> (String, Exposition) {
     (body, e)
 }
 
-/// Runs `iscsi-perf` (sequential 4 KiB READ16s: 8 blocks of 512 bytes, 16 in flight) on
-/// `url` for `secs` seconds and returns its final `iops average` and its output.
-fn iscsi_perf(url: &str, secs: u64) -> (u64, tools::ToolRun) {
-    let run = tools::run(
-        secs + 30,
-        "iscsi-perf",
-        ["-t", &secs.to_string(), "-b", "8", "-m", "16", url],
-    );
-    run.check("iscsi-perf");
-    let out = &run.stdout;
-    let at = out
+/// One iscsi-perf run: its final `iops average`, its output, and its window: the seconds
+/// from when it started its clock to when it printed the average (from its line-buffered
+/// output, read as it comes).
+struct PerfRun {
+    iops: u64,
+    output: String,
+    window: f64,
+}
+
+/// Runs `iscsi-perf -l` (sequential 4 KiB READ16s: 8 blocks of 512 bytes, 16 in flight) on
+/// `url` for `secs` seconds, under `timeout` and `stdbuf -oL` so that every line arrives when
+/// printed: the empty line after `will run for` is printed just before it starts its clock,
+/// the `iops average` line when it computes the average. Panics unless it exits 0.
+fn iscsi_perf(url: &str, secs: u64) -> PerfRun {
+    use std::io::BufRead;
+    tools::require_tool("iscsi-perf");
+    tools::require_tool("stdbuf");
+    let mut child = std::process::Command::new("timeout")
+        .args([
+            "-k",
+            "5",
+            &(secs + 30).to_string(),
+            "stdbuf",
+            "-oL",
+            "iscsi-perf",
+            "-l",
+        ])
+        .args(["-t", &secs.to_string(), "-b", "8", "-m", "16", url])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn timeout stdbuf iscsi-perf");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout pipe"));
+    let mut output = String::new();
+    let (mut timed_from, mut timed_to, mut armed) = (None, None, false);
+    let mut line = String::new();
+    // bounded: the pipe closes when iscsi-perf ends, at the latest when `timeout` kills it
+    while out.read_line(&mut line).unwrap_or(0) > 0 {
+        let now = Instant::now();
+        if armed && timed_from.is_none() && line.trim().is_empty() {
+            timed_from = Some(now);
+        }
+        if line.starts_with("will run for") {
+            armed = true;
+        }
+        if line.contains("iops average") && !line.contains("iops current") {
+            timed_to = Some(now);
+        }
+        output.push_str(&line);
+        line.clear();
+    }
+    let st = child.wait().expect("wait for iscsi-perf");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    assert!(st.success(), "iscsi-perf failed: {st}\n{output}\n{err}");
+    let at = output
         .rfind("iops average ")
-        .unwrap_or_else(|| panic!("no `iops average` in iscsi-perf output:\n{run}"));
-    let iops = out[at + "iops average ".len()..]
+        .unwrap_or_else(|| panic!("no `iops average` in iscsi-perf output:\n{output}"));
+    let iops = output[at + "iops average ".len()..]
         .split(|c: char| !c.is_ascii_digit())
         .next()
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("bad `iops average` in iscsi-perf output:\n{run}"));
-    (iops, run)
+        .unwrap_or_else(|| panic!("bad `iops average` in iscsi-perf output:\n{output}"));
+    let (Some(timed_from), Some(timed_to)) = (timed_from, timed_to) else {
+        panic!("iscsi-perf output without its start / final lines:\n{output}");
+    };
+    PerfRun {
+        iops,
+        output,
+        window: timed_to.duration_since(timed_from).as_secs_f64(),
+    }
 }
 
 fn rel_diff(a: f64, b: f64) -> f64 {
@@ -402,15 +456,23 @@ fn check_dashboard(exp: &Exposition, prom: &Prometheus) {
 
 /// (a) Prometheus scraping numatgtd every second sees the reads iscsi-perf made.
 ///
-/// Measurement: iscsi-perf reports `iops average` = reads completed / its run time (8 s, its
-/// own clock), so it did `iops × 8` reads (plus at most the 16 in flight at the end, which
-/// drain). Prometheus' count over the run is `increase()` between two of its own samples
-/// that bracket the run while the daemon is idle (the last scrape before iscsi-perf starts,
-/// the first after it exits): the window starts and ends on samples, so `increase` does not
-/// extrapolate and is the exact counter difference. That count must equal the difference of
-/// `/metrics` read directly before and after (ground truth) and agree with iscsi-perf within
-/// 5 %, for READs and bytes (4096 per READ). Then: the cache's hit/miss counters and the
-/// local/remote served bytes exist for every NUMA node.
+/// What iscsi-perf reports: `iops average` = READs completed / time since it started its
+/// clock, computed when that clock passes the run time (8 s; on busy shared cores the moment
+/// can be some hundred ms late), after which the ≤ 16 READs in flight drain. Its output is
+/// read line by line as printed (`stdbuf -oL`, `-l`), so the test knows when it started its
+/// clock and when it computed the average: that is its window.
+///
+/// What Prometheus reports: `increase()` between two of its own samples that bracket the run
+/// while the daemon is idle (the last scrape before iscsi-perf starts, the first after it
+/// exits). The window starts and ends on samples, so `increase` does not extrapolate: it is
+/// the exact counter difference, and must equal the difference of `/metrics` read directly
+/// before and after (ground truth). Prometheus' read rate over iscsi-perf's window (its
+/// increase over that window's length: all READs fall inside it but the ≤ 16 drained ones)
+/// must agree with iscsi-perf's `iops average` within 5 %, and so must the byte rate with
+/// `iops × 4096`; the count must lie between `iops × 8` and `(iops + 1) × window + 16` (with
+/// 10 ms of slack on the window).
+/// Then: the cache's hit/miss counters and the local/remote served bytes exist for every NUMA
+/// node.
 #[test]
 fn prometheus_counts_the_reads_iscsi_perf_made() {
     const SECS: u64 = 8;
@@ -430,7 +492,8 @@ fn prometheus_counts_the_reads_iscsi_perf_made() {
     let t_gt0 = unix_now();
     prom.wait_sample_after(&reads, t_gt0, Duration::from_secs(10));
     let t_start = unix_now();
-    let (iops, run) = iscsi_perf(&d.url(1), SECS);
+    let perf = iscsi_perf(&d.url(1), SECS);
+    let (iops, run) = (perf.iops, &perf.output);
     let t_end = unix_now();
     let (_, after) = scrape(maddr);
     let t_gt1 = unix_now();
@@ -483,15 +546,24 @@ fn prometheus_counts_the_reads_iscsi_perf_made() {
         - gt(&before, "numatgt_lun_reads_completed_total");
     let gt_bytes =
         gt(&after, "numatgt_lun_read_bytes_total") - gt(&before, "numatgt_lun_read_bytes_total");
-    let perf_reads = iops as f64 * SECS as f64;
-    let perf_bytes = perf_reads * IO_BYTES;
+    let window = perf.window;
+    let wall = t_end - t_start;
+    // upper bound: 10 ms of slack for reading its lines late (pipe, scheduling)
+    let (lo, hi) = (
+        iops as f64 * SECS as f64,
+        (iops + 1) as f64 * (window + 0.010) + 16.0,
+    );
+    let p_run_rate = p_reads / window;
+    let p_run_bytes = p_bytes / window;
+    let perf_bytes_rate = iops as f64 * IO_BYTES;
     eprintln!(
-        "iscsi-perf: {iops} reads/s for {SECS} s = {perf_reads} reads, {perf_bytes} bytes \
-         (ran {:.2} s incl. login); /metrics: +{gt_reads} reads, +{gt_bytes} bytes; \
-         prometheus over {window_ms} ms ({in_run} scrapes in the run): increase {p_reads} \
-         reads, {p_bytes} bytes, rate {p_rate:.0}/s = {:.0} reads/s over iscsi-perf's {SECS} s",
-        t_end - t_start,
-        p_reads / SECS as f64
+        "iscsi-perf: {iops} reads/s ({perf_bytes_rate} B/s) over {window:.3} s, process ran \
+         {wall:.3} s; \
+         /metrics: +{gt_reads} reads, +{gt_bytes} bytes; prometheus over {window_ms} ms \
+         ({in_run} scrapes in the run): increase {p_reads} reads, {p_bytes} bytes (rate over \
+         the window {p_rate:.0}/s); over the run: {p_run_rate:.0} reads/s, {p_run_bytes:.0} B/s \
+         ({:+.2} %); count bounds from iscsi-perf [{lo}, {hi:.0}]",
+        (p_run_rate / iops as f64 - 1.0) * 100.0
     );
     assert!(
         rel_diff(p_reads, gt_reads) < 1e-9 && rel_diff(p_bytes, gt_bytes) < 1e-9,
@@ -507,12 +579,17 @@ fn prometheus_counts_the_reads_iscsi_perf_made() {
         "too few reads to compare: {gt_reads}\n{run}"
     );
     assert!(
-        rel_diff(p_reads, perf_reads) <= 0.05,
-        "reads: prometheus {p_reads} vs iscsi-perf {perf_reads} ({iops}/s × {SECS} s)\n{run}"
+        rel_diff(p_run_rate, iops as f64) <= 0.05,
+        "read rate: prometheus {p_reads} reads / {window:.3} s = {p_run_rate:.0}/s vs \
+         iscsi-perf {iops}/s\n{run}"
     );
     assert!(
-        rel_diff(p_bytes, perf_bytes) <= 0.05,
-        "bytes: prometheus {p_bytes} vs iscsi-perf {perf_bytes}\n{run}"
+        rel_diff(p_run_bytes, perf_bytes_rate) <= 0.05,
+        "byte rate: prometheus {p_run_bytes:.0} B/s vs iscsi-perf {perf_bytes_rate} B/s\n{run}"
+    );
+    assert!(
+        (lo..=hi).contains(&p_reads),
+        "READs counted {p_reads} outside what iscsi-perf can have made [{lo}, {hi:.0}]\n{run}"
     );
     assert_eq!(
         gt_bytes,
@@ -568,7 +645,7 @@ fn promtool_accepts_the_exposition() {
     let _g = load_lock();
     tools::require_tool("iscsi-perf");
     let (d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 64 * MIB)]);
-    iscsi_perf(&d.url(1), 2);
+    let _ = iscsi_perf(&d.url(1), 2);
     tools::run(
         30,
         "qemu-io",
@@ -607,7 +684,7 @@ fn dashboard_matches_a_live_numatgtd() {
     let (d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 64 * MIB)]);
     let prom = Prometheus::start(&[ScrapeTarget::new("numatgt", maddr)]);
     prom.wait_up(Duration::from_secs(20));
-    iscsi_perf(&d.url(1), 2);
+    let _ = iscsi_perf(&d.url(1), 2);
     let (_, exp) = scrape(maddr);
     prom.wait_sample_after(
         r#"numatgt_lun_reads_completed_total{job="numatgt"}"#,
