@@ -502,10 +502,20 @@ impl BlockCache {
     /// is exact only while no other thread is using the cache).
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut dirty = vec![0u64; self.counters.len()];
+        let mut mapped = vec![0u64; self.counters.len()];
         for p in &self.partitions {
             p.check_invariants()
                 .map_err(|e| format!("partition {}: {e}", p.index()))?;
             dirty[p.node()] += p.dirty_sectors() as u64 * self.config.sector_size as u64;
+            mapped[p.node()] += p.stats().mapped as u64;
+        }
+        for (n, m) in mapped.iter().enumerate() {
+            let counted = self.counters[n].cached_blocks.load(Ordering::Relaxed);
+            if counted != *m {
+                return Err(format!(
+                    "node {n}: cached_blocks counter {counted} but {m} blocks mapped"
+                ));
+            }
         }
         for (n, d) in dirty.iter().enumerate() {
             if self.dirty_bytes(n) != *d {

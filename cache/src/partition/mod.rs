@@ -341,7 +341,9 @@ impl Partition {
         // The dirty sectors moved with the data: detach without discarding the count.
         st.slots[i as usize].flush_id = 0;
         st.detach(i, 0);
-        st.map.insert(old.key, j);
+        if st.map.insert(old.key, j).is_none() {
+            NodeCounters::add(&st.counters.cached_blocks, 1);
+        }
         st.settle(i);
         Some(j)
     }
