@@ -291,6 +291,9 @@ pub struct Daemon {
     pub extra_args: Vec<String>,
     /// numatgtd started exactly as tgtd is: no `--config`, the portal from `--iscsi`.
     pub tgtd_style: bool,
+    /// numatgtd only: the loopback port of its metrics server (`--metrics`), unless the
+    /// test's own options or configuration set one.
+    pub metrics_port: u16,
     /// How many "listening on" lines the log held when the daemon was last spawned.
     listen_mark: usize,
     child: Option<Child>,
@@ -412,6 +415,7 @@ impl Daemon {
             bare,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
             tgtd_style: false,
+            metrics_port: free_port(),
             listen_mark: 0,
             child: None,
             dir,
@@ -428,6 +432,33 @@ impl Daemon {
         (f, g)
     }
 
+    /// `--metrics 127.0.0.1:PORT`, unless the test chose its own metrics settings.
+    fn metrics_args(&self) -> Vec<String> {
+        let own_args = self.extra_args.iter().any(|a| a.starts_with("--metrics"));
+        let own_yaml = !self.tgtd_style
+            && std::fs::read_to_string(&self.config_path)
+                .is_ok_and(|y| y.lines().any(|l| l.starts_with("metrics:")));
+        if own_args || own_yaml {
+            Vec::new()
+        } else {
+            vec![
+                "--metrics".into(),
+                format!("127.0.0.1:{}", self.metrics_port),
+            ]
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the metrics server started by [`Daemon::spawn`] (numatgtd).
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.metrics_port)
+    }
+
+    /// GET `path` from the metrics server: (status code, body). Plain HTTP/1.0 on loopback,
+    /// bounded by a 10 s timeout.
+    pub fn http_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        http_get(("127.0.0.1", self.metrics_port), path)
+    }
+
     fn spawn(&mut self) {
         self.listen_mark = self
             .log()
@@ -437,7 +468,8 @@ impl Daemon {
         let mut cmd = match self.kind {
             TargetKind::Numatgtd if self.tgtd_style => {
                 let mut c = Command::new(numatgtd_bin());
-                c.arg("-f")
+                c.args(self.metrics_args())
+                    .arg("-f")
                     .arg("-C")
                     .arg(self.control_port.to_string())
                     .arg("--iscsi")
@@ -450,7 +482,8 @@ impl Daemon {
             }
             TargetKind::Numatgtd => {
                 let mut c = Command::new(numatgtd_bin());
-                c.arg("-f")
+                c.args(self.metrics_args())
+                    .arg("-f")
                     .arg("--config")
                     .arg(&self.config_path)
                     .arg("--state-dir")
@@ -827,4 +860,27 @@ impl Drop for Daemon {
             );
         }
     }
+}
+
+/// GET `path` from an HTTP server at `addr`: (status code, body). HTTP/1.0, 10 s timeouts.
+pub fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let a = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(10))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {a}\r\n\r\n")?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))?;
+    Ok((code, body.to_string()))
 }

@@ -223,7 +223,7 @@ impl BlockCache {
                 "cache arena ready"
             );
             arenas.push(Arc::new(a));
-            counters.push(Arc::new(NodeCounters::default()));
+            counters.push(Arc::new(NodeCounters::for_nodes(topology.node_count())));
         }
         let clock = Arc::new(AtomicU64::new(0));
         let mut partitions = Vec::with_capacity(geometry.total_partitions());
@@ -454,6 +454,9 @@ impl BlockCache {
     pub fn record_forward(&self, from: usize, to: usize) {
         if let Some(c) = self.counters.get(from) {
             NodeCounters::add(&c.forwards_out, 1);
+            if let Some(t) = c.forwards_to.get(to) {
+                NodeCounters::add(t, 1);
+            }
         }
         if let Some(c) = self.counters.get(to) {
             NodeCounters::add(&c.forwards_in, 1);

@@ -31,6 +31,13 @@ pub struct NodeCounters {
     pub forwards_out: AtomicU64,
     /// Tasks this node received from another node.
     pub forwards_in: AtomicU64,
+    /// Blocks homed on this node that are in the cache (mapped).
+    pub cached_blocks: AtomicU64,
+    /// Dirty bytes written back to the backing stores (flushed and marked clean).
+    pub writeback_bytes: AtomicU64,
+    /// Tasks this node forwarded, by destination node (sized at cache creation; empty in a
+    /// `Default` value).
+    pub forwards_to: Box<[AtomicU64]>,
 }
 
 /// A copy of [`NodeCounters`] at one moment.
@@ -48,9 +55,27 @@ pub struct CounterSnapshot {
     pub served_remote_bytes: u64,
     pub forwards_out: u64,
     pub forwards_in: u64,
+    pub cached_blocks: u64,
+    pub writeback_bytes: u64,
 }
 
 impl NodeCounters {
+    /// Counters of a node in a cache of `nodes` nodes.
+    pub fn for_nodes(nodes: usize) -> NodeCounters {
+        NodeCounters {
+            forwards_to: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            ..NodeCounters::default()
+        }
+    }
+
+    /// Tasks forwarded to each node.
+    pub fn forwards_to(&self) -> Vec<u64> {
+        self.forwards_to
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
     pub(crate) fn add(c: &AtomicU64, v: u64) {
         c.fetch_add(v, Ordering::Relaxed);
     }
@@ -74,6 +99,8 @@ impl NodeCounters {
             served_remote_bytes: l(&self.served_remote_bytes),
             forwards_out: l(&self.forwards_out),
             forwards_in: l(&self.forwards_in),
+            cached_blocks: l(&self.cached_blocks),
+            writeback_bytes: l(&self.writeback_bytes),
         }
     }
 }

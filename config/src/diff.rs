@@ -158,6 +158,14 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     );
     check("router.max_queue", a.max_queue != b.max_queue);
     check("router.enabled", a.enabled != b.enabled);
+    check(
+        "metrics.address",
+        old.metrics.address != new.metrics.address,
+    );
+    check(
+        "metrics.session_info",
+        old.metrics.session_info != new.metrics.session_info,
+    );
     out
 }
 

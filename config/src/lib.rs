@@ -40,9 +40,10 @@ pub use diff::{ConfigDiff, TargetChange, diff};
 pub use error::ConfigError;
 pub use model::{
     AUTO_CACHE_MIN, Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, CacheSize,
-    Config, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE, Digest, DirtyLimit,
-    DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig, NumaConfig, PortalConfig,
-    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
+    Config, DEFAULT_METRICS_ADDR, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE,
+    Digest, DirtyLimit, DiscoveryAuth, Driver, IscsiParams, IscsiParamsOverride, LunConfig,
+    MetricsAddress, MetricsSettings, NumaConfig, PortalConfig, RouterSettings, SenseFormat,
+    TargetConfig, TargetState, ThreadConfig,
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};

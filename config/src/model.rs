@@ -38,6 +38,8 @@ pub struct Config {
     pub cache: CacheSettings,
     /// The affinity router (`router:`).
     pub router: RouterSettings,
+    /// The metrics and status page HTTP server (`metrics:`).
+    pub metrics: MetricsSettings,
     /// CHAP accounts (`accounts:`), referenced by name from targets and
     /// `discovery_auth`.
     pub accounts: Vec<Account>,
@@ -57,6 +59,7 @@ impl Default for Config {
             iscsi: IscsiParams::default(),
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
+            metrics: MetricsSettings::default(),
             accounts: Vec::new(),
             discovery_auth: DiscoveryAuth::default(),
             targets: Vec::new(),
@@ -90,6 +93,7 @@ impl Config {
             iscsi: IscsiParams::default(),
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
+            metrics: MetricsSettings::default(),
             accounts: Vec::new(),
             discovery_auth: DiscoveryAuth::default(),
             targets: vec![TargetConfig {
@@ -413,6 +417,55 @@ impl Default for RouterSettings {
             enabled: true,
         }
     }
+}
+
+/// Default address of the metrics server.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9470";
+
+/// Where the metrics server listens (`metrics.address`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetricsAddress {
+    /// Not configured: [`DEFAULT_METRICS_ADDR`]; when that port is taken (another daemon
+    /// runs) the daemon warns and goes on without metrics.
+    #[default]
+    Default,
+    /// `off`: no metrics server.
+    Off,
+    /// An explicit address: the daemon does not start if it cannot listen there.
+    At(SocketAddr),
+}
+
+impl MetricsAddress {
+    /// The address to listen on, if any.
+    pub fn addr(self) -> Option<SocketAddr> {
+        match self {
+            MetricsAddress::Default => Some(SocketAddr::from(([127, 0, 0, 1], 9470))),
+            MetricsAddress::Off => None,
+            MetricsAddress::At(a) => Some(a),
+        }
+    }
+
+    /// Parse `off` or `IP:PORT` (`[IPv6]:PORT`).
+    pub fn parse(s: &str) -> Result<MetricsAddress, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(MetricsAddress::Off);
+        }
+        s.parse::<SocketAddr>()
+            .map(MetricsAddress::At)
+            .map_err(|_| {
+                format!("`{s}` is not `off` or an address like 127.0.0.1:9470 or [::1]:9470")
+            })
+    }
+}
+
+/// The metrics and status page HTTP server (`metrics:` section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsSettings {
+    /// Where it listens.
+    pub address: MetricsAddress,
+    /// Export `numatgt_session_info` (the only series that names initiators). Default false.
+    pub session_info: bool,
 }
 
 /// A digest algorithm an iSCSI connection may use (RFC 7143 §13.1).

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{
     BsOflags, BsType, CacheSettings, Config, Digest, DirtyLimit, DiscoveryAuth, IscsiParams,
-    IscsiParamsOverride, LunConfig, PortalConfig, RouterSettings, SenseFormat, TargetConfig,
+    IscsiParamsOverride, LunConfig, MetricsAddress, PortalConfig, RouterSettings, SenseFormat,
+    TargetConfig,
 };
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -30,6 +31,8 @@ pub(crate) struct RawConfig {
     pub cache: Option<RawCache>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<RawRouter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RawMetrics>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accounts: Option<Vec<RawAccount>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +87,15 @@ pub(crate) struct RawRouter {
     pub max_queue: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<YesNo>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_info: Option<YesNo>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -672,6 +684,14 @@ pub(crate) fn to_yaml(c: &Config) -> String {
         iscsi: Some(raw_iscsi(&c.iscsi)),
         cache: Some(raw_cache(&c.cache)),
         router: Some(raw_router(&c.router)),
+        metrics: Some(RawMetrics {
+            address: match c.metrics.address {
+                MetricsAddress::Default => None,
+                MetricsAddress::Off => Some("off".into()),
+                MetricsAddress::At(a) => Some(a.to_string()),
+            },
+            session_info: c.metrics.session_info.then_some(YesNo(true)),
+        }),
         accounts: (!c.accounts.is_empty()).then(|| {
             c.accounts
                 .iter()

@@ -1125,3 +1125,35 @@ fn cache_size_auto() {
     );
     assert_eq!(parse(&c.to_yaml(), "t").unwrap(), c);
 }
+
+#[test]
+fn metrics_section() {
+    use config::MetricsAddress;
+    let c = parse("{}\n", "t").unwrap();
+    assert_eq!(c.metrics.address, MetricsAddress::Default);
+    assert_eq!(
+        c.metrics.address.addr(),
+        Some(config::DEFAULT_METRICS_ADDR.parse().unwrap())
+    );
+    assert!(!c.metrics.session_info);
+    let c = parse("metrics:\n  address: off\n", "t").unwrap();
+    assert_eq!(c.metrics.address, MetricsAddress::Off);
+    assert_eq!(c.metrics.address.addr(), None);
+    let c = parse(
+        "metrics:\n  address: \"[::1]:9999\"\n  session_info: yes\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(
+        c.metrics.address,
+        MetricsAddress::At("[::1]:9999".parse().unwrap())
+    );
+    assert!(c.metrics.session_info);
+    // the dump round-trips
+    let again = parse(&c.to_yaml(), "dump").unwrap();
+    assert_eq!(again.metrics, c.metrics);
+    let e = parse("metrics:\n  address: nowhere:1:2\n", "t").unwrap_err();
+    assert!(e.to_string().contains("metrics.address"), "{e}");
+    let e = parse("metrics:\n  port: 1\n", "t").unwrap_err();
+    assert!(e.to_string().contains("port"), "{e}");
+}

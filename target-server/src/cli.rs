@@ -67,6 +67,15 @@ pub struct Cli {
     /// sanitize does not starve other LUNs sharing the disks.
     #[arg(long = "sanitize-rate", value_name = "MIB_PER_S", default_value_t = 0)]
     pub sanitize_rate: u64,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics and the status page at http://ADDR/
+    /// (`off` turns it off). Overrides `metrics.address`; default 127.0.0.1:9470.
+    #[arg(long = "metrics", value_name = "ADDR|off", value_parser = parse_metrics_addr)]
+    pub metrics: Option<config::MetricsAddress>,
+
+    /// Export `numatgt_session_info` (names the initiators; off by default).
+    #[arg(long = "metrics-session-info")]
+    pub metrics_session_info: bool,
 }
 
 /// One `--iscsi` option set.
@@ -127,6 +136,10 @@ pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(ip, 3260));
     }
     Err("expected IP:PORT (IPv6 as [addr]:port)".into())
+}
+
+fn parse_metrics_addr(s: &str) -> Result<config::MetricsAddress, String> {
+    config::MetricsAddress::parse(s)
 }
 
 #[cfg(test)]

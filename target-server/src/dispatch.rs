@@ -12,10 +12,12 @@ use scsi::{Action, CmdCtx};
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
+use crate::io_stats::{IoClass, IoKind};
 use crate::registry::{ConnId, LunSet, Target};
 
 /// Run `cmd` against `target`: [`Answer::Now`] with the result, or [`Answer::Later`] when it
-/// continues on an I/O worker (the result then arrives through the deferred `reply`).
+/// continues on an I/O worker (the result then arrives through the deferred `reply`), and
+/// what kind of I/O the command is (for the statistics; also set on the deferred reply).
 /// Results of commands with a write part carry the CDB's transfer length, for the write
 /// residuals. A write buffer the command no longer needs is left in `cmd.data_out` (to be
 /// recycled); one an I/O worker still uses is taken out.
@@ -26,7 +28,7 @@ pub fn execute(
     nexus: Option<&scsi::Nexus>,
     ctx: &StorageCtx<'_>,
     mut reply: ReplyTo,
-) -> Answer {
+) -> (Answer, IoKind) {
     let lun = luns.map.get(&cmd.lun);
     let block_size = lun.map_or(512, |l| l.store.block_size());
     let stamp = if cmd.write {
@@ -38,7 +40,7 @@ pub fn execute(
     let Some(lun) = lun else {
         let mut r = completed(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
         r.write_transfer_len = stamp;
-        return Answer::Now(r);
+        return (Answer::Now(r), IoKind::OTHER);
     };
     let cmd_ctx = CmdCtx {
         cdb: &cmd.cdb,
@@ -53,9 +55,12 @@ pub fn execute(
     let action = match outcome {
         scsi::Outcome::Action(a) => a,
         scsi::Outcome::PersistentReserveOut(po) => {
-            return stamped(pr::reserve_out(po, lun, target, ctx, reply), stamp);
+            let answer = pr::reserve_out(po, lun, target, ctx, reply);
+            return (stamped(answer, stamp), IoKind::OTHER);
         }
     };
+    let kind = io_kind(&action, &cmd.cdb, u64::from(block_size));
+    reply.set_kind(kind);
     // COMPARE AND WRITE, ORWRITE, WRITE ATOMIC: one path, the range held exclusively
     let mut locked_write = |op, (lba, count, durable), reply| {
         let data = std::mem::take(&mut cmd.data_out);
@@ -126,7 +131,50 @@ pub fn execute(
         Action::Sanitize(op) => sanitize::start(lun, op, ctx.cache_for(lun).cloned(), reply),
         Action::Sync { lba, blocks: _ } => storage::synchronize_cache(lun, lba, ctx, reply),
     };
-    stamped(answer, stamp)
+    (stamped(answer, stamp), kind)
+}
+
+/// What an action counts as in the LUN's statistics, and the bytes it moves. A command
+/// answered at once (refused, or emulated) counts by its operation code, moving nothing.
+fn io_kind(action: &Action, cdb: &[u8], block_size: u64) -> IoKind {
+    let kind = |class, blocks: u64| IoKind {
+        class,
+        bytes: blocks.saturating_mul(block_size),
+    };
+    match action {
+        Action::Read { blocks, .. } => kind(IoClass::Read, u64::from(*blocks)),
+        Action::Write { blocks, .. }
+        | Action::CompareAndWrite { blocks, .. }
+        | Action::OrWrite { blocks, .. }
+        | Action::AtomicWrite { blocks, .. } => kind(IoClass::Write, u64::from(*blocks)),
+        Action::WriteSame {
+            blocks,
+            unmap: true,
+            ..
+        } => kind(IoClass::Discard, *blocks),
+        Action::WriteSame { blocks, .. } => kind(IoClass::Write, *blocks),
+        Action::Unmap { ranges } => kind(
+            IoClass::Discard,
+            ranges.iter().fold(0u64, |a, r| a.saturating_add(r.1)),
+        ),
+        Action::Sync { .. } => kind(IoClass::Flush, 0),
+        Action::Complete(_) => kind(opcode_class(cdb.first().copied().unwrap_or(0)), 0),
+        _ => IoKind::OTHER,
+    }
+}
+
+/// The class of a command by its operation code (SBC-4): READ and WRITE of every size,
+/// SYNCHRONIZE CACHE, UNMAP.
+fn opcode_class(op: u8) -> IoClass {
+    match op {
+        0x08 | 0x28 | 0xA8 | 0x88 => IoClass::Read,
+        0x0A | 0x2A | 0xAA | 0x8A | 0x89 | 0x8B | 0x9C | 0x41 | 0x93 | 0x2E | 0x8E => {
+            IoClass::Write
+        }
+        0x35 | 0x91 => IoClass::Flush,
+        0x42 => IoClass::Discard,
+        _ => IoClass::Other,
+    }
 }
 
 /// An answer given now carries the CDB's write transfer length (for the write residuals);

@@ -13,7 +13,9 @@ pub(crate) mod backend;
 pub mod cli;
 pub(crate) mod dispatch;
 pub(crate) mod event_loop;
+pub(crate) mod io_stats;
 pub(crate) mod listen;
+pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod registry;
 pub mod reload;
@@ -21,3 +23,4 @@ pub mod runtime;
 pub mod sd_notify;
 
 pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;
+pub use metrics::MetricsError;

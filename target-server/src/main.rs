@@ -111,6 +111,12 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
             cfg.iscsi.nop_count = v;
         }
     }
+    if let Some(a) = cli.metrics {
+        cfg.metrics.address = a;
+    }
+    if cli.metrics_session_info {
+        cfg.metrics.session_info = true;
+    }
     Ok(RuntimeConfig {
         state_dir: cli.state_dir.clone(),
         numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
@@ -184,6 +190,7 @@ fn main() -> ExitCode {
             .iscsi
             .iter()
             .any(|s| parse_iscsi_opts(s).ok().and_then(|o| o.portal).is_some());
+        loaded.metrics_from_cli = cli.metrics.is_some() || cli.metrics_session_info;
         if cli.demo && cli.config.is_some() {
             loaded.demo = config::Config::demo(&cli.state_dir, &[]).targets;
         }

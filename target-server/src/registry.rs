@@ -47,6 +47,8 @@ pub struct Lun {
     pub meta: Mutex<LunMeta>,
     /// Write atomicity for COMPARE AND WRITE.
     pub locks: crate::atomic::RangeLocks,
+    /// I/O statistics (kept when the LUN is rebuilt by `--op update`).
+    pub stats: Arc<crate::io_stats::LunStats>,
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).

@@ -24,6 +24,8 @@ pub struct Loaded {
     pub(crate) config: config::Config,
     /// Portals came from the command line (`--iscsi portal=`): the file's are ignored.
     pub portals_from_cli: bool,
+    /// The metrics settings came from the command line (`--metrics`): the file's are ignored.
+    pub metrics_from_cli: bool,
     /// Targets added by `--demo`, kept across reloads.
     pub demo: Vec<config::TargetConfig>,
 }
@@ -50,6 +52,9 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     next.targets.extend(loaded.demo.iter().cloned());
     if loaded.portals_from_cli {
         next.portals = loaded.config.portals.clone();
+    }
+    if loaded.metrics_from_cli {
+        next.metrics = loaded.config.metrics;
     }
     let diff = config::diff(&loaded.config, &next);
     if diff.is_empty() {

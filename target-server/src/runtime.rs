@@ -62,6 +62,9 @@ pub enum StartError {
     /// The block cache could not be set up.
     #[error("cannot set up the block cache: {0}")]
     Cache(cache::CacheError),
+    /// The metrics server could not listen on the address configured for it.
+    #[error("{0}")]
+    Metrics(crate::MetricsError),
 }
 
 /// A running daemon.
@@ -72,6 +75,7 @@ pub struct Daemon {
     flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
+    metrics: Option<crate::metrics::MetricsServer>,
 }
 
 /// Stable 64-bit identity for a LUN (FNV-1a of target name and LUN number).
@@ -234,6 +238,7 @@ pub(crate) fn open_lun(
         last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
+        stats: Default::default(),
     })
 }
 
@@ -503,6 +508,15 @@ impl Daemon {
             nic_nodes: std::sync::Mutex::new(std::collections::HashMap::new()),
             connections: AtomicUsize::new(0),
             started,
+            thread_stats: (0..n_threads)
+                .map(|i| crate::event_loop::ThreadStats {
+                    node: placements
+                        .get(i % placements.len().max(1))
+                        .copied()
+                        .unwrap_or(0),
+                    busy_ns: Default::default(),
+                })
+                .collect(),
         });
         let _ = shared
             .inboxes
@@ -551,6 +565,7 @@ impl Daemon {
             }
             tracing::info!("numatgtd: listening on {a}");
         }
+        let metrics = start_metrics(&rc.config.metrics, &shared)?;
         tracing::info!(
             event_threads = n_threads,
             io_threads_per_node = rc.io_threads,
@@ -564,7 +579,13 @@ impl Daemon {
             flushers,
             threads,
             listening,
+            metrics,
         })
+    }
+
+    /// Where the metrics server listens (`None`: off, or its default port was taken).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
     }
 
     /// Log the block cache's state per node (SIGUSR1 and shutdown): one line per node with
@@ -636,6 +657,7 @@ impl Daemon {
                 path: None,
                 config: (*self.base).clone(),
                 portals_from_cli: false,
+                metrics_from_cli: false,
                 demo: Vec::new(),
             })),
         }
@@ -648,6 +670,9 @@ impl Daemon {
 
     /// Close every connection, stop the threads, and make every LUN's data durable.
     pub fn stop(mut self) {
+        if let Some(m) = self.metrics.take() {
+            m.stop();
+        }
         if let Some(inboxes) = self.shared.inboxes.get() {
             for i in inboxes {
                 i.send(Msg::Shutdown);
@@ -672,6 +697,34 @@ impl Daemon {
             f.stop();
         }
         sync_all(&registry);
+    }
+}
+
+/// Start the metrics server where `settings` say. An explicit address that cannot be used
+/// stops the start; the default one (127.0.0.1:9470) may be taken by another daemon on the
+/// host: then this one runs without metrics and says so.
+fn start_metrics(
+    settings: &config::MetricsSettings,
+    shared: &Arc<Shared>,
+) -> Result<Option<crate::metrics::MetricsServer>, StartError> {
+    let Some(addr) = settings.address.addr() else {
+        tracing::info!("metrics server off");
+        return Ok(None);
+    };
+    match crate::metrics::MetricsServer::start(addr, Arc::clone(shared), settings.session_info) {
+        Ok(m) => {
+            tracing::info!(
+                "metrics: http://{}/metrics, status page http://{}/",
+                m.addr(),
+                m.addr()
+            );
+            Ok(Some(m))
+        }
+        Err(e) if settings.address == config::MetricsAddress::Default => {
+            tracing::warn!("{e}; running without metrics (set metrics.address or --metrics)");
+            Ok(None)
+        }
+        Err(e) => Err(StartError::Metrics(e)),
     }
 }
 

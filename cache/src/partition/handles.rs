@@ -2,6 +2,7 @@
 //! reservations ([`Fill`]) and dirty ranges being written back ([`DirtyRange`]); dropping one
 //! gives its pin or reservation back.
 
+use crate::counters::NodeCounters;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -281,6 +282,7 @@ impl DirtyRange {
     /// again since collection (newer generation). Returns whether it was cleaned.
     pub fn mark_clean(mut self) -> bool {
         self.done = true;
+        NodeCounters::add(&self.part.counters.writeback_bytes, self.bytes() as u64);
         self.part.finish_flush(&self, true)
     }
 }

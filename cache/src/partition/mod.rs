@@ -145,6 +145,7 @@ impl Partition {
             len: [0; 4],
             next_gen: 0,
             freq: FrequencySketch::new(slots),
+            counters: Arc::clone(&counters),
         };
         for i in (0..slots as u32).rev() {
             st.push_head(List::Free, i);

@@ -137,6 +137,8 @@ pub(super) struct State {
     pub(super) next_gen: u64,
     /// Recent read frequency of blocks, for admission when the partition is full.
     pub(super) freq: FrequencySketch,
+    /// The node's counters (`cached_blocks` follows the map's size).
+    pub(super) counters: std::sync::Arc<NodeCounters>,
 }
 
 impl State {
@@ -249,6 +251,7 @@ impl State {
         let key = self.slots[i as usize].key;
         if self.slots[i as usize].mapped && self.map.get(&key) == Some(&i) {
             self.map.remove(&key);
+            NodeCounters::sub(&self.counters.cached_blocks, 1);
         }
         let s = &mut self.slots[i as usize];
         s.mapped = false;
@@ -290,6 +293,8 @@ impl State {
         s.dirty_n = 0;
         s.stale = false;
         s.flush_id = 0;
-        self.map.insert(key, i);
+        if self.map.insert(key, i).is_none() {
+            NodeCounters::add(&self.counters.cached_blocks, 1);
+        }
     }
 }

@@ -1,9 +1,12 @@
-//! The `cache:` and `router:` sections: block cache sizing, modes, dirty limit, routing.
+//! The `cache:`, `router:` and `metrics:` sections: block cache sizing, modes, dirty limit,
+//! routing, the metrics server's address.
 
 use super::{Ctx, R, limits};
 
-use crate::model::{CacheSettings, CacheSize, DirtyLimit, RouterSettings};
-use crate::raw::{RawCache, RawRouter, Scalar};
+use crate::model::{
+    CacheSettings, CacheSize, DirtyLimit, MetricsAddress, MetricsSettings, RouterSettings,
+};
+use crate::raw::{RawCache, RawMetrics, RawRouter, Scalar};
 use crate::size::format_size;
 
 /// The `cache:` section: each value in its range, then the rules between them
@@ -185,5 +188,20 @@ pub(super) fn router(ctx: &Ctx<'_>, raw: Option<&RawRouter>) -> R<RouterSettings
             Some(n) => ctx.range32("router.max_queue", n, limits::ROUTER_MAX_QUEUE)?,
         },
         enabled: r.enabled.map_or(d.enabled, |b| b.0),
+    })
+}
+
+/// The `metrics:` section.
+pub(super) fn metrics(ctx: &Ctx<'_>, raw: Option<&RawMetrics>) -> R<MetricsSettings> {
+    let Some(m) = raw else {
+        return Ok(MetricsSettings::default());
+    };
+    let address = match &m.address {
+        None => MetricsAddress::Default,
+        Some(a) => MetricsAddress::parse(a).map_err(|e| ctx.err("metrics.address", e))?,
+    };
+    Ok(MetricsSettings {
+        address,
+        session_info: m.session_info.is_some_and(|b| b.0),
     })
 }

@@ -177,6 +177,7 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
     };
     let cache = cache(ctx, raw.cache.as_ref())?;
     let router = router(ctx, raw.router.as_ref())?;
+    let metrics = metrics(ctx, raw.metrics.as_ref())?;
     let accounts = accounts(ctx, raw.accounts.unwrap_or_default())?;
     let discovery_auth = match &raw.discovery_auth {
         Some(a) => {
@@ -206,6 +207,7 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         iscsi,
         cache,
         router,
+        metrics,
         accounts,
         discovery_auth,
         targets,
@@ -290,7 +292,7 @@ mod caching;
 mod network;
 mod targets;
 
-use caching::{cache, router};
+use caching::{cache, metrics, router};
 use network::{check_bursts, iscsi_override, portals};
 use targets::target;
 

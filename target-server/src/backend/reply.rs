@@ -17,14 +17,23 @@ use std::sync::Arc;
 use iscsi_proto::CommandResult;
 
 use super::payload::Payload;
+use crate::io_stats::{IoKind, IoTag};
 use crate::registry::ConnId;
 
 /// Where results of commands finished off the connection's thread go: the connection
 /// driver's mailbox. Called on I/O workers and background threads; must not block for long.
 pub trait CompletionSink: Send + Sync {
     /// Command `itt` of connection `conn` finished with `result`; `buffer` is its write
-    /// buffer, back for the connection to reuse (empty if none).
-    fn complete(&self, conn: ConnId, itt: u32, result: CommandResult<Payload>, buffer: Vec<u8>);
+    /// buffer, back for the connection to reuse (empty if none); `tag` is what the
+    /// connection attached to the command for its statistics.
+    fn complete(
+        &self,
+        conn: ConnId,
+        itt: u32,
+        tag: IoTag,
+        result: CommandResult<Payload>,
+        buffer: Vec<u8>,
+    );
 }
 
 /// Ends tasks of other sessions (task management from another I_T nexus, PREEMPT AND
@@ -51,6 +60,8 @@ pub struct ReplyTo {
     itt: u32,
     /// The CDB's write transfer length, stamped on the result for the write residuals.
     write_transfer_len: Option<u32>,
+    /// The command's statistics tag, handed back with the result.
+    tag: IoTag,
 }
 
 impl ReplyTo {
@@ -60,7 +71,18 @@ impl ReplyTo {
             conn,
             itt,
             write_transfer_len: None,
+            tag: IoTag::NONE,
         }
+    }
+
+    /// Attach the connection's statistics tag (arrival time, counter block).
+    pub fn set_tag(&mut self, tag: IoTag) {
+        self.tag = tag;
+    }
+
+    /// What the command turned out to be (set by dispatch once the action is known).
+    pub fn set_kind(&mut self, kind: IoKind) {
+        self.tag.kind = kind;
     }
 
     /// The connection the command arrived on.
@@ -86,6 +108,7 @@ impl ReplyTo {
                 conn: self.conn,
                 itt: self.itt,
                 write_transfer_len: self.write_transfer_len,
+                tag: self.tag,
             },
             Deferred(()),
         )
@@ -128,6 +151,7 @@ pub struct Replier {
     conn: ConnId,
     itt: u32,
     write_transfer_len: Option<u32>,
+    tag: IoTag,
 }
 
 impl Replier {
@@ -139,7 +163,7 @@ impl Replier {
     pub fn send_with_buffer(mut self, mut result: CommandResult<Payload>, buffer: Vec<u8>) {
         result.write_transfer_len = self.write_transfer_len;
         if let Some(sink) = self.sink.take() {
-            sink.complete(self.conn, self.itt, result, buffer);
+            sink.complete(self.conn, self.itt, self.tag, result, buffer);
         }
     }
 }
@@ -156,7 +180,7 @@ impl Drop for Replier {
         );
         let mut result = internal_failure();
         result.write_transfer_len = self.write_transfer_len;
-        sink.complete(self.conn, self.itt, result, Vec::new());
+        sink.complete(self.conn, self.itt, self.tag, result, Vec::new());
     }
 }
 
@@ -197,7 +221,14 @@ mod tests {
     struct Collect(Mutex<Vec<Sent>>);
 
     impl CompletionSink for Collect {
-        fn complete(&self, conn: ConnId, itt: u32, r: CommandResult<Payload>, _: Vec<u8>) {
+        fn complete(
+            &self,
+            conn: ConnId,
+            itt: u32,
+            _: IoTag,
+            r: CommandResult<Payload>,
+            _: Vec<u8>,
+        ) {
             if let Ok(mut v) = self.0.lock() {
                 v.push((conn, itt, r.status, r.sense, r.write_transfer_len));
             }

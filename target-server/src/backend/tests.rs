@@ -65,7 +65,14 @@ impl QueuedWorkers {
 struct Answers(Mutex<Vec<(u32, CommandResult<Payload>)>>);
 
 impl CompletionSink for Answers {
-    fn complete(&self, _conn: ConnId, itt: u32, result: CommandResult<Payload>, _buf: Vec<u8>) {
+    fn complete(
+        &self,
+        _conn: ConnId,
+        itt: u32,
+        _tag: crate::io_stats::IoTag,
+        result: CommandResult<Payload>,
+        _buf: Vec<u8>,
+    ) {
         if let Ok(mut v) = self.0.lock() {
             v.push((itt, result));
         }

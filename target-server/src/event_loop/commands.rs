@@ -10,6 +10,7 @@ use super::EventThread;
 use crate::backend::StorageCtx;
 use crate::backend::reply::{Answer, ReplyTo, completed};
 use crate::dispatch;
+use crate::io_stats::{IoKind, IoTag, NO_STATS, now_ns};
 
 impl EventThread {
     pub(super) fn process_events(&mut self, s: usize) {
@@ -53,6 +54,7 @@ impl EventThread {
                             slot.nexus = Some(n);
                         }
                     }
+                    slot.io.set_session(info.tsih);
                     tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
                         target = info.target_name.as_deref().unwrap_or("(discovery)"),
                         tsih = info.tsih, thread = self.index, node = self.node, "login complete");
@@ -67,7 +69,7 @@ impl EventThread {
                         );
                         continue;
                     };
-                    let reply = ReplyTo::new(Arc::clone(&self.sink), id, itt);
+                    let mut reply = ReplyTo::new(Arc::clone(&self.sink), id, itt);
                     let generation = target.luns_generation();
                     if slot.luns.as_ref().is_none_or(|(g, _)| *g != generation) {
                         // the table changed (or first command): take the new one
@@ -76,12 +78,26 @@ impl EventThread {
                     let Some((_, luns)) = slot.luns.as_ref() else {
                         continue;
                     };
-                    let answer =
+                    let mut tag = IoTag {
+                        started_ns: now_ns(),
+                        kind: IoKind::OTHER,
+                        stats: luns
+                            .map
+                            .get(&cmd.lun)
+                            .map_or(NO_STATS, |l| slot.io.index_for(&l.stats)),
+                    };
+                    reply.set_tag(tag);
+                    let (answer, kind) =
                         dispatch::execute(&mut cmd, target, luns, slot.nexus.as_ref(), &ctx, reply);
+                    tag.kind = kind;
+                    slot.io.submitted(&tag);
                     // the write buffer serves the connection's next commands
                     slot.conn.recycle_buffer(std::mem::take(&mut cmd.data_out));
                     match answer {
-                        Answer::Now(result) => slot.conn.complete_command(itt, result),
+                        Answer::Now(result) => {
+                            slot.io.completed(&tag, result.status, &result.sense);
+                            slot.conn.complete_command(itt, result)
+                        }
                         Answer::Later(_) => slot.inflight += 1,
                     }
                 }

@@ -16,6 +16,7 @@ use mio::{Poll, Waker};
 use super::{EventThread, WAKER};
 use crate::backend::payload::Payload;
 use crate::backend::reply::CompletionSink;
+use crate::io_stats::IoTag;
 use crate::registry::ConnId;
 
 /// Messages to an event thread.
@@ -26,6 +27,7 @@ pub enum Msg {
     IoDone {
         conn: ConnId,
         itt: u32,
+        tag: IoTag,
         result: CommandResult<Payload>,
         /// The command's write buffer, back for the connection to reuse (empty if none).
         buffer: Vec<u8>,
@@ -73,10 +75,18 @@ impl Inbox {
 }
 
 impl CompletionSink for Inbox {
-    fn complete(&self, conn: ConnId, itt: u32, result: CommandResult<Payload>, buffer: Vec<u8>) {
+    fn complete(
+        &self,
+        conn: ConnId,
+        itt: u32,
+        tag: IoTag,
+        result: CommandResult<Payload>,
+        buffer: Vec<u8>,
+    ) {
         self.send(Msg::IoDone {
             conn,
             itt,
+            tag,
             result,
             buffer,
         });
@@ -133,6 +143,7 @@ impl EventThread {
                 Msg::IoDone {
                     conn,
                     itt,
+                    tag,
                     result,
                     buffer,
                 } => {
@@ -143,6 +154,7 @@ impl EventThread {
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
                         slot.conn.recycle_buffer(buffer);
                         slot.inflight = slot.inflight.saturating_sub(1);
+                        slot.io.completed(&tag, result.status, &result.sense);
                         slot.conn.complete_command(itt, result);
                         if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
                             slot.closing = true;

@@ -26,7 +26,7 @@ mod inbox;
 mod shared;
 
 pub use inbox::{EventThreadSetup, Inbox, Msg};
-pub use shared::Shared;
+pub use shared::{Shared, ThreadStats};
 
 pub(super) const WAKER: Token = Token(usize::MAX);
 const LISTENER_BASE: usize = usize::MAX / 2;
@@ -56,6 +56,8 @@ struct Slot {
     close_after_tmf: bool,
     /// More input may be waiting (read budget ran out).
     more_input: bool,
+    /// The connection's I/O counters, one block per LUN it used.
+    io: crate::io_stats::ConnIo,
 }
 pub struct EventThread {
     index: usize,
@@ -143,6 +145,7 @@ impl EventThread {
                     tracing::error!("poll failed: {e}");
                 }
             }
+            let woke = Instant::now();
             busy.clear();
             // messages first: they were sent before what the sockets hold now (another
             // thread's LOGICAL UNIT RESET must end this thread's tasks before their late
@@ -178,6 +181,14 @@ impl EventThread {
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
                 self.guarded("timers", Self::tick);
+            }
+            if let Some(t) = self.shared.thread_stats.get(self.index) {
+                let ns = woke.elapsed().as_nanos() as u64;
+                // this thread is the only writer
+                t.busy_ns.store(
+                    t.busy_ns.load(Ordering::Relaxed).wrapping_add(ns),
+                    Ordering::Relaxed,
+                );
             }
             if self.stopping && self.slots.iter().all(Option::is_none) {
                 break;
@@ -292,6 +303,7 @@ impl EventThread {
             closing: false,
             close_after_tmf: false,
             more_input: false,
+            io: Default::default(),
         });
     }
 
@@ -424,6 +436,7 @@ impl EventThread {
                     l.scsi.nexus_removed(n.id);
                 }
             }
+            slot.io.detach_all();
             tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
             crate::backend::task_watch::tasks_ended(id, |_| false);
             self.shared.registry.connection_closed(id);

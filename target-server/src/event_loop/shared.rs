@@ -3,7 +3,7 @@
 //! backend and the management plane have over the threads' connections ([`TaskControl`],
 //! [`ConnControl`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -35,6 +35,19 @@ pub struct Shared {
     /// Open connections, all threads together.
     pub connections: AtomicUsize,
     pub started: Instant,
+    /// Per event thread: its node and the time it spent working (indexed by thread number).
+    pub thread_stats: Vec<ThreadStats>,
+}
+
+/// What an event thread reports about itself; one cache line each (written by its thread
+/// once per wakeup, read by scrapes).
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct ThreadStats {
+    /// The NUMA node the thread serves.
+    pub node: usize,
+    /// Nanoseconds spent working (outside poll).
+    pub busy_ns: AtomicU64,
 }
 
 impl Shared {

@@ -284,16 +284,52 @@ pub fn system(reg: &Registry) -> String {
 /// The header of `--op stat`.
 pub const STAT_HEADER: &str = "tgt lun sid rd_subm(bytes,cmds) rd_done(bytes,cmds) wr_subm(bytes,cmds) wr_done(bytes,cmds) errs\n";
 
-/// One `--op stat` row (numatgt does not count per LUN and session: zeros).
-pub fn stat_row(out: &mut String, tid: u32, lun: u64, sid: u16) {
+/// What one `--op stat` row shows: bytes and commands of reads and writes received
+/// (submitted) and answered (done), and commands that did not end GOOD.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatRow {
+    pub rd_subm: (u64, u64),
+    pub rd_done: (u64, u64),
+    pub wr_subm: (u64, u64),
+    pub wr_done: (u64, u64),
+    pub errs: u64,
+}
+
+impl StatRow {
+    fn of(t: &crate::io_stats::IoTotals) -> StatRow {
+        use crate::io_stats::c;
+        StatRow {
+            rd_subm: (t.c[c::RD_SUBM_BYTES], t.c[c::RD_SUBM]),
+            rd_done: (t.c[c::RD_BYTES], t.c[c::RD_DONE]),
+            wr_subm: (t.c[c::WR_SUBM_BYTES], t.c[c::WR_SUBM]),
+            wr_done: (t.c[c::WR_BYTES], t.c[c::WR_DONE]),
+            errs: t.c[c::ERRORS],
+        }
+    }
+}
+
+/// One `--op stat` row, in tgtd's column layout.
+pub fn stat_row(out: &mut String, tid: u32, lun: u64, sid: u16, r: &StatRow) {
     let _ = writeln!(
         out,
         "{:3} {:3} {:3} {:12} {:6} {:12} {:6} {:12} {:6} {:12} {:6} {:4}",
-        tid, lun, sid, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        tid,
+        lun,
+        sid,
+        r.rd_subm.0,
+        r.rd_subm.1,
+        r.rd_done.0,
+        r.rd_done.1,
+        r.wr_subm.0,
+        r.wr_subm.1,
+        r.wr_done.0,
+        r.wr_done.1,
+        r.errs
     );
 }
 
-/// `--op stat --mode target --tid N` (or one LUN of it).
+/// `--op stat --mode target --tid N` (or one LUN of it): one row per LUN and logged-in
+/// session, with what that session's connections counted on the LUN.
 pub fn stats(reg: &Registry, t: &Target, only_lun: Option<u64>) -> String {
     let mut out = String::from(STAT_HEADER);
     let sessions = reg.sessions_of(&t.iqn);
@@ -306,8 +342,18 @@ pub fn stats(reg: &Registry, t: &Target, only_lun: Option<u64>) -> String {
         if only_lun.is_some_and(|l| l != lun) {
             continue;
         }
+        let counted = luns
+            .map
+            .get(&lun)
+            .map(|l| l.stats.by_session())
+            .unwrap_or_default();
         for s in &sessions {
-            stat_row(&mut out, t.tid, lun, s.tsih);
+            let row = counted
+                .iter()
+                .find(|(tsih, _)| *tsih == s.tsih)
+                .map(|(_, t)| StatRow::of(t))
+                .unwrap_or_default();
+            stat_row(&mut out, t.tid, lun, s.tsih, &row);
         }
     }
     out
@@ -327,10 +373,23 @@ mod tests {
     #[test]
     fn stat_row_layout() {
         let mut s = String::new();
-        stat_row(&mut s, 1, 0, 2);
+        stat_row(&mut s, 1, 0, 2, &StatRow::default());
         assert_eq!(
             s,
             "  1   0   2            0      0            0      0            0      0            0      0    0\n"
+        );
+        s.clear();
+        let r = StatRow {
+            rd_subm: (8192, 2),
+            rd_done: (4096, 1),
+            wr_subm: (512, 1),
+            wr_done: (512, 1),
+            errs: 1,
+        };
+        stat_row(&mut s, 1, 2, 3, &r);
+        assert_eq!(
+            s,
+            "  1   2   3         8192      2         4096      1          512      1          512      1    1\n"
         );
     }
 }

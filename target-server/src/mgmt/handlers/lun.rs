@@ -329,6 +329,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             last_read_end: AtomicU64::new(u64::MAX),
             locks: Default::default(),
             meta: std::sync::Mutex::new(meta),
+            stats: Arc::clone(&lun.stats),
         });
         t.update_luns(|m| {
             m.insert(next.number, next);

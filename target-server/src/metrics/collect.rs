@@ -1,0 +1,334 @@
+//! One scrape: read every counter the daemon keeps (LUN I/O blocks, the cache's per-node
+//! counters, event threads, I/O pools, sessions, protocol events) and turn them into metric
+//! families. Runs on the metrics thread; takes only locks the data path does not hold per
+//! I/O (the registry's tables, each LUN's statistics list).
+
+use prometheus::core::Collector;
+use prometheus::proto::MetricFamily;
+
+use super::family::Family;
+use crate::event_loop::Shared;
+use crate::io_stats::{BUCKET_BOUNDS_NS, ERROR_KINDS, IoClass, c};
+
+/// What the metrics thread reads.
+pub struct Source {
+    pub shared: std::sync::Arc<Shared>,
+    /// Export `numatgt_session_info`.
+    pub session_info: bool,
+    /// The standard `process_*` metrics.
+    pub process: prometheus::process_collector::ProcessCollector,
+}
+
+const NS: f64 = 1e-9;
+
+/// Every metric family, in a stable order.
+pub fn gather(src: &Source) -> Vec<MetricFamily> {
+    let mut out = Vec::new();
+    daemon(src, &mut out);
+    luns(src, &mut out);
+    nodes(src, &mut out);
+    out.extend(src.process.collect());
+    out
+}
+
+fn push(out: &mut Vec<MetricFamily>, f: Family) {
+    if let Some(mf) = f.done() {
+        out.push(mf);
+    }
+}
+
+fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
+    let sh = &src.shared;
+    let mut build = Family::gauge(
+        "numatgt_build_info",
+        "numatgtd's version and NUMA layout (always 1).",
+    );
+    let nodes = sh.topology.node_count().to_string();
+    let virt = if sh.topology.is_virtual() {
+        "true"
+    } else {
+        "false"
+    };
+    build.add(
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("numa_nodes", &nodes),
+            ("nodes_virtual", virt),
+        ],
+        1.0,
+    );
+    push(out, build);
+
+    let targets = sh.registry.targets();
+    let mut nt = Family::gauge("numatgt_targets", "Targets configured.");
+    nt.add(&[], targets.len() as f64);
+    push(out, nt);
+    let mut nl = Family::gauge("numatgt_luns", "Logical units configured, all targets.");
+    nl.add(
+        &[],
+        targets.iter().map(|t| t.lun_set().map.len()).sum::<usize>() as f64,
+    );
+    push(out, nl);
+
+    let mut sessions = Family::gauge(
+        "numatgt_sessions",
+        "Logged-in normal sessions per target and transport.",
+    );
+    let mut conns = Family::gauge(
+        "numatgt_connections",
+        "Connections in full feature phase per target and transport.",
+    );
+    let mut info = Family::gauge(
+        "numatgt_session_info",
+        "One series per logged-in session, naming its initiator (opt-in: metrics.session_info).",
+    );
+    for t in &targets {
+        let s = sh.registry.sessions_of(&t.iqn);
+        let labels = [("target", t.iqn.as_str()), ("transport", "iscsi")];
+        sessions.add(&labels, s.len() as f64);
+        // one connection per session (MaxConnections=1)
+        conns.add(&labels, s.len() as f64);
+        if src.session_info {
+            for v in &s {
+                let tsih = v.tsih.to_string();
+                info.add(
+                    &[
+                        ("target", t.iqn.as_str()),
+                        ("initiator", v.initiator.as_str()),
+                        ("tsih", &tsih),
+                        ("transport", "iscsi"),
+                    ],
+                    1.0,
+                );
+            }
+        }
+    }
+    push(out, sessions);
+    push(out, conns);
+    push(out, info);
+}
+
+fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
+    let counter = |name: &str, help: &str| Family::counter(name, help);
+    let mut reads = counter(
+        "numatgt_lun_reads_completed_total",
+        "READ commands completed (any status).",
+    );
+    let mut writes = counter(
+        "numatgt_lun_writes_completed_total",
+        "WRITE-type commands completed (any status).",
+    );
+    let mut rbytes = counter(
+        "numatgt_lun_read_bytes_total",
+        "Bytes read by successful READ commands.",
+    );
+    let mut wbytes = counter(
+        "numatgt_lun_written_bytes_total",
+        "Bytes written by successful WRITE-type commands.",
+    );
+    let mut rtime = counter(
+        "numatgt_lun_read_time_seconds_total",
+        "Sum of READ latencies (command received to response queued).",
+    );
+    let mut wtime = counter(
+        "numatgt_lun_write_time_seconds_total",
+        "Sum of WRITE-type latencies.",
+    );
+    let mut now = Family::gauge(
+        "numatgt_lun_io_now",
+        "Reads, writes, discards and flushes in flight.",
+    );
+    let mut iot = counter(
+        "numatgt_lun_io_time_seconds_total",
+        "Time with I/O in flight, summed over connections.",
+    );
+    let mut iow = counter(
+        "numatgt_lun_io_time_weighted_seconds_total",
+        "I/O in flight integrated over time.",
+    );
+    let mut flush = counter(
+        "numatgt_lun_flush_requests_total",
+        "SYNCHRONIZE CACHE commands completed.",
+    );
+    let mut disc = counter(
+        "numatgt_lun_discards_completed_total",
+        "UNMAP and WRITE SAME with UNMAP commands completed.",
+    );
+    let mut dbytes = counter(
+        "numatgt_lun_discarded_bytes_total",
+        "Bytes deallocated by successful discards.",
+    );
+    let mut errors = counter(
+        "numatgt_lun_errors_total",
+        "Commands that did not end GOOD, by sense key (or status without sense data).",
+    );
+    let mut cap = Family::gauge("numatgt_lun_capacity_bytes", "Size of the logical unit.");
+    let mut info = Family::gauge(
+        "numatgt_lun_info",
+        "What backs the logical unit and its cache mode (always 1).",
+    );
+    let mut hist = Family::histogram(
+        "numatgt_lun_io_duration_seconds",
+        "Command latency, command received to response queued.",
+    );
+    let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
+    let mut targets = src.shared.registry.targets();
+    targets.sort_by_key(|t| t.tid);
+    for t in &targets {
+        for (n, lun) in &t.lun_set().map {
+            let n = n.to_string();
+            let l = [("target", t.iqn.as_str()), ("lun", n.as_str())];
+            let s = lun.stats.totals();
+            reads.add(&l, s.c[c::RD_DONE] as f64);
+            writes.add(&l, s.c[c::WR_DONE] as f64);
+            rbytes.add(&l, s.c[c::RD_BYTES] as f64);
+            wbytes.add(&l, s.c[c::WR_BYTES] as f64);
+            rtime.add(&l, s.c[c::RD_NS] as f64 * NS);
+            wtime.add(&l, s.c[c::WR_NS] as f64 * NS);
+            now.add(&l, s.c[c::INFLIGHT] as f64);
+            iot.add(&l, s.c[c::IO_NS] as f64 * NS);
+            iow.add(&l, s.c[c::WEIGHTED_NS] as f64 * NS);
+            flush.add(&l, s.c[c::FLUSH_DONE] as f64);
+            disc.add(&l, s.c[c::DISCARD_DONE] as f64);
+            dbytes.add(&l, s.c[c::DISCARD_BYTES] as f64);
+            for (k, name) in ERROR_KINDS.iter().enumerate() {
+                let v = s.errors[k];
+                if v > 0 {
+                    errors.add(&[l[0], l[1], ("sense_key", name)], v as f64);
+                }
+            }
+            cap.add(&l, lun.store.size() as f64);
+            {
+                let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
+                let mode = if lun.cached {
+                    "numa"
+                } else if lun.store.is_direct() {
+                    "off"
+                } else {
+                    "page"
+                };
+                info.add(
+                    &[
+                        l[0],
+                        l[1],
+                        ("backing_store", meta.path.as_str()),
+                        ("bs_type", meta.bstype.as_str()),
+                        ("cache", mode),
+                    ],
+                    1.0,
+                );
+            }
+            for k in IoClass::ALL {
+                let i = k as usize;
+                hist.add_histogram(
+                    &[l[0], l[1], ("op", k.label())],
+                    &bounds,
+                    &s.hist[i],
+                    s.hist_ns[i] as f64 * NS,
+                );
+            }
+        }
+    }
+    for f in [
+        reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
+        cap, info, hist,
+    ] {
+        push(out, f);
+    }
+}
+
+fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
+    let sh = &src.shared;
+    let mut hits = Family::counter(
+        "numatgt_cache_hits_total",
+        "Cache lookups whose blocks were all valid, by home node.",
+    );
+    let mut misses = Family::counter(
+        "numatgt_cache_misses_total",
+        "Cache lookups that had to read the backing store, by home node.",
+    );
+    let mut evictions = Family::counter(
+        "numatgt_cache_evictions_total",
+        "Clean blocks dropped to make room, by home node.",
+    );
+    let mut bytes = Family::gauge(
+        "numatgt_cache_bytes",
+        "Cached bytes by home node and state (clean, dirty).",
+    );
+    let mut capacity = Family::gauge(
+        "numatgt_cache_capacity_bytes",
+        "Size of the node's cache arena.",
+    );
+    let mut wb = Family::counter(
+        "numatgt_cache_writeback_bytes_total",
+        "Dirty bytes written back to the backing stores, by home node.",
+    );
+    let mut served = Family::counter(
+        "numatgt_served_bytes_total",
+        "Bytes served from cache blocks homed on the serving node (local) or another (remote).",
+    );
+    let mut fwd = Family::counter(
+        "numatgt_router_forwards_total",
+        "Requests the affinity router sent from one node to another.",
+    );
+    let mut busy = Family::counter(
+        "numatgt_event_thread_busy_seconds_total",
+        "Time each event thread spent working (not waiting for events).",
+    );
+    let mut depth = Family::gauge(
+        "numatgt_io_worker_queue_depth",
+        "Jobs queued for the node's backing-store I/O workers.",
+    );
+    if let Some(cache) = sh.cache.as_ref() {
+        let block = cache.config().block_size as f64;
+        for node in 0..sh.topology.node_count() {
+            let n = node.to_string();
+            let l = [("node", n.as_str())];
+            let Some(cn) = cache.node_counters(node) else {
+                continue;
+            };
+            let s = cn.snapshot();
+            hits.add(&l, s.hits as f64);
+            misses.add(&l, s.misses as f64);
+            evictions.add(&l, s.evictions as f64);
+            let cached = s.cached_blocks as f64 * block;
+            let dirty = s.dirty_bytes as f64;
+            bytes.add(&[l[0], ("state", "clean")], (cached - dirty).max(0.0));
+            bytes.add(&[l[0], ("state", "dirty")], dirty);
+            let arena: usize = cache
+                .arenas()
+                .iter()
+                .filter(|a| a.node() == node)
+                .map(|a| a.len())
+                .sum();
+            capacity.add(&l, arena as f64);
+            wb.add(&l, s.writeback_bytes as f64);
+            served.add(&[l[0], ("locality", "local")], s.served_local_bytes as f64);
+            served.add(
+                &[l[0], ("locality", "remote")],
+                s.served_remote_bytes as f64,
+            );
+            for (to, v) in cn.forwards_to().into_iter().enumerate() {
+                let to = to.to_string();
+                fwd.add(&[("from", n.as_str()), ("to", to.as_str())], v as f64);
+            }
+        }
+    }
+    for (i, t) in sh.thread_stats.iter().enumerate() {
+        let n = t.node.to_string();
+        let i = i.to_string();
+        busy.add(
+            &[("node", n.as_str()), ("thread", i.as_str())],
+            t.busy_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * NS,
+        );
+    }
+    for p in &sh.pools {
+        let n = p.node().to_string();
+        depth.add(&[("node", n.as_str())], p.pending() as f64);
+    }
+    for f in [
+        hits, misses, evictions, bytes, capacity, wb, served, fwd, busy, depth,
+    ] {
+        push(out, f);
+    }
+}
