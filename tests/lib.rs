@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod mgmt;
 pub mod model;
 pub mod pdu;
+pub mod prom;
 pub mod qemuio;
 pub mod testcu;
 pub mod tools;

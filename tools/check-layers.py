@@ -23,7 +23,7 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
 RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3}
-BASE = {"registry", "atomic", "alloc_count", "io_stats"}
+BASE = {"registry", "atomic", "alloc_count", "io_stats", "proto_stats"}
 
 
 def module_of(path):

@@ -10,6 +10,11 @@
 # - libhwloc-dev libudev-dev pkg-config: to build the cache crate (hwlocality)
 # - systemd (same version as the installed libsystemd0): systemd-analyze, to verify the
 #   shipped unit file
+# - prometheus, python3: Prometheus 2.42 and promtool for the metrics tests (python3 -m
+#   http.server serves their static exposition fixture); the tests start their own server by
+#   PID on a free 127.0.0.1 port with a temp TSDB. The packaged service is not started
+#   (policy-rc.d below) and, when this run installs it on a systemd host, disabled, so no
+#   stray Prometheus listens on :9090 after a reboot; the tests never use it either way.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -19,7 +24,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config busybox-static cpio
-  xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl)
+  xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus python3)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)
@@ -88,7 +93,11 @@ for pair in "${MATCHED_DEV[@]}"; do
   fi
 done
 # everything else from bookworm itself
+PROM_BEFORE=0; installed prometheus && PROM_BEFORE=1
 "${APT[@]}" "${BOOKWORM_PKGS[@]}"
+if [ "$PROM_BEFORE" = 0 ] && [ -d /run/systemd/system ]; then
+  systemctl disable --now prometheus.service || true
+fi
 
 for p in "${BOOKWORM_PKGS[@]}" "${BACKPORTS_PKGS[@]}" "${MATCHED_DEV[@]#*:}"; do
   installed "$p" || { echo "install-test-deps: $p still not installed" >&2; exit 1; }

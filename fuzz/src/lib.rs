@@ -426,6 +426,7 @@ impl Harness {
                 }
                 Event::TaskMgmt(t) => self.tmfs.push(t.itt),
                 Event::LoggedOut | Event::Close(_) => self.closed = true,
+                Event::LoginFailed { .. } | Event::Rejected(_) | Event::DigestError { .. } => {}
             }
         }
         let _ = self.c.take_drop_reason();

@@ -24,9 +24,9 @@ pub mod seq;
 pub mod text;
 
 pub use conn::{
-    Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginGrant,
-    LoginReject, LoginRequestInfo, ProtocolError, ScsiCommand, SessionInfo, SessionType,
-    TargetRecord, TmfFunction, TmfRequest, TmfResponse,
+    Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginFailure,
+    LoginGrant, LoginReject, LoginRequestInfo, ProtocolError, ScsiCommand, SessionInfo,
+    SessionType, TargetRecord, TmfFunction, TmfRequest, TmfResponse,
 };
 pub use login::{
     AuthFailure, AuthFailureReason, AuthPolicy, ChapAlgorithm, ChapCredential, ChapIdentity,

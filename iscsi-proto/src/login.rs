@@ -154,6 +154,73 @@ pub mod status {
     pub const OUT_OF_RESOURCES: (u8, u8) = (3, 0x02);
 }
 
+/// What kind of failure a Login Response with a non-zero status reports, for counting
+/// failed logins ([`crate::Event::LoginFailed`]). Derived from the status class and detail
+/// (RFC 7143 §11.13.5) by [`LoginFailure::from_status`]:
+///
+/// | status | failure |
+/// |---|---|
+/// | 0201 authentication failure | `AuthFailure` |
+/// | 0202 authorization failure (e.g. the ACL) | `NotAuthorized` |
+/// | 0203 not found, 0204 target removed | `NotFound` |
+/// | 0205 unsupported version, 0206 too many connections, 020a session does not exist, 0301 service unavailable, 0302 out of resources (e.g. too many sessions, an existing session cannot be joined), other 03xx details | `Refused` |
+/// | 0200, 0207 missing parameter, 0208 cannot include in session, 0209 session type not supported, 020b invalid during login, other 02xx details, 0300 target error | `Error` |
+///
+/// `Refused` means a well-formed request the target declines for capacity or capability
+/// reasons (the initiator may retry later or elsewhere); `Error` is a malformed or
+/// out-of-order login, or the target failing internally. Class 0 (success) and class 1
+/// (redirection) are not failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LoginFailure {
+    /// Authentication (CHAP) failed: status 0201.
+    AuthFailure,
+    /// The initiator may not access the target (e.g. the target's ACL): status 0202.
+    NotAuthorized,
+    /// No such target, or it was removed: status 0203 / 0204.
+    NotFound,
+    /// The target declines for capacity or capability reasons (see the table above).
+    Refused,
+    /// Any other initiator or target error.
+    Error,
+}
+
+impl LoginFailure {
+    /// Every kind, in declaration order.
+    pub const ALL: [LoginFailure; 5] = [
+        LoginFailure::AuthFailure,
+        LoginFailure::NotAuthorized,
+        LoginFailure::NotFound,
+        LoginFailure::Refused,
+        LoginFailure::Error,
+    ];
+
+    /// The failure a Login Response status reports; `None` for success (class 0) and
+    /// redirection (class 1).
+    pub const fn from_status(class: u8, detail: u8) -> Option<LoginFailure> {
+        Some(match (class, detail) {
+            (0 | 1, _) => return None,
+            (2, 0x01) => LoginFailure::AuthFailure,
+            (2, 0x02) => LoginFailure::NotAuthorized,
+            (2, 0x03 | 0x04) => LoginFailure::NotFound,
+            (2, 0x05 | 0x06 | 0x0a) => LoginFailure::Refused,
+            (3, 0x00) => LoginFailure::Error,
+            (3, _) => LoginFailure::Refused,
+            _ => LoginFailure::Error,
+        })
+    }
+
+    /// Stable snake_case label (for metrics: `numatgt_logins_total{result}`).
+    pub const fn label(self) -> &'static str {
+        match self {
+            LoginFailure::AuthFailure => "auth_failure",
+            LoginFailure::NotAuthorized => "not_authorized",
+            LoginFailure::NotFound => "not_found",
+            LoginFailure::Refused => "refused",
+            LoginFailure::Error => "error",
+        }
+    }
+}
+
 /// Result of one authentication step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthStatus {
@@ -349,6 +416,80 @@ mod tests {
             m.handle(&r, &text("InitiatorName=i;"), &Dir, addr(), addr()),
             LoginStep::Fail(x, ..) if (x.status_class, x.status_detail) == status::UNSUPPORTED_VERSION
         ));
+    }
+
+    /// Every status the login phase can send maps to the documented kind of failure;
+    /// labels are distinct snake_case words.
+    #[test]
+    fn login_failure_from_status_and_labels() {
+        use LoginFailure as F;
+        let table = [
+            (status::SUCCESS, None),
+            ((1, 0x01), None),
+            (status::INITIATOR_ERROR, Some(F::Error)),
+            (status::AUTH_FAILED, Some(F::AuthFailure)),
+            (status::NOT_AUTHORIZED, Some(F::NotAuthorized)),
+            (status::NOT_FOUND, Some(F::NotFound)),
+            (status::TARGET_REMOVED, Some(F::NotFound)),
+            (status::UNSUPPORTED_VERSION, Some(F::Refused)),
+            (status::TOO_MANY_CONNECTIONS, Some(F::Refused)),
+            (status::MISSING_PARAMETER, Some(F::Error)),
+            (status::SESSION_TYPE_UNSUPPORTED, Some(F::Error)),
+            (status::SESSION_NOT_FOUND, Some(F::Refused)),
+            (status::INVALID_DURING_LOGIN, Some(F::Error)),
+            (status::TARGET_ERROR, Some(F::Error)),
+            (status::SERVICE_UNAVAILABLE, Some(F::Refused)),
+            (status::OUT_OF_RESOURCES, Some(F::Refused)),
+            ((2, 0x7f), Some(F::Error)),
+            ((3, 0x7f), Some(F::Refused)),
+            ((0x7f, 0), Some(F::Error)),
+        ];
+        for ((class, detail), want) in table {
+            assert_eq!(
+                LoginFailure::from_status(class, detail),
+                want,
+                "{class:#04x}/{detail:#04x}"
+            );
+        }
+        let labels: Vec<&str> = LoginFailure::ALL.iter().map(|f| f.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "auth_failure",
+                "not_authorized",
+                "not_found",
+                "refused",
+                "error"
+            ]
+        );
+    }
+
+    /// The login machine names the target only once the Directory recognised it.
+    #[test]
+    fn target_name_only_when_the_directory_knows_it() {
+        let cases = [
+            ("InitiatorName=iqn.i;TargetName=iqn.t:nope;", None),
+            (
+                "InitiatorName=iqn.i;TargetName=iqn.t:acl;",
+                Some("iqn.t:acl"),
+            ),
+            // refused before the Directory was asked
+            (
+                "InitiatorName=iqn.i;TargetName=iqn.t:ok;SessionType=X;",
+                None,
+            ),
+            (
+                "InitiatorName=iqn.i;TargetName=iqn.t:ok;AuthMethod=CHAP;",
+                Some("iqn.t:ok"),
+            ),
+            ("InitiatorName=iqn.i;SessionType=Discovery;Foo", None),
+        ];
+        for (t, want) in cases {
+            let mut m = machine();
+            let step = m.handle(&req(0, 1, true), &text(t), &Dir, addr(), addr());
+            assert!(matches!(step, LoginStep::Fail(..)), "{t}: {step:?}");
+            assert_eq!(m.target_name(), want, "{t}");
+        }
     }
 
     #[test]

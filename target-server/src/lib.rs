@@ -17,6 +17,7 @@ pub(crate) mod io_stats;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub mod mgmt;
+pub(crate) mod proto_stats;
 pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;

@@ -517,6 +517,7 @@ impl Daemon {
                     busy_ns: Default::default(),
                 })
                 .collect(),
+            proto_stats: Default::default(),
         });
         let _ = shared
             .inboxes

@@ -256,3 +256,45 @@ fn metrics_off_and_a_taken_address() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere"));
 }
+
+#[test]
+fn protocol_events_are_counted_per_target() {
+    require_numatgtd("protocol_events_are_counted_per_target");
+    let mut d = Daemon::start(&[LunSpec::new(1, 512, 16 * MIB)]);
+    let login = |m: &BTreeMap<String, f64>, target: &str, result: &str| {
+        m.get(&format!(
+            "numatgt_logins_total{{target=\"{target}\",result=\"{result}\"}}"
+        ))
+        .copied()
+        .unwrap_or(-1.0)
+    };
+    let m = scrape(&d);
+    assert_eq!(
+        login(&m, TEST_IQN, "success"),
+        0.0,
+        "series exist before any login"
+    );
+    assert_eq!(login(&m, "", "not_found"), 0.0);
+
+    // a login to a target that does not exist: counted under "" (no label from the initiator)
+    let err = tests::pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:probe", "iqn.nope:x")
+        .err()
+        .expect("login to an unknown target must fail");
+    assert!(err.contains("class 0x2"), "{err}");
+    let mut s = ScsiSession::open(&d, "iqn.2026-11.org.numatgt:metrics-tmf");
+    assert_eq!(s.task_management(5, 0), 0, "LOGICAL UNIT RESET");
+    let m = scrape(&d);
+    assert_eq!(login(&m, "", "not_found"), 1.0, "{m:#?}");
+    assert_eq!(login(&m, TEST_IQN, "success"), 1.0);
+    assert_eq!(
+        m.get(&format!(
+            "numatgt_task_management_total{{target=\"{TEST_IQN}\",function=\"lun_reset\"}}"
+        )),
+        Some(&1.0)
+    );
+    assert!(
+        !m.keys().any(|k| k.contains("iqn.nope")),
+        "an unknown target name became a label"
+    );
+    d.assert_alive("after protocol events");
+}

@@ -41,7 +41,7 @@ pub(crate) struct PendingTmf {
 }
 
 impl<B: DataBuf> Connection<B> {
-    /// Queues a Reject carrying the offending header.
+    /// Queues a Reject carrying the offending header (and tells the server: `Event::Rejected`).
     pub(crate) fn reject(&mut self, reason: RejectReason, hdr: &[u8; 48]) {
         self.stats.rejects_sent += 1;
         let r = Reject {
@@ -52,6 +52,7 @@ impl<B: DataBuf> Connection<B> {
             data_sn: 0,
         };
         self.push(&Bhs::Reject(r), TxData::Owned(hdr.to_vec()));
+        self.events.push_back(Event::Rejected(reason));
     }
 
     pub(crate) fn handle_nop_out(&mut self, n: &NopOut, data: &[u8]) {

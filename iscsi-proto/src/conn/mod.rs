@@ -13,7 +13,8 @@ mod types;
 mod tests;
 
 pub use crate::login::{
-    Directory, LoginGrant, LoginReject, LoginRequestInfo, SessionInfo, SessionType, TargetRecord,
+    Directory, LoginFailure, LoginGrant, LoginReject, LoginRequestInfo, SessionInfo, SessionType,
+    TargetRecord,
 };
 pub use error::{ConnError, ProtocolError};
 pub use types::{
@@ -336,8 +337,12 @@ impl<B: DataBuf> Connection<B> {
 
     fn frame_error(&mut self, e: PduError, hdr: &[u8; 48], f: Frame, have: usize) {
         match e {
-            PduError::HeaderDigest { .. } => self.close(ConnError::HeaderDigest),
+            PduError::HeaderDigest { .. } => {
+                self.events.push_back(Event::DigestError { header: true });
+                self.close(ConnError::HeaderDigest);
+            }
             PduError::DataDigest { .. } => {
+                self.events.push_back(Event::DigestError { header: false });
                 self.reject(RejectReason::DataDigest, hdr);
                 let op = hdr[0] & 0x3f;
                 if op == crate::pdu::op::SCSI_CMD || op == crate::pdu::op::DATA_OUT {
@@ -462,6 +467,13 @@ impl<B: DataBuf> Connection<B> {
                 fill(self, &mut r);
                 let (class, detail) = (r.status_class, r.status_detail);
                 self.push(&Bhs::LoginResponse(r), owned(text));
+                // the login machine is dropped here: one failed response, one event
+                if let Some(failure) = crate::login::LoginFailure::from_status(class, detail) {
+                    self.events.push_back(Event::LoginFailed {
+                        target_name: lm.target_name().map(str::to_owned),
+                        failure,
+                    });
+                }
                 self.close(ConnError::LoginFailed {
                     class,
                     detail,

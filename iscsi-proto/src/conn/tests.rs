@@ -367,10 +367,20 @@ fn chap_login_over_the_wire() {
             assert_eq!(info.chap.map(|c| c.user), Some("alice".into()));
         } else {
             assert_eq!((lr.status_class, lr.status_detail), (2, 1));
+            let Some(Event::LoginFailed {
+                target_name,
+                failure,
+            }) = i.c.poll_event()
+            else {
+                panic!()
+            };
+            assert_eq!(failure, LoginFailure::AuthFailure);
+            assert_eq!(target_name.as_deref(), Some(CHAP_TARGET));
             let Some(Event::Close(ConnError::LoginFailed { auth: Some(f), .. })) = i.c.poll_event()
             else {
                 panic!()
             };
+            assert!(i.c.poll_event().is_none());
             assert_eq!(f.reason, crate::AuthFailureReason::BadResponse);
             assert_eq!(f.user.as_deref(), Some("alice"));
         }
@@ -379,7 +389,16 @@ fn chap_login_over_the_wire() {
 
 #[test]
 fn login_failures_close() {
-    for (target, detail) in [("iqn.nope", 0x03), ("iqn.2026-11.org.numatgt:acl", 0x02)] {
+    let cases = [
+        ("iqn.nope", 0x03, LoginFailure::NotFound, None),
+        (
+            "iqn.2026-11.org.numatgt:acl",
+            0x02,
+            LoginFailure::NotAuthorized,
+            Some("iqn.2026-11.org.numatgt:acl"),
+        ),
+    ];
+    for (target, detail, failure, named) in cases {
         let mut i = Ini::new(ConnConfig::default());
         let (b, d) = i.login_pdu(
             0,
@@ -393,10 +412,18 @@ fn login_failures_close() {
             panic!()
         };
         assert_eq!((lr.status_class, lr.status_detail), (2, detail));
-        assert!(matches!(
-            i.c.poll_event(),
-            Some(Event::Close(ConnError::LoginFailed { .. }))
-        ));
+        // one LoginFailed (the name only when the Directory knows the target), then Close
+        let ev = i.events();
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        let Event::LoginFailed {
+            target_name,
+            failure: f,
+        } = &ev[0]
+        else {
+            panic!("{ev:?}")
+        };
+        assert_eq!((target_name.as_deref(), *f), (named, failure));
+        assert!(matches!(ev[1], Event::Close(ConnError::LoginFailed { .. })));
         assert!(i.c.is_closing());
     }
     // A non-login PDU during login closes.
@@ -417,6 +444,134 @@ fn login_failures_close() {
         i.c.poll_event(),
         Some(Event::Close(ConnError::Protocol(_)))
     ));
+    assert!(i.c.poll_event().is_none());
+}
+
+/// Every failed login reports one `LoginFailed`, whatever the stage it fails in, naming
+/// the target only once the Directory knew it; a successful login reports none.
+#[test]
+fn failed_logins_are_reported_once() {
+    let op_fail = "MaxBurstLength=512;MaxBurstLength=512;";
+    // (first login text, operational text if the first succeeds, failure, target named)
+    let cases = [
+        ("TargetName=iqn.x;", None, LoginFailure::Error, None),
+        (
+            "InitiatorName=iqn.i;TargetName=iqn.nope;",
+            None,
+            LoginFailure::NotFound,
+            None,
+        ),
+        (
+            "InitiatorName=iqn.i;SessionType=Discovery;AuthMethod=None;",
+            Some(op_fail),
+            LoginFailure::Error,
+            None,
+        ),
+        (
+            &*format!("InitiatorName=iqn.i;TargetName={TARGET};AuthMethod=None;"),
+            Some(op_fail),
+            LoginFailure::Error,
+            Some(TARGET),
+        ),
+    ];
+    for (first, op, failure, named) in cases {
+        let mut i = Ini::new(ConnConfig::default());
+        let (b, d) = i.login_pdu(0, 1, true, first);
+        i.send(b, vec![], &d);
+        let mut ev = i.events();
+        if let Some(op) = op {
+            assert!(ev.is_empty(), "{ev:?}");
+            let (b, d) = i.login_pdu(1, 3, true, op);
+            i.send(b, vec![], &d);
+            ev = i.events();
+        }
+        let r = i.recv();
+        let Some(Bhs::LoginResponse(lr)) = r.last().map(|p| p.bhs) else {
+            panic!("{r:?}")
+        };
+        let want = LoginFailure::from_status(lr.status_class, lr.status_detail);
+        assert_eq!(want, Some(failure), "{first}");
+        let [
+            Event::LoginFailed {
+                target_name,
+                failure: f,
+            },
+            Event::Close(ConnError::LoginFailed { .. }),
+        ] = &ev[..]
+        else {
+            panic!("{first}: {ev:?}")
+        };
+        assert_eq!((target_name.as_deref(), *f), (named, failure), "{first}");
+        // nothing more comes out of a closed login
+        let (b, d) = i.login_pdu(0, 1, true, first);
+        i.send(b, vec![], &d);
+        assert!(i.events().is_empty());
+    }
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    assert!(i.events().is_empty());
+}
+
+/// A data digest error on a PDU carrying task data: reported, rejected, then the connection
+/// closes (ERL 0).
+#[test]
+fn data_digest_error_on_task_data_closes() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login_with("HeaderDigest=CRC32C;DataDigest=CRC32C;");
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x2a;
+    let mut b = Pdu::new(
+        Bhs::ScsiCommand(ScsiCommandHdr {
+            immediate: false,
+            final_: true,
+            read: false,
+            write: true,
+            attr: 1,
+            lun: fields::lun_encode(1),
+            itt: 3,
+            edtl: 512,
+            cmd_sn: i.cmd_sn,
+            exp_stat_sn: i.exp_stat_sn,
+            cdb,
+        }),
+        vec![5u8; 512],
+    )
+    .encode(i.dg)
+    .unwrap();
+    let n = b.len();
+    b[n - 2] ^= 0x01;
+    i.feed(&b);
+    assert!(matches!(
+        i.events()[..],
+        [
+            Event::DigestError { header: false },
+            Event::Rejected(RejectReason::DataDigest),
+            Event::Close(ConnError::DataDigest)
+        ]
+    ));
+    let r = i.recv();
+    let Bhs::Reject(rj) = r[0].bhs else { panic!() };
+    assert_eq!(rj.reason, RejectReason::DataDigest.code());
+}
+
+#[test]
+fn tmf_function_labels() {
+    let labels: Vec<&str> = (1..=9).map(|c| TmfFunction::from_code(c).label()).collect();
+    assert_eq!(
+        labels,
+        [
+            "abort_task",
+            "abort_task_set",
+            "clear_aca",
+            "clear_task_set",
+            "lun_reset",
+            "target_warm_reset",
+            "target_cold_reset",
+            "task_reassign",
+            "other"
+        ]
+    );
+    assert_eq!(TmfFunction::Other(0x7f).label(), "other");
 }
 
 #[test]
@@ -647,6 +802,10 @@ fn bad_data_out_is_rejected_and_closes() {
     assert_eq!(rj.reason, 0x09);
     assert!(matches!(
         i.c.poll_event(),
+        Some(Event::Rejected(RejectReason::InvalidPduField))
+    ));
+    assert!(matches!(
+        i.c.poll_event(),
         Some(Event::Close(ConnError::Protocol(_)))
     ));
     // Data-Out for an unknown task is ignored.
@@ -801,7 +960,12 @@ fn malformed_pdus() {
     })
     .encode(0, 300_000);
     raw[0] |= 0x40;
+    let _ = i.events();
     i.feed(&raw);
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Rejected(RejectReason::ProtocolError))
+    ));
     assert!(matches!(
         i.c.poll_event(),
         Some(Event::Close(ConnError::Protocol(_)))
@@ -851,12 +1015,22 @@ fn digests_after_login() {
     let Bhs::Reject(rj) = r[0].bhs else { panic!() };
     assert_eq!(rj.reason, 0x02);
     assert!(!i.c.is_closing());
+    assert!(matches!(
+        i.events()[..],
+        [
+            Event::DigestError { header: false },
+            Event::Rejected(RejectReason::DataDigest)
+        ]
+    ));
     // Corrupt header digest: close.
     b[50] ^= 0xff;
     i.feed(&b);
     assert!(matches!(
-        i.c.poll_event(),
-        Some(Event::Close(ConnError::HeaderDigest))
+        i.events()[..],
+        [
+            Event::DigestError { header: true },
+            Event::Close(ConnError::HeaderDigest)
+        ]
     ));
 }
 
@@ -1152,7 +1326,10 @@ fn discovery_refuses_scsi_and_immediate_bound() {
     i.scsi(1, true, false, 512, 0x28, &[], true);
     let r = i.recv();
     assert!(matches!(r[0].bhs, Bhs::Reject(_)));
-    assert!(i.events().is_empty());
+    assert!(matches!(
+        i.events()[..],
+        [Event::Rejected(RejectReason::ProtocolError)]
+    ));
 
     let cfg = ConnConfig {
         max_queued_commands: 2,
@@ -1176,7 +1353,15 @@ fn discovery_refuses_scsi_and_immediate_bound() {
         });
         i.send(h, vec![], &[]);
     }
-    assert_eq!(cmd_events(i.events()).len(), 2);
+    let ev = i.events();
+    assert!(matches!(
+        ev[..],
+        [
+            Event::Command(_),
+            Event::Command(_),
+            Event::Rejected(RejectReason::ImmediateCommandReject)
+        ]
+    ));
     let r = i.recv();
     let Bhs::Reject(rj) = r[0].bhs else { panic!() };
     assert_eq!(rj.reason, reason::IMMEDIATE_REJECT);
@@ -1331,7 +1516,10 @@ fn cdb_longer_than_260_bytes_is_rejected() {
     });
     // 16 + 248 = 264 bytes of CDB
     i.send(h, vec![Ahs::extended_cdb(&[9u8; 248])], &[]);
-    assert!(cmd_events(i.events()).is_empty());
+    assert!(matches!(
+        i.events()[..],
+        [Event::Rejected(RejectReason::InvalidPduField)]
+    ));
     let r = i.recv();
     let Bhs::Reject(rj) = r[0].bhs else {
         panic!("{:?}", r[0])

@@ -218,6 +218,22 @@ impl TmfFunction {
             TmfFunction::Other(n) => n,
         }
     }
+
+    /// Stable snake_case label (for metrics: `numatgt_task_management_total{function}`);
+    /// every reserved or vendor code is `other`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            TmfFunction::AbortTask => "abort_task",
+            TmfFunction::AbortTaskSet => "abort_task_set",
+            TmfFunction::ClearAca => "clear_aca",
+            TmfFunction::ClearTaskSet => "clear_task_set",
+            TmfFunction::LogicalUnitReset => "lun_reset",
+            TmfFunction::TargetWarmReset => "target_warm_reset",
+            TmfFunction::TargetColdReset => "target_cold_reset",
+            TmfFunction::TaskReassign => "task_reassign",
+            TmfFunction::Other(_) => "other",
+        }
+    }
 }
 
 /// A task management request for the server.
@@ -260,7 +276,11 @@ impl TmfResponse {
     }
 }
 
-/// What the connection asks of the server.
+/// What the connection asks of the server, and what it reports for counting.
+///
+/// `LoginFailed`, `Rejected` and `DigestError` need no answer: they say what the connection
+/// did (for metrics and logs). They come before the `Close` they may lead to. Only
+/// `LoginFailed` carries heap data; the events of the full feature phase allocate nothing.
 #[derive(Debug)]
 pub enum Event {
     /// Entered full feature phase.
@@ -272,4 +292,22 @@ pub enum Event {
     LoggedOut,
     /// Protocol error: flush output (e.g. a Reject) then close; log the reason.
     Close(super::ConnError),
+    /// A Login Response with a non-zero status class was queued: the login failed (once
+    /// per failed login; a `Close(ConnError::LoginFailed)` with the details follows).
+    LoginFailed {
+        /// The target the login was for, once the Directory recognised its name
+        /// ([`crate::login::LoginMachine::target_name`]): `None` for discovery sessions,
+        /// unknown targets and logins that failed before naming one.
+        target_name: Option<String>,
+        /// The kind of failure, from the response's status.
+        failure: crate::login::LoginFailure,
+    },
+    /// A Reject PDU was queued, for this reason.
+    Rejected(crate::pdu::RejectReason),
+    /// A header (`header: true`) or data digest did not match. The connection closes
+    /// (header digest, or data digest of a PDU carrying task data) or rejects the PDU and
+    /// goes on; the `Rejected` / `Close` event follows.
+    DigestError {
+        header: bool,
+    },
 }

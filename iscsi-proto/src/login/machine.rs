@@ -21,6 +21,9 @@ pub(super) struct Context {
     /// The Directory's answer. Kept past the end of the login, failed or not: the
     /// connection applies its configuration before sending the last response.
     pub grant: Option<LoginGrant>,
+    /// The TargetName of a normal session once the Directory recognised it (see
+    /// [`LoginMachine::target_name`]).
+    pub target_name: Option<String>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
 }
@@ -65,6 +68,7 @@ impl LoginMachine {
                 isid: [0; 6],
                 tsih: 0,
                 grant: None,
+                target_name: None,
                 peer: unspecified,
                 local: unspecified,
             },
@@ -90,6 +94,17 @@ impl LoginMachine {
     /// The per-target configuration granted at login, if the server gave one.
     pub fn granted_config(&self) -> Option<&crate::conn::ConnConfig> {
         self.cx.grant.as_ref().and_then(|g| g.config.as_ref())
+    }
+
+    /// The target this login is for, as the initiator named it, once the Directory
+    /// recognised the name: its `login` accepted the login or refused it for a reason
+    /// other than [`super::LoginReject::TargetNotFound`] / `TargetRemoved`. `None` for
+    /// discovery sessions, unknown targets and logins that failed before the Directory
+    /// was asked. (With a Directory that answers `TargetNotFound` for names it does not
+    /// know, an initiator cannot make up the names that come from here: safe as a metric
+    /// label.)
+    pub fn target_name(&self) -> Option<&str> {
+        self.cx.target_name.as_deref()
     }
 
     /// Processes one login request PDU and its data segment.

@@ -235,9 +235,16 @@ fn identify(
         session_type,
     };
     let info = request_info(cx, &party);
-    let (grant, policy) = match dir.login(&info) {
+    let verdict = dir.login(&info);
+    if !matches!(
+        verdict,
+        Err(LoginReject::TargetNotFound | LoginReject::TargetRemoved)
+    ) {
+        cx.target_name.clone_from(&party.target_name);
+    }
+    let (grant, policy) = match verdict {
         Ok(g) => {
-            let policy = dir.auth_policy(&info);
+            let policy = dir.auth_policy(&request_info(cx, &party));
             (g, policy)
         }
         Err(r) => return Err(refused(r)),

@@ -53,8 +53,8 @@ impl RejectReason {
         RejectReason::ALL.into_iter().find(|r| r.code() == code)
     }
 
-    /// Stable snake_case label (for metrics).
-    pub const fn kind(self) -> &'static str {
+    /// Stable snake_case label (for metrics: `numatgt_pdus_rejected_total{reason}`).
+    pub const fn label(self) -> &'static str {
         match self {
             RejectReason::DataDigest => "data_digest",
             RejectReason::SnackReject => "snack_reject",
@@ -98,9 +98,9 @@ mod tests {
         let mut kinds = std::collections::HashSet::new();
         for r in RejectReason::ALL {
             assert_eq!(RejectReason::from_code(r.code()), Some(r));
-            assert!(kinds.insert(r.kind()), "{r:?}");
+            assert!(kinds.insert(r.label()), "{r:?}");
             assert!(
-                r.kind()
+                r.label()
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b == b'_')
             );

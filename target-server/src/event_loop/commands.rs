@@ -29,6 +29,8 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        let span = slot.span.clone();
+        let _in_conn = span.enter();
         while let Some(ev) = slot.conn.poll_event() {
             match ev {
                 Event::LoggedIn(info) => {
@@ -55,9 +57,16 @@ impl EventThread {
                         }
                     }
                     slot.io.set_session(info.tsih);
-                    tracing::info!(peer = %slot.peer, initiator = %info.initiator_name,
-                        target = info.target_name.as_deref().unwrap_or("(discovery)"),
-                        tsih = info.tsih, thread = self.index, node = self.node, "login complete");
+                    slot.events = shared
+                        .proto_stats
+                        .target(slot.target.as_ref().map_or("", |t| t.iqn.as_str()));
+                    slot.events.login("success");
+                    slot.span.record("initiator", info.initiator_name.as_str());
+                    slot.span.record(
+                        "target",
+                        info.target_name.as_deref().unwrap_or("(discovery)"),
+                    );
+                    tracing::info!(tsih = info.tsih, node = self.node, "login complete");
                 }
                 Event::Command(mut cmd) => {
                     let itt = cmd.itt;
@@ -102,6 +111,7 @@ impl EventThread {
                     }
                 }
                 Event::TaskMgmt(req) => {
+                    slot.events.task_management(req.function.label());
                     // The connection has marked this session's affected tasks aborted: their
                     // results will be dropped, and it answers once they have ended (backing
                     // store jobs run to completion; RFC 7143 11.6.1 b). `scsi` decides the
@@ -122,12 +132,31 @@ impl EventThread {
                     }
                 }
                 Event::LoggedOut => {
-                    tracing::info!(peer = %slot.peer, "logout");
+                    tracing::info!("logout");
                     slot.closing = true;
                 }
                 Event::Close(err) => {
-                    tracing::warn!(peer = %slot.peer, "closing connection: {err}");
+                    tracing::warn!("closing connection: {err}");
                     slot.closing = true;
+                }
+                // reported for counting (issue 12): the metrics wiring comes with the endpoint
+                Event::LoginFailed {
+                    target_name,
+                    failure,
+                } => {
+                    // only configured targets get a series of their own
+                    let known = target_name
+                        .as_deref()
+                        .and_then(|n| shared.registry.target(n))
+                        .map(|t| t.iqn.clone())
+                        .unwrap_or_default();
+                    shared.proto_stats.target(&known).login(failure.label());
+                    tracing::info!(result = failure.label(), "login failed");
+                }
+                Event::Rejected(reason) => slot.events.rejected(reason.label()),
+                Event::DigestError { header } => {
+                    slot.events.digest_error();
+                    tracing::warn!("{} digest error", if header { "header" } else { "data" });
                 }
             }
         }

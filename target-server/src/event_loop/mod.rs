@@ -58,6 +58,11 @@ struct Slot {
     more_input: bool,
     /// The connection's I/O counters, one block per LUN it used.
     io: crate::io_stats::ConnIo,
+    /// Its target's protocol event counters (those of target `""` until logged in).
+    events: Arc<crate::proto_stats::TargetEvents>,
+    /// The log context of everything about this connection (`conn{id peer initiator
+    /// target}`; initiator and target once logged in).
+    span: tracing::Span,
 }
 pub struct EventThread {
     index: usize,
@@ -289,6 +294,14 @@ impl EventThread {
         self.next_generation += 1;
         self.shared.connections.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
+        let span = tracing::info_span!(
+            "conn",
+            id = generation,
+            thread = self.index,
+            %peer,
+            initiator = tracing::field::Empty,
+            target = tracing::field::Empty
+        );
         let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
         conn.set_random_source(Box::new(crate::registry::os_random));
         self.slots[s] = Some(Slot {
@@ -304,6 +317,8 @@ impl EventThread {
             close_after_tmf: false,
             more_input: false,
             io: Default::default(),
+            events: self.shared.proto_stats.target(""),
+            span,
         });
     }
 
@@ -375,6 +390,8 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        let span = slot.span.clone();
+        let _in_conn = span.enter();
         let mut failed = None;
         // one iovec array per thread, reused for every writev
         let mut spare = std::mem::take(&mut self.iov_spare);
@@ -430,6 +447,7 @@ impl EventThread {
     fn close(&mut self, s: usize, reason: &str) {
         let Some(id) = self.id(s) else { return };
         if let Some(mut slot) = self.slots[s].take() {
+            let _in_conn = slot.span.clone().entered();
             let _ = self.poll.registry().deregister(&mut slot.sock);
             if let (Some(t), Some(n)) = (&slot.target, &slot.nexus) {
                 for l in t.lun_set().map.values() {
@@ -437,7 +455,7 @@ impl EventThread {
                 }
             }
             slot.io.detach_all();
-            tracing::info!(peer = %slot.peer, inflight = slot.inflight, "connection closed: {reason}");
+            tracing::info!(inflight = slot.inflight, "connection closed: {reason}");
             crate::backend::task_watch::tasks_ended(id, |_| false);
             self.shared.registry.connection_closed(id);
             self.shared.connections.fetch_sub(1, Ordering::Relaxed);

@@ -37,6 +37,8 @@ pub struct Shared {
     pub started: Instant,
     /// Per event thread: its node and the time it spent working (indexed by thread number).
     pub thread_stats: Vec<ThreadStats>,
+    /// Protocol events (logins, task management, rejects, digest errors) per target.
+    pub proto_stats: crate::proto_stats::ProtoStats,
 }
 
 /// What an event thread reports about itself; one cache line each (written by its thread

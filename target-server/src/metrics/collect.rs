@@ -25,6 +25,7 @@ const NS: f64 = 1e-9;
 pub fn gather(src: &Source) -> Vec<MetricFamily> {
     let mut out = Vec::new();
     daemon(src, &mut out);
+    protocol(src, &mut out);
     luns(src, &mut out);
     nodes(src, &mut out);
     out.extend(src.process.collect());
@@ -106,6 +107,63 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     push(out, sessions);
     push(out, conns);
     push(out, info);
+}
+
+fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
+    use crate::proto_stats::{LOGIN_RESULTS, REJECT_REASONS, TMF_FUNCTIONS};
+    let mut logins = Family::counter(
+        "numatgt_logins_total",
+        "Login attempts by outcome (target \"\" when no configured target was named).",
+    );
+    let mut auth = Family::counter(
+        "numatgt_auth_failures_total",
+        "CHAP authentication failures.",
+    );
+    let mut tmf = Family::counter(
+        "numatgt_task_management_total",
+        "Task management requests by function.",
+    );
+    let mut rejects = Family::counter(
+        "numatgt_pdus_rejected_total",
+        "Reject PDUs sent, by reason (RFC 7143 11.17.1).",
+    );
+    let mut digests = Family::counter(
+        "numatgt_digest_errors_total",
+        "Header or data digest mismatches.",
+    );
+    // every configured target has its series (zeros included), and "" always
+    let mut names: Vec<String> = src
+        .shared
+        .registry
+        .targets()
+        .iter()
+        .map(|t| t.iqn.clone())
+        .collect();
+    names.push(String::new());
+    for n in &names {
+        let _ = src.shared.proto_stats.target(n);
+    }
+    for (target, c) in src.shared.proto_stats.all() {
+        let t = ("target", target.as_str());
+        for (i, r) in LOGIN_RESULTS.iter().enumerate() {
+            logins.add(&[t, ("result", r)], c.logins[i] as f64);
+        }
+        auth.add(&[t], c.auth_failures as f64);
+        for (i, f) in TMF_FUNCTIONS.iter().enumerate() {
+            if c.tmf[i] > 0 {
+                tmf.add(&[t, ("function", f)], c.tmf[i] as f64);
+            }
+        }
+        for (i, r) in REJECT_REASONS.iter().enumerate() {
+            if c.rejects[i] > 0 {
+                rejects.add(&[t, ("reason", r)], c.rejects[i] as f64);
+            }
+        }
+        digests.add(&[t], c.digest_errors as f64);
+    }
+    for f in [logins, auth, tmf, rejects, digests] {
+        push(out, f);
+    }
 }
 
 fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
