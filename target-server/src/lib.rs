@@ -1,9 +1,9 @@
 //! numatgtd as a library: the pieces of the daemon, so that `main.rs` stays a thin shell and
 //! tests can start a daemon in-process.
 //!
-//! Only what `main.rs` uses is public (command line, runtime, management socket, reload,
-//! sd_notify, the allocation counter, the sanitize rate limit); the data path, the registry
-//! and the rest are crate-private, so nothing outside the daemon builds on them.
+//! Only what `main.rs` uses is public (command line, logging, runtime, management socket,
+//! reload, sd_notify, the allocation counter, the sanitize rate limit); the data path, the
+//! registry and the rest are crate-private, so nothing outside the daemon builds on them.
 
 #![warn(missing_docs)]
 
@@ -15,6 +15,7 @@ pub(crate) mod dispatch;
 pub(crate) mod event_loop;
 pub(crate) mod io_stats;
 pub(crate) mod listen;
+pub mod logging;
 pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod proto_stats;

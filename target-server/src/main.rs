@@ -12,40 +12,6 @@ use target_server::runtime::{Daemon, RuntimeConfig};
 #[global_allocator]
 static ALLOC: target_server::alloc_count::CountingAlloc = target_server::alloc_count::CountingAlloc;
 
-/// Sets up logging; returns the switch `tgtadm --mode sys --op update -n debug -v on|off`
-/// flips (debug level on, or back to the level the daemon started with).
-fn init_logging(debug: Option<u32>) -> target_server::mgmt::DebugSwitch {
-    use std::io::IsTerminal;
-    use tracing_subscriber::prelude::*;
-    use tracing_subscriber::{EnvFilter, fmt, reload};
-    let level = match debug.unwrap_or(0) {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
-    };
-    let start = std::env::var("NUMATGT_LOG").unwrap_or_else(|_| level.to_string());
-    let filter = EnvFilter::try_new(&start).unwrap_or_else(|_| EnvFilter::new(level));
-    let (filter, handle) = reload::Layer::new(filter);
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            fmt::layer()
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_writer(std::io::stderr),
-        )
-        .init();
-    std::sync::Arc::new(move |on: bool| {
-        let f = if on {
-            EnvFilter::new("debug")
-        } else {
-            EnvFilter::try_new(&start).unwrap_or_else(|_| EnvFilter::new("info"))
-        };
-        if let Err(e) = handle.reload(f) {
-            tracing::warn!("cannot change the log level: {e}");
-        }
-    })
-}
-
 fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
     let mut iscsi = Vec::new();
     for s in &cli.iscsi {
@@ -132,7 +98,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let debug_switch = init_logging(cli.debug);
+    let debug_switch = target_server::logging::init(cli.debug);
     target_server::set_sanitize_rate_limit_mib(cli.sanitize_rate);
     let rc = match load(&cli) {
         Ok(rc) => rc,

@@ -29,9 +29,10 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
-        let span = slot.span.clone();
-        let _in_conn = span.enter();
         while let Some(ev) = slot.conn.poll_event() {
+            // the connection's log context for everything but the per-command path (entering
+            // a span costs a lock in the log filter: not once per command)
+            let _in_conn = (!matches!(ev, Event::Command(_))).then(|| slot.span.clone().entered());
             match ev {
                 Event::LoggedIn(info) => {
                     if let (SessionType::Normal, Some(name)) =

@@ -390,8 +390,6 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
-        let span = slot.span.clone();
-        let _in_conn = span.enter();
         let mut failed = None;
         // one iovec array per thread, reused for every writev
         let mut spare = std::mem::take(&mut self.iov_spare);
@@ -414,7 +412,8 @@ impl EventThread {
                 Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Some(Err(e)) => {
-                    tracing::debug!(peer = %slot.peer, "write failed: {e}");
+                    let _in_conn = slot.span.enter();
+                    tracing::debug!("write failed: {e}");
                     failed = Some("write to the initiator failed");
                     break;
                 }

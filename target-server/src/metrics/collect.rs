@@ -149,15 +149,13 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
             logins.add(&[t, ("result", r)], c.logins[i] as f64);
         }
         auth.add(&[t], c.auth_failures as f64);
+        // every label value, zeros included (bounded: 9 functions, 11 reasons per target),
+        // so that rates start from zero
         for (i, f) in TMF_FUNCTIONS.iter().enumerate() {
-            if c.tmf[i] > 0 {
-                tmf.add(&[t, ("function", f)], c.tmf[i] as f64);
-            }
+            tmf.add(&[t, ("function", f)], c.tmf[i] as f64);
         }
         for (i, r) in REJECT_REASONS.iter().enumerate() {
-            if c.rejects[i] > 0 {
-                rejects.add(&[t, ("reason", r)], c.rejects[i] as f64);
-            }
+            rejects.add(&[t, ("reason", r)], c.rejects[i] as f64);
         }
         digests.add(&[t], c.digest_errors as f64);
     }
