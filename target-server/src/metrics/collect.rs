@@ -28,8 +28,37 @@ pub fn gather(src: &Source) -> Vec<MetricFamily> {
     protocol(src, &mut out);
     luns(src, &mut out);
     nodes(src, &mut out);
-    out.extend(src.process.collect());
+    let mut process = src.process.collect();
+    // the collector rounds CPU time down to whole seconds: give it clock-tick precision
+    if let Some(cpu) = process_cpu_seconds() {
+        for mf in process
+            .iter_mut()
+            .filter(|f| f.name() == "process_cpu_seconds_total")
+        {
+            for m in mf.mut_metric() {
+                let mut c = prometheus::proto::Counter::default();
+                c.set_value(cpu);
+                m.set_counter(c);
+            }
+        }
+    }
+    out.extend(process);
     out
+}
+
+/// User + system CPU time of this process from /proc/self/stat, in seconds.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // fields after the command name (which may hold spaces) start at its closing ')'
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&h| h > 0)? as f64;
+    Some((utime + stime) / hz)
 }
 
 fn push(out: &mut Vec<MetricFamily>, f: Family) {
