@@ -1,0 +1,36 @@
+#!/bin/bash
+# iSER test with the Linux kernel initiator: boots the QEMU guest (vm-run.sh) and runs
+# guest-iser.sh in it: soft-RoCE (rdma_rxe) on a guest-local dummy netdev, the target serving
+# iSER and TCP, open-iscsi with an iser iface (login, mkfs.ext4, 64 MiB write + verify), the
+# same bytes over TCP and iSER, a session killed mid-I/O then a fresh login; prints one
+# ISER_PERF line (O_DIRECT read MB/s under TCG, for ratios between targets only).
+# TARGET=numatgtd (default) starts numatgtd as tgtd is, with --iser portal=IP:3260, configured
+# by tgtadm --lld iser; TARGET=tgtd runs Debian's tgtd, the baseline peer.
+# Env: TARGET=numatgtd|tgtd  NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
+#      SAME_TARGET (see guest-iser.sh)
+#      VM_TIMEOUT (420) and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
+# Exits with the guest script's status (and non-zero when the success marker is missing).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export TARGET=${TARGET:-numatgtd}
+export VM_TIMEOUT=${VM_TIMEOUT:-420}
+[ "$(id -u)" = 0 ] || { echo "test-vm-iser: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
+# the guest runs the host's userspace: tgtd/numatgtd need the rxe verbs provider
+if ! ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so >/dev/null 2>&1; then
+  echo "test-vm-iser: no rxe verbs provider (ibverbs-providers): run tools/install-test-deps.sh" >&2
+  exit 1
+fi
+
+NAME="test-vm-iser target=$TARGET"
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+VM_ENV="TARGET SAME_TARGET"
+VM_FILES=""
+case "$TARGET" in
+  numatgtd) vm_ship_numatgtd ;;
+  tgtd) ;;
+  *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;
+esac
+export VM_ENV VM_FILES
+vm_run_and_check guest-iser.sh "VM_ISER_OK target=$TARGET"
