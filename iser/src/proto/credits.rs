@@ -9,6 +9,11 @@
 //! and the window granted so far. MaxCmdSN never moves back: a grant only grows the
 //! window, which shrinks only as commands arrive.
 
+/// A reserve for PDUs outside the command window that covers what a Linux initiator can
+/// have outstanding at once: two NOP-Outs, one Text, two task-management requests and one
+/// Logout.
+pub const DEFAULT_RESERVE: u32 = 6;
+
 /// Sizes that bound the accounting of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreditsConfig {
@@ -196,7 +201,7 @@ mod tests {
     fn cfg() -> CreditsConfig {
         CreditsConfig {
             max_posted: 134,
-            reserve: 6,
+            reserve: DEFAULT_RESERVE,
             max_window: 128,
         }
     }

@@ -4,6 +4,11 @@
 //! `MaxOutstandingUnexpectedPDUs` (0 = no limit, else 2..2^32-1, the smaller limit wins)
 //! and `iSERHelloRequired` (Yes/No, default No, AND).
 //!
+//! RFC 7145 describes the length and unexpected-PDU keys as each side declaring what it can
+//! receive; tgt and libiscsi treat them as negotiations whose smaller value wins. The
+//! target answers with the smaller of the offer and its own limit, which is safe under
+//! both readings: neither side is ever told it may send more than the other can take.
+//!
 //! Only these keys are handled here. Every other key goes, untouched and in order, to the
 //! iSCSI negotiation of `iscsi-proto` (`text::negotiate`); `key=value` parsing, numbers and
 //! the shared range type come from there too. Linux ib_iser sends only the first three
@@ -50,6 +55,11 @@ pub const MAX_OUTSTANDING_UNEXPECTED_PDUS: KeyRange = KeyRange {
     target_default: 0,
     section: "RFC 7145 §6.5",
 };
+
+/// Data bytes a Linux ib_iser initiator can take in one control-type PDU in full feature
+/// phase, whatever it declared at login: its full-feature receive buffers hold the iSER
+/// header, the BHS and 128 bytes (enough for sense data; NOP-In carries none).
+pub const LINUX_FULL_FEATURE_RECV_DATA: u32 = 128;
 
 /// True for the keys this module negotiates.
 pub fn is_iser_key(key: &str) -> bool {
@@ -110,6 +120,28 @@ impl Default for IserParams {
             target_recv_data_segment_length: TARGET_RECV_DATA_SEGMENT_LENGTH.rfc_default,
             max_outstanding_unexpected_pdus: MAX_OUTSTANDING_UNEXPECTED_PDUS.rfc_default,
             hello_required: false,
+        }
+    }
+}
+
+impl IserParams {
+    /// Size of each receive buffer the target posts: iSER header, BHS and the largest data
+    /// segment the initiator may send.
+    pub fn target_recv_buffer_len(&self) -> usize {
+        super::header::ISER_HEADERS_LEN + self.target_recv_data_segment_length as usize
+    }
+
+    /// Most data bytes the target puts in one control-type PDU it sends. During login the
+    /// negotiated `InitiatorRecvDataSegmentLength` holds (Linux posts 8 KiB login
+    /// buffers); in full feature phase it is further capped at
+    /// [`LINUX_FULL_FEATURE_RECV_DATA`], because Linux declares more than its buffers hold.
+    /// Longer Text responses are split with the C bit; sense data fits.
+    pub fn max_send_data_segment(&self, full_feature: bool) -> u32 {
+        if full_feature {
+            self.initiator_recv_data_segment_length
+                .min(LINUX_FULL_FEATURE_RECV_DATA)
+        } else {
+            self.initiator_recv_data_segment_length
         }
     }
 }
@@ -476,6 +508,19 @@ mod tests {
             negotiate_text(b"NoEquals\0", l),
             Err(IserKeyError::Text(TextError::NoEquals))
         ));
+    }
+
+    #[test]
+    fn buffer_sizes() {
+        let p = IserParams::default();
+        assert_eq!(p.target_recv_buffer_len(), 76 + 8192);
+        assert_eq!(p.max_send_data_segment(false), 8192);
+        assert_eq!(p.max_send_data_segment(true), 128);
+        let small = IserParams {
+            initiator_recv_data_segment_length: 512,
+            ..p
+        };
+        assert_eq!(small.max_send_data_segment(true), 128);
     }
 
     #[test]
