@@ -539,6 +539,31 @@ mod tests {
 
     proptest! {
         #[test]
+        fn any_value_is_answered_or_refused(
+            key in prop::sample::select(vec![
+                RDMA_EXTENSIONS,
+                ISER_HELLO_REQUIRED,
+                "InitiatorRecvDataSegmentLength",
+                "TargetRecvDataSegmentLength",
+                "MaxOutstandingUnexpectedPDUs",
+                "HeaderDigest",
+            ]),
+            value in "[ -~]{0,24}",
+        ) {
+            let mut n = IserNegotiator::new(IserLimits::default());
+            match n.respond(key, &value) {
+                Ok(Some(answer)) => {
+                    prop_assert!(is_iser_key(key));
+                    // Whatever was accepted is answered with a legal value of the key.
+                    let again = IserNegotiator::new(IserLimits::default()).respond(key, &answer);
+                    prop_assert!(again.is_ok(), "{key}={answer}");
+                }
+                Ok(None) => prop_assert!(!is_iser_key(key)),
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        #[test]
         fn lengths_never_exceed_either_side(offer in 512u32..=0xff_ffff, ours in 0u32..=0x0200_0000, unexpected: u32, our_unexpected: u32) {
             let limits = IserLimits {
                 target_recv_data_segment_length: ours,
