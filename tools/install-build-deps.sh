@@ -1,13 +1,14 @@
 #!/bin/bash
 # Install the system libraries numatgt needs to BUILD on Debian 12 (bookworm): libhwloc-dev
 # (hwlocality), libudev-dev (pinned to the installed libudev1, which machines of this kind may
-# carry from bookworm-backports), pkg-config. Root, idempotent, non-interactive; quick when
+# carry from bookworm-backports), pkg-config, cmake and libclang-dev (rdma-mummy-sys, the
+# RDMA binding of the `rdma` crate: it compiles its loader stubs and runs bindgen). Root, idempotent, non-interactive; quick when
 # everything is there. tools/demo.sh runs it; tools/install-test-deps.sh installs a superset.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]; }
 missing=()
-for p in libhwloc-dev libudev-dev pkg-config; do installed "$p" || missing+=("$p"); done
+for p in libhwloc-dev libudev-dev pkg-config cmake libclang-dev; do installed "$p" || missing+=("$p"); done
 [ ${#missing[@]} = 0 ] && { echo "install-build-deps: everything already installed"; exit 0; }
 if [ "$(id -u)" != 0 ]; then
   echo "install-build-deps: run as root to install ${missing[*]}" >&2
@@ -30,11 +31,11 @@ fi
 apt-get update -q
 APT=(apt-get install -y -q --no-install-recommends)
 if installed libudev1; then
-  "${APT[@]}" "libudev-dev=$(dpkg-query -W -f='${Version}' libudev1)" libhwloc-dev pkg-config
+  "${APT[@]}" "libudev-dev=$(dpkg-query -W -f='${Version}' libudev1)" libhwloc-dev pkg-config cmake libclang-dev
 else
-  "${APT[@]}" libudev-dev libhwloc-dev pkg-config
+  "${APT[@]}" libudev-dev libhwloc-dev pkg-config cmake libclang-dev
 fi
-for p in libhwloc-dev libudev-dev pkg-config; do
+for p in libhwloc-dev libudev-dev pkg-config cmake libclang-dev; do
   installed "$p" || { echo "install-build-deps: $p still not installed" >&2; exit 1; }
 done
 echo "install-build-deps: done"

@@ -23,8 +23,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config busybox-static cpio
-  xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus python3 ibverbs-providers ibverbs-utils)
+BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-dev busybox-static
+  cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
+  python3 ibverbs-providers ibverbs-utils)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

@@ -19,6 +19,7 @@ pub mod logging;
 pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod proto_stats;
+pub mod rdma_probe;
 pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;

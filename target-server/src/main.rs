@@ -139,6 +139,8 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // iSER: which RDMA devices there are (logged; tgtadm shows the LLD ready or error)
+    target_server::rdma_probe::probe();
     let daemon = match Daemon::start(rc) {
         Ok(d) => d,
         Err(e) => {

@@ -247,7 +247,7 @@ pub fn llds(reg: &Registry) -> String {
     for t in ts {
         let _ = writeln!(out, "        Target {}: {}", t.tid, t.iqn);
     }
-    out.push_str("    iser: error\n");
+    let _ = writeln!(out, "    iser: {}", crate::rdma_probe::iser_state());
     out
 }
 
@@ -261,7 +261,11 @@ pub fn system(reg: &Registry) -> String {
         if st.offline { "offline" } else { "ready" }
     );
     let _ = writeln!(out, "    debug: {}", if st.debug { "on" } else { "off" });
-    out.push_str("LLDs:\n    iscsi: ready\n    iser: error\n");
+    let _ = writeln!(
+        out,
+        "LLDs:\n    iscsi: ready\n    iser: {}",
+        crate::rdma_probe::iser_state()
+    );
     out.push_str("Backing stores:\n    rdwr (bsoflags sync:direct)\n    aio\n");
     out.push_str("Device types:\n    disk\n");
     let disc = reg.accounts().discovery.clone();
