@@ -194,7 +194,11 @@ fn setup(id: CmId) -> Res<Setup> {
         max_recv_sge: 1,
         max_inline_data: 64,
     };
-    let conn = Connection::create(id, &pd, &cq, caps).map_err(|e| e.to_string())?;
+    let conn = Connection::create(id, &pd, &cq, caps).map_err(|(e, id)| {
+        // a server would reject here; the id is destroyed when dropped
+        let _ = id.reject(&[]);
+        e.to_string()
+    })?;
     eprintln!(
         "device {}, qp {}, caps {:?}, cq depth {}",
         ctx.device_name(),

@@ -95,15 +95,19 @@ impl Connection {
     /// Creates an RC queue pair on `id` (an accepted connect request's id, or a client id
     /// whose route is resolved) in `pd`, with `cq` for both its sends and its receives, and
     /// completions only for signaled sends. `pd` must be on the id's device.
+    ///
+    /// On failure the id comes back with the error, so that a connect request can still be
+    /// rejected (`CmId::reject`) rather than left to time out.
     pub fn create(
         id: CmId,
         pd: &Arc<ProtectionDomain>,
         cq: &Arc<CompletionQueue>,
         caps: QpCaps,
-    ) -> Result<Connection> {
+    ) -> std::result::Result<Connection, (Error, CmId)> {
         if id.verbs() != pd.context().as_ptr() {
-            return Err(Error::Invalid(
-                "protection domain is not on the CM id's device",
+            return Err((
+                Error::Invalid("protection domain is not on the CM id's device"),
+                id,
             ));
         }
         let mut attr = ffi::ibv_qp_init_attr {
@@ -124,7 +128,7 @@ impl Connection {
         // SAFETY: the id, PD and CQ are live and on the same device (checked above); `attr`
         // is a valid in/out attribute block (the real caps are written back).
         if unsafe { ffi::rdma_create_qp(id.as_ptr(), pd.as_ptr(), &mut attr) } != 0 {
-            return Err(Error::last("rdma_create_qp", LIBRDMACM));
+            return Err((Error::last("rdma_create_qp", LIBRDMACM), id));
         }
         // SAFETY: rdma_create_qp succeeded, so the id's `qp` field is set until
         // rdma_destroy_qp.
@@ -132,7 +136,7 @@ impl Connection {
         let Some(qp) = NonNull::new(qp) else {
             // SAFETY: the id is live; destroying its (absent) QP is a no-op.
             unsafe { ffi::rdma_destroy_qp(id.as_ptr()) };
-            return Err(Error::Invalid("rdma_create_qp left no queue pair"));
+            return Err((Error::Invalid("rdma_create_qp left no queue pair"), id));
         };
         let c = attr.cap;
         Ok(Connection {
