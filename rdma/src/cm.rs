@@ -97,7 +97,6 @@ impl CmId {
     }
 
     /// The raw id, for the queue-pair wrapper of this crate.
-    #[allow(dead_code)]
     pub(crate) fn as_ptr(&self) -> *mut ffi::rdma_cm_id {
         self.id.as_ptr()
     }
@@ -245,51 +244,151 @@ impl Listener {
 
     /// Reads one event without blocking: `Ok(None)` when the channel is empty.
     pub fn get_event(&self) -> Result<Option<CmEvent>> {
-        let mut ev: *mut ffi::rdma_cm_event = std::ptr::null_mut();
-        // SAFETY: the channel is live and non-blocking; `ev` is a valid out pointer.
-        if unsafe { ffi::rdma_get_cm_event(self.channel.0.as_ptr(), &mut ev) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                return Ok(None);
-            }
-            return Err(Error::classify("rdma_get_cm_event", LIBRDMACM, e));
+        read_event(&self.channel)
+    }
+
+    /// The listener's event channel, shared (events of the ids it hands out arrive there).
+    pub fn channel(&self) -> EventChannel {
+        EventChannel(self.channel.clone())
+    }
+}
+
+/// Reads one event of `channel` without blocking: `Ok(None)` when it is empty.
+fn read_event(channel: &Arc<Channel>) -> Result<Option<CmEvent>> {
+    let mut ev: *mut ffi::rdma_cm_event = std::ptr::null_mut();
+    // SAFETY: the channel is live and non-blocking; `ev` is a valid out pointer.
+    if unsafe { ffi::rdma_get_cm_event(channel.0.as_ptr(), &mut ev) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Ok(None);
         }
-        // SAFETY: rdma_get_cm_event succeeded, so `ev` points at an event that stays valid
-        // until rdma_ack_cm_event below; everything needed is copied out before that.
-        let out = unsafe {
-            let e = &*ev;
-            let kind = CmEventKind::from_raw(e.event);
-            // ids of RDMA_PS_TCP are connected ids: `param.conn` is the member in use
-            let conn = e.param.conn;
-            let private_data = if conn.private_data.is_null() || conn.private_data_len == 0 {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(
-                    conn.private_data.cast::<u8>(),
-                    usize::from(conn.private_data_len),
-                )
-                .to_vec()
-            };
-            let new_id = if kind == CmEventKind::ConnectRequest {
-                NonNull::new(e.id).map(|id| CmId {
-                    id,
-                    _channel: self.channel.clone(),
-                })
-            } else {
-                None
-            };
-            CmEvent {
-                kind,
-                status: e.status,
-                id: e.id as usize,
-                private_data,
-                new_id,
-            }
+        return Err(Error::classify("rdma_get_cm_event", LIBRDMACM, e));
+    }
+    // SAFETY: rdma_get_cm_event succeeded, so `ev` points at an event that stays valid
+    // until rdma_ack_cm_event below; everything needed is copied out before that.
+    let out = unsafe {
+        let e = &*ev;
+        let kind = CmEventKind::from_raw(e.event);
+        // ids of RDMA_PS_TCP are connected ids: `param.conn` is the member in use
+        let conn = e.param.conn;
+        let private_data = if conn.private_data.is_null() || conn.private_data_len == 0 {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(
+                conn.private_data.cast::<u8>(),
+                usize::from(conn.private_data_len),
+            )
+            .to_vec()
         };
-        // SAFETY: `ev` came from rdma_get_cm_event and is acked once; nothing borrowed from
-        // it is used after this.
-        unsafe { ffi::rdma_ack_cm_event(ev) };
-        Ok(Some(out))
+        let new_id = if kind == CmEventKind::ConnectRequest {
+            NonNull::new(e.id).map(|id| CmId {
+                id,
+                _channel: channel.clone(),
+            })
+        } else {
+            None
+        };
+        CmEvent {
+            kind,
+            status: e.status,
+            id: e.id as usize,
+            private_data,
+            new_id,
+        }
+    };
+    // SAFETY: `ev` came from rdma_get_cm_event and is acked once; nothing borrowed from
+    // it is used after this.
+    unsafe { ffi::rdma_ack_cm_event(ev) };
+    Ok(Some(out))
+}
+
+/// A shared handle on a CM event channel: a listener's (events of the ids it handed out) or a
+/// client id's own. Its fd is non-blocking, for a mio poll set.
+#[derive(Clone)]
+pub struct EventChannel(Arc<Channel>);
+
+impl EventChannel {
+    /// Reads one event without blocking: `Ok(None)` when the channel is empty.
+    pub fn get_event(&self) -> Result<Option<CmEvent>> {
+        read_event(&self.0)
+    }
+}
+
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.fd()
+    }
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EventChannel(fd {})", self.0.fd())
+    }
+}
+
+/// The active (client) side, as far as tests need it: an id on its own event channel, then
+/// [`CmId::resolve_addr`], [`CmId::resolve_route`] and, once a queue pair exists on it,
+/// `Connection::connect`. The target itself only accepts.
+impl CmId {
+    /// A new RDMA_PS_TCP id on a new event channel (non-blocking), for the active side.
+    pub fn create_client() -> Result<(CmId, EventChannel)> {
+        let channel = Arc::new(Channel::new()?);
+        let mut raw: *mut ffi::rdma_cm_id = std::ptr::null_mut();
+        // SAFETY: the channel is live; `raw` is a valid out pointer; the context is unused.
+        let rc = unsafe {
+            ffi::rdma_create_id(
+                channel.0.as_ptr(),
+                &mut raw,
+                std::ptr::null_mut(),
+                ffi::rdma_port_space::RDMA_PS_TCP,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last("rdma_create_id", LIBRDMACM));
+        }
+        let id = NonNull::new(raw).ok_or(Error::Invalid("rdma_create_id returned no id"))?;
+        let id = CmId {
+            id,
+            _channel: channel.clone(),
+        };
+        Ok((id, EventChannel(channel)))
+    }
+
+    /// Starts resolving `dst` to an RDMA device and port (event `AddrResolved` or
+    /// `AddrError` follows on the id's channel).
+    pub fn resolve_addr(&self, dst: SocketAddr, timeout_ms: i32) -> Result<()> {
+        let (mut storage, _len) = sockaddr_of(dst);
+        // SAFETY: the id is live; `storage` holds a sockaddr of `dst`'s family and lives
+        // across the call (librdmacm copies it); a NULL source lets the CM choose.
+        let rc = unsafe {
+            ffi::rdma_resolve_addr(
+                self.id.as_ptr(),
+                std::ptr::null_mut(),
+                (&mut storage as *mut libc::sockaddr_storage).cast(),
+                timeout_ms,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last("rdma_resolve_addr", LIBRDMACM));
+        }
+        Ok(())
+    }
+
+    /// Starts resolving the route to the resolved address (event `RouteResolved` or
+    /// `RouteError` follows).
+    pub fn resolve_route(&self, timeout_ms: i32) -> Result<()> {
+        // SAFETY: the id is live; the call only starts an asynchronous resolution.
+        if unsafe { ffi::rdma_resolve_route(self.id.as_ptr(), timeout_ms) } != 0 {
+            return Err(Error::last("rdma_resolve_route", LIBRDMACM));
+        }
+        Ok(())
+    }
+
+    /// The verbs context the id is bound to (NULL before it is bound to a device).
+    pub(crate) fn verbs(&self) -> *mut ffi::ibv_context {
+        // SAFETY: the id is live; `verbs` is a plain pointer field librdmacm sets when the
+        // id is bound to a device (address resolution, connect request) and keeps after.
+        unsafe { (*self.id.as_ptr()).verbs }
     }
 }
 
