@@ -5,6 +5,7 @@
 #   built numatgtd and real initiators) -> fuzz smoke (every cargo-fuzz target of fuzz/ for
 #   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
+#   -> VM RDMA echo (the rdma crate's CM, Send, RDMA READ/WRITE over soft-RoCE in the guest)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
 # exit status is non-zero when any stage failed.
 # Env: SKIP_VM=1 skips the VM stages (they are then reported as failed: CI never sets it).
@@ -83,6 +84,14 @@ vm_test() {
   "$REPO/tools/vm/test-vm-iscsi-tcp.sh"
 }
 
+vm_rdma_echo_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM RDMA echo test not run (counted as failed)"
+    return 1
+  fi
+  "$REPO/tools/vm/test-vm-rdma-echo.sh"
+}
+
 vm_numa_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM NUMA test not run (counted as failed)"
@@ -102,6 +111,7 @@ stage test cargo_test
 stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-numa vm_numa_test
+stage vm-rdma-echo vm_rdma_echo_test
 
 echo
 echo "test-all: passed stages: ${PASSED[*]:-none}"
