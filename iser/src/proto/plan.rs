@@ -217,7 +217,9 @@ pub fn plan_read(
 /// received, from the initiator's write buffer `remote` into `dest`, the spans holding
 /// the command's whole data from offset 0 (the immediate bytes land in the first
 /// `immediate` bytes of `dest`; the reads never touch them). Nothing to plan when all the
-/// data was immediate.
+/// data was immediate. The announced write VA already points past the data sent by Send
+/// (Linux ib_iser announces base + unsolicited bytes), so the remote address of the byte
+/// at command offset `o` is `remote.va + (o - immediate)`.
 pub fn plan_write(
     len: u32,
     immediate: u32,
@@ -229,13 +231,13 @@ pub fn plan_write(
     if immediate > len {
         return Err(PlanError::ImmediateTooLong { immediate, len });
     }
-    check_remote(remote, len)?;
+    check_remote(remote, len - immediate)?;
     Ok(
         split(dest, immediate, len - immediate, max_sge, max_rdma_read)?
             .into_iter()
             .map(|p| RdmaRead {
                 offset: p.offset,
-                remote: at(remote, p.offset),
+                remote: at(remote, p.offset - u64::from(immediate)),
                 sges: p.sges,
                 len: p.len,
             })
@@ -297,9 +299,9 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (4096, 4096, 4096, 0x9000),
-                (8192, 8192, 4096, 0x20_000),
-                (12_288, 12_288, 4096, 0x21_000),
+                (4096, 0, 4096, 0x9000),
+                (8192, 4096, 4096, 0x20_000),
+                (12_288, 8192, 4096, 0x21_000),
             ]
         );
         assert!(
@@ -385,7 +387,8 @@ mod tests {
                 "requests are contiguous, in order, no overlap"
             );
             prop_assert_eq!(remote.stag, R.stag);
-            prop_assert_eq!(remote.va, R.va + offset);
+            // the remote buffer starts where the Send's data ended (`skip`: immediate bytes)
+            prop_assert_eq!(remote.va, R.va + offset - u64::from(skip));
             prop_assert!(n > 0 && n <= max_bytes);
             prop_assert!(!sges.is_empty() && sges.len() <= max_sge);
             prop_assert!(sges.iter().all(|s| s.len > 0));
