@@ -71,7 +71,9 @@ pub enum RdmaTx<B> {
     },
     /// RDMA READ `len` bytes of task `itt`'s write data, bytes `offset..offset + len` of
     /// the command's data (the ones after the immediate / unsolicited data), from `remote`
-    /// as announced. Answer with [`Connection::data_arrived`] and the same `xfer`.
+    /// as announced. Linux ib_iser announces the write VA of the first solicited byte
+    /// (base + unsolicited size), so the READ starts at `remote.va` itself. Answer with
+    /// [`Connection::data_arrived`] and the same `xfer`.
     Get {
         itt: u32,
         xfer: u32,
