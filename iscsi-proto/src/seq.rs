@@ -57,6 +57,8 @@ pub struct CmdWindow<T> {
     exp: u32,
     max: u32,
     depth: u32,
+    /// Cap on MaxCmdSN − ExpCmdSN + 1 (a transport's receive credits).
+    cap: Option<u32>,
     /// `held[i]` is the command with CmdSN `exp + i` if it arrived.
     held: VecDeque<Option<T>>,
 }
@@ -70,8 +72,26 @@ impl<T> CmdWindow<T> {
             exp: initial_cmd_sn,
             max: initial_cmd_sn.wrapping_add(depth - 1),
             depth,
+            cap: None,
             held: VecDeque::new(),
         }
+    }
+
+    /// The same window with MaxCmdSN − ExpCmdSN + 1 capped at `cap` (at least 1), for a
+    /// window not yet advertised.
+    pub fn with_cap(mut self, cap: Option<u32>) -> Self {
+        self.cap = cap;
+        if let Some(c) = cap {
+            let free = self.depth.min(c).max(1);
+            self.max = self.exp.wrapping_add(free - 1);
+        }
+        self
+    }
+
+    /// Caps MaxCmdSN − ExpCmdSN + 1 from the next [`Self::update_max`] on (MaxCmdSN never
+    /// moves back).
+    pub fn set_cap(&mut self, cap: Option<u32>) {
+        self.cap = cap;
     }
 
     /// ExpCmdSN: the next CmdSN expected.
@@ -137,7 +157,10 @@ impl<T> CmdWindow<T> {
     /// Recomputes MaxCmdSN for `active` tasks in flight (already past ExpCmdSN).
     /// MaxCmdSN never moves backwards (the initiator would ignore it anyway).
     pub fn update_max(&mut self, active: usize) {
-        let free = (self.depth as usize).saturating_sub(active) as u32;
+        let mut free = (self.depth as usize).saturating_sub(active) as u32;
+        if let Some(c) = self.cap {
+            free = free.min(c);
+        }
         let candidate = self.exp.wrapping_add(free).wrapping_sub(1);
         if sn_gt(candidate, self.max) {
             self.max = candidate;

@@ -68,7 +68,7 @@ impl<B: DataBuf> Connection<B> {
             return;
         }
         self.pump_window();
-        let max = self.params.initiator_max_recv_data_segment_length as usize;
+        let max = self.max_send_data();
         let echo = &data[..data.len().min(max)];
         let r = NopIn {
             lun: n.lun,
@@ -120,7 +120,7 @@ impl<B: DataBuf> Connection<B> {
     }
 
     fn send_text_chunk(&mut self, itt: u32, lun: u64, mut text: Vec<u8>) {
-        let max = self.params.initiator_max_recv_data_segment_length.max(512) as usize;
+        let max = self.max_send_data();
         let (chunk, pending) = if text.len() > max {
             let rest = text.split_off(max);
             let ttt = self.alloc_ttt();

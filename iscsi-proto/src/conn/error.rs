@@ -78,6 +78,12 @@ pub enum ProtocolError {
     /// Solicited Data-Out not matching its R2T (DataSN, offset or length).
     #[error("bad solicited Data-Out")]
     BadSolicitedDataOut,
+    /// RDMA transport: a Send whose length does not match the PDU its BHS describes.
+    #[error("RDMA Send of {got} bytes for a PDU of {expected}")]
+    PduSizeMismatch { got: usize, expected: usize },
+    /// RDMA datamover: data to move for a task that announced no buffer for it.
+    #[error("no RDMA {} buffer announced for ITT {itt:#x}", if *.write { "write" } else { "read" })]
+    RdmaBufferMissing { itt: u32, write: bool },
 }
 
 impl ProtocolError {
@@ -94,6 +100,8 @@ impl ProtocolError {
             ProtocolError::BadUnsolicitedDataOut => "bad_unsolicited_data_out",
             ProtocolError::DataOutUnknownTtt => "data_out_unknown_ttt",
             ProtocolError::BadSolicitedDataOut => "bad_solicited_data_out",
+            ProtocolError::PduSizeMismatch { .. } => "pdu_size_mismatch",
+            ProtocolError::RdmaBufferMissing { .. } => "rdma_buffer_missing",
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod control;
 mod error;
+mod rdma;
 mod scsi;
 mod tx;
 mod types;
@@ -17,6 +18,7 @@ pub use crate::login::{
     TargetRecord,
 };
 pub use error::{ConnError, ProtocolError};
+pub use rdma::{RdmaLimits, RdmaTx, RemoteBuf, RemoteBufs, TransportKeys};
 pub use types::{
     Cdb, CommandResult, ConnConfig, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction, TmfRequest,
     TmfResponse,
@@ -100,6 +102,11 @@ pub struct Connection<B: DataBuf> {
     spare_bytes: usize,
     /// R2T queues of finished tasks, for the next ones.
     spare_r2ts: Vec<VecDeque<scsi::R2tState>>,
+    /// Set for an RDMA transport (iSER): PDU-at-a-time framing and, once logged in, the
+    /// RDMA datamover.
+    rdma: Option<rdma::RdmaState<B>>,
+    /// Cap on the command window set by the transport (`set_window_limit`).
+    window_cap: Option<u32>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for Connection<B> {
@@ -156,6 +163,8 @@ impl<B: DataBuf> Connection<B> {
             spare_bufs: Vec::new(),
             spare_bytes: 0,
             spare_r2ts: Vec::new(),
+            rdma: None,
+            window_cap: None,
         }
     }
 
@@ -247,7 +256,7 @@ impl<B: DataBuf> Connection<B> {
 
     /// True when bytes are waiting to be sent.
     pub fn has_tx(&self) -> bool {
-        !self.tx.is_empty()
+        !self.tx.is_empty() || self.rdma.as_ref().is_some_and(|r| !r.tx.is_empty())
     }
 
     /// NOP-In pings, NOP timeout and login timeout.
@@ -310,7 +319,10 @@ impl<B: DataBuf> Connection<B> {
     fn max_rx_data(&self) -> u32 {
         match self.state {
             State::Login => LOGIN_MAX_DATA,
-            _ => self.params.target_max_recv_data_segment_length,
+            _ => match self.rdma_limits() {
+                Some(l) => l.max_recv_data,
+                None => self.params.target_max_recv_data_segment_length,
+            },
         }
     }
 
@@ -324,6 +336,16 @@ impl<B: DataBuf> Connection<B> {
     }
 
     pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData) {
+        if let Some(r) = self.rdma.as_mut() {
+            // one whole PDU per Send; payloads here are small and owned (no Data-In)
+            let data = match data {
+                TxData::Owned(v) => v,
+                TxData::None | TxData::Shared { .. } => Vec::new(),
+            };
+            let bhs = bhs.encode(0, data.len() as u32);
+            r.tx.push_back(rdma::RdmaTx::Pdu { bhs, data });
+            return;
+        }
         self.tx.push(bhs, data, self.dg);
     }
 
@@ -425,12 +447,14 @@ impl<B: DataBuf> Connection<B> {
         let step = lm.handle(req, data, dir, self.peer, self.local);
         if first {
             self.stat_sn = StatSn::new(lm.initial_exp_stat_sn);
-            self.window = CmdWindow::new(lm.initial_cmd_sn, self.cfg.max_queued_commands.max(1));
+            self.window = CmdWindow::new(lm.initial_cmd_sn, self.cfg.max_queued_commands.max(1))
+                .with_cap(self.window_cap);
             self.cid = req.cid;
         }
         if let Some(c) = lm.granted_config() {
             // the target's own limits from now on (window depth, NOP-In pings, offers)
-            self.window = CmdWindow::new(self.window.exp_cmd_sn(), c.max_queued_commands.max(1));
+            self.window = CmdWindow::new(self.window.exp_cmd_sn(), c.max_queued_commands.max(1))
+                .with_cap(self.window_cap);
             self.cfg = c.clone();
         }
         let fill = |me: &mut Self, r: &mut crate::pdu::LoginResponse| {
@@ -456,6 +480,10 @@ impl<B: DataBuf> Connection<B> {
                 neg.params = info.params.clone();
                 neg.discovery = info.session_type == SessionType::Discovery;
                 self.text_neg = Some(neg);
+                if let Some(r) = self.rdma.as_mut() {
+                    r.limits = lm.transport_limits();
+                    self.dg = Digests::default();
+                }
                 self.session = Some(info.clone());
                 self.state = State::FullFeature;
                 if self.cfg.nop_interval_ms > 0 {

@@ -41,28 +41,30 @@ pub(crate) struct Task {
     /// Aborted by the task management request with this ITT while the server ran it: its
     /// completion sends nothing.
     pub(crate) aborted_by: Option<u32>,
-    read: bool,
-    write: bool,
-    expected_read_len: u32,
-    edtl_write: u32,
-    cmd: Option<ScsiCommand>,
+    pub(crate) read: bool,
+    pub(crate) write: bool,
+    pub(crate) expected_read_len: u32,
+    pub(crate) edtl_write: u32,
+    pub(crate) cmd: Option<ScsiCommand>,
     /// Write bytes received so far (== cmd.data_out.len()).
-    received: u32,
+    pub(crate) received: u32,
     /// Unsolicited bytes allowed (immediate + Data-Out).
-    unsol_limit: u32,
-    unsol_done: bool,
-    unsol_data_sn: u32,
-    next_r2t_offset: u32,
-    r2ts: VecDeque<R2tState>,
-    r2t_sn: u32,
+    pub(crate) unsol_limit: u32,
+    pub(crate) unsol_done: bool,
+    pub(crate) unsol_data_sn: u32,
+    pub(crate) next_r2t_offset: u32,
+    pub(crate) r2ts: VecDeque<R2tState>,
+    pub(crate) r2t_sn: u32,
     /// A Data-Out arrived out of DataSN order (RFC 7143 7.9: an implied digest error; at
     /// ErrorRecoveryLevel 0 the task ends with CHECK CONDITION, PROTOCOL SERVICE CRC ERROR
     /// once the initiator has sent the last PDU of every sequence it was asked for). The
     /// rest of its data is discarded and no further R2T is sent.
-    data_failed: bool,
+    pub(crate) data_failed: bool,
+    /// RDMA datamover: the buffers announced with the command, the Get in flight.
+    pub(crate) rdma: super::rdma::TaskBufs,
 }
 
-fn next_tag(t: u32) -> u32 {
+pub(crate) fn next_tag(t: u32) -> u32 {
     match t.wrapping_add(1) {
         RESERVED_TAG | 0 => 1,
         n => n,
@@ -168,6 +170,15 @@ impl<B: DataBuf> Connection<B> {
         } else {
             edtl_write.min(p.first_burst_length).max(dlen)
         };
+        let bufs = self.rx_bufs();
+        if self.is_rdma()
+            && ((expected_read_len > 0 && bufs.read.is_none())
+                || (edtl_write > unsol_limit && bufs.write.is_none()))
+        {
+            // RDMA datamover: no buffer announced to move the command's data with
+            reject_consume(self, RejectReason::ProtocolError);
+            return;
+        }
         let lun = lun_decode(c.lun);
         let mut data_out = self.take_buffer(edtl_write as usize);
         data_out.extend_from_slice(data);
@@ -201,6 +212,7 @@ impl<B: DataBuf> Connection<B> {
             r2ts: self.spare_r2ts.pop().unwrap_or_default(),
             r2t_sn: 0,
             data_failed: false,
+            rdma: super::rdma::TaskBufs { bufs, get: None },
         };
         self.tasks.insert(c.itt, task);
         if c.immediate {
@@ -219,6 +231,9 @@ impl<B: DataBuf> Connection<B> {
     /// Sends R2Ts for a task whose unsolicited phase is over, within MaxOutstandingR2T
     /// and MaxBurstLength.
     pub(crate) fn issue_r2ts(&mut self, itt: u32) {
+        if self.is_rdma() {
+            return self.issue_get(itt);
+        }
         let mbl = self.params.max_burst_length.max(512);
         let max_out = self.params.max_outstanding_r2t.max(1) as usize;
         loop {
@@ -482,12 +497,26 @@ impl<B: DataBuf> Connection<B> {
             Some(spdtl) if t.write && spdtl < t.edtl_write => (false, true, t.edtl_write - spdtl),
             _ => (false, false, 0),
         };
-        let collapse = result.sense.is_empty() && send > 0 && !t.write;
+        let rdma = self.is_rdma();
+        let collapse = result.sense.is_empty() && send > 0 && !t.write && !rdma;
         let mrdsl = self.params.initiator_max_recv_data_segment_length.max(512) as usize;
         let mbl = self.params.max_burst_length.max(512) as usize;
         let mut data_sn = 0u32;
         let status = result.status;
-        if let Some(buf) = result.data.filter(|_| send > 0) {
+        let data = result.data.filter(|_| send > 0);
+        if rdma {
+            // RDMA datamover: the data goes by RDMA WRITE before the response
+            if let (Some(buf), Some(remote)) = (data, t.rdma.bufs.read)
+                && let Some(r) = self.rdma.as_mut()
+            {
+                r.tx.push_back(super::rdma::RdmaTx::Put {
+                    itt,
+                    remote,
+                    data: buf,
+                    len: send,
+                });
+            }
+        } else if let Some(buf) = data {
             // held once for all of its Data-In PDUs, dropped when the last is written
             let id = self.tx.add_buf(buf);
             let mut off = 0usize;
@@ -531,7 +560,13 @@ impl<B: DataBuf> Connection<B> {
             let sense_data = if result.sense.is_empty() {
                 Vec::new()
             } else {
-                let n = result.sense.len().min(0xffff);
+                // within what the initiator can receive in one PDU (iSER: 128 bytes)
+                let room = if rdma {
+                    self.max_send_data().saturating_sub(2)
+                } else {
+                    0xffff
+                };
+                let n = result.sense.len().min(0xffff).min(room);
                 let mut v = Vec::with_capacity(n + 2);
                 v.extend_from_slice(&(n as u16).to_be_bytes());
                 v.extend_from_slice(&result.sense[..n]);

@@ -1678,3 +1678,6 @@ fn tasks_ended_by_another_nexus_send_nothing() {
     i.scsi(1, true, false, 512, 0x28, &[], true);
     assert_eq!(cmd_events(i.events()).len(), 1);
 }
+
+#[path = "rdma_tests.rs"]
+mod rdma_tests;

@@ -5,6 +5,7 @@
 use super::stages::State;
 use super::{AuthFailure, AuthFailureReason, Directory, LoginConfig, LoginGrant, LoginStep};
 use super::{RandomSource, status};
+use crate::conn::{RdmaLimits, TransportKeys};
 use crate::pdu::{LoginRequest, LoginResponse};
 use crate::text::kv::{self, Accumulator};
 use crate::text::negotiate::Negotiator;
@@ -26,6 +27,10 @@ pub(super) struct Context {
     pub target_name: Option<String>,
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// The transport's own login keys (iSER), asked before the iSCSI negotiation.
+    pub transport: Option<Box<dyn TransportKeys>>,
+    /// What `TransportKeys::finish` gave when the login completed.
+    pub transport_limits: Option<RdmaLimits>,
 }
 
 impl Context {
@@ -71,6 +76,8 @@ impl LoginMachine {
                 target_name: None,
                 peer: unspecified,
                 local: unspecified,
+                transport: None,
+                transport_limits: None,
             },
             state: State::Start,
             pdus: 0,
@@ -84,6 +91,21 @@ impl LoginMachine {
     /// one they fail with a target error).
     pub fn set_random_source(&mut self, rng: Box<dyn RandomSource>) {
         self.cx.rng = Some(rng);
+    }
+
+    /// Lets `keys` answer the transport's own login keys (iSER) and negotiates no
+    /// digests (an RDMA transport has none).
+    pub fn set_transport_keys(&mut self, keys: Box<dyn TransportKeys>) {
+        self.cx.transport = Some(keys);
+        self.cx.cfg.offer.header_digest = vec![crate::Digest::None];
+        self.cx.cfg.offer.data_digest = vec![crate::Digest::None];
+        self.cx.neg.offer.header_digest = vec![crate::Digest::None];
+        self.cx.neg.offer.data_digest = vec![crate::Digest::None];
+    }
+
+    /// The transport's datamover limits, once a login with transport keys completed.
+    pub fn transport_limits(&self) -> Option<RdmaLimits> {
+        self.cx.transport_limits
     }
 
     /// True once the first login request has been seen.
@@ -242,6 +264,6 @@ impl Refusal {
 }
 
 /// The login ends with status `st`; `why` is for the log.
-fn fail(req: &LoginRequest, st: (u8, u8), why: impl Into<String>) -> LoginStep {
+pub(super) fn fail(req: &LoginRequest, st: (u8, u8), why: impl Into<String>) -> LoginStep {
     Refusal::new(st, why).into_step(req)
 }

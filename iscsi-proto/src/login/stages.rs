@@ -285,6 +285,12 @@ fn accept_grant(cx: &mut Context, party: &Party, g: &LoginGrant, out: &mut Vec<u
         let offer = c.offer();
         let params = cx.neg.params.clone();
         let discovery = cx.neg.discovery;
+        let mut offer = offer;
+        if cx.transport.is_some() {
+            // an RDMA transport has no digests
+            offer.header_digest = vec![crate::Digest::None];
+            offer.data_digest = vec![crate::Digest::None];
+        }
         cx.neg = Negotiator::new(offer.clone());
         cx.neg.params = params;
         cx.neg.discovery = discovery;
@@ -369,6 +375,16 @@ fn negotiate(
             // no CHAP for this login: ignored once AuthMethod=None was agreed
             _ if k.starts_with("CHAP_") && auth.method.is_some() => continue,
             _ => {}
+        }
+        if let Some(keys) = cx.transport.as_mut() {
+            match keys.respond(k, v) {
+                Ok(Some(a)) => {
+                    kv::push(&mut n.out, k, &a);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Refusal::new(status::INITIATOR_ERROR, e)),
+            }
         }
         match cx.neg.respond(k, v, phase) {
             Ok(Some(a)) => {
@@ -518,12 +534,24 @@ impl Operational {
         cx: &mut Context,
         req: &LoginRequest,
         mut resp: crate::pdu::LoginResponse,
-        out: Vec<u8>,
+        mut out: Vec<u8>,
     ) -> (State, LoginStep) {
         resp.transit = true;
         resp.nsg = req.nsg;
         if req.nsg != 3 {
             return (State::Operational(self), LoginStep::Continue(resp, out));
+        }
+        if let Some(keys) = cx.transport.as_mut() {
+            for (k, v) in keys.declarations() {
+                kv::push(&mut out, &k, &v);
+            }
+            match keys.finish() {
+                Ok(l) => cx.transport_limits = Some(l),
+                Err(why) => {
+                    let step = super::machine::fail(req, status::INITIATOR_ERROR, why);
+                    return (State::Ended, step);
+                }
+            }
         }
         let params = cx.neg.finish();
         let tsih = cx.grant.as_ref().map_or(0, |g| g.tsih);

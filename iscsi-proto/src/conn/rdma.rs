@@ -1,0 +1,292 @@
+//! The RDMA datamover mode of a [`Connection`] (RFC 7145 §7, iSER): the transport frames
+//! one PDU per RDMA Send, the connection never sends Data-In, R2T or expects solicited
+//! Data-Out; it asks the transport instead to *put* a READ's data into the initiator's
+//! read buffer (RDMA WRITE) and to *get* a WRITE's solicited data from its write buffer
+//! (RDMA READ), through the same ordered queue as its PDUs ([`RdmaTx`]).
+//!
+//! This module knows no iSER key or header: the transport answers its own login keys
+//! through [`TransportKeys`] (the `iser` crate implements it for its negotiator) and
+//! hands over the buffers the iSER header announced as opaque [`RemoteBuf`]s.
+
+use super::scsi::Task;
+use super::{Connection, Directory, ProtocolError, State};
+use crate::DataBuf;
+use crate::pdu::{Digests, Frame, check_frame};
+use std::collections::VecDeque;
+
+/// The login keys a transport owns (iSER's `RDMAExtensions`, `TargetRecvDataSegmentLength`
+/// …), asked before the iSCSI negotiation sees a key. Errors fail the login with an
+/// initiator error; the string is for the log.
+pub trait TransportKeys: Send {
+    /// The answer to `key=value` if the key is the transport's (`Ok(None)`: not ours, the
+    /// iSCSI negotiation answers it).
+    fn respond(&mut self, key: &str, value: &str) -> Result<Option<String>, String>;
+    /// Keys the target declares itself on the last login response.
+    fn declarations(&mut self) -> Vec<(String, String)>;
+    /// The login is about to complete: the limits of the RDMA datamover, or why the login
+    /// must fail (e.g. `RDMAExtensions=Yes` never negotiated).
+    fn finish(&mut self) -> Result<RdmaLimits, String>;
+}
+
+/// Per-PDU data limits of an RDMA connection in full feature phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaLimits {
+    /// Most data bytes in one PDU the target sends (sense, NOP-In echo, Text, Reject):
+    /// what the initiator's receive buffers hold (Linux ib_iser: 128).
+    pub max_send_data: u32,
+    /// Most data bytes in one PDU the initiator may send (the target's receive buffers,
+    /// e.g. iSER `TargetRecvDataSegmentLength`).
+    pub max_recv_data: u32,
+}
+
+/// An initiator buffer announced with a command (iSER: STag and virtual address). Opaque
+/// to the connection: handed back as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteBuf {
+    pub stag: u32,
+    pub va: u64,
+}
+
+/// The buffers announced along with one received PDU (iSER header: write / read STag).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteBufs {
+    /// Where the initiator's WRITE data can be read from (solicited part).
+    pub write: Option<RemoteBuf>,
+    /// Where a READ's data is to be written.
+    pub read: Option<RemoteBuf>,
+}
+
+/// The next thing an RDMA transport must do, in order.
+#[derive(Debug)]
+pub enum RdmaTx<B> {
+    /// Send one whole PDU (BHS, then `data`; no AHS, no padding, no digests).
+    Pdu { bhs: [u8; 48], data: Vec<u8> },
+    /// RDMA WRITE the first `len` bytes of `data` to `remote` (a READ's Data-In). Comes
+    /// before the task's SCSI Response. `data` is held until the WRITE completed.
+    Put {
+        itt: u32,
+        remote: RemoteBuf,
+        data: B,
+        len: usize,
+    },
+    /// RDMA READ `len` bytes of task `itt`'s write data, bytes `offset..offset + len` of
+    /// the command's data (the ones after the immediate / unsolicited data), from `remote`
+    /// as announced. Linux ib_iser announces the write VA of the first solicited byte
+    /// (base + unsolicited size), so the READ starts at `remote.va` itself. Answer with
+    /// [`Connection::data_arrived`] and the same `xfer`.
+    Get {
+        itt: u32,
+        xfer: u32,
+        remote: RemoteBuf,
+        offset: u32,
+        len: u32,
+    },
+}
+
+/// RDMA state of a connection: the datamover limits (once logged in) and the transmit
+/// queue.
+pub(crate) struct RdmaState<B> {
+    /// Set when the login completed: the datamover is active.
+    pub(crate) limits: Option<RdmaLimits>,
+    pub(crate) tx: VecDeque<RdmaTx<B>>,
+    /// Buffers announced with the PDU being dispatched.
+    pub(crate) rx_bufs: RemoteBufs,
+}
+
+impl<B> RdmaState<B> {
+    pub(crate) fn new() -> Self {
+        RdmaState {
+            limits: None,
+            tx: VecDeque::new(),
+            rx_bufs: RemoteBufs::default(),
+        }
+    }
+}
+
+/// RDMA state of a task.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TaskBufs {
+    pub(crate) bufs: RemoteBufs,
+    /// The Get in flight (its `xfer`), if any.
+    pub(crate) get: Option<u32>,
+}
+
+impl<B: DataBuf> Connection<B> {
+    /// Makes this a connection of an RDMA transport (iSER); call before the first PDU.
+    /// From now on PDUs come in with [`Self::rx_pdu`] and go out with
+    /// [`Self::pop_rdma_tx`] (not `rx_space`/`gather_tx`), digests are never negotiated
+    /// (`None` only), and `keys` answers the transport's login keys. When the login
+    /// completes, [`TransportKeys::finish`] switches on the RDMA datamover.
+    pub fn set_rdma_transport(&mut self, keys: Box<dyn TransportKeys>) {
+        if let Some(lm) = self.login.as_mut() {
+            lm.set_transport_keys(keys);
+        }
+        self.rdma = Some(RdmaState::new());
+    }
+
+    /// True once logged in over an RDMA transport (no Data-In / R2T; Put / Get instead).
+    pub fn is_rdma(&self) -> bool {
+        self.rdma.as_ref().is_some_and(|r| r.limits.is_some())
+    }
+
+    /// The datamover limits, once logged in over an RDMA transport.
+    pub fn rdma_limits(&self) -> Option<RdmaLimits> {
+        self.rdma.as_ref().and_then(|r| r.limits)
+    }
+
+    /// One received PDU (the payload of one RDMA Send after the transport's header:
+    /// BHS, AHS, data segment; trailing padding optional) with the buffers announced
+    /// with it. A Send whose length does not match its BHS closes the connection.
+    pub fn rx_pdu(&mut self, pdu: &[u8], bufs: RemoteBufs, dir: &dyn Directory, now_ms: u64) {
+        self.now = now_ms;
+        if self.login_deadline.is_none() && self.state == State::Login {
+            self.login_deadline = Some(now_ms.saturating_add(super::LOGIN_TIMEOUT_MS));
+        }
+        if !matches!(self.state, State::Login | State::FullFeature) {
+            return;
+        }
+        let Some(r) = self.rdma.as_mut() else {
+            return;
+        };
+        r.rx_bufs = bufs;
+        let max = self.max_rx_data();
+        let hdr = super::frame_header(pdu);
+        let f = Frame::from_header(&hdr, Digests::default());
+        let unpadded = f.data_off + f.data_len;
+        if pdu.len() < unpadded.max(48) || pdu.len() > f.total {
+            self.close(
+                ProtocolError::PduSizeMismatch {
+                    got: pdu.len(),
+                    expected: unpadded.max(48),
+                }
+                .into(),
+            );
+            return;
+        }
+        // the length was checked above: `Incomplete` only means the padding is absent
+        let checked = check_frame(pdu, max, Digests::default()).map(|_| ());
+        match checked {
+            Ok(()) => {
+                self.stats.pdus_rx += 1;
+                self.dispatch(&f, pdu, dir);
+            }
+            Err(e) => self.frame_error(e, &hdr, f, f.total),
+        }
+        if let Some(r) = self.rdma.as_mut() {
+            r.rx_bufs = RemoteBufs::default();
+        }
+    }
+
+    /// The next PDU to Send, or RDMA operation to post, in order (RDMA transport only).
+    pub fn pop_rdma_tx(&mut self) -> Option<RdmaTx<B>> {
+        self.rdma.as_mut()?.tx.pop_front()
+    }
+
+    /// Caps the command window (MaxCmdSN − ExpCmdSN + 1) at `n`, e.g. the window the
+    /// transport's receive credits allow (`iser::Credits::grant`). MaxCmdSN never moves
+    /// back; a larger cap takes effect on the next PDU sent.
+    pub fn set_window_limit(&mut self, n: u32) {
+        self.window_cap = Some(n);
+        self.window.set_cap(Some(n));
+        self.window.update_max(self.active);
+    }
+
+    /// The RDMA READ of [`RdmaTx::Get`] `xfer` for task `itt` brought `data` (all or the
+    /// next part of the requested bytes, in order). Returns false when the task is gone
+    /// (aborted: drop the data) or does not expect it. Once all write data is in, the
+    /// command goes to the server (`Event::Command`) in CmdSN order.
+    pub fn data_arrived(&mut self, itt: u32, xfer: u32, data: &[u8]) -> bool {
+        if self.state != State::FullFeature {
+            return false;
+        }
+        let Some(t) = self.tasks.get_mut(&itt) else {
+            return false;
+        };
+        if t.rdma.get != Some(xfer) || !t.take_rdma_data(data) {
+            return false;
+        }
+        if t.write_done() {
+            t.rdma.get = None;
+        }
+        self.try_deliver(itt);
+        true
+    }
+
+    /// Most data bytes in one PDU the target sends.
+    pub(crate) fn max_send_data(&self) -> usize {
+        let p = self.params.initiator_max_recv_data_segment_length.max(512);
+        match self.rdma_limits() {
+            Some(l) => p.min(l.max_send_data) as usize,
+            None => p as usize,
+        }
+    }
+
+    /// Queues an RDMA READ for the rest of a task's write data (instead of R2Ts).
+    pub(crate) fn issue_get(&mut self, itt: u32) {
+        let xfer = self.next_ttt;
+        let Some(t) = self.tasks.get_mut(&itt) else {
+            return;
+        };
+        let Some((offset, len)) = t.solicited_range() else {
+            return;
+        };
+        let Some(remote) = t.rdma.bufs.write else {
+            self.close(ProtocolError::RdmaBufferMissing { itt, write: true }.into());
+            return;
+        };
+        self.next_ttt = super::scsi::next_tag(xfer);
+        t.rdma.get = Some(xfer);
+        t.mark_solicited(offset + len);
+        if let Some(r) = self.rdma.as_mut() {
+            r.tx.push_back(RdmaTx::Get {
+                itt,
+                xfer,
+                remote,
+                offset,
+                len,
+            });
+        }
+    }
+
+    /// The buffers announced with the PDU being dispatched (RDMA transport).
+    pub(crate) fn rx_bufs(&self) -> RemoteBufs {
+        self.rdma.as_ref().map(|r| r.rx_bufs).unwrap_or_default()
+    }
+}
+
+impl Task {
+    /// The solicited part still to fetch, once the unsolicited phase is over.
+    fn solicited_range(&self) -> Option<(u32, u32)> {
+        if !self.write
+            || self.data_failed
+            || !self.unsol_done
+            || self.rdma.get.is_some()
+            || self.next_r2t_offset >= self.edtl_write
+        {
+            return None;
+        }
+        let off = self.next_r2t_offset;
+        Some((off, self.edtl_write - off))
+    }
+
+    fn mark_solicited(&mut self, end: u32) {
+        self.next_r2t_offset = end;
+    }
+
+    fn write_done(&self) -> bool {
+        self.received >= self.edtl_write
+    }
+
+    /// Appends data fetched by RDMA READ; false when more than was asked for.
+    fn take_rdma_data(&mut self, data: &[u8]) -> bool {
+        let n = data.len() as u64;
+        if u64::from(self.received) + n > u64::from(self.next_r2t_offset) {
+            return false;
+        }
+        self.received += data.len() as u32;
+        if let Some(c) = self.cmd.as_mut() {
+            c.data_out.extend_from_slice(data);
+        }
+        true
+    }
+}
