@@ -199,25 +199,7 @@ impl Listener {
     /// CM support (`/dev/infiniband/rdma_cm`), [`Error::NoKernelSupport`]; when `addr` is not
     /// on an RDMA device, `rdma_bind_addr` fails (`EADDRNOTAVAIL` / `ENODEV`).
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Listener> {
-        let channel = Arc::new(Channel::new()?);
-        let mut raw: *mut ffi::rdma_cm_id = std::ptr::null_mut();
-        // SAFETY: the channel is live; `raw` is a valid out pointer; the context is unused.
-        let rc = unsafe {
-            ffi::rdma_create_id(
-                channel.0.as_ptr(),
-                &mut raw,
-                std::ptr::null_mut(),
-                ffi::rdma_port_space::RDMA_PS_TCP,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last("rdma_create_id", LIBRDMACM));
-        }
-        let id = NonNull::new(raw).ok_or(Error::Invalid("rdma_create_id returned no id"))?;
-        let id = CmId {
-            id,
-            _channel: channel.clone(),
-        };
+        let (id, channel) = CmId::on_new_channel()?;
         let (mut storage, _len) = sockaddr_of(addr);
         // SAFETY: the id is live; `storage` holds a sockaddr_in or sockaddr_in6 matching its
         // family and lives across the call (librdmacm copies it).
@@ -330,8 +312,9 @@ impl std::fmt::Debug for EventChannel {
 /// [`CmId::resolve_addr`], [`CmId::resolve_route`] and, once a queue pair exists on it,
 /// `Connection::connect`. The target itself only accepts.
 impl CmId {
-    /// A new RDMA_PS_TCP id on a new event channel (non-blocking), for the active side.
-    pub fn create_client() -> Result<(CmId, EventChannel)> {
+    /// A new RDMA_PS_TCP id on a new (non-blocking) event channel of its own: the listener's
+    /// and the client's first step.
+    fn on_new_channel() -> Result<(CmId, Arc<Channel>)> {
         let channel = Arc::new(Channel::new()?);
         let mut raw: *mut ffi::rdma_cm_id = std::ptr::null_mut();
         // SAFETY: the channel is live; `raw` is a valid out pointer; the context is unused.
@@ -349,8 +332,14 @@ impl CmId {
         let id = NonNull::new(raw).ok_or(Error::Invalid("rdma_create_id returned no id"))?;
         let id = CmId {
             id,
-            _channel: channel.clone(),
+            _channel: Arc::clone(&channel),
         };
+        Ok((id, channel))
+    }
+
+    /// A new RDMA_PS_TCP id on a new event channel (non-blocking), for the active side.
+    pub fn create_client() -> Result<(CmId, EventChannel)> {
+        let (id, channel) = CmId::on_new_channel()?;
         Ok((id, EventChannel(channel)))
     }
 
