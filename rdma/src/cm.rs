@@ -96,6 +96,36 @@ impl CmId {
         Ok(())
     }
 
+    /// Moves the id to a new event channel of its own (`rdma_migrate_id`) and returns it:
+    /// from now on the id's events (established, disconnected, timewait exit) arrive there,
+    /// not on the listener's channel, so the thread that owns the connection polls them.
+    /// Call before accepting (no event of the id is pending: every read event is acked).
+    pub fn migrate_to_own_channel(&mut self) -> Result<EventChannel> {
+        let channel = Arc::new(Channel::new()?);
+        // SAFETY: the id and the new channel are live; the id has no unacked event (events
+        // are acked as they are read), so the call does not block.
+        if unsafe { ffi::rdma_migrate_id(self.id.as_ptr(), channel.0.as_ptr()) } != 0 {
+            return Err(Error::last("rdma_migrate_id", LIBRDMACM));
+        }
+        // the old channel (the listener's) stays alive as long as the listener holds it
+        self._channel = Arc::clone(&channel);
+        Ok(EventChannel(channel))
+    }
+
+    /// The local and the peer address of a connected id (a connect request's id: the
+    /// portal address the initiator reached, and the initiator's address).
+    pub fn addresses(&self) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        // SAFETY: the id is live; `route.addr` holds the source and destination socket
+        // addresses (storage-sized unions) librdmacm filled in for the connect request;
+        // only their bytes are read, as sockaddr_storage.
+        unsafe {
+            let a = &(*self.id.as_ptr()).route.addr;
+            let src = std::ptr::addr_of!(a.src_addr_union).cast::<libc::sockaddr_storage>();
+            let dst = std::ptr::addr_of!(a.dst_addr_union).cast::<libc::sockaddr_storage>();
+            (socket_addr_of(&*src), socket_addr_of(&*dst))
+        }
+    }
+
     /// The raw id, for the queue-pair wrapper of this crate.
     pub(crate) fn as_ptr(&self) -> *mut ffi::rdma_cm_id {
         self.id.as_ptr()
@@ -183,6 +213,11 @@ pub struct CmEvent {
     /// For a connect request: the new id, now owned by the caller (accept, reject, or drop to
     /// destroy it).
     pub new_id: Option<CmId>,
+    /// For a connect request: the RDMA READs the peer serves at once (its responder
+    /// resources: the most this side may issue, its `initiator_depth` on accept).
+    pub responder_resources: u8,
+    /// For a connect request: the RDMA READs the peer issues at once.
+    pub initiator_depth: u8,
 }
 
 /// An RDMA CM listener: its own event channel and a bound, listening id.
@@ -276,6 +311,8 @@ fn read_event(channel: &Arc<Channel>) -> Result<Option<CmEvent>> {
             id: e.id as usize,
             private_data,
             new_id,
+            responder_resources: conn.responder_resources,
+            initiator_depth: conn.initiator_depth,
         }
     };
     // SAFETY: `ev` came from rdma_get_cm_event and is acked once; nothing borrowed from
@@ -395,6 +432,32 @@ impl std::fmt::Debug for Listener {
 }
 
 /// `addr` as a `sockaddr_storage` holding a `sockaddr_in` or `sockaddr_in6`, and its length.
+/// A socket address out of a `sockaddr_storage` (IPv4 or IPv6; anything else is `None`).
+fn socket_addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in (smaller, aligned).
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6 (smaller, aligned).
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                u32::from_be(sin6.sin6_flowinfo),
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };

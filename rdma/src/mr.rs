@@ -278,6 +278,52 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// Copies `data` to `offset` with one memcpy. [`Error::Invalid`] when it does not fit.
+    ///
+    /// # Safety
+    ///
+    /// Nothing else may access `offset..offset + data.len()` during the call: no RDMA
+    /// operation on it is in flight (no posted receive or RDMA READ targets it) and no other
+    /// thread reads or writes it.
+    pub unsafe fn write_quiescent(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let end = offset
+            .checked_add(data.len())
+            .filter(|&e| e <= self.len)
+            .ok_or(Error::Invalid("write past the end of a buffer"))?;
+        debug_assert!(end <= self.len);
+        // SAFETY: the range is inside the allocation (checked); the caller promises no
+        // concurrent access, so the plain copy races with nothing.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes from `offset` with one memcpy. [`Error::Invalid`] when they
+    /// do not fit.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Buffer::write_quiescent`]: nothing else accesses the range during the call
+    /// (the receive or RDMA READ that filled it has completed and is not posted again yet).
+    pub unsafe fn read_quiescent(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        offset
+            .checked_add(out.len())
+            .filter(|&e| e <= self.len)
+            .ok_or(Error::Invalid("read past the end of a buffer"))?;
+        // SAFETY: in bounds (checked); no concurrent access by the caller's promise.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
 // SAFETY: the allocation is fixed for the buffer's lifetime and only accessed through atomic
 // bytes, never through plain references.
 unsafe impl MemoryHolder for Buffer {

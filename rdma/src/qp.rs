@@ -203,6 +203,12 @@ impl Connection {
         Ok(())
     }
 
+    /// Rejects the connect request the id came from (set-up failed after the queue pair
+    /// was created); errors are ignored: the request times out at the peer then.
+    pub fn reject(&self) {
+        let _ = self.id.reject(&[]);
+    }
+
     /// Disconnects: the queue pair goes to the error state (outstanding requests complete
     /// flushed) and both sides get a `Disconnected` event.
     pub fn disconnect(&self) -> Result<()> {

@@ -14,6 +14,8 @@ pub mod cli;
 pub(crate) mod dispatch;
 pub(crate) mod event_loop;
 pub(crate) mod io_stats;
+#[cfg(feature = "iser")]
+pub(crate) mod iser_link;
 pub(crate) mod listen;
 pub mod logging;
 pub(crate) mod metrics;

@@ -56,6 +56,14 @@ pub enum StartError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// An iSER portal could not be bound (explicitly configured ones only).
+    #[error("cannot listen for iSER on {addr}: {reason}")]
+    IserListen {
+        /// The portal's address.
+        addr: SocketAddr,
+        /// What went wrong.
+        reason: String,
+    },
     /// A thread could not be started.
     #[error("cannot start threads: {0}")]
     Threads(std::io::Error),
@@ -65,6 +73,73 @@ pub enum StartError {
     /// The metrics server could not listen on the address configured for it.
     #[error("{0}")]
     Metrics(crate::MetricsError),
+}
+
+/// The iSER portals asked for: `None` is tgtd's default (all addresses, port 3260, when
+/// the host has an RDMA device; nothing otherwise), `Some` exactly the list.
+fn iser_portal_request(_rc: &RuntimeConfig) -> Option<Vec<SocketAddr>> {
+    // the configuration's `iser_portals` / `--iser portal=` arrive with the config model
+    std::env::var("NUMATGT_ISER_PORTALS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|a| a.trim().parse().ok()).collect())
+}
+
+#[cfg(feature = "iser")]
+type IserListeners = Vec<crate::iser_link::IserListener>;
+#[cfg(not(feature = "iser"))]
+type IserListeners = ();
+
+/// Binds the iSER portals (see [`iser_portal_request`]). The default portal is skipped
+/// with a log line when there is no RDMA device or it cannot be bound; a configured one
+/// that cannot be bound stops the start.
+#[cfg(feature = "iser")]
+fn bind_iser_portals(
+    req: Option<Vec<SocketAddr>>,
+) -> Result<(IserListeners, Vec<SocketAddr>), StartError> {
+    use crate::iser_link::IserListener;
+    let mut out = Vec::new();
+    let mut addrs = Vec::new();
+    match req {
+        None => {
+            if crate::rdma_probe::iser_state() != "ready" {
+                return Ok((out, addrs));
+            }
+            let addr = SocketAddr::from(([0, 0, 0, 0], 3260));
+            match IserListener::bind(addr) {
+                Ok(l) => {
+                    out.push(l);
+                    addrs.push(addr);
+                }
+                Err(e) => tracing::warn!(
+                    "iSER: cannot listen on the default {addr}: {e}; iSCSI over TCP only"
+                ),
+            }
+        }
+        Some(list) => {
+            for addr in list {
+                let l = IserListener::bind(addr).map_err(|e| StartError::IserListen {
+                    addr,
+                    reason: e.to_string(),
+                })?;
+                out.push(l);
+                addrs.push(addr);
+            }
+        }
+    }
+    Ok((out, addrs))
+}
+
+#[cfg(not(feature = "iser"))]
+fn bind_iser_portals(
+    req: Option<Vec<SocketAddr>>,
+) -> Result<(IserListeners, Vec<SocketAddr>), StartError> {
+    match req.as_deref() {
+        Some([addr, ..]) => Err(StartError::IserListen {
+            addr: *addr,
+            reason: "this numatgtd is built without iSER (cargo feature `iser`)".into(),
+        }),
+        _ => Ok(((), Vec::new())),
+    }
 }
 
 /// A running daemon.
@@ -444,6 +519,8 @@ impl Daemon {
             listeners.push(TcpListener::from_std(std_l));
         }
 
+        let (iser_listeners, iser_listening) = bind_iser_portals(iser_portal_request(&rc))?;
+
         // event threads: one per CPU by default, each bound to the CPUs of its node
         let placements: Vec<usize> = topology
             .nodes()
@@ -525,6 +602,10 @@ impl Daemon {
 
         let mut threads = Vec::new();
         let mut listeners = Some(listeners);
+        #[cfg(feature = "iser")]
+        let mut iser_listeners = Some(iser_listeners);
+        #[cfg(not(feature = "iser"))]
+        let _ = iser_listeners;
         for (i, setup) in setups.into_iter().enumerate() {
             let node = placements
                 .get(i % placements.len().max(1))
@@ -540,7 +621,12 @@ impl Daemon {
             } else {
                 Vec::new()
             };
-            let et = EventThread::new(i, node, setup, Arc::clone(&shared), mine);
+            #[cfg_attr(not(feature = "iser"), allow(unused_mut))]
+            let mut et = EventThread::new(i, node, setup, Arc::clone(&shared), mine);
+            #[cfg(feature = "iser")]
+            if i == 0 {
+                et.set_iser_listeners(iser_listeners.take().unwrap_or_default());
+            }
             let h = std::thread::Builder::new()
                 .name(format!("ev-n{node}-{i}"))
                 .spawn(move || {
@@ -565,6 +651,9 @@ impl Daemon {
                 ),
             }
             tracing::info!("numatgtd: listening on {a}");
+        }
+        for a in &iser_listening {
+            tracing::info!("numatgtd: listening for iSER on {a}");
         }
         let metrics = start_metrics(&rc.config.metrics, &shared)?;
         tracing::info!(

@@ -278,4 +278,5 @@ if [ "$TARGET" != tgtd ] && [ "$trc" != 0 ]; then
 fi
 step "target exited with status $trc"
 echo "ISER_PERF target=$TARGET read=dd_${DATA_MB}MiB_bs1M_direct iser=$ISER_MBPS tcp=$TCP_MBPS (TCG guest: ratios only)"
+if [ -d /vmtest/out ]; then cp "$LOG" "/vmtest/out/target-iser-$TARGET.log" 2>/dev/null; fi
 echo "VM_ISER_OK target=$TARGET"

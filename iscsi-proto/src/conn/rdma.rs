@@ -24,8 +24,10 @@ pub trait TransportKeys: Send {
     /// Keys the target declares itself on the last login response.
     fn declarations(&mut self) -> Vec<(String, String)>;
     /// The login is about to complete: the limits of the RDMA datamover, or why the login
-    /// must fail (e.g. `RDMAExtensions=Yes` never negotiated).
-    fn finish(&mut self) -> Result<RdmaLimits, String>;
+    /// must fail (e.g. `RDMAExtensions=Yes` never negotiated in a normal session; in a
+    /// discovery session the key is irrelevant, RFC 7145 §6.3, and the transport frames
+    /// the Text PDUs all the same).
+    fn finish(&mut self, discovery: bool) -> Result<RdmaLimits, String>;
 }
 
 /// Per-PDU data limits of an RDMA connection in full feature phase.

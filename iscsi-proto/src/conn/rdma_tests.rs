@@ -35,8 +35,8 @@ impl TransportKeys for Keys {
     fn declarations(&mut self) -> Vec<(String, String)> {
         vec![("X-Declared".into(), "1".into())]
     }
-    fn finish(&mut self) -> Result<RdmaLimits, String> {
-        if !self.rdma {
+    fn finish(&mut self, discovery: bool) -> Result<RdmaLimits, String> {
+        if !self.rdma && !discovery {
             return Err("RDMAExtensions=Yes missing".into());
         }
         Ok(RdmaLimits {

@@ -545,7 +545,8 @@ impl Operational {
             for (k, v) in keys.declarations() {
                 kv::push(&mut out, &k, &v);
             }
-            match keys.finish() {
+            let discovery = self.party.session_type == SessionType::Discovery;
+            match keys.finish(discovery) {
                 Ok(l) => cx.transport_limits = Some(l),
                 Err(why) => {
                     let step = super::machine::fail(req, status::INITIATOR_ERROR, why);

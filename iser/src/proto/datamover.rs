@@ -55,8 +55,14 @@ impl TransportKeys for IserLoginKeys {
         self.neg.declarations()
     }
 
-    fn finish(&mut self) -> Result<RdmaLimits, String> {
-        let p = self.neg.finish().map_err(|e| e.to_string())?;
+    fn finish(&mut self, discovery: bool) -> Result<RdmaLimits, String> {
+        let p = if discovery {
+            // RDMAExtensions is irrelevant in discovery sessions (RFC 7145 §6.3): Linux
+            // does not send it; its Text PDUs still travel by Send behind iSER headers
+            self.neg.params()
+        } else {
+            self.neg.finish().map_err(|e| e.to_string())?
+        };
         let _ = self.done.set(p);
         Ok(RdmaLimits {
             max_send_data: p.max_send_data_segment(true),
@@ -111,7 +117,7 @@ mod tests {
         );
         assert!(k.respond("RDMAExtensions", "Yes").is_err(), "duplicate");
         assert!(h.get().is_none());
-        let l = k.finish().unwrap();
+        let l = k.finish(false).unwrap();
         assert_eq!(
             l,
             RdmaLimits {
@@ -125,8 +131,16 @@ mod tests {
     #[test]
     fn finish_without_rdma_extensions_fails() {
         let (mut k, h) = IserLoginKeys::new(IserLimits::default());
-        assert!(k.finish().is_err());
+        assert!(k.finish(false).is_err());
         assert!(h.get().is_none());
+    }
+
+    #[test]
+    fn discovery_needs_no_rdma_extensions() {
+        let (mut k, h) = IserLoginKeys::new(IserLimits::default());
+        let l = k.finish(true).expect("discovery logins complete");
+        assert_eq!(l.max_send_data, 128);
+        assert!(h.get().is_some_and(|p| !p.rdma_extensions));
     }
 
     #[test]

@@ -23,6 +23,9 @@ use crate::registry::ConnId;
 pub enum Msg {
     /// A freshly accepted connection to adopt.
     NewConn(TcpStream, SocketAddr),
+    /// An iSER connect request to accept (this thread serves its RDMA device's node).
+    #[cfg(feature = "iser")]
+    NewIser(Box<crate::iser_link::Incoming>),
     /// A backing-store job finished.
     IoDone {
         conn: ConnId,
@@ -138,6 +141,12 @@ impl EventThread {
                 Msg::NewConn(sock, peer) => {
                     if !self.stopping {
                         self.adopt(sock, peer);
+                    }
+                }
+                #[cfg(feature = "iser")]
+                Msg::NewIser(inc) => {
+                    if !self.stopping {
+                        self.adopt_iser(*inc);
                     }
                 }
                 Msg::IoDone {

@@ -23,13 +23,22 @@ use crate::registry::{ConnId, LoginContext, Target};
 
 mod commands;
 mod inbox;
+#[cfg(feature = "iser")]
+mod iser;
 mod shared;
 
 pub use inbox::{EventThreadSetup, Inbox, Msg};
 pub use shared::{Shared, ThreadStats};
 
 pub(super) const WAKER: Token = Token(usize::MAX);
+/// Tokens: a connection's socket (TCP) or completion channel (iSER) is `Token(slot)`; an
+/// iSER connection's CM channel is `ISER_CM_BASE + slot`; TCP listeners count from
+/// `LISTENER_BASE`, iSER listeners from `ISER_LISTENER_BASE`.
+#[cfg_attr(not(feature = "iser"), allow(dead_code))]
+const ISER_CM_BASE: usize = usize::MAX / 4;
 const LISTENER_BASE: usize = usize::MAX / 2;
+#[cfg_attr(not(feature = "iser"), allow(dead_code))]
+const ISER_LISTENER_BASE: usize = usize::MAX / 2 + (1 << 40);
 /// Reads per connection per wakeup before other connections get their turn.
 const READS_PER_WAKEUP: usize = 32;
 /// Slices per writev.
@@ -38,8 +47,15 @@ const TICK: Duration = Duration::from_millis(500);
 /// Connections the daemon accepts at once; beyond it new ones are closed at accept.
 pub const MAX_CONNECTIONS: usize = 4096;
 
+/// How a connection's PDUs travel.
+enum Link {
+    Tcp(TcpStream),
+    #[cfg(feature = "iser")]
+    Iser(Box<crate::iser_link::IserLink>),
+}
+
 struct Slot {
-    sock: TcpStream,
+    link: Link,
     conn: Connection<Payload>,
     generation: u64,
     peer: SocketAddr,
@@ -85,6 +101,13 @@ pub struct EventThread {
     iov_spare: Vec<IoSlice<'static>>,
     /// Connections with completions in this inbox batch (kept to reuse its memory).
     touched: Vec<usize>,
+    /// iSER portals this thread listens on.
+    #[cfg(feature = "iser")]
+    iser_listeners: Vec<crate::iser_link::IserListener>,
+    /// Closed iSER links waiting for their flushed requests and TIMEWAIT_EXIT, with when
+    /// they closed.
+    #[cfg(feature = "iser")]
+    draining: Vec<(Box<crate::iser_link::IserLink>, Instant)>,
 }
 
 /// Empty an iovec array and give its allocation back for the next flush (an in-place
@@ -92,6 +115,16 @@ pub struct EventThread {
 fn recycle(mut iov: Vec<IoSlice<'_>>) -> Vec<IoSlice<'static>> {
     iov.clear();
     iov.into_iter().map(|_| IoSlice::new(&[])).collect()
+}
+
+impl Link {
+    fn name(&self) -> &'static str {
+        match self {
+            Link::Tcp(_) => "iscsi",
+            #[cfg(feature = "iser")]
+            Link::Iser(_) => "iser",
+        }
+    }
 }
 
 impl EventThread {
@@ -118,6 +151,10 @@ impl EventThread {
             current: None,
             iov_spare: Vec::with_capacity(IOV_MAX),
             touched: Vec::new(),
+            #[cfg(feature = "iser")]
+            iser_listeners: Vec::new(),
+            #[cfg(feature = "iser")]
+            draining: Vec::new(),
         }
     }
 
@@ -136,6 +173,8 @@ impl EventThread {
                 tracing::error!("cannot poll listener: {e}");
             }
         }
+        #[cfg(feature = "iser")]
+        self.register_iser_listeners();
         let mut events = Events::with_capacity(256);
         let mut last_tick = Instant::now();
         let mut busy: Vec<usize> = Vec::new();
@@ -161,8 +200,20 @@ impl EventThread {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
+                    #[cfg(feature = "iser")]
+                    Token(t) if t >= ISER_LISTENER_BASE => {
+                        self.guarded("accept", |me| me.accept_iser(t - ISER_LISTENER_BASE))
+                    }
                     Token(t) if t >= LISTENER_BASE => {
                         self.guarded("accept", |me| me.accept(t - LISTENER_BASE))
+                    }
+                    #[cfg(feature = "iser")]
+                    Token(t) if t >= ISER_CM_BASE => {
+                        self.guarded("connection manager", |me| me.on_cm(t - ISER_CM_BASE))
+                    }
+                    #[cfg(feature = "iser")]
+                    Token(s) if self.is_iser(s) => {
+                        self.guarded("completions", |me| me.on_completions(s))
                     }
                     Token(s) => {
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -277,10 +328,7 @@ impl EventThread {
                 return;
             }
         };
-        let s = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
+        let s = self.alloc_slot();
         if let Err(e) = self.poll.registry().register(
             &mut sock,
             Token(s),
@@ -290,22 +338,45 @@ impl EventThread {
             self.free.push(s);
             return;
         }
+        tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
+        self.install(s, Link::Tcp(sock), peer, local, |_| {});
+    }
+
+    /// A free connection slot (its tokens are not registered).
+    fn alloc_slot(&mut self) -> usize {
+        self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        })
+    }
+
+    /// Puts a new connection in slot `s` (its fds already registered); `setup` adjusts the
+    /// protocol connection before its first PDU (the iSER transport).
+    fn install(
+        &mut self,
+        s: usize,
+        link: Link,
+        peer: SocketAddr,
+        local: SocketAddr,
+        setup: impl FnOnce(&mut Connection<Payload>),
+    ) {
         let generation = self.next_generation;
         self.next_generation += 1;
         self.shared.connections.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
         let span = tracing::info_span!(
             "conn",
             id = generation,
             thread = self.index,
             %peer,
+            transport = link.name(),
             initiator = tracing::field::Empty,
             target = tracing::field::Empty
         );
         let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
         conn.set_random_source(Box::new(crate::registry::os_random));
+        setup(&mut conn);
         self.slots[s] = Some(Slot {
-            sock,
+            link,
             conn,
             generation,
             peer,
@@ -344,6 +415,10 @@ impl EventThread {
             me: id,
             control: &*shared,
         };
+        #[cfg_attr(not(feature = "iser"), allow(irrefutable_let_patterns))]
+        let Link::Tcp(sock) = &mut slot.link else {
+            return;
+        };
         let mut reads = 0;
         let mut eof = false;
         loop {
@@ -352,7 +427,7 @@ impl EventThread {
             }
             let space = slot.conn.rx_space();
             let cap = space.len();
-            match slot.sock.read(space) {
+            match sock.read(space) {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -390,6 +465,11 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        let sock = match &mut slot.link {
+            Link::Tcp(sock) => sock,
+            #[cfg(feature = "iser")]
+            Link::Iser(_) => return self.flush_iser(s),
+        };
         let mut failed = None;
         // one iovec array per thread, reused for every writev
         let mut spare = std::mem::take(&mut self.iov_spare);
@@ -399,7 +479,7 @@ impl EventThread {
             let sent = if iov.is_empty() {
                 None
             } else {
-                Some(slot.sock.write_vectored(&iov))
+                Some(sock.write_vectored(&iov))
             };
             spare = recycle(iov);
             match sent {
@@ -432,6 +512,8 @@ impl EventThread {
     }
 
     fn tick(&mut self) {
+        #[cfg(feature = "iser")]
+        self.drain_iser();
         let now = self.now_ms();
         for s in 0..self.slots.len() {
             if let Some(slot) = self.slots[s].as_mut() {
@@ -447,7 +529,13 @@ impl EventThread {
         let Some(id) = self.id(s) else { return };
         if let Some(mut slot) = self.slots[s].take() {
             let _in_conn = slot.span.clone().entered();
-            let _ = self.poll.registry().deregister(&mut slot.sock);
+            match slot.link {
+                Link::Tcp(mut sock) => {
+                    let _ = self.poll.registry().deregister(&mut sock);
+                }
+                #[cfg(feature = "iser")]
+                Link::Iser(link) => self.retire_iser(link),
+            }
             if let (Some(t), Some(n)) = (&slot.target, &slot.nexus) {
                 for l in t.lun_set().map.values() {
                     l.scsi.nexus_removed(n.id);

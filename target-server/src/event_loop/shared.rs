@@ -69,6 +69,12 @@ impl Shared {
             let mut m = self.nic_nodes.lock().unwrap_or_else(|p| p.into_inner());
             *m.entry(ip).or_insert_with(|| self.topology.nic_node(ip))
         };
+        self.thread_on_node(node)
+    }
+
+    /// An event thread of dense node `node` (round robin), or of any node when it is
+    /// unknown or has no threads.
+    pub fn thread_on_node(&self, node: Option<usize>) -> usize {
         let turn = self.next_thread.fetch_add(1, Ordering::Relaxed);
         match node
             .and_then(|n| self.threads_by_node.get(n))

@@ -1,0 +1,655 @@
+//! One iSER connection's RDMA side (RFC 7145 over the `rdma` crate): its queue pair, its
+//! completion queue with a completion channel of its own, its own CM event channel (the id
+//! is migrated off the listener's), and the registered memory it sends from and receives
+//! into. The iSCSI side stays in `iscsi_proto::Connection` (RDMA datamover mode); this
+//! module moves bytes between the two:
+//!
+//! - receives: every completed receive is one iSER message; its iSCSI PDU goes to
+//!   `rx_pdu` with the buffers the iSER header announced, and the receive is posted again
+//!   at once (the bytes are copied out first), so the posted count stays full and the
+//!   command window the connection grants never exceeds it ([`iser::proto::Credits`]);
+//! - [`IserLink::pump`] posts what the connection queues, in order: PDUs as Sends behind
+//!   an iSER header, READ data (`Put`) as RDMA WRITEs, the rest of WRITE data (`Get`) as
+//!   RDMA READs into node-local registered staging memory, handed back with
+//!   `data_arrived` when they complete (in posting order on the RC queue pair);
+//! - teardown ([`IserLink::drain`]): after a disconnect the link is kept until every posted
+//!   request has completed (flushed) and the CM's TIMEWAIT_EXIT came, so no buffer is
+//!   freed under the device.
+//!
+//! Split: `listen` (RDMA listeners and connect requests), `ops` (the send-queue requests in
+//! flight and the staging memory); this file owns set-up, completions and posting.
+
+mod listen;
+mod ops;
+
+pub use listen::{Incoming, IserListener};
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use iscsi_proto::conn::{RdmaTx, RemoteBuf};
+use iscsi_proto::{Connection, DataBuf, Directory};
+use iser::proto::header::{ISER_HDR_LEN, ISER_HEADERS_LEN};
+use iser::proto::{ControlHeader, Credits, CreditsConfig, IserLimits, IserLoginKeys, IserMessage};
+use rdma::{
+    Access, Buffer, CmEventKind, Completion, CompletionQueue, Context, EventChannel, MemoryRegion,
+    ProtectionDomain, QpCaps, Remote, SendOptions,
+};
+
+use crate::backend::payload::Payload;
+use ops::{Op, Ops, Pool};
+
+/// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
+/// outside the command window.
+const RECVS: u32 = 128 + iser::proto::credits::DEFAULT_RESERVE;
+/// Largest command window granted (Linux ib_iser's default queue depth).
+const MAX_WINDOW: u32 = 128;
+/// Data bytes a receive buffer holds beyond the headers (TargetRecvDataSegmentLength).
+const RECV_DATA: usize = 8192;
+/// Bytes per receive buffer: iSER header, BHS, data, rounded up to a cache-line multiple.
+const RECV_LEN: usize = (ISER_HEADERS_LEN + RECV_DATA).next_multiple_of(64);
+/// Send buffers: login responses may carry 8 KiB; full-feature ones at most 128 bytes.
+const SENDS: usize = 64;
+const SEND_LEN: usize = (ISER_HEADERS_LEN + 8192).next_multiple_of(64);
+/// Staging memory for RDMA READ / WRITE: chunks of this size.
+const CHUNK: usize = 128 * 1024;
+const CHUNKS: usize = 32;
+/// Send-queue depth: Sends, RDMA WRITEs and READs outstanding at once.
+const SQ_DEPTH: u32 = 256;
+/// Marks receive work requests (the rest are send-queue requests, by slab index).
+const RECV_WR: u64 = 1 << 63;
+/// RDMA READs this side issues at once, at most (further capped by what the initiator
+/// serves).
+const MAX_READ_DEPTH: u8 = 16;
+/// Completions taken per poll call.
+const POLL_BATCH: usize = 32;
+
+/// A request of the connection being posted (a `Put` or `Get` may need several chunks).
+struct Pending {
+    tx: RdmaTx<Payload>,
+    /// Bytes of a `Put` / `Get` posted so far.
+    done: usize,
+}
+
+/// Why a link ended (for the connection's close reason).
+pub type LinkError = String;
+
+/// The RDMA side of one iSER connection (see the module documentation).
+pub struct IserLink {
+    // field order is drop order: the queue pair (and its CM id) goes before the memory
+    // regions it used, those before the completion queue and the protection domain
+    qp: rdma::Connection,
+    recv_mr: MemoryRegion,
+    send_mr: MemoryRegion,
+    stage_mr: MemoryRegion,
+    recv: Arc<Buffer>,
+    send: Arc<Buffer>,
+    stage: Arc<Buffer>,
+    cq: Arc<CompletionQueue>,
+    cm: EventChannel,
+    _pd: Arc<ProtectionDomain>,
+    device: String,
+    send_slots: Pool,
+    chunks: Pool,
+    ops: Ops,
+    pending: VecDeque<Pending>,
+    credits: Credits,
+    /// Requests on the send queue not completed yet.
+    sq_used: u32,
+    sq_max: u32,
+    /// The CM said ESTABLISHED (the first receive may complete before).
+    established: bool,
+    /// TIMEWAIT_EXIT came (or the connection never got as far as being accepted).
+    timewait: bool,
+    /// Copy of the message or data being handed to the connection.
+    scratch: Vec<u8>,
+}
+
+impl IserLink {
+    /// Sets up a connection for a connect request and accepts it: the device context, a
+    /// protection domain, the completion queue (own channel, armed), the queue pair, the
+    /// registered buffers, every receive posted. Returns the link and the login keys to
+    /// give to the connection (`set_rdma_transport`). On error the request is rejected.
+    pub fn accept(inc: Incoming) -> Result<(IserLink, IserLoginKeys), LinkError> {
+        let Incoming {
+            id,
+            channel,
+            request,
+            initiator_depth,
+            ..
+        } = inc;
+        let setup = || -> Result<_, String> {
+            let ctx = Context::of_id(&id).map_err(|e| format!("device context: {e}"))?;
+            let pd = ProtectionDomain::new(&ctx).map_err(|e| e.to_string())?;
+            let cq =
+                Arc::new(CompletionQueue::new(&ctx, SQ_DEPTH + RECVS).map_err(|e| e.to_string())?);
+            let reg = |len: usize, access: Access| -> Result<_, String> {
+                let b = Arc::new(Buffer::new(len).map_err(|e| e.to_string())?);
+                let mr = MemoryRegion::register(&pd, b.clone(), access).map_err(|e| {
+                    format!("registering {len} bytes: {e} (RLIMIT_MEMLOCK / CAP_IPC_LOCK?)")
+                })?;
+                Ok((b, mr))
+            };
+            let (recv, recv_mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
+            let (send, send_mr) = reg(SEND_LEN * SENDS, Access::LOCAL_WRITE)?;
+            let (stage, stage_mr) = reg(CHUNK * CHUNKS, Access::LOCAL_WRITE)?;
+            Ok((ctx, pd, cq, recv, recv_mr, send, send_mr, stage, stage_mr))
+        };
+        let (ctx, pd, cq, recv, recv_mr, send, send_mr, stage, stage_mr) = match setup() {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = id.reject(&[]);
+                return Err(e);
+            }
+        };
+        let caps = QpCaps {
+            max_send_wr: SQ_DEPTH,
+            max_recv_wr: RECVS,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = rdma::Connection::create(id, &pd, &cq, caps).map_err(|(e, id)| {
+            let _ = id.reject(&[]);
+            format!("queue pair: {e}")
+        })?;
+        let credits = Credits::new(CreditsConfig {
+            max_posted: RECVS,
+            reserve: iser::proto::credits::DEFAULT_RESERVE,
+            max_window: MAX_WINDOW,
+        })
+        .map_err(|e| e.to_string())?;
+        let sq_max = qp.caps().max_send_wr.min(SQ_DEPTH);
+        let mut link = IserLink {
+            qp,
+            recv_mr,
+            send_mr,
+            stage_mr,
+            recv,
+            send,
+            stage,
+            cq,
+            cm: channel,
+            _pd: pd,
+            device: ctx.device_name(),
+            send_slots: Pool::new(SENDS),
+            chunks: Pool::new(CHUNKS),
+            ops: Ops::default(),
+            pending: VecDeque::new(),
+            credits,
+            sq_used: 0,
+            sq_max,
+            established: false,
+            timewait: false,
+            scratch: Vec::with_capacity(RECV_LEN),
+        };
+        let fail = |link: &IserLink, e: String| {
+            // the id belongs to the queue pair now: reject through it
+            link.qp.reject();
+            e
+        };
+        for i in 0..RECVS {
+            if let Err(e) = link.post_recv(i) {
+                return Err(fail(&link, e));
+            }
+        }
+        if let Err(e) = link.credits.post(RECVS) {
+            return Err(fail(&link, e.to_string()));
+        }
+        if let Err(e) = link.cq.arm(false) {
+            return Err(fail(&link, format!("arming the completion queue: {e}")));
+        }
+        let negotiated = request.negotiate(false);
+        let depth = initiator_depth.clamp(1, MAX_READ_DEPTH);
+        if let Err(e) = link.qp.accept(&negotiated.accept_private_data(), 0, depth) {
+            return Err(format!("accept: {e}"));
+        }
+        let limits = IserLimits {
+            target_recv_data_segment_length: RECV_DATA as u32,
+            ..IserLimits::default()
+        };
+        let (keys, _params) = IserLoginKeys::new(limits);
+        Ok((link, keys))
+    }
+
+    /// The completion channel's fd (readable: completions to poll).
+    pub fn cq_fd(&self) -> RawFd {
+        self.cq.as_raw_fd()
+    }
+
+    /// The CM event channel's fd (readable: CM events of this connection).
+    pub fn cm_fd(&self) -> RawFd {
+        self.cm.as_raw_fd()
+    }
+
+    /// The RDMA device's name.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    fn post_recv(&self, i: u32) -> Result<(), LinkError> {
+        let sge = self
+            .recv_mr
+            .sge(i as usize * RECV_LEN, RECV_LEN as u32)
+            .ok_or("receive buffer out of range")?;
+        self.qp
+            .post_recv(RECV_WR | u64::from(i), sge)
+            .map_err(|e| format!("posting a receive: {e}"))
+    }
+
+    /// Reads the connection's CM events. `Err` when the connection is over (disconnected by
+    /// the initiator, device removed, connection error).
+    pub fn cm_events(&mut self) -> Result<(), LinkError> {
+        loop {
+            let ev = match self.cm.get_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(format!("reading CM events: {e}")),
+            };
+            match ev.kind {
+                CmEventKind::Established => self.established = true,
+                CmEventKind::Disconnected => return Err("disconnected by the initiator".into()),
+                CmEventKind::TimewaitExit => self.timewait = true,
+                CmEventKind::DeviceRemoval => return Err("RDMA device removed".into()),
+                CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
+                    return Err(format!("connection failed ({:?}, {})", ev.kind, ev.status));
+                }
+                other => tracing::debug!(event = ?other, "CM event"),
+            }
+        }
+    }
+
+    /// Takes every completion: receives go to `conn` (and are posted again), finished
+    /// RDMA READs hand their data to `conn`, finished Sends and WRITEs free their buffers.
+    /// Re-arms the completion queue first, so nothing that completes later is missed.
+    pub fn complete(
+        &mut self,
+        conn: &mut Connection<Payload>,
+        dir: &dyn Directory,
+        now_ms: u64,
+    ) -> Result<(), LinkError> {
+        loop {
+            match self.cq.get_event() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => return Err(format!("completion channel: {e}")),
+            }
+        }
+        self.cq
+            .arm(false)
+            .map_err(|e| format!("arming the completion queue: {e}"))?;
+        let mut batch = [Completion::default(); POLL_BATCH];
+        loop {
+            let n = self
+                .cq
+                .poll(&mut batch)
+                .map_err(|e| format!("polling the completion queue: {e}"))?;
+            for c in &batch[..n] {
+                self.completed(c, conn, dir, now_ms)?;
+            }
+            if n < batch.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn completed(
+        &mut self,
+        c: &Completion,
+        conn: &mut Connection<Payload>,
+        dir: &dyn Directory,
+        now_ms: u64,
+    ) -> Result<(), LinkError> {
+        if c.wr_id & RECV_WR != 0 {
+            if !c.status.is_success() {
+                self.credits.flush();
+                return Err(format!("receive failed: {}", c.status));
+            }
+            let i = (c.wr_id & !RECV_WR) as u32;
+            self.received(i, c.byte_len as usize, conn, dir, now_ms)?;
+            self.post_recv(i)?;
+            if let Err(e) = self.credits.repost(1) {
+                tracing::debug!("{e}");
+            }
+            return Ok(());
+        }
+        self.sq_used = self.sq_used.saturating_sub(1);
+        let Some(op) = self.ops.take(c.wr_id) else {
+            return Err(format!("completion of unknown request {}", c.wr_id));
+        };
+        if !c.status.is_success() {
+            self.release(&op);
+            return Err(format!(
+                "{} failed: {} (vendor error {:#x})",
+                op.name(),
+                c.status,
+                c.vendor_err
+            ));
+        }
+        if let Op::Read {
+            chunk,
+            itt,
+            xfer,
+            len,
+        } = op
+        {
+            self.scratch.resize(len, 0);
+            // SAFETY: the RDMA READ into this chunk has completed and the chunk is not
+            // reused before it is released below; only this thread touches the buffer.
+            let r = unsafe { self.stage.read_quiescent(chunk * CHUNK, &mut self.scratch) };
+            r.map_err(|e| e.to_string())?;
+            if !conn.data_arrived(itt, xfer, &self.scratch) {
+                tracing::debug!(itt, "write data of an ended task dropped");
+            }
+        }
+        self.release(&op);
+        Ok(())
+    }
+
+    /// Gives an op's buffers back.
+    fn release(&mut self, op: &Op) {
+        match *op {
+            Op::Send { slot } => self.send_slots.free(slot),
+            Op::Write { chunk } | Op::Read { chunk, .. } => self.chunks.free(chunk),
+        }
+    }
+
+    /// One received iSER message (receive buffer `i`, `len` bytes).
+    fn received(
+        &mut self,
+        i: u32,
+        len: usize,
+        conn: &mut Connection<Payload>,
+        dir: &dyn Directory,
+        now_ms: u64,
+    ) -> Result<(), LinkError> {
+        if len > RECV_LEN {
+            return Err(format!(
+                "receive of {len} bytes in a {RECV_LEN}-byte buffer"
+            ));
+        }
+        self.scratch.resize(len, 0);
+        // SAFETY: the receive into buffer `i` has completed; it is posted again only after
+        // this copy; only this thread touches the buffer.
+        let r = unsafe {
+            self.recv
+                .read_quiescent(i as usize * RECV_LEN, &mut self.scratch)
+        };
+        r.map_err(|e| e.to_string())?;
+        let (msg, pdu) = IserMessage::split(&self.scratch).map_err(|e| format!("iSER: {e}"))?;
+        let IserMessage::Control(hdr) = msg else {
+            // Linux never sends Hello; iSERHelloRequired is never negotiated Yes here
+            return Err("iSER Hello without iSERHelloRequired=Yes".into());
+        };
+        let counted = if conn.is_rdma() && in_window(pdu) {
+            self.credits.on_command()
+        } else {
+            self.credits.on_unexpected()
+        };
+        if let Err(e) = counted {
+            tracing::debug!("{e}");
+        }
+        conn.rx_pdu(pdu, hdr.remote_bufs(), dir, now_ms);
+        Ok(())
+    }
+
+    /// Posts what the connection has queued, in order, as far as send-queue room, send
+    /// buffers and staging chunks allow (the rest waits for completions). Grants the
+    /// command window the posted receives allow first.
+    pub fn pump(&mut self, conn: &mut Connection<Payload>) -> Result<(), LinkError> {
+        conn.set_window_limit(self.credits.grant());
+        loop {
+            let mut p = match self.pending.pop_front() {
+                Some(p) => p,
+                None => match conn.pop_rdma_tx() {
+                    Some(tx) => Pending { tx, done: 0 },
+                    None => return Ok(()),
+                },
+            };
+            match self.progress(&mut p) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.pending.push_front(p);
+                    return Ok(());
+                }
+                Err(e) if !self.established => {
+                    // the queue pair may not be ready to send yet: again at ESTABLISHED
+                    tracing::debug!("post before the connection is established: {e}");
+                    self.pending.push_front(p);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Posts as much of `p` as possible; true when all of it is posted.
+    fn progress(&mut self, p: &mut Pending) -> Result<bool, LinkError> {
+        match &p.tx {
+            RdmaTx::Pdu { bhs, data } => {
+                if self.sq_used >= self.sq_max {
+                    return Ok(false);
+                }
+                let Some(slot) = self.send_slots.alloc() else {
+                    return Ok(false);
+                };
+                let len = ISER_HEADERS_LEN + data.len();
+                if len > SEND_LEN {
+                    self.send_slots.free(slot);
+                    return Err(format!("PDU of {len} bytes exceeds a send buffer"));
+                }
+                self.scratch.clear();
+                self.scratch
+                    .extend_from_slice(&ControlHeader::NONE.encode()[..ISER_HDR_LEN]);
+                self.scratch.extend_from_slice(bhs);
+                self.scratch.extend_from_slice(data);
+                // SAFETY: the slot is free (no Send from it in flight) and owned by this
+                // thread until its Send completes.
+                let r = unsafe { self.send.write_quiescent(slot * SEND_LEN, &self.scratch) };
+                r.map_err(|e| e.to_string())?;
+                let sge = self
+                    .send_mr
+                    .sge(slot * SEND_LEN, len as u32)
+                    .ok_or("send buffer out of range")?;
+                let wr = self.ops.insert(Op::Send { slot });
+                let opts = SendOptions {
+                    signaled: true,
+                    ..Default::default()
+                };
+                if let Err(e) = self.qp.post_send(wr, &[sge], opts) {
+                    self.ops.take(wr);
+                    self.send_slots.free(slot);
+                    return Err(format!("posting a Send: {e}"));
+                }
+                self.sq_used += 1;
+                Ok(true)
+            }
+            RdmaTx::Put {
+                remote, data, len, ..
+            } => {
+                let (remote, len) = (*remote, *len);
+                while p.done < len {
+                    if self.sq_used >= self.sq_max {
+                        return Ok(false);
+                    }
+                    let Some(chunk) = self.chunks.alloc() else {
+                        return Ok(false);
+                    };
+                    let n = CHUNK.min(len - p.done);
+                    let mut at = 0;
+                    while at < n {
+                        let piece = data.chunk(p.done + at);
+                        let piece = &piece[..piece.len().min(n - at)];
+                        if piece.is_empty() {
+                            self.chunks.free(chunk);
+                            return Err("READ data shorter than announced".into());
+                        }
+                        // SAFETY: the chunk is free (no RDMA on it in flight) and owned by
+                        // this thread until its WRITE completes.
+                        let r = unsafe { self.stage.write_quiescent(chunk * CHUNK + at, piece) };
+                        r.map_err(|e| e.to_string())?;
+                        at += piece.len();
+                    }
+                    let wr = self.ops.insert(Op::Write { chunk });
+                    if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, false) {
+                        self.ops.take(wr);
+                        self.chunks.free(chunk);
+                        return Err(e);
+                    }
+                    p.done += n;
+                }
+                Ok(true)
+            }
+            RdmaTx::Get {
+                itt,
+                xfer,
+                remote,
+                len,
+                ..
+            } => {
+                let (itt, xfer, remote, len) = (*itt, *xfer, *remote, *len as usize);
+                while p.done < len {
+                    if self.sq_used >= self.sq_max {
+                        return Ok(false);
+                    }
+                    let Some(chunk) = self.chunks.alloc() else {
+                        return Ok(false);
+                    };
+                    let n = CHUNK.min(len - p.done);
+                    let wr = self.ops.insert(Op::Read {
+                        chunk,
+                        itt,
+                        xfer,
+                        len: n,
+                    });
+                    if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, true) {
+                        self.ops.take(wr);
+                        self.chunks.free(chunk);
+                        return Err(e);
+                    }
+                    p.done += n;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Posts one RDMA WRITE (or READ) of `n` bytes between staging `chunk` and the
+    /// initiator's buffer `remote`, `offset` bytes in.
+    fn post_rdma(
+        &mut self,
+        wr: u64,
+        chunk: usize,
+        n: usize,
+        remote: RemoteBuf,
+        offset: usize,
+        read: bool,
+    ) -> Result<(), LinkError> {
+        let sge = self
+            .stage_mr
+            .sge(chunk * CHUNK, n as u32)
+            .ok_or("staging chunk out of range")?;
+        let to = Remote {
+            addr: remote.va.wrapping_add(offset as u64),
+            rkey: remote.stag,
+        };
+        let r = if read {
+            self.qp.post_rdma_read(wr, &[sge], to, true)
+        } else {
+            self.qp.post_rdma_write(wr, &[sge], to, true)
+        };
+        r.map_err(|e| {
+            format!(
+                "posting an RDMA {}: {e}",
+                if read { "READ" } else { "WRITE" }
+            )
+        })?;
+        self.sq_used += 1;
+        Ok(())
+    }
+
+    /// Nothing queued and nothing on the send queue: all that was sent has completed.
+    pub fn idle(&self) -> bool {
+        self.pending.is_empty() && self.sq_used == 0
+    }
+
+    /// Starts the teardown: disconnects (the queue pair goes to the error state, every
+    /// posted request completes flushed) and drops what was not posted yet.
+    pub fn disconnect(&mut self) {
+        self.pending.clear();
+        if let Err(e) = self.qp.disconnect() {
+            tracing::debug!("rdma_disconnect: {e}");
+        }
+        if !self.established {
+            // never connected: no TIMEWAIT_EXIT will come
+            self.timewait = true;
+        }
+    }
+
+    /// One step of the teardown, without blocking: reads CM events and flushed
+    /// completions (releasing their buffers). True once the link can be dropped: every
+    /// posted request is back and the CM left TIMEWAIT.
+    pub fn drain(&mut self) -> bool {
+        while let Ok(Some(ev)) = self.cm.get_event() {
+            if ev.kind == CmEventKind::TimewaitExit {
+                self.timewait = true;
+            }
+        }
+        while let Ok(true) = self.cq.get_event() {}
+        let mut batch = [Completion::default(); POLL_BATCH];
+        loop {
+            let n = match self.cq.poll(&mut batch) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!("draining: {e}");
+                    break;
+                }
+            };
+            for c in &batch[..n] {
+                if c.wr_id & RECV_WR == 0 {
+                    self.sq_used = self.sq_used.saturating_sub(1);
+                    if let Some(op) = self.ops.take(c.wr_id) {
+                        self.release(&op);
+                    }
+                }
+            }
+            if n < batch.len() {
+                break;
+            }
+        }
+        self.timewait && self.sq_used == 0
+    }
+}
+
+/// True for a PDU that takes a CmdSN inside the command window: a non-immediate request
+/// other than Data-Out, SNACK and Login.
+fn in_window(pdu: &[u8]) -> bool {
+    let Some(&b0) = pdu.first() else {
+        return false;
+    };
+    let immediate = b0 & 0x40 != 0;
+    let opcode = b0 & 0x3f;
+    !immediate && !matches!(opcode, 0x03 | 0x05 | 0x10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_pdus() {
+        assert!(in_window(&[0x01])); // SCSI command
+        assert!(!in_window(&[0x41])); // immediate
+        assert!(!in_window(&[0x05])); // Data-Out
+        assert!(!in_window(&[0x43])); // Login
+        assert!(in_window(&[0x06])); // Logout
+        assert!(!in_window(&[]));
+    }
+
+    const _: () = {
+        assert!(RECV_LEN >= ISER_HEADERS_LEN + RECV_DATA);
+        assert!(SEND_LEN >= ISER_HEADERS_LEN + 8192);
+        assert!(RECVS > MAX_WINDOW);
+    };
+}
