@@ -78,7 +78,7 @@ impl EventThread {
 
     pub(super) fn adopt_iser(&mut self, inc: Incoming) {
         let (peer, local) = (inc.peer, inc.local);
-        let (link, keys) = match IserLink::accept(inc) {
+        let (link, keys) = match IserLink::accept(inc, self.shared.cache.as_ref()) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(%peer, "iSER connection refused: {e}");

@@ -19,6 +19,7 @@
 //! Split: `listen` (RDMA listeners and connect requests), `ops` (the send-queue requests in
 //! flight and the staging memory); this file owns set-up, completions and posting.
 
+mod device;
 mod listen;
 mod ops;
 
@@ -33,11 +34,12 @@ use iscsi_proto::{Connection, DataBuf, Directory};
 use iser::proto::header::{ISER_HDR_LEN, ISER_HEADERS_LEN};
 use iser::proto::{ControlHeader, Credits, CreditsConfig, IserLimits, IserLoginKeys, IserMessage};
 use rdma::{
-    Access, Buffer, CmEventKind, Completion, CompletionQueue, Context, EventChannel, MemoryRegion,
-    ProtectionDomain, QpCaps, Remote, SendOptions,
+    Access, Buffer, CmEventKind, Completion, CompletionQueue, EventChannel, MemoryRegion, QpCaps,
+    Remote, SendOptions, Sge,
 };
 
 use crate::backend::payload::Payload;
+use device::DeviceRes;
 use ops::{Op, Ops, Pool};
 
 /// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
@@ -64,6 +66,8 @@ const RECV_WR: u64 = 1 << 63;
 const MAX_READ_DEPTH: u8 = 16;
 /// Completions taken per poll call.
 const POLL_BATCH: usize = 32;
+/// Scatter/gather entries per RDMA WRITE from cache blocks.
+const MAX_SGE: u32 = 16;
 
 /// A request of the connection being posted (a `Put` or `Get` may need several chunks).
 struct Pending {
@@ -88,8 +92,9 @@ pub struct IserLink {
     stage: Arc<Buffer>,
     cq: Arc<CompletionQueue>,
     cm: EventChannel,
-    _pd: Arc<ProtectionDomain>,
-    device: String,
+    dev: Arc<DeviceRes>,
+    /// Scatter/gather entries per send-queue request (the queue pair's real limit).
+    max_sge: usize,
     send_slots: Pool,
     chunks: Pool,
     ops: Ops,
@@ -111,7 +116,10 @@ impl IserLink {
     /// protection domain, the completion queue (own channel, armed), the queue pair, the
     /// registered buffers, every receive posted. Returns the link and the login keys to
     /// give to the connection (`set_rdma_transport`). On error the request is rejected.
-    pub fn accept(inc: Incoming) -> Result<(IserLink, IserLoginKeys), LinkError> {
+    pub fn accept(
+        inc: Incoming,
+        cache: Option<&Arc<cache::BlockCache>>,
+    ) -> Result<(IserLink, IserLoginKeys), LinkError> {
         let Incoming {
             id,
             channel,
@@ -120,13 +128,15 @@ impl IserLink {
             ..
         } = inc;
         let setup = || -> Result<_, String> {
-            let ctx = Context::of_id(&id).map_err(|e| format!("device context: {e}"))?;
-            let pd = ProtectionDomain::new(&ctx).map_err(|e| e.to_string())?;
-            let cq =
-                Arc::new(CompletionQueue::new(&ctx, SQ_DEPTH + RECVS).map_err(|e| e.to_string())?);
+            let dev = DeviceRes::of_id(&id, cache)?;
+            let pd = dev.pd();
+            let cq = Arc::new(
+                CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS)
+                    .map_err(|e| e.to_string())?,
+            );
             let reg = |len: usize, access: Access| -> Result<_, String> {
                 let b = Arc::new(Buffer::new(len).map_err(|e| e.to_string())?);
-                let mr = MemoryRegion::register(&pd, b.clone(), access).map_err(|e| {
+                let mr = MemoryRegion::register(pd, b.clone(), access).map_err(|e| {
                     format!("registering {len} bytes: {e} (RLIMIT_MEMLOCK / CAP_IPC_LOCK?)")
                 })?;
                 Ok((b, mr))
@@ -134,9 +144,9 @@ impl IserLink {
             let (recv, recv_mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
             let (send, send_mr) = reg(SEND_LEN * SENDS, Access::LOCAL_WRITE)?;
             let (stage, stage_mr) = reg(CHUNK * CHUNKS, Access::LOCAL_WRITE)?;
-            Ok((ctx, pd, cq, recv, recv_mr, send, send_mr, stage, stage_mr))
+            Ok((dev.clone(), cq, recv, recv_mr, send, send_mr, stage, stage_mr))
         };
-        let (ctx, pd, cq, recv, recv_mr, send, send_mr, stage, stage_mr) = match setup() {
+        let (dev, cq, recv, recv_mr, send, send_mr, stage, stage_mr) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = id.reject(&[]);
@@ -146,11 +156,11 @@ impl IserLink {
         let caps = QpCaps {
             max_send_wr: SQ_DEPTH,
             max_recv_wr: RECVS,
-            max_send_sge: 1,
+            max_send_sge: MAX_SGE,
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qp = rdma::Connection::create(id, &pd, &cq, caps).map_err(|(e, id)| {
+        let qp = rdma::Connection::create(id, dev.pd(), &cq, caps).map_err(|(e, id)| {
             let _ = id.reject(&[]);
             format!("queue pair: {e}")
         })?;
@@ -161,6 +171,7 @@ impl IserLink {
         })
         .map_err(|e| e.to_string())?;
         let sq_max = qp.caps().max_send_wr.min(SQ_DEPTH);
+        let qp_sge = qp.caps().max_send_sge;
         let mut link = IserLink {
             qp,
             recv_mr,
@@ -171,8 +182,8 @@ impl IserLink {
             stage,
             cq,
             cm: channel,
-            _pd: pd,
-            device: ctx.device_name(),
+            max_sge: (qp_sge as usize).clamp(1, MAX_SGE as usize),
+            dev,
             send_slots: Pool::new(SENDS),
             chunks: Pool::new(CHUNKS),
             ops: Ops::default(),
@@ -225,7 +236,7 @@ impl IserLink {
 
     /// The RDMA device's name.
     pub fn device(&self) -> &str {
-        &self.device
+        self.dev.name()
     }
 
     fn post_recv(&self, i: u32) -> Result<(), LinkError> {
@@ -332,8 +343,9 @@ impl IserLink {
             itt,
             xfer,
             len,
-        } = op
+        } = &op
         {
+            let (chunk, itt, xfer, len) = (*chunk, *itt, *xfer, *len);
             self.scratch.resize(len, 0);
             // SAFETY: the RDMA READ into this chunk has completed and the chunk is not
             // reused before it is released below; only this thread touches the buffer.
@@ -347,11 +359,12 @@ impl IserLink {
         Ok(())
     }
 
-    /// Gives an op's buffers back.
+    /// Gives an op's buffers back (cache blocks are unpinned when it is dropped).
     fn release(&mut self, op: &Op) {
         match *op {
             Op::Send { slot } => self.send_slots.free(slot),
             Op::Write { chunk } | Op::Read { chunk, .. } => self.chunks.free(chunk),
+            Op::WriteFrom { .. } => {}
         }
     }
 
@@ -407,6 +420,24 @@ impl IserLink {
                     None => return Ok(()),
                 },
             };
+            if let RdmaTx::Put {
+                remote, data, len, ..
+            } = &p.tx
+                && p.done == 0
+                && let Some(sges) = self.direct_sges(data, *len)
+            {
+                let wrs = sges.len().div_ceil(self.max_sge) as u32;
+                if self.sq_max - self.sq_used < wrs {
+                    self.pending.push_front(p);
+                    return Ok(());
+                }
+                let remote = *remote;
+                let RdmaTx::Put { data, .. } = p.tx else {
+                    continue;
+                };
+                self.put_direct(&sges, remote, data)?;
+                continue;
+            }
             match self.progress(&mut p) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -422,6 +453,66 @@ impl IserLink {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The scatter/gather list of the first `len` bytes of `data` when all of them lie in
+    /// registered cache arenas (None: copy through staging instead).
+    fn direct_sges(&self, data: &Payload, len: usize) -> Option<Vec<Sge>> {
+        if !matches!(data, Payload::Blocks(_)) || len == 0 {
+            return None;
+        }
+        let mut sges = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let piece = data.chunk(at);
+            let n = piece.len().min(len - at);
+            if n == 0 {
+                return None;
+            }
+            let addr = piece.as_ptr() as usize;
+            let lkey = self.dev.lkey_of(addr, n)?;
+            sges.push(Sge {
+                addr: addr as u64,
+                len: u32::try_from(n).ok()?,
+                lkey,
+            });
+            at += n;
+        }
+        Some(sges)
+    }
+
+    /// Posts RDMA WRITEs straight from pinned cache blocks, `max_sge` pieces each; the last
+    /// request holds the payload (its pins) until it completes — the earlier ones complete
+    /// before it on the RC queue pair.
+    fn put_direct(
+        &mut self,
+        sges: &[Sge],
+        remote: RemoteBuf,
+        data: Payload,
+    ) -> Result<(), LinkError> {
+        let mut data = Some(data);
+        let mut offset = 0u64;
+        let groups = sges.chunks(self.max_sge);
+        let last = groups.len().saturating_sub(1);
+        for (i, group) in groups.enumerate() {
+            let payload = if i == last {
+                data.take().ok_or("payload already handed over")?
+            } else {
+                Payload::Bytes(Vec::new())
+            };
+            let wr = self.ops.insert(Op::WriteFrom { payload });
+            let to = Remote {
+                addr: remote.va.wrapping_add(offset),
+                rkey: remote.stag,
+            };
+            if let Err(e) = self.qp.post_rdma_write(wr, group, to, true) {
+                self.ops.take(wr);
+                return Err(format!("posting an RDMA WRITE: {e}"));
+            }
+            self.sq_used += 1;
+            offset += group.iter().map(|s| u64::from(s.len)).sum::<u64>();
+        }
+        Ok(())
     }
 
     /// Posts as much of `p` as possible; true when all of it is posted.

@@ -1,13 +1,21 @@
 //! Bookkeeping of one iSER link: the send-queue requests in flight, by work-request id
 //! ([`Ops`]), and fixed pools of buffer slots (send buffers, staging chunks: [`Pool`]).
 
+use crate::backend::payload::Payload;
+
 /// A request on the send queue, and the buffer it holds until it completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Op {
     /// A Send from send buffer `slot`.
     Send { slot: usize },
     /// An RDMA WRITE (READ data to the initiator) from staging `chunk`.
     Write { chunk: usize },
+    /// An RDMA WRITE straight from cache blocks: the payload keeps them pinned until it
+    /// completes.
+    WriteFrom {
+        #[allow(dead_code, reason = "held, not read: dropping it unpins the cache blocks")]
+        payload: Payload,
+    },
     /// An RDMA READ (WRITE data from the initiator) into staging `chunk`: `len` bytes for
     /// task `itt`, transfer `xfer`.
     Read {
@@ -22,7 +30,7 @@ impl Op {
     pub(super) fn name(&self) -> &'static str {
         match self {
             Op::Send { .. } => "Send",
-            Op::Write { .. } => "RDMA WRITE",
+            Op::Write { .. } | Op::WriteFrom { .. } => "RDMA WRITE",
             Op::Read { .. } => "RDMA READ",
         }
     }
@@ -96,9 +104,9 @@ mod tests {
         let a = ops.insert(Op::Send { slot: 1 });
         let b = ops.insert(Op::Write { chunk: 2 });
         assert_ne!(a, b);
-        assert_eq!(ops.take(a), Some(Op::Send { slot: 1 }));
-        assert_eq!(ops.take(a), None);
-        assert_eq!(ops.take(999), None);
+        assert!(matches!(ops.take(a), Some(Op::Send { slot: 1 })));
+        assert!(ops.take(a).is_none());
+        assert!(ops.take(999).is_none());
         let c = ops.insert(Op::Send { slot: 3 });
         assert_eq!(c, a);
     }
