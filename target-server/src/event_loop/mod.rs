@@ -343,6 +343,7 @@ impl EventThread {
             registry: &shared.registry,
             me: id,
             control: &*shared,
+            transport: config::Driver::Iscsi,
         };
         let mut reads = 0;
         let mut eof = false;
