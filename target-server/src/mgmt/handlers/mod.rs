@@ -18,12 +18,12 @@ pub fn handle(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     };
     let lld = request_lld(&h.lld, mode, crate::rdma_probe::iser_state())?;
     tracing::debug!(
-        lld = lld.as_str(),
         ?mode,
         ?op,
         tid = h.tid,
         lun = h.lun,
         sid = h.sid,
+        lld = lld.as_str(),
         "management request"
     );
     let r = match mode {
