@@ -186,8 +186,10 @@ mod tests {
             }],
             iscsi_proto::ConnConfig::default(),
         );
-        let mut base = config::Config::default();
-        base.iser_portals = Some(Vec::new());
+        let base = config::Config {
+            iser_portals: Some(Vec::new()),
+            ..config::Config::default()
+        };
         let text = yaml(&reg, &base);
         let back = config::parse(&text, "dump.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(back.targets[0].driver, config::Driver::Iser, "{text}");
