@@ -8,7 +8,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use crate::model::{Config, LunConfig, TargetConfig};
+use crate::model::{Config, LunConfig, PortalConfig, TargetConfig};
 
 /// The difference between two configurations, for a reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +27,13 @@ pub struct ConfigDiff {
     pub portals_removed: Vec<SocketAddr>,
     /// Portals in both whose NOP settings changed.
     pub portals_changed: Vec<SocketAddr>,
+    /// iSER portals to start listening on (`iser_portals`; absent counts as its default
+    /// `0.0.0.0:3260`, which only listens on a host with an RDMA device).
+    pub iser_portals_added: Vec<SocketAddr>,
+    /// iSER portals to stop listening on.
+    pub iser_portals_removed: Vec<SocketAddr>,
+    /// iSER portals in both whose NOP settings changed.
+    pub iser_portals_changed: Vec<SocketAddr>,
     /// CHAP users added, removed or with a new secret.
     pub accounts_changed: Vec<String>,
     /// The discovery CHAP bindings changed.
@@ -96,18 +103,13 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             }
         }
     }
-    for p in &new.portals {
-        match old.portals.iter().find(|o| o.addr == p.addr) {
-            None => d.portals_added.push(p.addr),
-            Some(o) if o != p => d.portals_changed.push(p.addr),
-            Some(_) => {}
-        }
-    }
-    for p in &old.portals {
-        if !new.portals.iter().any(|n| n.addr == p.addr) {
-            d.portals_removed.push(p.addr);
-        }
-    }
+    (d.portals_added, d.portals_removed, d.portals_changed) =
+        portal_changes(&old.portals, &new.portals);
+    (
+        d.iser_portals_added,
+        d.iser_portals_removed,
+        d.iser_portals_changed,
+    ) = portal_changes(&old.iser_listen(true), &new.iser_listen(true));
     for a in &old.accounts {
         if new.account(&a.user) != Some(a) {
             d.accounts_changed.push(a.user.clone());
@@ -122,6 +124,26 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     d.iscsi_defaults_changed = old.iscsi != new.iscsi;
     d.needs_restart = needs_restart(old, new);
     d
+}
+
+type PortalChanges = (Vec<SocketAddr>, Vec<SocketAddr>, Vec<SocketAddr>);
+
+/// Portals added, removed, and in both with other NOP settings (matched by address).
+fn portal_changes(old: &[PortalConfig], new: &[PortalConfig]) -> PortalChanges {
+    let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    for p in new {
+        match old.iter().find(|o| o.addr == p.addr) {
+            None => added.push(p.addr),
+            Some(o) if o != p => changed.push(p.addr),
+            Some(_) => {}
+        }
+    }
+    for p in old {
+        if !new.iter().any(|n| n.addr == p.addr) {
+            removed.push(p.addr);
+        }
+    }
+    (added, removed, changed)
 }
 
 fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
@@ -250,6 +272,15 @@ impl fmt::Display for ConfigDiff {
         }
         for p in &self.portals_changed {
             writeln!(f, "changed portal {p}")?;
+        }
+        for p in &self.iser_portals_added {
+            writeln!(f, "added iser portal {p}")?;
+        }
+        for p in &self.iser_portals_removed {
+            writeln!(f, "removed iser portal {p}")?;
+        }
+        for p in &self.iser_portals_changed {
+            writeln!(f, "changed iser portal {p}")?;
         }
         for u in &self.accounts_changed {
             writeln!(f, "changed account {u}")?;
@@ -398,5 +429,32 @@ mod tests {
         assert!(s.contains("needs restart: cache.size_per_node\n"), "{s}");
         let back = diff(&new, &old);
         assert_eq!(back.portals_removed, vec!["10.0.0.1:3260".parse().unwrap()]);
+    }
+
+    #[test]
+    fn iser_portals_changes() {
+        let old = base();
+        // absent = the default 0.0.0.0:3260, so spelling the default out changes nothing
+        let mut new = base();
+        new.iser_portals = Some(vec![PortalConfig::new("0.0.0.0:3260".parse().unwrap())]);
+        assert!(diff(&old, &new).is_empty());
+        // an explicit empty list switches iSER off
+        new.iser_portals = Some(Vec::new());
+        let d = diff(&old, &new);
+        assert_eq!(
+            d.iser_portals_removed,
+            vec!["0.0.0.0:3260".parse().unwrap()]
+        );
+        assert!(d.portals_added.is_empty() && d.portals_removed.is_empty());
+        assert!(d.to_string().contains("removed iser portal 0.0.0.0:3260\n"));
+        let mut newer = new.clone();
+        let mut p = PortalConfig::new("10.0.0.2:3260".parse().unwrap());
+        newer.iser_portals = Some(vec![p.clone()]);
+        let d = diff(&new, &newer);
+        assert_eq!(d.iser_portals_added, vec![p.addr]);
+        let mut nop = newer.clone();
+        p.nop_interval = Some(3);
+        nop.iser_portals = Some(vec![p.clone()]);
+        assert_eq!(diff(&newer, &nop).iser_portals_changed, vec![p.addr]);
     }
 }

@@ -28,6 +28,11 @@ pub const DEMO_SIZE: u64 = 1 << 30;
 pub struct Config {
     /// Listening portals; never empty after parsing (default `0.0.0.0:3260`).
     pub portals: Vec<PortalConfig>,
+    /// iSER (RDMA) portals (`iser_portals:`, same entries as `portals:`). `None` (key
+    /// absent) is tgtd's default: iSER on [`DEFAULT_PORTAL`] when the host has an RDMA
+    /// device, silently nothing otherwise; `Some(list)` is exactly these portals, and an
+    /// empty list switches iSER off. See [`Config::iser_listen`].
+    pub iser_portals: Option<Vec<PortalConfig>>,
     /// NUMA layout (`numa:`).
     pub numa: NumaConfig,
     /// Thread counts (`threads:`).
@@ -54,6 +59,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             portals: vec![PortalConfig::new(default_portal_addr())],
+            iser_portals: None,
             numa: NumaConfig::default(),
             threads: ThreadConfig::default(),
             iscsi: IscsiParams::default(),
@@ -88,6 +94,7 @@ impl Config {
         };
         Config {
             portals,
+            iser_portals: None,
             numa: NumaConfig::default(),
             threads: ThreadConfig::default(),
             iscsi: IscsiParams::default(),
@@ -103,6 +110,17 @@ impl Config {
                 }],
                 ..TargetConfig::new(DEMO_IQN)
             }],
+        }
+    }
+
+    /// The iSER portals to listen on, given whether the host has an RDMA device: the
+    /// configured list, or (`iser_portals` absent) `0.0.0.0:3260` with a device and none
+    /// without one, as tgtd's iSER driver.
+    pub fn iser_listen(&self, rdma_present: bool) -> Vec<PortalConfig> {
+        match &self.iser_portals {
+            Some(list) => list.clone(),
+            None if rdma_present => vec![PortalConfig::new(default_portal_addr())],
+            None => Vec::new(),
         }
     }
 

@@ -22,6 +22,8 @@ pub(crate) struct RawConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub portals: Option<Vec<RawPortal>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iser_portals: Option<Vec<RawPortal>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numa: Option<RawNuma>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<RawThreads>,
@@ -674,6 +676,10 @@ fn auto_or(n: Option<usize>) -> Scalar {
 pub(crate) fn to_yaml(c: &Config) -> String {
     let raw = RawConfig {
         portals: Some(c.portals.iter().map(raw_portal).collect()),
+        iser_portals: c
+            .iser_portals
+            .as_ref()
+            .map(|l| l.iter().map(raw_portal).collect()),
         numa: Some(RawNuma {
             nodes: Some(auto_or(c.numa.nodes)),
         }),

@@ -9,6 +9,7 @@ fn default_file_parses_and_exports_nothing() {
     let c = config::parse(DEFAULT, "default.yaml").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.portals.len(), 1);
     assert_eq!(c.portals[0].addr.to_string(), "0.0.0.0:3260");
+    assert_eq!(c.iser_portals, None);
     assert!(c.targets.is_empty());
 }
 
@@ -33,6 +34,7 @@ fn default_file_with_every_setting_uncommented_parses() {
     }
     let c = config::parse(&text, "uncommented.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(c.portals.len(), 2);
+    assert_eq!(c.iser_portals.map(|l| l.len()), Some(1));
     assert_eq!(c.targets.len(), 1);
     assert_eq!(c.targets[0].luns.len(), 1);
 }

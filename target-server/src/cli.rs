@@ -1,4 +1,5 @@
-//! numatgtd's command line: tgtd's options (`-f`, `-C`, `-t`, `-d`, `--iscsi portal=…`) plus
+//! numatgtd's command line: tgtd's options (`-f`, `-C`, `-t`, `-d`, `--iscsi portal=…`,
+//! `--iser portal=…`) plus
 //! numatgt's own (`--config`, `--state-dir`, `--demo`, NUMA and thread sizing).
 
 use std::net::SocketAddr;
@@ -36,6 +37,12 @@ pub struct Cli {
     /// iSCSI driver options, as tgtd: portal=IP:PORT[,nop_interval=S][,nop_count=N]. Repeatable.
     #[arg(long = "iscsi", value_name = "OPTIONS")]
     pub iscsi: Vec<String>,
+
+    /// iSER driver options, as tgtd: portal=IP:PORT (IPv6 as [addr]:port, port 3260 if
+    /// left out). Repeatable; replaces the configuration's `iser_portals`. Without it iSER
+    /// listens on 0.0.0.0:3260 when the host has an RDMA device.
+    #[arg(long = "iser", value_name = "OPTIONS")]
+    pub iser: Vec<String>,
 
     /// YAML configuration file, or tgt's targets.conf. Without it (and without --demo)
     /// numatgtd starts with no targets, as tgtd does, and waits for tgtadm.
@@ -123,6 +130,46 @@ pub fn parse_iscsi_opts(s: &str) -> Result<IscsiOpts, String> {
     Ok(o)
 }
 
+/// One `--iser` option set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IserOpts {
+    /// `portal=IP:PORT`: listen for iSER (RDMA CM) there.
+    pub portal: Option<SocketAddr>,
+}
+
+/// Parse tgtd's `--iser` value: comma-separated key=value pairs; the one key is `portal`
+/// (same address syntax as `--iscsi portal=`).
+pub fn parse_iser_opts(s: &str) -> Result<IserOpts, String> {
+    let mut o = IserOpts::default();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--iser: '{part}' is not key=value"))?;
+        match k {
+            "portal" => {
+                let addr = parse_portal(v).map_err(|e| format!("--iser portal={v}: {e}"))?;
+                o.portal = Some(addr);
+            }
+            _ => {
+                return Err(format!(
+                    "--iser: unknown option '{k}' (the only one is portal=IP:PORT)"
+                ));
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// The iSER portals the `--iser` options name, in order; `None` when none does (the
+/// configuration's `iser_portals` then apply).
+pub fn iser_portals(values: &[String]) -> Result<Option<Vec<SocketAddr>>, String> {
+    let mut out = Vec::new();
+    for v in values {
+        out.extend(parse_iser_opts(v)?.portal);
+    }
+    Ok((!out.is_empty()).then_some(out))
+}
+
 /// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260).
 pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = v.parse::<SocketAddr>() {
@@ -163,6 +210,61 @@ mod tests {
         assert!(parse_iscsi_opts("portal=nonsense").is_err());
         assert!(parse_iscsi_opts("bogus=1").is_err());
         assert!(parse_iscsi_opts("nop_count=x").is_err());
+    }
+
+    #[test]
+    fn iser_options() {
+        let p = |s: &str| parse_iser_opts(s).map(|o| o.portal);
+        assert_eq!(
+            p("portal=10.0.0.1:3261"),
+            Ok(Some("10.0.0.1:3261".parse().expect("addr")))
+        );
+        assert_eq!(
+            p("portal=[::1]:3261"),
+            Ok(Some("[::1]:3261".parse().expect("addr")))
+        );
+        assert_eq!(
+            p("portal=10.0.0.1"),
+            Ok(Some("10.0.0.1:3260".parse().expect("addr")))
+        );
+        assert_eq!(p(""), Ok(None));
+        let e = p("portal=nonsense").expect_err("bad address");
+        assert!(
+            e.starts_with("--iser portal=nonsense: expected IP:PORT"),
+            "{e}"
+        );
+        let e = p("nop_interval=5").expect_err("unknown option");
+        assert!(
+            e.contains("unknown option 'nop_interval'") && e.contains("portal="),
+            "{e}"
+        );
+        let e = p("portal").expect_err("not key=value");
+        assert!(e.contains("not key=value"), "{e}");
+    }
+
+    #[test]
+    fn iser_flags_collect_portals() {
+        let c = Cli::try_parse_from([
+            "numatgtd",
+            "--iser",
+            "portal=10.0.0.1:3260",
+            "--iscsi",
+            "portal=127.0.0.1:3270",
+            "--iser",
+            "portal=[fd00::1]",
+        ])
+        .expect("parse");
+        assert_eq!(
+            iser_portals(&c.iser),
+            Ok(Some(vec![
+                "10.0.0.1:3260".parse().expect("addr"),
+                "[fd00::1]:3260".parse().expect("addr"),
+            ]))
+        );
+        assert_eq!(c.iscsi.len(), 1);
+        let none = Cli::try_parse_from(["numatgtd", "--demo"]).expect("parse");
+        assert_eq!(iser_portals(&none.iser), Ok(None));
+        assert!(iser_portals(&["bogus=1".to_string()]).is_err());
     }
 
     #[test]

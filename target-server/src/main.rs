@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use nix::sys::signal::{SigSet, Signal};
-use target_server::cli::{Cli, parse_iscsi_opts};
+use target_server::cli::{Cli, iser_portals, parse_iscsi_opts};
 use target_server::mgmt::socket::MgmtSocket;
 use target_server::runtime::{Daemon, RuntimeConfig};
 
@@ -18,6 +18,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
         iscsi.push(parse_iscsi_opts(s)?);
     }
     let cli_portals: Vec<std::net::SocketAddr> = iscsi.iter().filter_map(|o| o.portal).collect();
+    let cli_iser = iser_portals(&cli.iser)?;
     let mut cfg = match (&cli.config, cli.demo) {
         (Some(path), _) => {
             // numatgt YAML, or tgt's targets.conf (by extension `.conf` or by its content)
@@ -68,6 +69,11 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
                 nop_count: None,
             })
             .collect();
+    }
+    // --iser portal= replaces `iser_portals` (none given: the file's, or tgtd's default of
+    // 0.0.0.0:3260 when the host has an RDMA device; --demo included)
+    if let Some(list) = cli_iser {
+        cfg.iser_portals = Some(list.into_iter().map(config::PortalConfig::new).collect());
     }
     for o in &iscsi {
         if let Some(v) = o.nop_interval {
@@ -158,6 +164,7 @@ fn main() -> ExitCode {
             .iscsi
             .iter()
             .any(|s| parse_iscsi_opts(s).ok().and_then(|o| o.portal).is_some());
+        loaded.iser_portals_from_cli = matches!(iser_portals(&cli.iser), Ok(Some(_)));
         loaded.metrics_from_cli = cli.metrics.is_some() || cli.metrics_session_info;
         if cli.demo && cli.config.is_some() {
             loaded.demo = config::Config::demo(&cli.state_dir, &[]).targets;

@@ -15,6 +15,8 @@ use iscsi_proto::ConnConfig;
 
 mod access;
 mod login;
+#[cfg(test)]
+mod tests;
 
 pub use access::{Accounts, Acl, AuthBinding, ChapCredentials, TargetState, os_random};
 pub use login::LoginContext;
@@ -115,6 +117,11 @@ pub struct Target {
     pub tid: u32,
     pub iqn: String,
     pub alias: Option<String>,
+    /// The LLD the target was made for (`driver:` in the configuration, tgtadm's `--lld`):
+    /// recorded, shown (`Driver:` in `--op show`) and used to split tgtadm's per-LLD target
+    /// lists as tgtd does. It does not limit the transports: every target is reachable over
+    /// every portal, TCP and iSER.
+    pub driver: config::Driver,
     luns: RwLock<Arc<LunSet>>,
     /// Bumped after every change of `luns`: event threads keep a snapshot per connection
     /// and only re-read the table when this moved (one load of a rarely written word per
@@ -147,6 +154,7 @@ impl Target {
             tid,
             iqn,
             alias,
+            driver: config::Driver::Iscsi,
             luns: RwLock::new(Arc::new(LunSet::new(luns))),
             luns_gen: std::sync::atomic::AtomicU64::new(0),
             conn_config: RwLock::new(conn_config),
@@ -157,6 +165,12 @@ impl Target {
                 extra: Vec::new(),
             }),
         }
+    }
+
+    /// The same target made for LLD `driver` ([`Target::new`] makes `iscsi` targets).
+    pub fn with_driver(mut self, driver: config::Driver) -> Target {
+        self.driver = driver;
+        self
     }
 
     /// The current LUNs (cheap: a read lock and an `Arc` clone).
@@ -213,6 +227,7 @@ struct SessionEntry {
     target: String,
     alias: Option<String>,
     peer: SocketAddr,
+    transport: config::Driver,
 }
 
 /// One logged-in normal session, as tgtadm shows it (one connection per session here).
@@ -225,6 +240,8 @@ pub struct SessionView {
     /// Connection id (always 0: one connection per session).
     pub cid: u16,
     pub owner: ConnId,
+    /// The transport the session's connection runs over (`iscsi`: TCP, `iser`: RDMA).
+    pub transport: config::Driver,
 }
 
 /// Daemon-wide state changed with `--mode sys --op update`.
@@ -241,6 +258,8 @@ type NexusKey = (String, [u8; 6], String);
 pub struct Registry {
     targets: RwLock<Vec<Arc<Target>>>,
     portals: RwLock<Vec<Portal>>,
+    /// The iSER (RDMA) portals the runtime listens on (set once bound).
+    iser_portals: RwLock<Vec<Portal>>,
     /// Limits for connections before login picks a target (and for discovery sessions).
     default_config: ConnConfig,
     /// Logged-in sessions by I_T nexus: initiator name, ISID and target name (lower case) —
@@ -299,6 +318,7 @@ impl Registry {
         Registry {
             targets: RwLock::new(targets),
             portals: RwLock::new(portals),
+            iser_portals: RwLock::new(Vec::new()),
             default_config,
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
@@ -336,6 +356,24 @@ impl Registry {
     /// The listening portals, in the order they were added.
     pub fn portals(&self) -> Vec<Portal> {
         self.portals
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The iSER portals are listening on `v` (the runtime calls this after binding them;
+    /// empty: no iSER).
+    #[allow(
+        dead_code,
+        reason = "called by the iSER runtime once it has bound its portals"
+    )]
+    pub fn set_iser_portals(&self, v: Vec<Portal>) {
+        *self.iser_portals.write().unwrap_or_else(|p| p.into_inner()) = v;
+    }
+
+    /// The listening iSER portals, in the order they were set.
+    pub fn iser_portals(&self) -> Vec<Portal> {
+        self.iser_portals
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -404,6 +442,7 @@ impl Registry {
                 peer: e.peer,
                 cid: 0,
                 owner: e.owner,
+                transport: e.transport,
             })
             .collect();
         v.sort_by_key(|x| x.tsih);
@@ -473,8 +512,14 @@ impl Registry {
             .cloned()
     }
 
-    fn portal_strings(&self, local: SocketAddr) -> Vec<String> {
-        self.portals()
+    /// The SendTargets addresses for a discovery session that reached us on `local` over
+    /// `transport`: the iSER portals over iSER, the TCP portals over TCP.
+    fn portal_strings(&self, local: SocketAddr, transport: config::Driver) -> Vec<String> {
+        let portals = match transport {
+            config::Driver::Iscsi => self.portals(),
+            config::Driver::Iser => self.iser_portals(),
+        };
+        portals
             .iter()
             .map(|p| p.addr)
             .map(|p| {

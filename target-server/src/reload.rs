@@ -4,7 +4,8 @@
 //! differs is touched: targets removed from the file go (their sessions are closed, their
 //! cached data written back); changed targets are rebuilt from the file (their sessions are
 //! closed and the initiators log in again); added targets appear; portals are bound and
-//! closed; accounts and discovery authentication are replaced. Sessions of unchanged targets
+//! closed (iSER portals only at the next start); accounts and discovery authentication are
+//! replaced. Sessions of unchanged targets
 //! never notice. Settings that only apply at start (cache sizing, NUMA, threads) are
 //! reported as needing a restart.
 
@@ -24,6 +25,8 @@ pub struct Loaded {
     pub(crate) config: config::Config,
     /// Portals came from the command line (`--iscsi portal=`): the file's are ignored.
     pub portals_from_cli: bool,
+    /// iSER portals came from the command line (`--iser portal=`): the file's are ignored.
+    pub iser_portals_from_cli: bool,
     /// The metrics settings came from the command line (`--metrics`): the file's are ignored.
     pub metrics_from_cli: bool,
     /// Targets added by `--demo`, kept across reloads.
@@ -52,6 +55,9 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     next.targets.extend(loaded.demo.iter().cloned());
     if loaded.portals_from_cli {
         next.portals = loaded.config.portals.clone();
+    }
+    if loaded.iser_portals_from_cli {
+        next.iser_portals = loaded.config.iser_portals.clone();
     }
     if loaded.metrics_from_cli {
         next.metrics = loaded.config.metrics;
@@ -146,6 +152,18 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
             if let Err(e) = acceptor.add(*a) {
                 portal_errors.push(format!("portal {a}: {e:?}"));
             }
+        }
+    }
+    // iSER portals are bound at start only (tgtadm cannot add them either, yet)
+    for (what, list) in [
+        ("added", &diff.iser_portals_added),
+        ("removed", &diff.iser_portals_removed),
+        ("changed", &diff.iser_portals_changed),
+    ] {
+        for a in list {
+            portal_errors.push(format!(
+                "iser portal {a} {what}: takes effect at the next start"
+            ));
         }
     }
     for e in &portal_errors {

@@ -214,7 +214,8 @@ pub(crate) fn open_target(
         luns,
         conn_config(&t.effective_iscsi(&cfg.iscsi)),
         Acl::from_config(t),
-    );
+    )
+    .with_driver(t.driver);
     {
         let mut m = target.mgmt();
         m.state = t.state;
@@ -747,6 +748,7 @@ impl Daemon {
                 path: None,
                 config: (*self.base).clone(),
                 portals_from_cli: false,
+                iser_portals_from_cli: false,
                 metrics_from_cli: false,
                 demo: Vec::new(),
             })),

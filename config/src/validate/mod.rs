@@ -148,6 +148,10 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         None => vec![PortalConfig::new(default_portal_addr())],
         Some(list) => portals(ctx, &list)?,
     };
+    let iser_portals = match raw.iser_portals {
+        None => None,
+        Some(list) => Some(iser_portals(ctx, &list)?),
+    };
     let numa = NumaConfig {
         nodes: match raw.numa.and_then(|n| n.nodes) {
             Some(s) => ctx.auto_or("numa.nodes", &s, limits::NUMA_NODES)?,
@@ -202,6 +206,7 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
     cross_checks(ctx, &targets)?;
     Ok(Config {
         portals,
+        iser_portals,
         numa,
         threads,
         iscsi,
@@ -293,7 +298,7 @@ mod network;
 mod targets;
 
 use caching::{cache, metrics, router};
-use network::{check_bursts, iscsi_override, portals};
+use network::{check_bursts, iscsi_override, iser_portals, portals};
 use targets::target;
 
 pub(crate) use network::portal_from_option;

@@ -15,16 +15,27 @@ pub(super) fn portals(ctx: &Ctx<'_>, list: &[RawPortal]) -> R<Vec<PortalConfig>>
             "must list at least one portal (leave the key out for 0.0.0.0:3260)",
         ));
     }
+    portal_list(ctx, "portals", list)
+}
+
+/// `iser_portals:`: the same entries as `portals:`, checked the same way; an empty list is
+/// allowed (it switches iSER off). iSER portals are not compared with the TCP ones: RDMA CM
+/// listens in its own port space, as tgtd's iSER driver does on 3260 next to its TCP one.
+pub(super) fn iser_portals(ctx: &Ctx<'_>, list: &[RawPortal]) -> R<Vec<PortalConfig>> {
+    portal_list(ctx, "iser_portals", list)
+}
+
+fn portal_list(ctx: &Ctx<'_>, key: &str, list: &[RawPortal]) -> R<Vec<PortalConfig>> {
     let mut out: Vec<PortalConfig> = Vec::new();
     for (i, rp) in list.iter().enumerate() {
-        let path = format!("portals[{i}]");
+        let path = format!("{key}[{i}]");
         let addr =
             parse_portal_addr(&rp.address).map_err(|m| ctx.err(&format!("{path}.address"), m))?;
         for (j, prev) in out.iter().enumerate() {
             if let Some(why) = portal_clash(prev.addr, addr) {
                 return Err(ctx.err(
                     &format!("{path}.address"),
-                    format!("{addr} {why} portals[{j}] ({})", prev.addr),
+                    format!("{addr} {why} {key}[{j}] ({})", prev.addr),
                 ));
             }
         }

@@ -414,6 +414,7 @@ impl EventThread {
             registry: &shared.registry,
             me: id,
             control: &*shared,
+            transport: config::Driver::Iscsi,
         };
         #[cfg_attr(not(feature = "iser"), allow(irrefutable_let_patterns))]
         let Link::Tcp(sock) = &mut slot.link else {

@@ -114,10 +114,18 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     );
     for t in &targets {
         let s = sh.registry.sessions_of(&t.iqn);
-        let labels = [("target", t.iqn.as_str()), ("transport", "iscsi")];
-        sessions.add(&labels, s.len() as f64);
-        // one connection per session (MaxConnections=1)
-        conns.add(&labels, s.len() as f64);
+        for d in [config::Driver::Iscsi, config::Driver::Iser] {
+            let n = s.iter().filter(|v| v.transport == d).count();
+            // every target has its iscsi series; an iser one when it is an iser target or
+            // has iSER sessions (every target is reachable over both transports)
+            if d == config::Driver::Iser && n == 0 && t.driver != d {
+                continue;
+            }
+            let labels = [("target", t.iqn.as_str()), ("transport", d.as_str())];
+            sessions.add(&labels, n as f64);
+            // one connection per session (MaxConnections=1)
+            conns.add(&labels, n as f64);
+        }
         if src.session_info {
             for v in &s {
                 let tsih = v.tsih.to_string();
@@ -126,7 +134,7 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
                         ("target", t.iqn.as_str()),
                         ("initiator", v.initiator.as_str()),
                         ("tsih", &tsih),
-                        ("transport", "iscsi"),
+                        ("transport", v.transport.as_str()),
                     ],
                     1.0,
                 );

@@ -92,6 +92,7 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
         allow_initiators: m.acl.names.clone(),
         allow_addresses: m.acl.addresses.iter().map(|(_, r)| *r).collect(),
         iscsi: overrides(&t.conn_config(), global),
+        driver: t.driver,
         state: m.state,
         incoming_users: m.auth.incoming.clone(),
         outgoing_user: m.auth.outgoing.clone(),
@@ -149,4 +150,49 @@ pub fn yaml(reg: &Registry, base: &config::Config) -> String {
         .map(|t| target_config(t, &base.iscsi))
         .collect();
     notes + &cfg.to_yaml()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::registry::Acl;
+
+    #[test]
+    fn dump_keeps_the_driver_and_iser_portals() {
+        let acl = Acl {
+            addresses: vec![(
+                "ALL".into(),
+                config::AddressRule::parse("ALL").expect("rule"),
+            )],
+            names: Vec::new(),
+        };
+        let t = Target::new(
+            3,
+            "iqn.2026-11.org.numatgt:r".into(),
+            None,
+            Default::default(),
+            iscsi_proto::ConnConfig::default(),
+            acl,
+        )
+        .with_driver(config::Driver::Iser);
+        let reg = Registry::new(
+            vec![Arc::new(t)],
+            vec![crate::registry::Portal {
+                addr: "127.0.0.1:3260".parse().expect("addr"),
+                nop_interval: None,
+                nop_count: None,
+            }],
+            iscsi_proto::ConnConfig::default(),
+        );
+        let base = config::Config {
+            iser_portals: Some(Vec::new()),
+            ..config::Config::default()
+        };
+        let text = yaml(&reg, &base);
+        let back = config::parse(&text, "dump.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(back.targets[0].driver, config::Driver::Iser, "{text}");
+        assert_eq!(back.iser_portals, Some(Vec::new()), "{text}");
+    }
 }

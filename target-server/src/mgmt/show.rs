@@ -63,7 +63,11 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
     let mgmt = t.mgmt().clone();
     let cc = t.conn_config();
     let _ = writeln!(out, "Target {}: {}", t.tid, t.iqn);
-    out.push_str("    System information:\n        Driver: iscsi\n");
+    let _ = writeln!(
+        out,
+        "    System information:\n        Driver: {}",
+        t.driver.as_str()
+    );
     let _ = writeln!(out, "        State: {}", mgmt.state.as_str());
     if cc.nop_interval_ms != 0 {
         let _ = writeln!(out, "        Nop interval: {}", cc.nop_interval_ms / 1000);
@@ -79,7 +83,7 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
             s.alias.as_deref().unwrap_or("none")
         );
         let _ = writeln!(out, "            Connection: {}", s.cid);
-        let _ = writeln!(out, "                IP Address: {}", s.peer.ip());
+        let _ = writeln!(out, "                {}", address_line(s));
     }
     out.push_str("    LUN information:\n");
     let luns = t.lun_set();
@@ -109,9 +113,20 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
     }
 }
 
-/// `--op show --mode target` (every target, by tid).
-pub fn targets(reg: &Registry) -> String {
+/// The connection's address as tgtd's transports show it: `IP Address: …` over TCP,
+/// `RDMA IP Address: …` over iSER.
+fn address_line(s: &SessionView) -> String {
+    match s.transport {
+        config::Driver::Iscsi => format!("IP Address: {}", s.peer.ip()),
+        config::Driver::Iser => format!("RDMA IP Address: {}", s.peer.ip()),
+    }
+}
+
+/// `--lld L --op show --mode target`: the targets of LLD `lld`, by tid (tgtd lists the
+/// targets per LLD).
+pub fn targets(reg: &Registry, lld: config::Driver) -> String {
     let mut ts = reg.targets();
+    ts.retain(|t| t.driver == lld);
     ts.sort_by_key(|t| t.tid);
     let mut out = String::new();
     for t in ts {
@@ -220,15 +235,20 @@ pub fn connections(sessions: &[SessionView]) -> String {
         let _ = writeln!(out, "Session: {}", s.tsih);
         let _ = writeln!(out, "    Connection: {}", s.cid);
         let _ = writeln!(out, "        Initiator: {}", s.initiator);
-        let _ = writeln!(out, "        IP Address: {}", s.peer.ip());
+        let _ = writeln!(out, "        {}", address_line(s));
     }
     out
 }
 
 /// `--op show --mode portal` (newest first, as tgtd).
 pub fn portals(reg: &Registry) -> String {
+    portal_list(&reg.portals())
+}
+
+/// Portals in `--op show --mode portal`'s layout, newest (last) first.
+pub fn portal_list(portals: &[crate::registry::Portal]) -> String {
     let mut out = String::new();
-    for p in reg.portals().iter().rev() {
+    for p in portals.iter().rev() {
         let _ = writeln!(
             out,
             "Portal: {},{}",
@@ -243,11 +263,16 @@ pub fn portals(reg: &Registry) -> String {
 pub fn llds(reg: &Registry) -> String {
     let mut ts = reg.targets();
     ts.sort_by_key(|t| t.tid);
-    let mut out = String::from("LLDs:\n    iscsi: ready\n");
-    for t in ts {
-        let _ = writeln!(out, "        Target {}: {}", t.tid, t.iqn);
+    let mut out = String::from("LLDs:\n");
+    for (d, state) in [
+        (config::Driver::Iscsi, "ready"),
+        (config::Driver::Iser, crate::rdma_probe::iser_state()),
+    ] {
+        let _ = writeln!(out, "    {}: {state}", d.as_str());
+        for t in ts.iter().filter(|t| t.driver == d) {
+            let _ = writeln!(out, "        Target {}: {}", t.tid, t.iqn);
+        }
     }
-    let _ = writeln!(out, "    iser: {}", crate::rdma_probe::iser_state());
     out
 }
 
@@ -366,6 +391,111 @@ pub fn stats(reg: &Registry, t: &Target, only_lun: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reg_with(drivers: &[config::Driver]) -> Registry {
+        let ts = drivers
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let tid = i as u32 + 1;
+                std::sync::Arc::new(
+                    Target::new(
+                        tid,
+                        format!("iqn.2026-11.org.numatgt:t{tid}"),
+                        None,
+                        Default::default(),
+                        ConnConfig::default(),
+                        Default::default(),
+                    )
+                    .with_driver(*d),
+                )
+            })
+            .collect();
+        Registry::new(ts, Vec::new(), ConnConfig::default())
+    }
+
+    fn view(transport: config::Driver) -> SessionView {
+        SessionView {
+            tsih: 3,
+            initiator: "iqn.i".into(),
+            alias: None,
+            peer: "10.0.0.1:40000".parse().expect("addr"),
+            cid: 0,
+            owner: crate::registry::ConnId {
+                thread: 0,
+                slot: 0,
+                generation: 0,
+            },
+            transport,
+        }
+    }
+
+    #[test]
+    fn target_shows_its_driver_and_transport() {
+        use config::Driver::{Iscsi, Iser};
+        let reg = reg_with(&[Iscsi, Iser]);
+        let all = reg.targets();
+        let mut out = String::new();
+        target(&mut out, &all[1], &[view(Iser)]);
+        assert!(
+            out.starts_with("Target 2: iqn.2026-11.org.numatgt:t2\n    System information:\n        Driver: iser\n        State: ready\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("            Connection: 0\n                RDMA IP Address: 10.0.0.1\n"),
+            "{out}"
+        );
+        out.clear();
+        target(&mut out, &all[0], &[view(Iscsi)]);
+        assert!(out.contains("        Driver: iscsi\n"), "{out}");
+        assert!(
+            out.contains("            Connection: 0\n                IP Address: 10.0.0.1\n"),
+            "{out}"
+        );
+        assert_eq!(
+            connections(&[view(Iser)]),
+            "Session: 3\n    Connection: 0\n        Initiator: iqn.i\n        RDMA IP Address: 10.0.0.1\n"
+        );
+    }
+
+    #[test]
+    fn target_lists_are_per_lld() {
+        use config::Driver::{Iscsi, Iser};
+        let reg = reg_with(&[Iscsi, Iser, Iscsi]);
+        let iscsi = targets(&reg, Iscsi);
+        let iser = targets(&reg, Iser);
+        assert!(
+            iscsi.contains("Target 1: ") && iscsi.contains("Target 3: "),
+            "{iscsi}"
+        );
+        assert!(!iscsi.contains("Target 2: "), "{iscsi}");
+        assert!(
+            iser.starts_with("Target 2: ") && !iser.contains("Target 1: "),
+            "{iser}"
+        );
+        let l = llds(&reg);
+        let state = crate::rdma_probe::iser_state();
+        assert_eq!(
+            l,
+            format!(
+                "LLDs:\n    iscsi: ready\n        Target 1: iqn.2026-11.org.numatgt:t1\n        Target 3: iqn.2026-11.org.numatgt:t3\n    iser: {state}\n        Target 2: iqn.2026-11.org.numatgt:t2\n"
+            )
+        );
+    }
+
+    #[test]
+    fn iser_portal_list_layout() {
+        let p = |a: &str| crate::registry::Portal {
+            addr: a.parse().expect("addr"),
+            nop_interval: None,
+            nop_count: None,
+        };
+        assert_eq!(
+            portal_list(&[p("0.0.0.0:3260"), p("[::1]:3261")]),
+            "Portal: [::1]:3261,1\nPortal: 0.0.0.0:3260,1\n"
+        );
+        assert_eq!(portal_list(&[]), "");
+    }
 
     #[test]
     fn tgt_size_rounding() {

@@ -1,6 +1,7 @@
 //! Login and discovery against the registry: `iscsi_proto::Directory` for one connection
 //! (target lookup, state, ACL, CHAP policy, TSIH, session reinstatement after
-//! authentication, SendTargets).
+//! authentication, SendTargets). Every target is reachable over every portal, TCP and iSER;
+//! SendTargets lists the portals of the transport the discovery session came in on.
 
 use std::net::SocketAddr;
 
@@ -16,6 +17,9 @@ pub struct LoginContext<'a> {
     pub registry: &'a Registry,
     pub me: ConnId,
     pub control: &'a dyn ConnControl,
+    /// The transport this connection runs over: `Iscsi` (TCP) or `Iser` (RDMA). Recorded
+    /// with the session; SendTargets answers with this transport's portals.
+    pub transport: config::Driver,
 }
 
 impl Directory for LoginContext<'_> {
@@ -127,6 +131,7 @@ impl Directory for LoginContext<'_> {
                 target: target.iqn.clone(),
                 alias: req.initiator_alias.map(str::to_string),
                 peer: req.peer,
+                transport: self.transport,
             },
         );
         Ok(())
@@ -167,7 +172,7 @@ impl Directory for LoginContext<'_> {
             .filter(|t| t.allows(initiator_name, peer))
             .map(|t| TargetRecord {
                 name: t.iqn.clone(),
-                addresses: reg.portal_strings(local),
+                addresses: reg.portal_strings(local, self.transport),
             })
             .collect()
     }

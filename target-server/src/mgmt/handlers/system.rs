@@ -94,7 +94,15 @@ pub fn lld(ctx: &Ctx, op: Op) -> Reply {
     }
 }
 
-pub fn portal(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
+/// `--mode portal`. iSER portals (`--lld iser`) are shown; adding or removing them at run
+/// time is not supported (yet): they come from `iser_portals:` / `--iser portal=`.
+pub fn portal(ctx: &Ctx, op: Op, p: &Payload, lld: config::Driver) -> Reply {
+    if lld == config::Driver::Iser {
+        return match op {
+            Op::Show => Ok(show::portal_list(&ctx.registry.iser_portals())),
+            _ => Err(ErrCode::UnsupportedOperation),
+        };
+    }
     match op {
         Op::Show => Ok(show::portals(&ctx.registry)),
         Op::New | Op::Delete => {

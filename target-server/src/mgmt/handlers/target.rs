@@ -14,13 +14,15 @@ use crate::mgmt::{Ctx, Reply};
 use crate::registry::{Acl, Target, TargetState};
 use tgtadm_wire::{ErrCode, Op, Payload, ReqHeader};
 
-pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
+/// `lld`: the request's `--lld`; `new` makes a target of that LLD, `show` without a tid
+/// lists only that LLD's targets (tgtd keeps a target list per LLD).
+pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload, lld: config::Driver) -> Reply {
     match op {
-        Op::New => new(ctx, h, p),
+        Op::New => new(ctx, h, p, lld),
         Op::Delete => delete(ctx, h),
         Op::Show => {
             if h.tid < 0 {
-                Ok(show::targets(&ctx.registry))
+                Ok(show::targets(&ctx.registry, lld))
             } else {
                 let t = lookup(ctx, h)?;
                 Ok(show::target_params(&t))
@@ -42,7 +44,7 @@ pub fn lookup(ctx: &Ctx, h: &ReqHeader) -> Result<Arc<Target>, ErrCode> {
     ctx.registry.target_by_tid(tid).ok_or(ErrCode::NoTarget)
 }
 
-fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
+fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload, lld: config::Driver) -> Reply {
     let tid = need_tid(h)?;
     let name = p
         .get("targetname")
@@ -59,16 +61,19 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         {
             return Err(ErrCode::TargetExist);
         }
-        ts.push(Arc::new(Target::new(
-            tid,
-            name.to_string(),
-            None,
-            BTreeMap::new(),
-            reg.default_config().clone(),
-            // as tgtd: nobody may log in until an ACL is bound
-            Acl::default(),
-        )));
-        tracing::info!(tid, target = name, "target created");
+        ts.push(Arc::new(
+            Target::new(
+                tid,
+                name.to_string(),
+                None,
+                BTreeMap::new(),
+                reg.default_config().clone(),
+                // as tgtd: nobody may log in until an ACL is bound
+                Acl::default(),
+            )
+            .with_driver(lld),
+        ));
+        tracing::info!(tid, target = name, lld = lld.as_str(), "target created");
         Ok(String::new())
     })
 }
