@@ -92,6 +92,15 @@ vm_rdma_echo_test() {
   "$REPO/tools/vm/test-vm-rdma-echo.sh"
 }
 
+vm_iser_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM iSER test not run (counted as failed)"
+    return 1
+  fi
+  # numatgtd over iSER with the kernel ib_iser initiator on soft-RoCE (issue 13)
+  TARGET=numatgtd "$REPO/tools/vm/test-vm-iser.sh"
+}
+
 vm_numa_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM NUMA test not run (counted as failed)"
@@ -112,6 +121,7 @@ stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-numa vm_numa_test
 stage vm-rdma-echo vm_rdma_echo_test
+stage vm-iser vm_iser_test
 
 echo
 echo "test-all: passed stages: ${PASSED[*]:-none}"

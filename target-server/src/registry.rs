@@ -363,10 +363,6 @@ impl Registry {
 
     /// The iSER portals are listening on `v` (the runtime calls this after binding them;
     /// empty: no iSER).
-    #[allow(
-        dead_code,
-        reason = "called by the iSER runtime once it has bound its portals"
-    )]
     pub fn set_iser_portals(&self, v: Vec<Portal>) {
         *self.iser_portals.write().unwrap_or_else(|p| p.into_inner()) = v;
     }

@@ -75,13 +75,14 @@ pub enum StartError {
     Metrics(crate::MetricsError),
 }
 
-/// The iSER portals asked for: `None` is tgtd's default (all addresses, port 3260, when
-/// the host has an RDMA device; nothing otherwise), `Some` exactly the list.
-fn iser_portal_request(_rc: &RuntimeConfig) -> Option<Vec<SocketAddr>> {
-    // the configuration's `iser_portals` / `--iser portal=` arrive with the config model
-    std::env::var("NUMATGT_ISER_PORTALS")
-        .ok()
-        .map(|v| v.split(',').filter_map(|a| a.trim().parse().ok()).collect())
+/// The iSER portals asked for (`iser_portals`, `--iser portal=`): `None` is tgtd's
+/// default (all addresses, port 3260, when the host has an RDMA device; nothing
+/// otherwise), `Some` exactly the list.
+fn iser_portal_request(rc: &RuntimeConfig) -> Option<Vec<SocketAddr>> {
+    rc.config
+        .iser_portals
+        .as_ref()
+        .map(|l| l.iter().map(|p| p.addr).collect())
 }
 
 #[cfg(feature = "iser")]
@@ -656,6 +657,20 @@ impl Daemon {
         for a in &iser_listening {
             tracing::info!("numatgtd: listening for iSER on {a}");
         }
+        shared.registry.set_iser_portals(
+            iser_listening
+                .iter()
+                .map(|&addr| {
+                    let cfg = rc.config.iser_listen(true);
+                    let p = cfg.iter().find(|p| p.addr == addr);
+                    Portal {
+                        addr,
+                        nop_interval: p.and_then(|p| p.nop_interval),
+                        nop_count: p.and_then(|p| p.nop_count),
+                    }
+                })
+                .collect(),
+        );
         let metrics = start_metrics(&rc.config.metrics, &shared)?;
         tracing::info!(
             event_threads = n_threads,

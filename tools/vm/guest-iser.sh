@@ -185,6 +185,15 @@ ensure_node "$IQN" "$ISER_PORTAL" "$IFACE"
 step "login over iSER"
 login "$IQN" "$ISER_PORTAL" "$IFACE" iser
 iscsiadm -m session -P 3 | grep -E 'Target:|Current Portal|Iface Transport|Connection State|Session State|Attached scsi disk'
+if [ "$TARGET" = numatgtd ]; then
+  # the session as tgtadm shows it (tgtd's "RDMA IP Address" line) and in the metrics
+  timeout 20 tgtadm $C --lld iser --op show --mode target > /tmp/show.txt 2>&1 || fail "tgtadm show with an iSER session"
+  grep -q "RDMA IP Address: $IP" /tmp/show.txt || { cat /tmp/show.txt; fail "tgtadm show lists no iSER connection (RDMA IP Address: $IP)"; }
+  timeout 10 curl -sf http://127.0.0.1:9470/metrics > /tmp/metrics.txt || fail "metrics endpoint"
+  grep '^numatgt_connections{' /tmp/metrics.txt | grep 'transport="iser"' | grep -q ' 1$' ||
+    { grep '^numatgt_connections' /tmp/metrics.txt; fail "metrics: no numatgt_connections{transport=\"iser\"} 1"; }
+  step "tgtadm show and metrics list the iSER session"
+fi
 step "mkfs.ext4 + mount"
 timeout 180 mkfs.ext4 -q -F "/dev/$DEV" || fail "mkfs.ext4"
 mkdir -p "$MNT"

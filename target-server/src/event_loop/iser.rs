@@ -130,6 +130,7 @@ impl EventThread {
             registry: &shared.registry,
             me: id,
             control: &*shared,
+            transport: config::Driver::Iser,
         };
         let r = link.complete(&mut slot.conn, &ctx, now);
         self.process_events(s);

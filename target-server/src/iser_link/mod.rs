@@ -131,8 +131,7 @@ impl IserLink {
             let dev = DeviceRes::of_id(&id, cache)?;
             let pd = dev.pd();
             let cq = Arc::new(
-                CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS)
-                    .map_err(|e| e.to_string())?,
+                CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS).map_err(|e| e.to_string())?,
             );
             let reg = |len: usize, access: Access| -> Result<_, String> {
                 let b = Arc::new(Buffer::new(len).map_err(|e| e.to_string())?);
@@ -144,7 +143,16 @@ impl IserLink {
             let (recv, recv_mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
             let (send, send_mr) = reg(SEND_LEN * SENDS, Access::LOCAL_WRITE)?;
             let (stage, stage_mr) = reg(CHUNK * CHUNKS, Access::LOCAL_WRITE)?;
-            Ok((dev.clone(), cq, recv, recv_mr, send, send_mr, stage, stage_mr))
+            Ok((
+                dev.clone(),
+                cq,
+                recv,
+                recv_mr,
+                send,
+                send_mr,
+                stage,
+                stage_mr,
+            ))
         };
         let (dev, cq, recv, recv_mr, send, send_mr, stage, stage_mr) = match setup() {
             Ok(v) => v,

@@ -13,7 +13,10 @@ pub(super) enum Op {
     /// An RDMA WRITE straight from cache blocks: the payload keeps them pinned until it
     /// completes.
     WriteFrom {
-        #[allow(dead_code, reason = "held, not read: dropping it unpins the cache blocks")]
+        #[allow(
+            dead_code,
+            reason = "held, not read: dropping it unpins the cache blocks"
+        )]
         payload: Payload,
     },
     /// An RDMA READ (WRITE data from the initiator) into staging `chunk`: `len` bytes for
