@@ -121,6 +121,14 @@ read_mbps() {
     sed -n 's/.*copied, .*, \([0-9.]*\) \([kMG]*B\/s\)$/\1\2/p'
 }
 
+# qps: queue pairs numatgtd holds (rdma resource show names the thread that made each one:
+# numatgtd's event threads are ev-n<node>-<index>)
+qps() { timeout 5 rdma resource show qp 2>/dev/null | grep -c -E "comm ev-n[0-9]+-[0-9]+ *$"; }
+# cpu_ms: the target's CPU time so far (user + system, /proc/PID/stat fields 14 and 15), in ms
+cpu_ms() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$TPID/stat"
+}
+
 step "target=$TARGET, $(nproc) CPUs, kernel $(uname -r)"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_iser dummy || fail "modprobe rdma_rxe ib_uverbs rdma_ucm ib_iser dummy"
 ip link add "$ND" type dummy || fail "ip link add $ND type dummy"
@@ -192,7 +200,9 @@ if [ "$TARGET" = numatgtd ]; then
   timeout 10 curl -sf http://127.0.0.1:9470/metrics > /tmp/metrics.txt || fail "metrics endpoint"
   grep '^numatgt_connections{' /tmp/metrics.txt | grep 'transport="iser"' | grep -q ' 1$' ||
     { grep '^numatgt_connections' /tmp/metrics.txt; fail "metrics: no numatgt_connections{transport=\"iser\"} 1"; }
-  step "tgtadm show and metrics list the iSER session"
+  nq=$(qps)
+  [ "$nq" -ge 1 ] || { timeout 5 rdma resource show qp; fail "rdma resource show lists no queue pair of numatgtd during a session"; }
+  step "tgtadm show and metrics list the iSER session; numatgtd holds $nq queue pair(s)"
 fi
 step "mkfs.ext4 + mount"
 timeout 180 mkfs.ext4 -q -F "/dev/$DEV" || fail "mkfs.ext4"
@@ -211,7 +221,9 @@ timeout 60 umount "$MNT" || fail "final umount"
 echo 3 > /proc/sys/vm/drop_caches
 
 step "raw reads over iSER"
+c0=$(cpu_ms)
 ISER_MBPS=$(read_mbps)
+ISER_CPU=$(( $(cpu_ms) - c0 ))
 [ -n "$ISER_MBPS" ] || fail "O_DIRECT read of $DATA_MB MiB over iSER"
 ISER_SHA=$(raw_sha)
 step "iSER: $DATA_MB MiB O_DIRECT read: $ISER_MBPS; sha256 $ISER_SHA"
@@ -222,13 +234,35 @@ timeout 60 iscsiadm -m discovery -t sendtargets -p "$TCP_PORTAL" -I default ||
   echo "(discovery over TCP failed)"
 ensure_node "$TCP_IQN" "$TCP_PORTAL" default
 login "$TCP_IQN" "$TCP_PORTAL" default tcp
+c0=$(cpu_ms)
 TCP_MBPS=$(read_mbps)
+TCP_CPU=$(( $(cpu_ms) - c0 ))
 [ -n "$TCP_MBPS" ] || fail "O_DIRECT read of $DATA_MB MiB over TCP"
 TCP_SHA=$(raw_sha)
 step "TCP: $DATA_MB MiB O_DIRECT read: $TCP_MBPS; sha256 $TCP_SHA"
 [ -n "$ISER_SHA" ] && [ "$ISER_SHA" = "$TCP_SHA" ] ||
   fail "the LUN's first $DATA_MB MiB differ: iSER $ISER_SHA, TCP $TCP_SHA"
 logout "$TCP_IQN" "$TCP_PORTAL" default
+
+if [ "$TARGET" = numatgtd ]; then
+  # a misbehaving initiator: bad CM private data, short and malformed iSER messages, a lying
+  # PDU length, a command before login, an abrupt close; then no queue pair may be left
+  step "hostile iSER initiator (iser-hostile)"
+  [ -n "${ISER_HOSTILE:-}" ] && [ -x "$ISER_HOSTILE" ] || fail "iser-hostile not visible in the guest: '${ISER_HOSTILE:-}'"
+  timeout 180 "$ISER_HOSTILE" "$ISER_PORTAL" --timeout 20 > /tmp/hostile.txt 2>&1
+  hrc=$?
+  cat /tmp/hostile.txt
+  [ $hrc = 0 ] && grep -q ISER_HOSTILE_OK /tmp/hostile.txt || fail "iser-hostile (status $hrc)"
+  kill -0 "$TPID" 2>/dev/null || fail "the target died under the hostile initiator"
+  # every connection's queue pair is destroyed after its flushes and TIMEWAIT_EXIT
+  i=0
+  while [ "$(qps)" != 0 ]; do
+    i=$((i + 1))
+    [ $i -le 200 ] || { timeout 5 rdma resource show qp; fail "numatgtd still holds $(qps) queue pairs 40 s after the hostile connections"; }
+    sleep 0.2
+  done
+  step "hostile connections refused or dropped; no queue pair left ($((i / 5)) s)"
+fi
 
 step "kill an iSER session mid-I/O"
 login "$IQN" "$ISER_PORTAL" "$IFACE" iser
@@ -286,6 +320,6 @@ if [ "$TARGET" != tgtd ] && [ "$trc" != 0 ]; then
   fail "numatgtd exited with status $trc after SIGTERM"
 fi
 step "target exited with status $trc"
-echo "ISER_PERF target=$TARGET read=dd_${DATA_MB}MiB_bs1M_direct iser=$ISER_MBPS tcp=$TCP_MBPS (TCG guest: ratios only)"
+echo "ISER_PERF target=$TARGET read=dd_${DATA_MB}MiB_bs1M_direct iser=$ISER_MBPS tcp=$TCP_MBPS target_cpu_ms: iser=$ISER_CPU tcp=$TCP_CPU (TCG guest: ratios only)"
 if [ -d /vmtest/out ]; then cp "$LOG" "/vmtest/out/target-iser-$TARGET.log" 2>/dev/null; fi
 echo "VM_ISER_OK target=$TARGET"

@@ -28,7 +28,20 @@ NAME="test-vm-iser target=$TARGET"
 VM_ENV="TARGET SAME_TARGET"
 VM_FILES=""
 case "$TARGET" in
-  numatgtd) vm_ship_numatgtd ;;
+  numatgtd)
+    vm_ship_numatgtd
+    # the misbehaving iSER initiator (tools/src/iser_hostile.rs), built here
+    HOSTILE=${ISER_HOSTILE_BIN:-$(dirname "$NUMATGTD")/iser-hostile}
+    if [ ! -x "$HOSTILE" ]; then
+      (cd "$REPO" && cargo build -q -p tools --bin iser-hostile)
+      HOSTILE=$REPO/target/debug/iser-hostile
+    fi
+    case "$HOSTILE" in
+      /tmp/*) VM_FILES="$VM_FILES $HOSTILE"; export ISER_HOSTILE=/vmtest/$(basename "$HOSTILE") ;;
+      *) export ISER_HOSTILE=$HOSTILE ;;
+    esac
+    VM_ENV="$VM_ENV ISER_HOSTILE"
+    ;;
   tgtd) ;;
   *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;
 esac

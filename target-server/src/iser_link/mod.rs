@@ -564,74 +564,76 @@ impl IserLink {
                 self.sq_used += 1;
                 Ok(true)
             }
-            RdmaTx::Put {
-                remote, data, len, ..
-            } => {
-                let (remote, len) = (*remote, *len);
-                while p.done < len {
-                    if self.sq_used >= self.sq_max {
-                        return Ok(false);
-                    }
-                    let Some(chunk) = self.chunks.alloc() else {
-                        return Ok(false);
-                    };
-                    let n = CHUNK.min(len - p.done);
-                    let mut at = 0;
-                    while at < n {
-                        let piece = data.chunk(p.done + at);
-                        let piece = &piece[..piece.len().min(n - at)];
-                        if piece.is_empty() {
-                            self.chunks.free(chunk);
-                            return Err("READ data shorter than announced".into());
-                        }
-                        // SAFETY: the chunk is free (no RDMA on it in flight) and owned by
-                        // this thread until its WRITE completes.
-                        let r = unsafe { self.stage.write_quiescent(chunk * CHUNK + at, piece) };
-                        r.map_err(|e| e.to_string())?;
-                        at += piece.len();
-                    }
-                    let wr = self.ops.insert(Op::Write { chunk });
-                    if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, false) {
-                        self.ops.take(wr);
-                        self.chunks.free(chunk);
-                        return Err(e);
-                    }
-                    p.done += n;
-                }
-                Ok(true)
-            }
-            RdmaTx::Get {
-                itt,
-                xfer,
-                remote,
-                len,
-                ..
-            } => {
-                let (itt, xfer, remote, len) = (*itt, *xfer, *remote, *len as usize);
-                while p.done < len {
-                    if self.sq_used >= self.sq_max {
-                        return Ok(false);
-                    }
-                    let Some(chunk) = self.chunks.alloc() else {
-                        return Ok(false);
-                    };
-                    let n = CHUNK.min(len - p.done);
-                    let wr = self.ops.insert(Op::Read {
-                        chunk,
-                        itt,
-                        xfer,
-                        len: n,
-                    });
-                    if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, true) {
-                        self.ops.take(wr);
-                        self.chunks.free(chunk);
-                        return Err(e);
-                    }
-                    p.done += n;
-                }
-                Ok(true)
-            }
+            RdmaTx::Put { .. } | RdmaTx::Get { .. } => self.post_staged(p),
         }
+    }
+
+    /// Posts the rest of a `Put` (copied into staging chunks, then RDMA WRITEs) or a `Get`
+    /// (RDMA READs into staging chunks), one chunk per request; false when send-queue room
+    /// or chunks ran out (the rest waits for completions).
+    fn post_staged(&mut self, p: &mut Pending) -> Result<bool, LinkError> {
+        let (remote, len, read) = match &p.tx {
+            RdmaTx::Put { remote, len, .. } => (*remote, *len, false),
+            RdmaTx::Get { remote, len, .. } => (*remote, *len as usize, true),
+            RdmaTx::Pdu { .. } => return Ok(true),
+        };
+        while p.done < len {
+            if self.sq_used >= self.sq_max {
+                return Ok(false);
+            }
+            let Some(chunk) = self.chunks.alloc() else {
+                return Ok(false);
+            };
+            let n = CHUNK.min(len - p.done);
+            let op = match &p.tx {
+                RdmaTx::Get { itt, xfer, .. } => Op::Read {
+                    chunk,
+                    itt: *itt,
+                    xfer: *xfer,
+                    len: n,
+                },
+                RdmaTx::Put { data, .. } => match self.stage_copy(data, chunk, p.done, n) {
+                    Ok(()) => Op::Write { chunk },
+                    Err(e) => {
+                        self.chunks.free(chunk);
+                        return Err(e);
+                    }
+                },
+                RdmaTx::Pdu { .. } => return Ok(true),
+            };
+            let wr = self.ops.insert(op);
+            if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, read) {
+                self.ops.take(wr);
+                self.chunks.free(chunk);
+                return Err(e);
+            }
+            p.done += n;
+        }
+        Ok(true)
+    }
+
+    /// Copies bytes `from..from + n` of `data` into staging `chunk`.
+    fn stage_copy(
+        &self,
+        data: &Payload,
+        chunk: usize,
+        from: usize,
+        n: usize,
+    ) -> Result<(), LinkError> {
+        let mut at = 0;
+        while at < n {
+            let piece = data.chunk(from + at);
+            let piece = &piece[..piece.len().min(n - at)];
+            if piece.is_empty() {
+                return Err("READ data shorter than announced".into());
+            }
+            // SAFETY: the chunk is free (no RDMA on it in flight) and owned by this thread
+            // until its WRITE completes.
+            let r = unsafe { self.stage.write_quiescent(chunk * CHUNK + at, piece) };
+            r.map_err(|e| e.to_string())?;
+            at += piece.len();
+        }
+        Ok(())
     }
 
     /// Posts one RDMA WRITE (or READ) of `n` bytes between staging `chunk` and the
