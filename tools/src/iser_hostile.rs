@@ -31,6 +31,8 @@ use rdma::{
 };
 
 type Res<T> = Result<T, String>;
+/// One case: connect to the portal, misbehave, say what the target did.
+type Case = fn(SocketAddr, Duration) -> Res<String>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -44,7 +46,7 @@ fn main() -> ExitCode {
         _ => 20,
     };
     let timeout = Duration::from_secs(secs);
-    let cases: [(&str, fn(SocketAddr, Duration) -> Res<String>); 7] = [
+    let cases: [(&str, Case); 7] = [
         ("bad-private-data", bad_private_data),
         ("short-message", |a, t| {
             send_and_expect_drop(a, t, &[0x10; 10])
