@@ -10,6 +10,9 @@
 #   - one throughput figure: dd of 64 MiB O_DIRECT reads over iSER (and over TCP, for scale);
 #   - the same LUN read over iSCSI/TCP (iface default) gives the same bytes as over iSER
 #     (sha256 of the first 64 MiB of the raw device through each transport);
+#   - numatgtd only: a misbehaving initiator (tools iser-hostile) refused or dropped with no
+#     queue pair left; the target drops a connection under running I/O and the initiator
+#     recovers with a new login;
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
 #     the target still runs and a fresh iSER login reads the same bytes; stop the target by PID.
 # tgt 1.0.85 quirks handled here (TARGET=tgtd only): iSER logins need an initiator-name ACL
@@ -276,6 +279,25 @@ sleep 1.5
 inflight=0
 kill -0 "$RPID" 2>/dev/null && inflight=$((inflight + 1))
 kill -0 "$WPID" 2>/dev/null && inflight=$((inflight + 1))
+if [ "$TARGET" = numatgtd ]; then
+  # the target drops the connection under the running I/O (tgtadm --mode conn --op
+  # delete): its RDMA requests complete flushed, the pinned cache blocks of READs in flight
+  # are released after the flushes, and the initiator recovers with a new login
+  SID=$(timeout 20 tgtadm $C --lld iser --op show --mode target | sed -n 's/^ *I_T nexus: *\([0-9]*\).*/\1/p' | head -n 1)
+  [ -n "$SID" ] || fail "no I_T nexus in tgtadm show during the session"
+  logins=$(grep -c "login complete" "$LOG")
+  step "$inflight of 2 dd running; the target drops session $SID's connection under them"
+  timeout 20 tgtadm $C --lld iser --op delete --mode connection --tid 1 --sid "$SID" --cid 0 ||
+    fail "tgtadm --mode conn --op delete"
+  recovered() {
+    [ "$(grep -c "login complete" "$LOG")" -gt "$logins" ] &&
+      iscsiadm -m session -P 1 2>/dev/null | grep -q "iSCSI Session State: LOGGED_IN"
+  }
+  wait_for 60 "the initiator's recovery login after the dropped connection" recovered
+  grep "connection deleted by tgtadm" "$LOG" | tail -n 1
+  step "the initiator logged in again; I/O goes on"
+  sleep 1
+fi
 step "$inflight of 2 dd still running; logging out under them"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I "$IFACE" --logout ||
   fail "logout with I/O in flight"
