@@ -170,7 +170,7 @@ impl EventThread {
             return self.close(s, &e);
         }
         let finished = slot.closing || slot.conn.is_closing();
-        if finished && link.idle() {
+        if finished && link.may_close() {
             self.close(s, "connection finished");
         }
     }

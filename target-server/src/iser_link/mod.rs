@@ -68,6 +68,8 @@ const MAX_READ_DEPTH: u8 = 16;
 const POLL_BATCH: usize = 32;
 /// Scatter/gather entries per RDMA WRITE from cache blocks.
 const MAX_SGE: u32 = 16;
+/// Longest wait for a closing connection's last Sends before it is disconnected anyway.
+pub const FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A request of the connection being posted (a `Put` or `Get` may need several chunks).
 struct Pending {
@@ -109,6 +111,8 @@ pub struct IserLink {
     timewait: bool,
     /// Copy of the message or data being handed to the connection.
     scratch: Vec<u8>,
+    /// When the connection first asked to close (its last Sends may still be on the queue).
+    finishing_since: Option<std::time::Instant>,
 }
 
 impl IserLink {
@@ -202,6 +206,7 @@ impl IserLink {
             established: false,
             timewait: false,
             scratch: Vec::with_capacity(RECV_LEN),
+            finishing_since: None,
         };
         let fail = |link: &IserLink, e: String| {
             // the id belongs to the queue pair now: reject through it
@@ -673,6 +678,16 @@ impl IserLink {
     /// Nothing queued and nothing on the send queue: all that was sent has completed.
     pub fn idle(&self) -> bool {
         self.pending.is_empty() && self.sq_used == 0
+    }
+
+    /// The connection wants to close: true once its last Sends have completed, or
+    /// [`FINISH_LIMIT`] after the first ask (an initiator that posts no receives would
+    /// keep them retrying for ever; the disconnect flushes them).
+    pub fn may_close(&mut self) -> bool {
+        let since = *self
+            .finishing_since
+            .get_or_insert_with(std::time::Instant::now);
+        self.idle() || since.elapsed() >= FINISH_LIMIT
     }
 
     /// Starts the teardown: disconnects (the queue pair goes to the error state, every
