@@ -137,7 +137,7 @@ pub struct IserOpts {
     pub portal: Option<SocketAddr>,
 }
 
-/// Parse tgtd's `--iser` value: comma-separated key=value pairs; the one key is `portal`
+/// Parse tgtd's `--iser` value: comma-separated key=value pairs, `portal` or `port`
 /// (same address syntax as `--iscsi portal=`).
 pub fn parse_iser_opts(s: &str) -> Result<IserOpts, String> {
     let mut o = IserOpts::default();
@@ -150,9 +150,17 @@ pub fn parse_iser_opts(s: &str) -> Result<IserOpts, String> {
                 let addr = parse_portal(v).map_err(|e| format!("--iser portal={v}: {e}"))?;
                 o.portal = Some(addr);
             }
+            // tgtd's `--iser port=N`: every address, port N
+            "port" => {
+                let port: u16 =
+                    v.parse().ok().filter(|&p| p != 0).ok_or_else(|| {
+                        format!("--iser port={v}: expected a port number 1-65535")
+                    })?;
+                o.portal = Some(SocketAddr::from(([0, 0, 0, 0], port)));
+            }
             _ => {
                 return Err(format!(
-                    "--iser: unknown option '{k}' (the only one is portal=IP:PORT)"
+                    "--iser: unknown option '{k}' (portal=IP:PORT, port=PORT)"
                 ));
             }
         }
@@ -170,10 +178,19 @@ pub fn iser_portals(values: &[String]) -> Result<Option<Vec<SocketAddr>>, String
     Ok((!out.is_empty()).then_some(out))
 }
 
-/// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260).
+/// `IP:PORT`, `[v6]:PORT`, or `IP` alone (port 3260); `*` is every IPv4 address, as tgtd
+/// writes it (`*:3261`).
 pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = v.parse::<SocketAddr>() {
         return Ok(a);
+    }
+    if let Some(rest) = v.strip_prefix('*') {
+        let port = match rest.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().map_err(|_| format!("bad port '{p}'"))?,
+            None if rest.is_empty() => 3260,
+            None => return Err("expected IP:PORT (IPv6 as [addr]:port)".into()),
+        };
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
     if let Ok(ip) = v
         .trim_start_matches('[')
@@ -240,6 +257,21 @@ mod tests {
         );
         let e = p("portal").expect_err("not key=value");
         assert!(e.contains("not key=value"), "{e}");
+        // tgtd's spellings: port=N and the * wildcard
+        assert_eq!(
+            p("port=13261"),
+            Ok(Some("0.0.0.0:13261".parse().expect("addr")))
+        );
+        assert!(p("port=0").is_err() && p("port=x").is_err());
+        assert_eq!(
+            p("portal=*:13261"),
+            Ok(Some("0.0.0.0:13261".parse().expect("addr")))
+        );
+        assert_eq!(
+            p("portal=*"),
+            Ok(Some("0.0.0.0:3260".parse().expect("addr")))
+        );
+        assert!(p("portal=*x").is_err() && p("portal=*:99999").is_err());
     }
 
     #[test]
