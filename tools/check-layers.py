@@ -5,7 +5,8 @@ Reads every module of target-server/src (test-only files, `tests.rs`, are left o
 the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`), and checks:
 
   1. the layers of the data path: backend::reply and backend::payload (rank 0) <- the other
-     backend modules (rank 1) <- dispatch (rank 2) <- event_loop (rank 3). A module names
+     backend modules (rank 1) <- dispatch (rank 2) <- event_loop and iser_link, the transports
+     (rank 3). A module names
      only modules of its own rank or lower ones, never the transport above it;
   2. the base modules every layer may use (registry, atomic, alloc_count) name none of the
      data-path modules;
@@ -22,7 +23,7 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
-RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3}
+RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3, "iser_link": 3}
 BASE = {"registry", "atomic", "alloc_count", "io_stats", "proto_stats"}
 
 
