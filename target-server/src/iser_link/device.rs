@@ -1,14 +1,16 @@
 //! What every iSER connection on one RDMA device shares: the device context, one protection
-//! domain, and the block cache's node arenas registered once in it (local read only: the
-//! device reads them for RDMA WRITEs, never writes them), so a READ's data goes to the
+//! domain, and the block cache's node arenas registered once in it (no remote access; the
+//! device only reads them, as sources of RDMA WRITEs), so a READ's data goes to the
 //! initiator straight from the pinned cache blocks, without a copy.
 //!
 //! Registration pins every page of an arena (the arena stops growing lazily: all of it
-//! becomes resident) and needs `RLIMIT_MEMLOCK` / `CAP_IPC_LOCK` to cover it. When it
+//! becomes resident) and needs `RLIMIT_MEMLOCK` / `CAP_IPC_LOCK` to cover it. It runs on a
+//! thread of its own, started by the first connection on the device (faulting in a large
+//! cache takes seconds, which no event thread may spend); until it is done, and when it
 //! fails, iSER still works: READ data is then copied into the connection's registered
-//! staging memory first (logged once per device).
+//! staging memory first (a failure is logged once per device).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cache::{BlockCache, NodeArena};
 use rdma::{Access, CmId, Context, MemoryRegion, ProtectionDomain};
@@ -24,7 +26,8 @@ struct ArenaRegion {
 /// A device's shared verbs objects.
 pub struct DeviceRes {
     // drop order: regions, then the protection domain, then the context
-    arenas: Vec<ArenaRegion>,
+    /// Set once by the registration thread (empty when registration failed).
+    arenas: OnceLock<Vec<ArenaRegion>>,
     pd: Arc<ProtectionDomain>,
     ctx: Context,
     name: String,
@@ -43,44 +46,68 @@ impl DeviceRes {
             return Ok(Arc::clone(d));
         }
         let pd = ProtectionDomain::new(&ctx).map_err(|e| format!("protection domain: {e}"))?;
-        let mut arenas = Vec::new();
-        if let Some(c) = cache {
-            for a in c.arenas() {
-                let (base, len) = (a.base(), a.len());
-                // SAFETY: the arena's mapping stays in place, unmoved, while the Arc kept
-                // beside the region lives, and the region is dropped first (field order).
-                // It is registered for local reads only: the device never writes it, so
-                // the cache's own references to block bytes alias no device write.
-                let r = unsafe { MemoryRegion::register_raw(&pd, base, len, Access::LOCAL_READ) };
-                match r {
-                    Ok(mr) => arenas.push(ArenaRegion {
-                        mr,
-                        base: base.as_ptr() as usize,
-                        len,
-                        _arena: Arc::clone(a),
-                    }),
-                    Err(e) => {
-                        tracing::warn!(device = %name, node = a.node(), bytes = len,
-                            "cannot register the cache arena for RDMA ({e}; RLIMIT_MEMLOCK or CAP_IPC_LOCK?): READ data is copied before it is sent");
-                        arenas.clear();
-                        break;
-                    }
-                }
-            }
-            if !arenas.is_empty() {
-                tracing::info!(device = %name, arenas = arenas.len(),
-                    bytes = arenas.iter().map(|a| a.len).sum::<usize>(),
-                    "cache arenas registered for RDMA: READ data goes out from cache blocks");
-            }
-        }
         let d = Arc::new(DeviceRes {
-            arenas,
+            arenas: OnceLock::new(),
             pd,
             ctx,
             name,
         });
         all.push(Arc::clone(&d));
+        match cache {
+            Some(c) => {
+                let (dev, c) = (Arc::clone(&d), Arc::clone(c));
+                let spawned = std::thread::Builder::new()
+                    .name("rdma-register".into())
+                    .spawn(move || dev.register_arenas(&c));
+                if let Err(e) = spawned {
+                    tracing::warn!(device = %d.name, "cannot start the arena registration: {e}");
+                    let _ = d.arenas.set(Vec::new());
+                }
+            }
+            None => {
+                let _ = d.arenas.set(Vec::new());
+            }
+        }
         Ok(d)
+    }
+
+    /// Registers every arena of `cache` (read-only for the device); all or none.
+    fn register_arenas(&self, cache: &BlockCache) {
+        let t0 = std::time::Instant::now();
+        let mut arenas = Vec::new();
+        for a in cache.arenas() {
+            let (base, len) = (a.base(), a.len());
+            // SAFETY: the arena's mapping stays in place, unmoved, while the Arc kept beside
+            // the region lives, and the region is dropped first (field order). The device
+            // never writes it: no receive or RDMA READ is ever posted with this region's
+            // key and no remote access is granted, so the cache's own references to block
+            // bytes alias no device write. LOCAL_WRITE is asked only so that the pin faults
+            // every page in writable: a read-only long-term pin of an untouched anonymous
+            // page may pin the shared zero page on older kernels, and later cache writes
+            // would then never reach what the device reads.
+            let r = unsafe { MemoryRegion::register_raw(&self.pd, base, len, Access::LOCAL_WRITE) };
+            match r {
+                Ok(mr) => arenas.push(ArenaRegion {
+                    mr,
+                    base: base.as_ptr() as usize,
+                    len,
+                    _arena: Arc::clone(a),
+                }),
+                Err(e) => {
+                    tracing::warn!(device = %self.name, node = a.node(), bytes = len,
+                        "cannot register the cache arena for RDMA ({e}; RLIMIT_MEMLOCK or CAP_IPC_LOCK?): READ data is copied before it is sent");
+                    arenas.clear();
+                    break;
+                }
+            }
+        }
+        if !arenas.is_empty() {
+            tracing::info!(device = %self.name, arenas = arenas.len(),
+                bytes = arenas.iter().map(|a| a.len).sum::<usize>(),
+                ms = t0.elapsed().as_millis() as u64,
+                "cache arenas registered for RDMA: READ data goes out from cache blocks");
+        }
+        let _ = self.arenas.set(arenas);
     }
 
     /// The protection domain.
@@ -102,6 +129,7 @@ impl DeviceRes {
     pub fn lkey_of(&self, addr: usize, len: usize) -> Option<u32> {
         let end = addr.checked_add(len)?;
         self.arenas
+            .get()?
             .iter()
             .find(|a| addr >= a.base && end <= a.base + a.len)
             .map(|a| a.mr.lkey())
