@@ -383,6 +383,24 @@ impl Registry {
             .push(p);
     }
 
+    /// An iSER portal was bound at run time.
+    #[cfg_attr(not(feature = "iser"), allow(dead_code))]
+    pub fn add_iser_portal(&self, p: Portal) {
+        self.iser_portals
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(p);
+    }
+
+    /// An iSER portal was closed at run time.
+    #[cfg_attr(not(feature = "iser"), allow(dead_code))]
+    pub fn remove_iser_portal(&self, addr: SocketAddr) {
+        self.iser_portals
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| p.addr != addr);
+    }
+
     /// A portal was closed at run time.
     pub fn remove_portal(&self, addr: SocketAddr) {
         self.portals

@@ -265,6 +265,22 @@ if [ "$TARGET" = numatgtd ]; then
     sleep 0.2
   done
   step "hostile connections refused or dropped; no queue pair left ($((i / 5)) s)"
+
+  # an iSER portal added and removed at run time (tgtadm --lld iser --mode portal)
+  RT_PORTAL=$IP:3261
+  adm --lld iser --op new --mode portal --param portal=$RT_PORTAL
+  timeout 20 tgtadm $C --lld iser --op show --mode portal | grep -q "$RT_PORTAL" ||
+    fail "tgtadm --lld iser --mode portal --op show does not list $RT_PORTAL"
+  timeout 60 iscsiadm -m discovery -t sendtargets -p "$RT_PORTAL" -I "$IFACE" > /tmp/rt-disc.txt 2>&1 ||
+    { cat /tmp/rt-disc.txt; fail "discovery over iSER through the portal added at run time"; }
+  grep -q "$RT_PORTAL,1 $IQN" /tmp/rt-disc.txt || { cat /tmp/rt-disc.txt; fail "SendTargets through $RT_PORTAL does not list it"; }
+  adm --lld iser --op delete --mode portal --param portal=$RT_PORTAL
+  timeout 5 rdma resource show cm_id | grep LISTEN | grep -q ':3261 ' &&
+    fail "the RDMA CM listener on $RT_PORTAL is still there after its delete"
+  timeout 20 tgtadm $C --lld iser --op delete --mode portal --param portal=$ISER_PORTAL 2>/dev/null &&
+    fail "the configured iSER portal $ISER_PORTAL was deleted"
+  iscsiadm -m node -p "$RT_PORTAL" -o delete >/dev/null 2>&1
+  step "iSER portal $RT_PORTAL added, discovered through, removed; the configured one is fixed"
 fi
 
 step "kill an iSER session mid-I/O"

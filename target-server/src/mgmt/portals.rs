@@ -1,7 +1,8 @@
-//! Portals bound at run time (`tgtadm --mode portal --op new/delete`): their listeners live
-//! on one small acceptor thread of their own (mio), which hands each accepted connection to
-//! an event thread exactly as the startup listeners do (`Msg::NewConn` to the thread of the
-//! connection's node). Portals from the configuration stay with event thread 0.
+//! Portals bound at run time (`tgtadm --mode portal --op new/delete`, TCP and, with
+//! `--lld iser`, iSER): their listeners live on one small acceptor thread of their own
+//! (mio), which hands each accepted connection to an event thread exactly as the startup
+//! listeners do (`Msg::NewConn` / `Msg::NewIser` to the thread of the connection's node).
+//! Portals from the configuration stay with event thread 0 and cannot be deleted.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,8 +18,15 @@ use crate::registry::Portal;
 const WAKER: Token = Token(usize::MAX);
 
 enum Cmd {
-    Add(TcpListener, SocketAddr),
+    Add(Listening, SocketAddr),
     Remove(SocketAddr, Sender<bool>),
+}
+
+/// A listener of the acceptor thread.
+enum Listening {
+    Tcp(TcpListener),
+    #[cfg(feature = "iser")]
+    Iser(crate::iser_link::IserListener),
 }
 
 /// Handle to the acceptor thread.
@@ -82,9 +90,55 @@ impl PortalAcceptor {
             nop_interval: None,
             nop_count: None,
         });
-        self.send(Cmd::Add(TcpListener::from_std(std_l), local));
+        self.send(Cmd::Add(
+            Listening::Tcp(TcpListener::from_std(std_l)),
+            local,
+        ));
         tracing::info!("numatgtd: listening on {local} (portal added by tgtadm)");
         Ok(())
+    }
+
+    /// Listen for iSER on `addr` (RDMA CM).
+    #[cfg(feature = "iser")]
+    pub fn add_iser(&self, addr: SocketAddr) -> Result<(), PortalError> {
+        let reg = &self.shared.registry;
+        if reg.iser_portals().iter().any(|p| p.addr == addr) {
+            return Err(PortalError::Exists);
+        }
+        let l = crate::iser_link::IserListener::bind(addr)
+            .map_err(|e| PortalError::Bind(e.to_string()))?;
+        reg.add_iser_portal(Portal {
+            addr,
+            nop_interval: None,
+            nop_count: None,
+        });
+        self.send(Cmd::Add(Listening::Iser(l), addr));
+        tracing::info!("numatgtd: listening for iSER on {addr} (portal added by tgtadm)");
+        Ok(())
+    }
+
+    /// Stop listening for iSER on `addr` (a portal added at run time); its connections go on.
+    #[cfg(feature = "iser")]
+    pub fn remove_iser(&self, addr: SocketAddr) -> Result<(), PortalError> {
+        if !self
+            .shared
+            .registry
+            .iser_portals()
+            .iter()
+            .any(|p| p.addr == addr)
+        {
+            return Err(PortalError::NotFound);
+        }
+        let (tx, rx) = channel();
+        self.send(Cmd::Remove(addr, tx));
+        match rx.recv_timeout(std::time::Duration::from_secs(5)) {
+            Ok(true) => {
+                self.shared.registry.remove_iser_portal(addr);
+                tracing::info!("iSER portal {addr} removed by tgtadm");
+                Ok(())
+            }
+            _ => Err(PortalError::Fixed),
+        }
     }
 
     /// Stop accepting on `addr` (a portal added at run time).
@@ -112,7 +166,7 @@ impl PortalAcceptor {
 }
 
 fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
-    let mut listeners: Vec<Option<(TcpListener, SocketAddr)>> = Vec::new();
+    let mut listeners: Vec<Option<(Listening, SocketAddr)>> = Vec::new();
     let mut events = Events::with_capacity(64);
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
@@ -129,10 +183,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                         match cmd {
                             Cmd::Add(mut l, addr) => {
                                 let i = listeners.len();
-                                if let Err(e) =
-                                    poll.registry()
-                                        .register(&mut l, Token(i), Interest::READABLE)
-                                {
+                                if let Err(e) = register(&poll, &mut l, Token(i)) {
                                     tracing::error!("cannot poll portal {addr}: {e}");
                                     continue;
                                 }
@@ -144,7 +195,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                                     .position(|x| x.as_ref().is_some_and(|(_, a)| *a == addr));
                                 if let Some(i) = pos {
                                     if let Some((mut l, _)) = listeners[i].take() {
-                                        let _ = poll.registry().deregister(&mut l);
+                                        deregister(&poll, &mut l);
                                     }
                                 }
                                 let _ = done.send(pos.is_some());
@@ -152,12 +203,55 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                         }
                     }
                 }
-                Token(i) => {
-                    if let Some(Some((l, _))) = listeners.get(i) {
-                        accept_all(l, &shared);
-                    }
-                }
+                Token(i) => match listeners.get(i) {
+                    Some(Some((Listening::Tcp(l), _))) => accept_all(l, &shared),
+                    #[cfg(feature = "iser")]
+                    Some(Some((Listening::Iser(l), _))) => accept_iser(l, &shared),
+                    _ => {}
+                },
             }
+        }
+    }
+}
+
+fn register(poll: &Poll, l: &mut Listening, token: Token) -> io::Result<()> {
+    match l {
+        Listening::Tcp(l) => poll.registry().register(l, token, Interest::READABLE),
+        #[cfg(feature = "iser")]
+        Listening::Iser(l) => {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
+            poll.registry()
+                .register(&mut mio::unix::SourceFd(&fd), token, Interest::READABLE)
+        }
+    }
+}
+
+fn deregister(poll: &Poll, l: &mut Listening) {
+    let _ = match l {
+        Listening::Tcp(l) => poll.registry().deregister(l),
+        #[cfg(feature = "iser")]
+        Listening::Iser(l) => {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
+            poll.registry().deregister(&mut mio::unix::SourceFd(&fd))
+        }
+    };
+}
+
+/// Connect requests on an iSER portal added at run time: each to an event thread of its
+/// RDMA device's node.
+#[cfg(feature = "iser")]
+fn accept_iser(l: &crate::iser_link::IserListener, shared: &Shared) {
+    use std::sync::atomic::Ordering;
+    for inc in l.accept_all() {
+        if shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            tracing::warn!(peer = %inc.peer, limit = MAX_CONNECTIONS,
+                "iSER connection refused: too many connections");
+            continue;
+        }
+        let node = inc.node.and_then(|n| shared.topology.index_of_os_node(n));
+        let t = shared.thread_on_node(node);
+        if let Some(inbox) = shared.inbox(t) {
+            inbox.send(Msg::NewIser(Box::new(inc)));
         }
     }
 }

@@ -97,13 +97,9 @@ pub fn lld(ctx: &Ctx, op: Op) -> Reply {
 /// `--mode portal`. iSER portals (`--lld iser`) are shown; adding or removing them at run
 /// time is not supported (yet): they come from `iser_portals:` / `--iser portal=`.
 pub fn portal(ctx: &Ctx, op: Op, p: &Payload, lld: config::Driver) -> Reply {
-    if lld == config::Driver::Iser {
-        return match op {
-            Op::Show => Ok(show::portal_list(&ctx.registry.iser_portals())),
-            _ => Err(ErrCode::UnsupportedOperation),
-        };
-    }
+    let iser = lld == config::Driver::Iser;
     match op {
+        Op::Show if iser => Ok(show::portal_list(&ctx.registry.iser_portals())),
         Op::Show => Ok(show::portals(&ctx.registry)),
         Op::New | Op::Delete => {
             let Some((_, v)) = p.params.iter().find(|(k, _)| k == "portal") else {
@@ -111,10 +107,15 @@ pub fn portal(ctx: &Ctx, op: Op, p: &Payload, lld: config::Driver) -> Reply {
             };
             let addr = crate::cli::parse_portal(v).map_err(|_| ErrCode::InvalidRequest)?;
             let acceptor = ctx.portals.as_ref().ok_or(ErrCode::UnsupportedOperation)?;
-            let r = if op == Op::New {
-                acceptor.add(addr)
-            } else {
-                acceptor.remove(addr)
+            let r = match (iser, op == Op::New) {
+                (false, true) => acceptor.add(addr),
+                (false, false) => acceptor.remove(addr),
+                #[cfg(feature = "iser")]
+                (true, true) => acceptor.add_iser(addr),
+                #[cfg(feature = "iser")]
+                (true, false) => acceptor.remove_iser(addr),
+                #[cfg(not(feature = "iser"))]
+                (true, _) => return Err(ErrCode::UnsupportedOperation),
             };
             r.map(|()| String::new()).map_err(|e| {
                 tracing::info!(%addr, "portal {}: {e:?}", op_word(op));
