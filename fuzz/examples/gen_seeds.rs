@@ -423,5 +423,42 @@ fn main() {
         b"targets:\n  - iqn: iqn.2026-11.org.numatgt:disk1\n    luns:\n      - lun: 0\n        path: /tmp/disk.img\n        size: 64M\n",
     );
     write(&dir, "config_yaml", "empty", b"");
+    // ---- iser_rx: [CM private data][setup][records]; logged in (setup bit 0), then a READ
+    // announcing a read buffer, its completion (a Put), a WRITE with 8 KiB immediate data
+    // announcing a write buffer (a Get for the rest), the data, its completion
+    let iser_cmd = |flags: u8, bhs: Bhs, data: &[u8]| {
+        let mut r = vec![1u8, flags];
+        let mut stags = [0u8; 24];
+        stags[0..4].copy_from_slice(&be32(0x1111)); // write STag
+        stags[4..12].copy_from_slice(&0x10_0000u64.to_be_bytes());
+        stags[12..16].copy_from_slice(&be32(0x2222)); // read STag
+        stags[16..24].copy_from_slice(&0x20_0000u64.to_be_bytes());
+        r.extend_from_slice(&stags);
+        r.extend_from_slice(&encode(bhs, &[], none)[..48]);
+        r.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        r.extend_from_slice(data);
+        r
+    };
+    let mut s = vec![0xc0, 0, 0, 0, 0x01];
+    s.extend(iser_cmd(0x04, scsi_read, &[]));
+    s.extend([2u8, 1, 0]); // complete: full READ data, no sense
+    let scsi_write = Bhs::ScsiCommand(ScsiCommandHdr {
+        immediate: false,
+        final_: false,
+        read: false,
+        write: true,
+        attr: 1,
+        lun: fields::lun_encode(1),
+        itt: 2,
+        edtl: 65536,
+        cmd_sn: 2,
+        exp_stat_sn: 3,
+        cdb: write10(0, 128),
+    });
+    s.extend(iser_cmd(0x08, scsi_write, &[0x77u8; 8192]));
+    s.extend([3u8, 1, 1]); // all the solicited data at once
+    s.extend([2u8, 1, 0]);
+    write(&dir, "iser_rx", "linux-read-write", &s);
+    write(&dir, "iser_rx", "discovery", &[0xc0, 0, 0, 0, 0x03, 4, 0, 0, 0, 0]);
     eprintln!("seeds written to {}", dir.display());
 }
