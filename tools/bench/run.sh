@@ -158,14 +158,11 @@ measure() {
       --output-format=json --output="$out.json" > "$out.err" 2>&1 || say "fio failed: $t $point s$s: $(tail -n 2 "$out.err" | tr '\n' ' ')"
     t1=$(cpu_ticks "${PID[$t]}")
     res=$(python3 "$HERE/report.py" fio "$out.json" "$rw" $((t1 - t0)) "$HZ")
-  elif [ "$rw" = randread ] || [ "$rw" = read ]; then
-    [ "$s" = 1 ] || { echo -e "$s\t$point\t$t\t$r\t-\t-\t-\t-\t-" >> "$RUN_DIR/raw.tsv"; return 0; }
+  else
     local rflag=(); [ "$rw" = randread ] && rflag=(-r)
     timeout -k 5 -s INT "$SECS" iscsi-perf -m "$qd" -b $((bs / 512)) "${rflag[@]}" "$(url "$t")" 2>&1 | tr '\r' '\n' > "$out.log" || true
     t1=$(cpu_ticks "${PID[$t]}")
     res=$(python3 "$HERE/report.py" perf "$out.log" "$bs" "$SECS" $((t1 - t0)) "$HZ")
-  else
-    res="- - - - -"
   fi
   echo -e "$s\t$point\t$t\t$r\t${res// /\\t}" >> "$RUN_DIR/raw.tsv"
 }
@@ -198,8 +195,12 @@ say "one-stream loopback TCP: $TCP0 GB/s"
 n_points=0
 for s in $SESSIONS; do for p in $POINTS; do n_points=$((n_points + 1)); done; done
 say "$n_points points x ${#TARGETS[@]} targets x $ROUNDS rounds x $SECS s ≈ $(( n_points * ${#TARGETS[@]} * ROUNDS * (SECS + 1) / 60 + 1 )) min"
+supported() { # POINT SESSIONS: can the engine run it? (iscsi-perf: reads, 1 session)
+  [ "$ENGINE" = fio ] || { [ "$2" = 1 ] && [[ "$(point_spec "$1")" == *read* ]]; }
+}
 for s in $SESSIONS; do
   for p in $POINTS; do
+    supported "$p" "$s" || { say "skipped: $p, $s session(s) (iscsi-perf: reads of 1 session only)"; continue; }
     for r in $(seq 1 "$ROUNDS"); do
       for t in "${TARGETS[@]}"; do measure "$t" "$p" "$s" "$r"; done
     done
@@ -208,14 +209,16 @@ for s in $SESSIONS; do
 done
 TCP1=$(python3 "$HERE/report.py" tcp 2)
 LOAD1=$(cat /proc/loadavg)
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
+eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "cpus=$NCPU"
   echo "kernel=$(uname -r)"
   echo "numatgtd=$BIN_SRC ($(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo '?'))"
   echo "tgtd=tgtd $(tgtd -V 2>/dev/null | head -n 1)"
-  echo "engine=$([ "$ENGINE" = fio ] && "$FIO" --version || echo iscsi-perf) ${ENGINE/fio/(libiscsi engine, numjobs = sessions)}"
+  if [ "$ENGINE" = fio ]; then echo "engine=$("$FIO" --version) (libiscsi engine, numjobs = sessions)"
+  else echo "engine=iscsi-perf (fallback: reads of 1 session, no percentiles)"; fi
   echo "secs=$SECS"
   echo "rounds=$ROUNDS"
   echo "lun_mb=$LUN_MB"
