@@ -144,12 +144,12 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
 url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$IQN/1"; }
 fio_url() { local u; u=$(url "$1"); echo "${u//:/\\:}"; } # fio splits --filename at ':'
 
-
 # measure TARGET POINT SESSIONS ROUND: one bounded run; appends a line to raw.tsv
 measure() {
   local t=$1 point=$2 s=$3 r=$4 rw bs qd t0 t1 out res
   read -r rw bs qd < <(point_spec "$point")
   out=$RUN_DIR/raw/s$s-$point-$t-r$r
+  kill -0 "${PID[$t]}" 2>/dev/null || { say "$t (pid ${PID[$t]}) exited: $RUN_DIR/$t.log"; exit 1; }
   t0=$(cpu_ticks "${PID[$t]}")
   if [ "$ENGINE" = fio ]; then
     timeout -k 5 $((SECS + 30)) "$FIO" --name=p --ioengine=libiscsi "--filename=$(fio_url "$t")" \
@@ -189,7 +189,7 @@ head -c "${LUN_MB}M" /dev/urandom > "$LUN_DIR/numatgtd.img"
 cp "$LUN_DIR/numatgtd.img" "$LUN_DIR/tgtd.img"
 for t in "${TARGETS[@]}"; do start_target "$t"; done
 for t in "${TARGETS[@]}"; do warm "$t"; done
-TCP0=$(python3 "$HERE/report.py" tcp 2)
+TCP0=$(python3 "$HERE/report.py" tcp 1 3)
 say "one-stream loopback TCP: $TCP0 GB/s"
 : > "$RUN_DIR/raw.tsv"
 n_points=0
@@ -207,7 +207,7 @@ for s in $SESSIONS; do
     say "done: $p, $s session(s)"
   done
 done
-TCP1=$(python3 "$HERE/report.py" tcp 2)
+TCP1=$(python3 "$HERE/report.py" tcp 1 3)
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
 rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
