@@ -2,9 +2,9 @@
 # reads RUN_DIR/chart.dat (label, numatgtd/tgtd, null/tgtd, CPU µs/IO of numatgtd, tgtd, null),
 # writes RUN_DIR/chart.png.
 if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {
-  set terminal pngcairo size 1400,1000 font "Sans,11"
+  set terminal pngcairo size 1600,1050 font "Sans,11"
 } else {
-  set terminal png size 1400,1000
+  set terminal png size 1600,1050
 }
 set output dir."/chart.png"
 set datafile separator "\t"
@@ -16,9 +16,10 @@ set boxwidth 0.9
 set grid ytics
 set xtics rotate by 25 right nomirror
 set yrange [0:*]
-set key top right
+set key outside right top vertical Left reverse
 set lmargin 12
-set bmargin 6
+set rmargin 36
+set bmargin 7
 stats dir."/chart.dat" using 0 nooutput
 set xrange [-0.6:STATS_records - 0.4]
 set multiplot layout 2,1 title title
@@ -33,5 +34,5 @@ set logscale y
 set yrange [1:*]
 plot dir."/chart.dat" using 4:xtic(1) title "numatgtd" lc rgb "#1f77b4", \
      "" using 5 title "tgtd (rdwr)" lc rgb "#d62728", \
-     "" using 6 title "tgtd --bstype null" lc rgb "#aaaaaa"
+     "" using 6 title "tgtd --bstype null (no storage)" lc rgb "#aaaaaa"
 unset multiplot
