@@ -40,13 +40,6 @@ CACHE=${CACHE:-256M}
 PARTS=${PARTS:-"1 2"}
 HZ=$(getconf CLK_TCK)
 
-free_ctl() { # first control port from $1 whose tgtd socket lock nobody holds
-  local c
-  for c in $(seq "$1" $(($1 + 50))); do
-    [ -e "/var/run/tgtd/socket.$c" ] || { echo "$c"; return 0; }
-  done
-  echo "bench: no free control port near $1" >&2; return 1
-}
 NPORT=$(free_port 23390)
 TPORT=$(free_port $((NPORT + 1)))
 NCTL=$(free_ctl 41)
@@ -62,13 +55,7 @@ if [ -z "${BENCH_DIR:-}" ]; then
 fi
 mkdir -p "$BENCH_DIR/state"
 NPID= TPID=
-stop_tgtd() {
-  [ -n "$TPID" ] || return 0
-  tgtadm -C "$TCTL" --op update --mode sys --name State -v offline >/dev/null 2>&1
-  tgtadm -C "$TCTL" --lld iscsi --op delete --mode target --tid 1 --force >/dev/null 2>&1
-  tgtadm -C "$TCTL" --op delete --mode system >/dev/null 2>&1
-  stop_pid "$TPID"; TPID=
-}
+stop_tgtd() { [ -n "$TPID" ] || return 0; stop_tgtd_pid "$TCTL" "$TPID"; TPID=; }
 stop_numatgtd() { [ -n "$NPID" ] || return 0; stop_pid "$NPID"; NPID=; }
 cleanup() {
   set +e
@@ -76,7 +63,6 @@ cleanup() {
   if [ "${KEEP_BENCH_LOGS:-0}" = 1 ]; then rm -f "$BENCH_DIR"/*.img; echo "bench: logs kept in $BENCH_DIR"; else rm -rf "$BENCH_DIR"; fi
 }
 trap cleanup EXIT
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 RUN_IOPS=0 RUN_CPU=0
 run() { # PID URL QD -> RUN_IOPS (average), RUN_CPU (target CPU µs per I/O)
   local pid=$1 url=$2 qd=$3 out t0 t1
@@ -93,7 +79,6 @@ run() { # PID URL QD -> RUN_IOPS (average), RUN_CPU (target CPU µs per I/O)
 warm() { # URL: one sequential pass (128 KiB reads) over the LUN
   timeout -k 5 -s INT "$(( LUN_MB / 256 + 3 ))" iscsi-perf -m 8 -b 256 "$1" >/dev/null 2>&1 || true
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "n/a"; else print a[int((NR + 1) / 2)] }'; }
 load_check() { # the benchmark itself keeps about 2 runnable (initiator + target): warn above 3
   local l; l=$(cut -d' ' -f1 /proc/loadavg)
   awk -v l="$l" 'BEGIN { exit !(l > 3.0) }' && echo "> WARNING: load average $l before this part (the benchmark itself accounts for about 2): another process shares the CPUs; ratios are still same-run, absolute numbers are low" || true

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Helpers of tools/bench/run.sh (python3 standard library only).
+
+  report.py fio JSON RW CPU_TICKS HZ   one fio run -> "iops MB/s p50_us p99_us cpu_us_per_io"
+  report.py perf LOG BS SECS CPU_TICKS HZ   the same from iscsi-perf's output ("-" unknown)
+  report.py tcp SECS [TIMES]           the best of TIMES loopback TCP streams of SECS s -> "GB/s"
+  report.py report RAW_TSV OUT_DIR META_FILE   medians -> results.md, results.csv, chart.dat
+"""
+import csv
+import json
+import os
+import re
+import socket
+import statistics
+import sys
+import time
+
+TARGETS = ["numatgtd", "tgtd", "tgtd-null"]
+LABELS = {
+    "rr4k-qd1": "4K rand read QD1",
+    "rr4k-qd32": "4K rand read QD32",
+    "rw4k-qd32": "4K rand write QD32",
+    "sr64k-qd8": "64K seq read QD8",
+    "sr64k-qd32": "64K seq read QD32",
+    "sr512k-qd8": "512K seq read QD8",
+    "sr512k-qd32": "512K seq read QD32",
+    "sw128k-qd8": "128K seq write QD8",
+}
+
+
+def cpu_per_io(ticks, hz, ios):
+    return "%.1f" % (int(ticks) / int(hz) * 1e6 / ios) if ios > 0 else "-"
+
+
+def fio_point(path, rw, ticks, hz):
+    try:
+        job = json.load(open(path))["jobs"][0]  # group_reporting: one entry for all sessions
+        d = job["write" if "write" in rw else "read"]
+        ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+        pct = d.get("clat_ns", {}).get("percentile", {})
+        p50, p99 = pct.get("50.000000"), pct.get("99.000000")
+        print("%.0f %.1f %s %s %s" % (
+            d["iops"], d["bw_bytes"] / 1e6,
+            "%.1f" % (p50 / 1000) if p50 else "-", "%.1f" % (p99 / 1000) if p99 else "-",
+            cpu_per_io(ticks, hz, ios)))
+    except (OSError, ValueError, KeyError, IndexError):
+        print("- - - - -")
+
+
+def perf_point(path, bs, secs, ticks, hz):
+    m = re.findall(r"iops average (\d+)", open(path, errors="replace").read())
+    if not m:
+        print("- - - - -")
+        return
+    iops = int(m[-1])  # the average over the whole run: I/Os = IOPS x seconds
+    print("%d %.1f - - %s" % (iops, iops * int(bs) / 1e6, cpu_per_io(ticks, hz, iops * int(secs))))
+
+
+def tcp(secs, times="1"):
+    """The best of TIMES single-stream measurements of SECS seconds each -> GB/s."""
+    print("%.2f" % max(tcp_stream(float(secs)) for _ in range(int(times))))
+
+
+def tcp_stream(secs):
+    """One TCP stream over 127.0.0.1: a forked sender writes 1 MiB buffers for SECS seconds
+    (at most 256 GiB), this process receives; GB/s from the first to the last byte."""
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(1)
+    port = lsn.getsockname()[1]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            lsn.close()
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            buf = memoryview(bytearray(1 << 20))
+            end, sent = time.monotonic() + secs, 0
+            while time.monotonic() < end and sent < (256 << 30):
+                s.sendall(buf)
+                sent += len(buf)
+            s.close()
+        finally:
+            os._exit(0)
+    lsn.settimeout(10)
+    conn, _ = lsn.accept()
+    conn.settimeout(10)
+    buf = bytearray(1 << 20)
+    got, t0 = 0, None
+    try:
+        while True:
+            n = conn.recv_into(buf)
+            if n == 0:
+                break
+            if t0 is None:
+                t0 = time.monotonic()
+            got += n
+    finally:
+        t1 = time.monotonic()
+        conn.close()
+        lsn.close()
+        os.waitpid(pid, 0)
+    return got / (t1 - t0) / 1e9 if t0 and t1 > t0 else 0.0
+
+
+def num(x):
+    return None if x in ("-", "", None) else float(x)
+
+
+def med(vals):
+    v = [x for x in vals if x is not None]
+    return statistics.median_low(v) if v else None
+
+
+def fmt(v, digits=0):
+    return "n/a" if v is None else ("%.*f" % (digits, v))
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def report(raw, out, meta_path):
+    meta = dict(line.rstrip("\n").split("=", 1) for line in open(meta_path) if "=" in line)
+    runs = {}  # (sessions, point, target) -> list of dicts
+    order = []
+    with open(raw) as f:
+        for row in csv.reader(f, delimiter="\t"):
+            s, point, tgt, rnd, iops, mbps, p50, p99, cpu = row
+            key = (int(s), point)
+            if key not in order:
+                order.append(key)
+            runs.setdefault((int(s), point, tgt), []).append(
+                dict(iops=num(iops), mbps=num(mbps), p50=num(p50), p99=num(p99), cpu=num(cpu)))
+    tcp_gbs = [num(meta.get("tcp_before")), num(meta.get("tcp_after"))]
+    tcp_mbs = max(x for x in tcp_gbs if x) * 1000 if any(tcp_gbs) else None  # the ceiling
+
+    rows = []
+    for s, point in order:
+        r = {"sessions": s, "point": point, "label": LABELS.get(point, point)}
+        for t in TARGETS:
+            rs = runs.get((s, point, t), [])
+            for k in ("iops", "mbps", "p50", "p99", "cpu"):
+                r[t + "_" + k] = med([x[k] for x in rs])
+            r[t + "_runs"] = " ".join(fmt(x["iops"]) for x in rs)
+        r["vs_tgtd"] = ratio(r["numatgtd_iops"], r["tgtd_iops"])
+        r["vs_null"] = ratio(r["numatgtd_iops"], r["tgtd-null_iops"])
+        r["tcp_share"] = ratio(r["numatgtd_mbps"], tcp_mbs) if point.startswith("sr") else None
+        rows.append(r)
+
+    md = []
+    md.append("# numatgtd vs Debian's tgtd (`tools/bench/run.sh`, %s)\n" % meta.get("date", ""))
+    md.append("- machine: %s CPUs, kernel %s; numatgtd `%s`; %s" % (
+        meta.get("cpus"), meta.get("kernel"), meta.get("numatgtd"), meta.get("tgtd")))
+    md.append("- load: %s; %s s per point, median of %s alternated rounds (numatgtd, tgtd, tgtd-null, "
+              "numatgtd, ...); %s MiB LUN on tmpfs (random data, warmed), LUNs made with tgtadm, "
+              "default settings" % (meta.get("engine"), meta.get("secs"), meta.get("rounds"),
+                                    meta.get("lun_mb")))
+    md.append("- one-stream loopback TCP: %s GB/s before, %s GB/s after" % (
+        meta.get("tcp_before"), meta.get("tcp_after")))
+    md.append("- /proc/loadavg before: %s; after: %s" % (meta.get("load_before"), meta.get("load_after")))
+    if meta.get("warning"):
+        md.append("- **WARNING**: %s" % meta["warning"])
+    md.append("- rerun: `%s`\n" % meta.get("rerun"))
+    head = ["sess", "workload", "numatgtd IOPS", "tgtd IOPS", "null IOPS", "numatgtd/tgtd",
+            "numatgtd/null", "MB/s numatgtd · tgtd · null", "p50/p99 µs numatgtd",
+            "p50/p99 µs tgtd", "p50/p99 µs null", "CPU µs/IO numatgtd", "CPU µs/IO tgtd",
+            "CPU µs/IO null"]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "---|" * len(head))
+    for r in rows:
+        cells = [str(r["sessions"]), r["label"]]
+        cells += [fmt(r[t + "_iops"]) for t in TARGETS]
+        cells += ["**%s**" % fmt(r["vs_tgtd"], 2), fmt(r["vs_null"], 2)]
+        cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in TARGETS))
+        cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in TARGETS]
+        cells += [fmt(r[t + "_cpu"], 1) for t in TARGETS]
+        md.append("| " + " | ".join(cells) + " |")
+    md.append("")
+    md.append("null = tgtd with `--bstype null` (no storage at all: the floor). Ratios are of "
+              "median IOPS; CPU µs/IO = the target's utime+stime (/proc/PID/stat) over the point "
+              "/ I/Os done. Per-round IOPS are in results.csv.")
+    for r in rows:
+        if r["tcp_share"] is not None:
+            md.append("- %s, %d session(s): numatgtd moves %s MB/s = %.0f %% of one loopback TCP "
+                      "stream (%s MB/s, the best measurement of the run)" % (r["label"], r["sessions"], fmt(r["numatgtd_mbps"]),
+                                            100 * r["tcp_share"], fmt(tcp_mbs)))
+    text = "\n".join(md) + "\n"
+    open(os.path.join(out, "results.md"), "w").write(text)
+    sys.stdout.write(text)
+
+    cols = ["sessions", "point", "label"]
+    for t in TARGETS:
+        cols += [t + "_" + k for k in ("iops", "mbps", "p50", "p99", "cpu", "runs")]
+    cols += ["vs_tgtd", "vs_null", "tcp_share"]
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([c.replace("_p50", "_p50_us").replace("_p99", "_p99_us")
+                    .replace("_cpu", "_cpu_us_per_io").replace("_runs", "_iops_per_round")
+                    for c in cols])
+        for r in rows:
+            w.writerow(["" if r[c] is None else (("%.3f" % r[c]) if isinstance(r[c], float) else r[c])
+                        for c in cols])
+    multi = len({r["sessions"] for r in rows}) > 1
+    with open(os.path.join(out, "chart.dat"), "w") as f:
+        for r in rows:
+            label = r["label"] + (", %d sess" % r["sessions"] if multi else "")
+            tgtd_null = ratio(r["tgtd-null_iops"], r["tgtd_iops"])
+            vals = [r["vs_tgtd"], tgtd_null] + [r[t + "_cpu"] for t in TARGETS]
+            f.write('"%s"\t%s\n' % (label, "\t".join("NaN" if v is None else "%.3f" % v for v in vals)))
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "fio":
+        fio_point(*args)
+    elif cmd == "perf":
+        perf_point(*args)
+    elif cmd == "tcp":
+        tcp(*args)
+    elif cmd == "report":
+        report(*args)
+    else:
+        sys.exit("report.py: unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+#!/bin/bash
+# One benchmark anyone can rerun (issue 14): numatgtd against Debian's tgtd, same run, same
+# machine, each started the way a user starts it.
+#
+#   numatgtd   started like tgtd (`-f -C N --iscsi portal=127.0.0.1:PORT`), LUN made by
+#              Debian's tgtadm, default settings
+#   tgtd       Debian's tgtd, rdwr LUN (the reference)
+#   tgtd-null  Debian's tgtd, LUN with `--bstype null` (no storage at all: the floor)
+#
+# Each on its own free 127.0.0.1 port and tgtd control port (never 3260 nor the default
+# control port), the same LUN size (LUN_MB) of the same random data on tmpfs, each LUN read
+# once sequentially (warm). Then every point of the matrix runs in alternation
+# (numatgtd, tgtd, tgtd-null, numatgtd, ... ROUNDS rounds of SECS s each). Load: fio with the
+# libiscsi engine (target/tools/fio; built by tools/build-fio-libiscsi.sh when missing;
+# numjobs = sessions), else iscsi-perf for the read points of 1 session (no percentiles).
+#
+# Per point: median IOPS and MB/s of each target, numatgtd/tgtd and numatgtd/tgtd-null,
+# p50/p99 completion latency (fio), each target's CPU µs per I/O (utime+stime of
+# /proc/PID/stat over the point / I/Os done). Per run: one-stream loopback TCP throughput
+# (before and after), /proc/loadavg before and after, a warning when the 1-minute load was
+# above CPUs/2 at the start. Output: a Markdown table (stdout and RUN_DIR/results.md),
+# RUN_DIR/results.csv, RUN_DIR/chart.png (gnuplot; tools/install-bench-deps.sh), the raw
+# fio JSON and the daemons' logs, RUN_DIR = target/bench/run-YYYYmmdd-HHMMSS.
+# Everything started is stopped by PID on exit, Ctrl-C or error. Root (tgtd, /dev/shm).
+#
+# Env: QUICK=1 (smoke: 1 round, 2 s points, 4 points), ROUNDS (3), SECS (5), SESSIONS ("1";
+#   e.g. "1 2 4 8"), POINTS (all: rr4k-qd1 rr4k-qd32 rw4k-qd32 sr64k-qd8 sr64k-qd32
+#   sr512k-qd8 sr512k-qd32 sw128k-qd8), LUN_MB (512), NUMATGTD_BIN (default: cargo build
+#   --release, target/release/numatgtd), FIO (target/tools/fio), ENGINE (fio|iscsi-perf),
+#   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../bench-lib.sh
+. "$REPO/tools/bench-lib.sh"
+say() { echo "bench: $*" >&2; }
+[ "$(id -u)" = 0 ] || { say "needs root (tgtd, tmpfs)"; exit 1; }
+for t in tgtd tgtadm timeout ss python3 awk; do
+  command -v "$t" >/dev/null || { say "$t missing: run tools/install-test-deps.sh"; exit 1; }
+done
+
+ALL_POINTS="rr4k-qd1 rr4k-qd32 rw4k-qd32 sr64k-qd8 sr64k-qd32 sr512k-qd8 sr512k-qd32 sw128k-qd8"
+if [ "${QUICK:-0}" = 1 ]; then
+  ROUNDS=${ROUNDS:-1} SECS=${SECS:-2} POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8"}
+else
+  ROUNDS=${ROUNDS:-3} SECS=${SECS:-5} POINTS=${POINTS:-$ALL_POINTS}
+fi
+SESSIONS=${SESSIONS:-1}
+PORT_BASE=${PORT_BASE:-23500} CTL_BASE=${CTL_BASE:-61}
+# never 3260 (a tgtd of the machine may serve it) nor the default control port 0
+[ "$PORT_BASE" -gt 3260 ] && [ "$CTL_BASE" -ge 1 ] || { say "PORT_BASE must be > 3260, CTL_BASE >= 1"; exit 1; }
+LUN_MB=${LUN_MB:-512}
+HZ=$(getconf CLK_TCK)
+NCPU=$(nproc)
+IQN=iqn.2026-11.org.numatgt:bench
+TARGETS=(numatgtd tgtd tgtd-null)
+
+point_spec() { # POINT -> "rw bs_bytes qd"
+  case $1 in
+    rr4k-qd1) echo "randread 4096 1" ;;
+    rr4k-qd32) echo "randread 4096 32" ;;
+    rw4k-qd32) echo "randwrite 4096 32" ;;
+    sr64k-qd8) echo "read 65536 8" ;;
+    sr64k-qd32) echo "read 65536 32" ;;
+    sr512k-qd8) echo "read 524288 8" ;;
+    sr512k-qd32) echo "read 524288 32" ;;
+    sw128k-qd8) echo "write 131072 8" ;;
+    *) return 1 ;;
+  esac
+}
+for p in $POINTS; do point_spec "$p" >/dev/null || { say "unknown point $p (known: $ALL_POINTS)"; exit 1; }; done
+for s in $SESSIONS; do [[ "$s" =~ ^[1-9][0-9]?$ ]] || { say "SESSIONS: 1..99, not $s"; exit 1; }; done
+
+# ---- the daemon and the load generator
+if [ -d "${HOME:-/root}/.cargo/bin" ]; then PATH="${HOME:-/root}/.cargo/bin:$PATH"; fi
+BIN_SRC=${NUMATGTD_BIN:-}
+if [ -z "$BIN_SRC" ]; then
+  say "cargo build --release -p target-server"
+  (cd "$REPO" && cargo build --release -q -p target-server) || { say "release build failed"; exit 1; }
+  BIN_SRC=$REPO/target/release/numatgtd
+fi
+[ -x "$BIN_SRC" ] || { say "$BIN_SRC missing"; exit 1; }
+FIO=${FIO:-$REPO/target/tools/fio}
+ENGINE=${ENGINE:-fio}
+if [ "$ENGINE" = fio ] && ! has_libiscsi "$FIO"; then
+  say "no fio with the libiscsi engine at $FIO: building it (tools/build-fio-libiscsi.sh, ~1 min)"
+  FIO=$(FIO_DIR=$(dirname "$FIO") "$REPO/tools/build-fio-libiscsi.sh" | tail -n 1) || true
+  has_libiscsi "$FIO" || { say "fio build failed: iscsi-perf fallback"; ENGINE=iscsi-perf; }
+fi
+if [ "$ENGINE" = iscsi-perf ]; then
+  command -v iscsi-perf >/dev/null || { say "neither fio-libiscsi nor iscsi-perf"; exit 1; }
+  say "iscsi-perf: read points of 1 session only, no latency percentiles"
+fi
+
+RUN_DIR=${BENCH_OUT:-$REPO/target/bench}/run-$(date -u +%Y%m%d-%H%M%S)
+mkdir -p "$RUN_DIR/raw"
+cp "$BIN_SRC" "$RUN_DIR/numatgtd" # a rebuild during the run does not change the daemon
+BIN=$RUN_DIR/numatgtd
+need_kb=$(( (LUN_MB * 3 + 64) * 1024 ))
+[ "$(df --output=avail -k /dev/shm | tail -n 1)" -gt "$need_kb" ] ||
+  { say "/dev/shm has no room for 2 LUNs of $LUN_MB MiB"; exit 1; }
+LUN_DIR=$(mktemp -d /dev/shm/numatgt-bench.XXXXXX)
+
+# ---- processes, stopped by PID
+declare -A PID PORT CTL
+cleanup() {
+  set +e
+  local t
+  for t in "${TARGETS[@]}"; do
+    [ -n "${PID[$t]:-}" ] || continue
+    if [ "$t" = numatgtd ]; then stop_pid "${PID[$t]}"; else stop_tgtd_pid "${CTL[$t]}" "${PID[$t]}"; fi
+    PID[$t]=
+  done
+  rm -rf "$LUN_DIR"
+  rm -f "$BIN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_target() { # NAME: start it on its port and control port, make target 1 with LUN 1
+  local t=$1 port ctl lun_opts
+  port=$(free_port "${NEXT_PORT:-$PORT_BASE}")
+  ctl=$(free_ctl "${NEXT_CTL:-$CTL_BASE}")
+  NEXT_PORT=$((port + 1)) NEXT_CTL=$((ctl + 1))
+  if [ "$t" = numatgtd ]; then
+    mkdir -p "$LUN_DIR/state"
+    "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state" > "$RUN_DIR/$t.log" 2>&1 &
+  else
+    tgtd -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" > "$RUN_DIR/$t.log" 2>&1 &
+  fi
+  PID[$t]=$! PORT[$t]=$port CTL[$t]=$ctl
+  wait_port "$port" "${PID[$t]}" || { tail -n 20 "$RUN_DIR/$t.log" >&2; exit 1; }
+  case $t in
+    numatgtd) lun_opts=(-b "$LUN_DIR/numatgtd.img") ;;
+    tgtd) lun_opts=(-b "$LUN_DIR/tgtd.img") ;;
+    tgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
+  esac
+  tgtadm -C "$ctl" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
+  tgtadm -C "$ctl" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 "${lun_opts[@]}"
+  tgtadm -C "$ctl" --lld iscsi --op bind --mode target --tid 1 -I ALL
+  say "$t: pid ${PID[$t]}, 127.0.0.1:$port, control port $ctl"
+}
+
+url() { echo "iscsi://127.0.0.1:${PORT[$1]}/$IQN/1"; }
+fio_url() { local u; u=$(url "$1"); echo "${u//:/\\:}"; } # fio splits --filename at ':'
+
+# measure TARGET POINT SESSIONS ROUND: one bounded run; appends a line to raw.tsv
+measure() {
+  local t=$1 point=$2 s=$3 r=$4 rw bs qd t0 t1 out res
+  read -r rw bs qd < <(point_spec "$point")
+  out=$RUN_DIR/raw/s$s-$point-$t-r$r
+  kill -0 "${PID[$t]}" 2>/dev/null || { say "$t (pid ${PID[$t]}) exited: $RUN_DIR/$t.log"; exit 1; }
+  t0=$(cpu_ticks "${PID[$t]}")
+  if [ "$ENGINE" = fio ]; then
+    timeout -k 5 $((SECS + 30)) "$FIO" --name=p --ioengine=libiscsi "--filename=$(fio_url "$t")" \
+      --rw="$rw" --bs="$bs" --iodepth="$qd" --numjobs="$s" --group_reporting \
+      --size="${LUN_MB}M" --time_based --runtime="$SECS" --norandommap --randrepeat=0 \
+      --output-format=json --output="$out.json" > "$out.err" 2>&1 || say "fio failed: $t $point s$s: $(tail -n 2 "$out.err" | tr '\n' ' ')"
+    t1=$(cpu_ticks "${PID[$t]}")
+    res=$(python3 "$HERE/report.py" fio "$out.json" "$rw" $((t1 - t0)) "$HZ")
+  else
+    local rflag=(); [ "$rw" = randread ] && rflag=(-r)
+    timeout -k 5 -s INT "$SECS" iscsi-perf -m "$qd" -b $((bs / 512)) "${rflag[@]}" "$(url "$t")" 2>&1 | tr '\r' '\n' > "$out.log" || true
+    t1=$(cpu_ticks "${PID[$t]}")
+    res=$(python3 "$HERE/report.py" perf "$out.log" "$bs" "$SECS" $((t1 - t0)) "$HZ")
+  fi
+  echo -e "$s\t$point\t$t\t$r\t${res// /\\t}" >> "$RUN_DIR/raw.tsv"
+}
+
+warm() { # TARGET: one sequential read of the whole LUN
+  if [ "$ENGINE" = fio ]; then
+    timeout -k 5 120 "$FIO" --name=warm --ioengine=libiscsi "--filename=$(fio_url "$1")" \
+      --rw=read --bs=512k --iodepth=8 --size="${LUN_MB}M" > "$RUN_DIR/raw/warm-$1.txt" 2>&1 || say "warm-up of $1 failed"
+  else
+    timeout -k 5 -s INT $((LUN_MB / 256 + 3)) iscsi-perf -m 8 -b 1024 "$(url "$1")" > /dev/null 2>&1 || true
+  fi
+}
+
+# ---- run
+META=$RUN_DIR/meta.txt
+LOAD0=$(cat /proc/loadavg)
+WARN=
+if awk -v l="${LOAD0%% *}" -v n="$NCPU" 'BEGIN { exit !(l > n / 2) }'; then
+  WARN="1-minute load ${LOAD0%% *} above CPUs/2 ($NCPU CPUs) at the start: another process shares the CPUs; same-run ratios still hold, absolute numbers are low"
+  say "WARNING: $WARN"
+fi
+say "run dir $RUN_DIR; LUNs on $LUN_DIR ($LUN_MB MiB, random data); engine $ENGINE"
+head -c "${LUN_MB}M" /dev/urandom > "$LUN_DIR/numatgtd.img"
+cp "$LUN_DIR/numatgtd.img" "$LUN_DIR/tgtd.img"
+for t in "${TARGETS[@]}"; do start_target "$t"; done
+for t in "${TARGETS[@]}"; do warm "$t"; done
+TCP0=$(python3 "$HERE/report.py" tcp 1 3)
+say "one-stream loopback TCP: $TCP0 GB/s"
+: > "$RUN_DIR/raw.tsv"
+n_points=0
+for s in $SESSIONS; do for p in $POINTS; do n_points=$((n_points + 1)); done; done
+say "$n_points points x ${#TARGETS[@]} targets x $ROUNDS rounds x $SECS s ≈ $(( n_points * ${#TARGETS[@]} * ROUNDS * (SECS + 1) / 60 + 1 )) min"
+supported() { # POINT SESSIONS: can the engine run it? (iscsi-perf: reads, 1 session)
+  [ "$ENGINE" = fio ] || { [ "$2" = 1 ] && [[ "$(point_spec "$1")" == *read* ]]; }
+}
+for s in $SESSIONS; do
+  for p in $POINTS; do
+    supported "$p" "$s" || { say "skipped: $p, $s session(s) (iscsi-perf: reads of 1 session only)"; continue; }
+    for r in $(seq 1 "$ROUNDS"); do
+      for t in "${TARGETS[@]}"; do measure "$t" "$p" "$s" "$r"; done
+    done
+    say "done: $p, $s session(s)"
+  done
+done
+TCP1=$(python3 "$HERE/report.py" tcp 1 3)
+LOAD1=$(cat /proc/loadavg)
+eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
+{
+  echo "date=$(date -u +%FT%TZ)"
+  echo "cpus=$NCPU"
+  echo "kernel=$(uname -r)"
+  echo "numatgtd=$BIN_SRC ($(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo '?'))"
+  echo "tgtd=tgtd $(tgtd -V 2>/dev/null | head -n 1)"
+  if [ "$ENGINE" = fio ]; then echo "engine=$("$FIO" --version) (libiscsi engine, numjobs = sessions)"
+  else echo "engine=iscsi-perf (fallback: reads of 1 session, no percentiles)"; fi
+  echo "secs=$SECS"
+  echo "rounds=$ROUNDS"
+  echo "lun_mb=$LUN_MB"
+  echo "tcp_before=$TCP0"
+  echo "tcp_after=$TCP1"
+  echo "load_before=$LOAD0"
+  echo "load_after=$LOAD1"
+  echo "warning=$WARN"
+  echo "rerun=$rerun"
+} > "$META"
+python3 "$HERE/report.py" report "$RUN_DIR/raw.tsv" "$RUN_DIR" "$META"
+if command -v gnuplot >/dev/null; then
+  gnuplot -e "dir='$RUN_DIR'; title='numatgtd vs tgtd, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds, loopback TCP $TCP0 GB/s'" \
+    "$HERE/chart.gp" 2> "$RUN_DIR/gnuplot.err" && say "chart: $RUN_DIR/chart.png" ||
+    { say "gnuplot failed:"; cat "$RUN_DIR/gnuplot.err" >&2; }
+else
+  say "no chart: gnuplot missing (tools/install-bench-deps.sh installs gnuplot-nox)"
+fi
+say "results: $RUN_DIR/results.md, $RUN_DIR/results.csv"
