@@ -88,7 +88,7 @@ fn iser_portal_request(rc: &RuntimeConfig) -> Option<Vec<SocketAddr>> {
 #[cfg(feature = "iser")]
 type IserListeners = Vec<crate::iser_link::IserListener>;
 #[cfg(not(feature = "iser"))]
-type IserListeners = ();
+type IserListeners = Vec<std::convert::Infallible>;
 
 /// Binds the iSER portals (see [`iser_portal_request`]). The default portal is skipped
 /// with a log line when there is no RDMA device or it cannot be bound; a configured one
@@ -139,7 +139,7 @@ fn bind_iser_portals(
             addr: *addr,
             reason: "this numatgtd is built without iSER (cargo feature `iser`)".into(),
         }),
-        _ => Ok(((), Vec::new())),
+        _ => Ok((Vec::new(), Vec::new())),
     }
 }
 

@@ -466,6 +466,7 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        #[cfg_attr(not(feature = "iser"), allow(clippy::infallible_destructuring_match))]
         let sock = match &mut slot.link {
             Link::Tcp(sock) => sock,
             #[cfg(feature = "iser")]

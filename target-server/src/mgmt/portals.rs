@@ -120,46 +120,34 @@ impl PortalAcceptor {
     /// Stop listening for iSER on `addr` (a portal added at run time); its connections go on.
     #[cfg(feature = "iser")]
     pub fn remove_iser(&self, addr: SocketAddr) -> Result<(), PortalError> {
-        if !self
-            .shared
-            .registry
-            .iser_portals()
-            .iter()
-            .any(|p| p.addr == addr)
-        {
-            return Err(PortalError::NotFound);
-        }
-        let (tx, rx) = channel();
-        self.send(Cmd::Remove(addr, tx));
-        match rx.recv_timeout(std::time::Duration::from_secs(5)) {
-            Ok(true) => {
-                self.shared.registry.remove_iser_portal(addr);
-                tracing::info!("iSER portal {addr} removed by tgtadm");
-                Ok(())
-            }
-            _ => Err(PortalError::Fixed),
-        }
+        let reg = &self.shared.registry;
+        let listed = reg.iser_portals().iter().any(|p| p.addr == addr);
+        self.stop_listening(addr, listed)?;
+        reg.remove_iser_portal(addr);
+        tracing::info!("iSER portal {addr} removed by tgtadm");
+        Ok(())
     }
 
     /// Stop accepting on `addr` (a portal added at run time).
     pub fn remove(&self, addr: SocketAddr) -> Result<(), PortalError> {
-        if !self
-            .shared
-            .registry
-            .portals()
-            .iter()
-            .any(|p| p.addr == addr)
-        {
+        let reg = &self.shared.registry;
+        let listed = reg.portals().iter().any(|p| p.addr == addr);
+        self.stop_listening(addr, listed)?;
+        reg.remove_portal(addr);
+        tracing::info!("portal {addr} removed by tgtadm");
+        Ok(())
+    }
+
+    /// Has the acceptor thread close its listener on `addr`: `NotFound` when the registry
+    /// does not list it, `Fixed` when the thread does not hold it (a configured portal).
+    fn stop_listening(&self, addr: SocketAddr, listed: bool) -> Result<(), PortalError> {
+        if !listed {
             return Err(PortalError::NotFound);
         }
         let (tx, rx) = channel();
         self.send(Cmd::Remove(addr, tx));
         match rx.recv_timeout(std::time::Duration::from_secs(5)) {
-            Ok(true) => {
-                self.shared.registry.remove_portal(addr);
-                tracing::info!("portal {addr} removed by tgtadm");
-                Ok(())
-            }
+            Ok(true) => Ok(()),
             _ => Err(PortalError::Fixed),
         }
     }
