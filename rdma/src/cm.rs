@@ -32,19 +32,7 @@ impl Channel {
         let ch =
             NonNull::new(ch).ok_or_else(|| Error::last("rdma_create_event_channel", LIBRDMACM))?;
         let chan = Channel(ch);
-        let fd = chan.fd();
-        // SAFETY: `fd` is the channel's open fd; F_GETFL/F_SETFL only change its flags.
-        let rc = unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            if fl < 0 {
-                fl
-            } else {
-                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
-            }
-        };
-        if rc < 0 {
-            return Err(Error::last("fcntl(O_NONBLOCK)", LIBRDMACM));
-        }
+        crate::cq::set_nonblocking(chan.fd(), LIBRDMACM)?;
         Ok(chan)
     }
 

@@ -171,7 +171,7 @@ impl CompletionQueue {
             NonNull::new(ch).ok_or_else(|| Error::last("ibv_create_comp_channel", LIBIBVERBS))?;
         // SAFETY: the channel was just created; `fd` is set at creation and constant.
         let fd = unsafe { channel.as_ref().fd };
-        if let Err(e) = set_nonblocking(fd) {
+        if let Err(e) = set_nonblocking(fd, LIBIBVERBS) {
             // SAFETY: the channel has no CQ yet and is destroyed once.
             unsafe { ffi::ibv_destroy_comp_channel(channel.as_ptr()) };
             return Err(e);
@@ -304,8 +304,8 @@ impl std::fmt::Debug for CompletionQueue {
     }
 }
 
-/// Sets O_NONBLOCK on `fd`.
-pub(crate) fn set_nonblocking(fd: RawFd) -> Result<()> {
+/// Sets O_NONBLOCK on `fd` (a channel of `lib`, named in the error).
+pub(crate) fn set_nonblocking(fd: RawFd, lib: &'static std::ffi::CStr) -> Result<()> {
     // SAFETY: `fd` is an open fd owned by the caller; F_GETFL/F_SETFL only change its flags.
     let rc = unsafe {
         let fl = libc::fcntl(fd, libc::F_GETFL);
@@ -316,7 +316,7 @@ pub(crate) fn set_nonblocking(fd: RawFd) -> Result<()> {
         }
     };
     if rc < 0 {
-        return Err(Error::last("fcntl(O_NONBLOCK)", LIBIBVERBS));
+        return Err(Error::last("fcntl(O_NONBLOCK)", lib));
     }
     Ok(())
 }

@@ -113,6 +113,8 @@ pub struct IserLink {
     scratch: Vec<u8>,
     /// When the connection first asked to close (its last Sends may still be on the queue).
     finishing_since: Option<std::time::Instant>,
+    /// The scatter/gather list of the READ being posted from cache blocks (reused).
+    sges: Vec<Sge>,
 }
 
 impl IserLink {
@@ -207,6 +209,7 @@ impl IserLink {
             timewait: false,
             scratch: Vec::with_capacity(RECV_LEN),
             finishing_since: None,
+            sges: Vec::with_capacity(64),
         };
         let fail = |link: &IserLink, e: String| {
             // the id belongs to the queue pair now: reject through it
@@ -433,24 +436,31 @@ impl IserLink {
                     None => return Ok(()),
                 },
             };
+            // the list is the link's, kept between READs (no allocation per command)
+            let mut sges = std::mem::take(&mut self.sges);
             if let RdmaTx::Put {
                 remote, data, len, ..
             } = &p.tx
                 && p.done == 0
-                && let Some(sges) = self.direct_sges(data, *len)
+                && self.direct_sges(data, *len, &mut sges)
             {
                 let wrs = sges.len().div_ceil(self.max_sge) as u32;
                 if self.sq_max - self.sq_used < wrs {
+                    self.sges = sges;
                     self.pending.push_front(p);
                     return Ok(());
                 }
                 let remote = *remote;
                 let RdmaTx::Put { data, .. } = p.tx else {
+                    self.sges = sges;
                     continue;
                 };
-                self.put_direct(&sges, remote, data)?;
+                let r = self.put_direct(&sges, remote, data);
+                self.sges = sges;
+                r?;
                 continue;
             }
+            self.sges = sges;
             match self.progress(&mut p) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -468,30 +478,38 @@ impl IserLink {
         }
     }
 
-    /// The scatter/gather list of the first `len` bytes of `data` when all of them lie in
-    /// registered cache arenas (None: copy through staging instead).
-    fn direct_sges(&self, data: &Payload, len: usize) -> Option<Vec<Sge>> {
-        if !matches!(data, Payload::Blocks(_)) || len == 0 {
-            return None;
-        }
-        let mut sges = Vec::new();
-        let mut at = 0;
-        while at < len {
-            let piece = data.chunk(at);
-            let n = piece.len().min(len - at);
-            if n == 0 {
-                return None;
+    /// Fills `sges` with the first `len` bytes of `data` when all of them lie in
+    /// registered cache arenas; false (copy through staging instead) otherwise.
+    fn direct_sges(&self, data: &Payload, len: usize, sges: &mut Vec<Sge>) -> bool {
+        sges.clear();
+        let Payload::Blocks(refs) = data else {
+            return false;
+        };
+        let mut left = len;
+        for r in refs.iter() {
+            if left == 0 {
+                break;
             }
-            let addr = piece.as_ptr() as usize;
-            let lkey = self.dev.lkey_of(addr, n)?;
+            let b = r.bytes();
+            let n = b.len().min(left);
+            if n == 0 {
+                continue;
+            }
+            let Ok(n32) = u32::try_from(n) else {
+                return false;
+            };
+            let addr = b.as_ptr() as usize;
+            let Some(lkey) = self.dev.lkey_of(addr, n) else {
+                return false;
+            };
             sges.push(Sge {
                 addr: addr as u64,
-                len: u32::try_from(n).ok()?,
+                len: n32,
                 lkey,
             });
-            at += n;
+            left -= n;
         }
-        Some(sges)
+        left == 0 && len > 0
     }
 
     /// Posts RDMA WRITEs straight from pinned cache blocks, `max_sge` pieces each; the last
