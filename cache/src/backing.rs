@@ -264,6 +264,26 @@ impl BackingStore {
         self.readonly
     }
 
+    /// The open file, for callers that submit their own I/O (io_uring write-back); they
+    /// must keep to [`check_write`](Self::check_write) and the O_DIRECT alignment rules.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Whether `len` bytes at `offset` may be written as they are from memory at `addr`:
+    /// EROFS for a read-only store, EINVAL past the end, and EINVAL for an O_DIRECT store
+    /// when the memory is not sector-aligned (then [`write_at`](Self::write_at) bounces it).
+    pub fn check_write(&self, addr: usize, offset: u64, len: usize) -> io::Result<()> {
+        if self.readonly {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        self.check_range(offset, len)?;
+        if self.direct && addr % MIN_DIRECT_MEM_ALIGN != 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(())
+    }
+
     fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
         match end {

@@ -16,6 +16,7 @@ pub mod io_pool;
 pub mod partition;
 pub mod router;
 pub mod topology;
+pub mod uring;
 
 pub use aligned::AlignedBuf;
 pub use arena::{ArenaError, ArenaOptions, BindPolicy, Binding, NodeArena, PageKind, placement};

@@ -162,6 +162,14 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
         "threads.io_threads",
         old.threads.io_threads != new.threads.io_threads,
     );
+    check(
+        "threads.busy_poll_us",
+        old.threads.busy_poll_us != new.threads.busy_poll_us,
+    );
+    check(
+        "threads.io_engine",
+        old.threads.io_engine != new.threads.io_engine,
+    );
     let (a, b) = (&old.cache, &new.cache);
     check("cache.size_per_node", a.size_per_node != b.size_per_node);
     check("cache.block_size", a.block_size != b.block_size);

@@ -199,6 +199,47 @@ pub struct ThreadConfig {
     /// Backing-store I/O threads per node; `None` = the daemon's default
     /// (or its `-t/--nr_iothreads` option). 1..=256.
     pub io_threads: Option<usize>,
+    /// How write-back reaches the backing stores.
+    pub io_engine: IoEngine,
+    /// Microseconds an event thread keeps polling its sockets without sleeping after its
+    /// last piece of work (0 = sleep at once, the default). Trades CPU for latency at low
+    /// queue depth: a sleeping thread is woken by the kernel, which costs tens of µs in a VM.
+    pub busy_poll_us: u32,
+}
+
+/// How the cache's write-back reaches the backing stores.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum IoEngine {
+    /// `auto`: io_uring where the kernel allows it, else `threads` (the log says why).
+    #[default]
+    Auto,
+    /// `io_uring`: one flusher per node writes whole batches through its own ring; the
+    /// daemon does not start when io_uring is unavailable.
+    Uring,
+    /// `threads`: flusher threads writing with pwrite, one block at a time each.
+    Threads,
+}
+
+impl IoEngine {
+    /// Every engine, in the order the documentation lists them.
+    pub const ALL: [IoEngine; 3] = [IoEngine::Auto, IoEngine::Uring, IoEngine::Threads];
+
+    /// The configuration word: `auto`, `io_uring` or `threads`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "io_uring",
+            IoEngine::Threads => "threads",
+        }
+    }
+
+    /// Parses `auto` / `io_uring` / `threads` (any case, surrounding blanks ignored).
+    pub fn parse(text: &str) -> Option<IoEngine> {
+        let t = text.trim();
+        IoEngine::ALL
+            .into_iter()
+            .find(|m| t.eq_ignore_ascii_case(m.as_str()))
+    }
 }
 
 /// How a LUN's data goes between the network and the backing store.

@@ -11,9 +11,9 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    BsOflags, BsType, CacheSettings, Config, Digest, DirtyLimit, DiscoveryAuth, IscsiParams,
-    IscsiParamsOverride, LunConfig, MetricsAddress, PortalConfig, RouterSettings, SenseFormat,
-    TargetConfig,
+    BsOflags, BsType, CacheSettings, Config, Digest, DirtyLimit, DiscoveryAuth, IoEngine,
+    IscsiParams, IscsiParamsOverride, LunConfig, MetricsAddress, PortalConfig, RouterSettings,
+    SenseFormat, TargetConfig,
 };
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -124,6 +124,10 @@ pub(crate) struct RawThreads {
     pub event_threads: Option<Scalar>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_threads: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_engine: Option<Word>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_poll_us: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -686,6 +690,10 @@ pub(crate) fn to_yaml(c: &Config) -> String {
         threads: Some(RawThreads {
             event_threads: Some(auto_or(c.threads.event_threads)),
             io_threads: c.threads.io_threads.map(|n| n as u64),
+            io_engine: (c.threads.io_engine != IoEngine::Auto)
+                .then(|| Word(c.threads.io_engine.as_str().to_string())),
+            busy_poll_us: (c.threads.busy_poll_us != 0)
+                .then_some(u64::from(c.threads.busy_poll_us)),
         }),
         iscsi: Some(raw_iscsi(&c.iscsi)),
         cache: Some(raw_cache(&c.cache)),

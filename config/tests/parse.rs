@@ -276,6 +276,30 @@ fn numa_and_threads() {
 }
 
 #[test]
+fn io_engine_and_busy_poll() {
+    let c = parse("threads:\n  io_engine: IO_URING\n  busy_poll_us: 50\n", "t").unwrap();
+    assert_eq!(c.threads.io_engine, config::IoEngine::Uring);
+    assert_eq!(c.threads.busy_poll_us, 50);
+    let back = parse(&c.to_yaml(), "dump.yaml").unwrap();
+    assert_eq!(back, c, "{}", c.to_yaml());
+    let d = parse("", "t").unwrap();
+    assert_eq!(
+        (d.threads.io_engine, d.threads.busy_poll_us),
+        (config::IoEngine::Auto, 0)
+    );
+    check(
+        "threads:\n  io_engine: aio\n",
+        "threads.io_engine",
+        "must be auto, io_uring or threads (got \"aio\")",
+    );
+    check(
+        "threads:\n  busy_poll_us: 10001\n",
+        "threads.busy_poll_us",
+        "0..=10000 (got 10001)",
+    );
+}
+
+#[test]
 fn iscsi_ranges() {
     for (key, bad, words) in [
         (

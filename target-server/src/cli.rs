@@ -70,6 +70,17 @@ pub struct Cli {
     #[arg(long = "event-threads", value_name = "N")]
     pub event_threads: Option<usize>,
 
+    /// Microseconds an event thread keeps polling without sleeping after its last work
+    /// (0 = off, the default; at most 10000). Lower latency at queue depth 1 for more CPU.
+    /// Overrides `threads.busy_poll_us`.
+    #[arg(long = "busy-poll", value_name = "USEC", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub busy_poll: Option<u32>,
+
+    /// How write-back reaches the backing stores: auto (io_uring where the kernel allows
+    /// it), io_uring (required), threads (pwrite). Overrides `threads.io_engine`.
+    #[arg(long = "io-engine", value_name = "auto|io_uring|threads", value_parser = parse_io_engine)]
+    pub io_engine: Option<config::IoEngine>,
+
     /// Throughput limit of SANITIZE OVERWRITE in MiB/s per operation (0 = unlimited), so a
     /// sanitize does not starve other LUNs sharing the disks.
     #[arg(long = "sanitize-rate", value_name = "MIB_PER_S", default_value_t = 0)]
@@ -200,6 +211,11 @@ pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(ip, 3260));
     }
     Err("expected IP:PORT (IPv6 as [addr]:port)".into())
+}
+
+fn parse_io_engine(s: &str) -> Result<config::IoEngine, String> {
+    config::IoEngine::parse(s)
+        .ok_or_else(|| format!("must be auto, io_uring or threads, not {s:?}"))
 }
 
 fn parse_metrics_addr(s: &str) -> Result<config::MetricsAddress, String> {

@@ -93,6 +93,10 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
         state_dir: cli.state_dir.clone(),
         numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
         event_threads: cli.event_threads.or(cfg.threads.event_threads),
+        io_engine: cli.io_engine.unwrap_or(cfg.threads.io_engine),
+        busy_poll: std::time::Duration::from_micros(u64::from(
+            cli.busy_poll.unwrap_or(cfg.threads.busy_poll_us),
+        )),
         io_threads: cli
             .nr_iothreads
             .or(cfg.threads.io_threads)

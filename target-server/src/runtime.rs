@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use cache::backing::create_sparse;
 use cache::{
-    BackingOptions, BackingStore, BindPolicy, BlockCache, CacheConfig, IoPool, Router,
-    RouterPolicy, Topology,
+    BackingOptions, BackingStore, BindPolicy, BlockCache, CacheConfig, Router, RouterPolicy,
+    Topology,
 };
 use iscsi_proto::ConnConfig;
 use mio::net::TcpListener;
 
 use crate::backend::flusher::Flushers;
+use crate::backend::workers::NodeWorkers;
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
 use crate::registry::{Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target};
 
@@ -33,6 +34,10 @@ pub struct RuntimeConfig {
     pub event_threads: Option<usize>,
     /// Backing-store I/O threads per node (at least 1).
     pub io_threads: usize,
+    /// How write-back reaches the backing stores.
+    pub io_engine: config::IoEngine,
+    /// How long an event thread keeps polling after its last work before it sleeps.
+    pub busy_poll: std::time::Duration,
 }
 
 /// Why the daemon could not start.
@@ -476,10 +481,8 @@ impl Daemon {
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config, &rc.state_dir)?;
 
-        let mut pools = Vec::new();
-        for node in topology.nodes() {
-            pools.push(IoPool::start(node, rc.io_threads).map_err(StartError::Threads)?);
-        }
+        let workers = NodeWorkers::start(topology.nodes(), rc.io_threads, rc.io_engine)
+            .map_err(StartError::Threads)?;
         // the cache always runs (its memory is taken only as blocks are cached): LUNs made
         // later by tgtadm or a reload get the configured mode like those of the file
         let (block_cache, router) = {
@@ -562,6 +565,7 @@ impl Daemon {
                     Arc::clone(&registry),
                     c.config().dirty_limit_bytes,
                     (rc.io_threads / 2).max(2),
+                    rc.io_engine,
                 )
                 .map_err(StartError::Threads)?,
             ),
@@ -569,7 +573,7 @@ impl Daemon {
         };
         let shared = Arc::new(Shared {
             registry,
-            pools,
+            workers,
             cache: block_cache,
             router,
             inboxes: OnceLock::new(),
@@ -586,6 +590,7 @@ impl Daemon {
             topology: topology.clone(),
             nic_nodes: std::sync::Mutex::new(std::collections::HashMap::new()),
             connections: AtomicUsize::new(0),
+            busy_poll: rc.busy_poll,
             started,
             thread_stats: (0..n_threads)
                 .map(|i| crate::event_loop::ThreadStats {
@@ -796,9 +801,7 @@ impl Daemon {
         } = self;
         let registry = Arc::clone(&shared.registry);
         if let Ok(shared) = Arc::try_unwrap(shared) {
-            for p in shared.pools {
-                p.shutdown();
-            }
+            shared.workers.shutdown();
         }
         if let Some(f) = flushers {
             f.stop();

@@ -135,6 +135,11 @@ impl PieceList {
         self.pieces.push(p);
     }
 
+    /// The pieces, in request order.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Piece> {
+        self.pieces.iter_mut()
+    }
+
     /// Takes every piece out, leaving the list empty.
     pub fn drain(&mut self) -> std::vec::Drain<'_, Piece> {
         self.pieces.drain(..)

@@ -17,7 +17,9 @@ mod write;
 pub(crate) use lists::PiecePool;
 pub use lists::{BlockList, Piece, PieceList};
 pub use medium::Medium;
-pub use read::{CachedRead, Looked, fill, lookup, read, read_ahead};
+pub use read::{
+    CachedRead, FillRead, Looked, fill, fill_done, fill_reads, lookup, read, read_ahead,
+};
 pub use wait::{Backoff, GaveUp, NoWait, Waiter};
 pub use write::{
     Invalidated, WrittenThrough, flush_and_sync, flush_range, update_cached_copy, write_back,

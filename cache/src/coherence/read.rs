@@ -89,26 +89,65 @@ pub fn lookup(cache: &BlockCache, lun: u32, node: usize, offset: u64, len: u64) 
 /// (straight into the block's home-node memory) and turn the reservations into pinned
 /// references.
 pub fn fill<M: Medium + ?Sized>(medium: &M, mut pieces: PieceList) -> CachedRead {
+    for p in pieces.iter_mut() {
+        if let Piece::Miss(f) = p {
+            for run in f.runs_mut() {
+                if let Err(e) = medium.read_at(run.buf, run.disk_offset) {
+                    return fill_done(pieces, Some(e));
+                }
+            }
+        }
+    }
+    fill_done(pieces, None)
+}
+
+/// One read a fill needs, for an I/O engine that issues it itself (io_uring): `len` bytes
+/// at byte `disk_offset` of the medium into `buf`, which is in the block's home-node memory.
+#[derive(Debug, Clone, Copy)]
+pub struct FillRead {
+    pub buf: *mut u8,
+    pub len: usize,
+    pub disk_offset: u64,
+}
+
+/// Append the reads that fill `pieces`' misses to `out`. Each buffer stays reserved for
+/// this fill (no one else reads or writes those sectors) while `pieces` lives, and is cache
+/// arena memory, which does not move; after the reads, call [`fill_done`].
+pub fn fill_reads(pieces: &mut PieceList, out: &mut Vec<FillRead>) {
+    for p in pieces.iter_mut() {
+        if let Piece::Miss(f) = p {
+            for run in f.runs_mut() {
+                out.push(FillRead {
+                    buf: run.buf.as_mut_ptr(),
+                    len: run.buf.len(),
+                    disk_offset: run.disk_offset,
+                });
+            }
+        }
+    }
+}
+
+/// The reads of `pieces` ended, `failure` being the first error (`None`: every sector was
+/// read): turn the reservations into pinned references in request order, or release them.
+/// EINVAL (an alignment the medium refused) and a block invalidated during the read say
+/// read around the cache.
+pub fn fill_done(mut pieces: PieceList, failure: Option<io::Error>) -> CachedRead {
+    if let Some(e) = failure {
+        // dropping `pieces` releases every reservation
+        return if e.raw_os_error() == Some(libc::EINVAL) {
+            CachedRead::ReadAround
+        } else {
+            CachedRead::Failed(e)
+        };
+    }
     let mut out = BlockList::new();
     for p in pieces.drain() {
         match p {
             Piece::Hit(r) => out.push(r),
-            Piece::Miss(mut f) => {
-                for run in f.runs_mut() {
-                    if let Err(e) = medium.read_at(run.buf, run.disk_offset) {
-                        // dropping `f` (and the rest) releases every reservation
-                        return if e.raw_os_error() == Some(libc::EINVAL) {
-                            CachedRead::ReadAround
-                        } else {
-                            CachedRead::Failed(e)
-                        };
-                    }
-                }
-                match f.complete() {
-                    Ok(r) => out.push(r),
-                    Err(_raced) => return CachedRead::ReadAround,
-                }
-            }
+            Piece::Miss(f) => match f.complete() {
+                Ok(r) => out.push(r),
+                Err(_raced) => return CachedRead::ReadAround,
+            },
         }
     }
     CachedRead::Blocks(out)

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use crate::error::ConfigError;
 use crate::model::{
-    CacheMode, Config, DiscoveryAuth, IscsiParams, NumaConfig, PortalConfig, TargetConfig,
-    ThreadConfig, default_portal_addr,
+    CacheMode, Config, DiscoveryAuth, IoEngine, IscsiParams, NumaConfig, PortalConfig,
+    TargetConfig, ThreadConfig, default_portal_addr,
 };
 use crate::raw::{List, RawConfig, Scalar, Word};
 use crate::size::parse_size;
@@ -30,6 +30,8 @@ pub mod limits {
     pub const EVENT_THREADS: (u64, u64) = (1, 4096);
     /// `threads.io_threads`, per node.
     pub const IO_THREADS: (u64, u64) = (1, 256);
+    /// `threads.busy_poll_us`, microseconds (at most 10 ms: longer is a spinning thread).
+    pub const BUSY_POLL_US: (u64, u64) = (0, 10_000);
     /// A LUN number.
     pub const LUN: (u64, u64) = (0, 16_383);
     /// A target id.
@@ -167,6 +169,17 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         if let Some(n) = t.io_threads {
             threads.io_threads =
                 Some(ctx.range("threads.io_threads", n, limits::IO_THREADS)? as usize);
+        }
+        if let Some(n) = t.busy_poll_us {
+            threads.busy_poll_us = ctx.range32("threads.busy_poll_us", n, limits::BUSY_POLL_US)?;
+        }
+        if let Some(w) = &t.io_engine {
+            threads.io_engine = IoEngine::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    "threads.io_engine",
+                    format!("must be auto, io_uring or threads (got {:?})", w.0),
+                )
+            })?;
         }
     }
     let defaults = IscsiParams::default();

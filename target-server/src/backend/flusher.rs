@@ -13,12 +13,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cache::coherence::write_dirty;
-use cache::{BlockCache, Node};
+use cache::uring::{WriteOp, WriteRing};
+use cache::{BlockCache, BlockKey, DirtyRange, Node};
+use config::IoEngine;
 
 use crate::registry::{Lun, Registry};
 
-/// Blocks taken per pass.
+/// Blocks taken per pass (flushers writing with system calls).
 const BATCH: usize = 64;
+/// Blocks taken per pass by a flusher with an io_uring (written all at once).
+const RING_BATCH: usize = 256;
+/// Submission slots of a flusher's ring.
+const RING_ENTRIES: u32 = 256;
 /// Pause between passes while little is dirty (lets writes to the same block coalesce).
 const LAZY_PAUSE: Duration = Duration::from_millis(50);
 /// How long a block stays dirty before lazy write-back takes it.
@@ -33,22 +39,50 @@ pub struct Flushers {
 }
 
 impl Flushers {
-    /// Start `per_node` flushers on every node. A dirty block's LUN is found in `registry`
-    /// by its cache id, so LUNs added at run time (tgtadm, reload) are written back too.
+    /// Start the flushers of every node: one per node with an io_uring of its own when
+    /// `engine` allows it and the kernel does, else `per_node` writing with system calls
+    /// (the log says which, and why; `io_uring` required and unavailable is an error). A dirty block's LUN is found in `registry` by its cache id,
+    /// so LUNs added at run time (tgtadm, reload) are written back too.
     pub fn start(
         cache: &Arc<BlockCache>,
         nodes: &[Node],
         registry: Arc<Registry>,
         dirty_limit: u64,
         per_node: usize,
+        engine: IoEngine,
     ) -> std::io::Result<Flushers> {
+        let mut rings: Vec<Option<WriteRing>> = Vec::new();
+        if engine != IoEngine::Threads {
+            match nodes.iter().map(|_| WriteRing::new(RING_ENTRIES)).collect() {
+                Ok(r) => {
+                    let r: Vec<WriteRing> = r;
+                    tracing::info!("write-back: io_uring, one flusher per node");
+                    rings = r.into_iter().map(Some).collect();
+                }
+                Err(e) if engine == IoEngine::Uring => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("io_engine io_uring: the kernel refuses io_uring: {e}"),
+                    ));
+                }
+                Err(e) => tracing::warn!(
+                    "io_uring unavailable ({e}): write-back uses {} threads per node with pwrite",
+                    per_node.max(1)
+                ),
+            }
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        let mut rings = rings.into_iter();
         for node in nodes {
-            for i in 0..per_node.max(1) {
+            let ring = rings.next();
+            let count = if ring.is_some() { 1 } else { per_node.max(1) };
+            let mut ring = ring.flatten();
+            for i in 0..count {
                 let (cache, registry, stop) =
                     (Arc::clone(cache), Arc::clone(&registry), Arc::clone(&stop));
                 let (index, cpus) = (node.index, node.cpus.clone());
+                let ring = ring.take();
                 threads.push(
                     std::thread::Builder::new()
                         .name(format!("flush-n{index}-{i}"))
@@ -56,7 +90,7 @@ impl Flushers {
                             if let Err(e) = cache::topology::bind_current_thread(&cpus) {
                                 tracing::debug!("cannot bind flusher to {cpus:?}: {e}");
                             }
-                            run(&cache, index, &registry, &stop, dirty_limit);
+                            run(&cache, index, &registry, &stop, dirty_limit, ring);
                         })?,
                 );
             }
@@ -73,8 +107,18 @@ impl Flushers {
     }
 }
 
-fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, dirty_limit: u64) {
-    let mut batch = Vec::with_capacity(BATCH);
+fn run(
+    cache: &BlockCache,
+    node: usize,
+    registry: &Registry,
+    stop: &AtomicBool,
+    dirty_limit: u64,
+    mut ring: Option<WriteRing>,
+) {
+    let batch_max = if ring.is_some() { RING_BATCH } else { BATCH };
+    let mut batch = Vec::with_capacity(batch_max);
+    let mut work: Vec<(DirtyRange, Arc<Lun>)> = Vec::with_capacity(batch_max);
+    let mut results = Vec::new();
     let mut last_error: Option<Instant> = None;
     // the LUN of the previous block (a batch is mostly one LUN's blocks)
     let mut last: Option<Arc<Lun>> = None;
@@ -89,33 +133,40 @@ fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, 
         } else {
             WRITEBACK_AGE.as_millis() as u64
         };
-        let taken = cache.collect_dirty_aged(node, BATCH, &mut batch, age);
-        let mut failed = false;
+        let taken = cache.collect_dirty_aged(node, batch_max, &mut batch, age);
         let mut orphans = 0usize;
         for r in batch.drain(..) {
             let id = r.key().lun;
             if last.as_ref().is_none_or(|l| l.cache_id != id) {
                 last = registry.lun_by_cache_id(id);
             }
-            let Some(lun) = last.as_deref() else {
+            match &last {
+                Some(lun) => work.push((r, Arc::clone(lun))),
                 // no LUN has this id any more (deleted while a write was landing): the
                 // block stays dirty and queued (dropping the range requeues it)
-                orphans += 1;
-                continue;
-            };
-            match write_dirty(&*lun.store, &r) {
-                Ok(()) => {
-                    let _ = r.mark_clean();
-                }
-                Err(e) => {
-                    failed = true;
-                    if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                        tracing::error!(lun = lun.number, path = %lun.store.path().display(),
-                            "write-back failed, data stays dirty in the cache: {e}");
-                        last_error = Some(Instant::now());
-                    }
-                }
+                None => orphans += 1,
             }
+        }
+        let failure = match ring.as_mut() {
+            Some(ring) => write_ring(ring, &work, &mut results),
+            None => write_each(&work),
+        };
+        for (r, _) in work.drain(..) {
+            if !failure
+                .as_ref()
+                .is_some_and(|f| f.failed.contains(&r.key()))
+            {
+                let _ = r.mark_clean();
+            }
+        }
+        let failed = failure.is_some();
+        if let Some(f) = failure
+            && last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10))
+        {
+            tracing::error!(lun = f.lun, path = %f.path.display(),
+                blocks = f.failed.len(),
+                "write-back failed, data stays dirty in the cache: {}", f.error);
+            last_error = Some(Instant::now());
         }
         if failed {
             if stopping {
@@ -138,10 +189,104 @@ fn run(cache: &BlockCache, node: usize, registry: &Registry, stop: &AtomicBool, 
                 return;
             }
             std::thread::sleep(LAZY_PAUSE);
-        } else if !under_pressure && taken < BATCH {
+        } else if !under_pressure && taken < batch_max {
             std::thread::sleep(LAZY_PAUSE);
         }
     }
+}
+
+/// Blocks of a batch whose write-back failed (they stay dirty), and the first error.
+struct Failure {
+    failed: Vec<BlockKey>,
+    lun: u64,
+    path: std::path::PathBuf,
+    error: std::io::Error,
+}
+
+impl Failure {
+    fn add(this: &mut Option<Failure>, key: BlockKey, lun: &Lun, error: std::io::Error) {
+        match this {
+            Some(f) => f.failed.push(key),
+            None => {
+                *this = Some(Failure {
+                    failed: vec![key],
+                    lun: lun.number,
+                    path: lun.store.path().to_path_buf(),
+                    error,
+                })
+            }
+        }
+    }
+}
+
+/// Write each block with system calls, one after the other (no io_uring).
+fn write_each(work: &[(DirtyRange, Arc<Lun>)]) -> Option<Failure> {
+    let mut failure = None;
+    for (r, lun) in work {
+        if let Err(e) = write_dirty(&*lun.store, r) {
+            Failure::add(&mut failure, r.key(), lun, e);
+        }
+    }
+    failure
+}
+
+/// Write the whole batch through the ring at once (the runs of O_DIRECT stores; the others
+/// are written with `write_at` as they come). A run the ring wrote short, or refused
+/// (e.g. EINVAL from a file system that wants coarser O_DIRECT alignment), is finished or
+/// retried with `write_at`, which bounces unaligned memory; only what that also fails
+/// leaves its block dirty.
+fn write_ring(
+    ring: &mut WriteRing,
+    work: &[(DirtyRange, Arc<Lun>)],
+    results: &mut Vec<std::io::Result<usize>>,
+) -> Option<Failure> {
+    let mut ops = Vec::new();
+    let mut owners = Vec::new();
+    let mut failure = None;
+    for (j, (r, lun)) in work.iter().enumerate() {
+        for (offset, data) in r.runs() {
+            // a buffered store (tmpfs, no O_DIRECT) is written here: io_uring would hand
+            // such a write to one of its own kernel workers (a thread hop per write)
+            let direct = lun.store.is_direct();
+            match lun
+                .store
+                .check_write(data.as_ptr() as usize, offset, data.len())
+            {
+                Ok(()) if direct => {
+                    ops.push(WriteOp {
+                        fd: lun.store.raw_fd(),
+                        data,
+                        offset,
+                    });
+                    owners.push(j);
+                }
+                _ => {
+                    if let Err(e) = lun.store.write_at(data, offset, false) {
+                        Failure::add(&mut failure, r.key(), lun, e);
+                    }
+                }
+            }
+        }
+    }
+    ring.write_all(&ops, results);
+    for ((op, result), &j) in ops.iter().zip(results.iter()).zip(&owners) {
+        let (r, lun) = &work[j];
+        let retry = match result {
+            Ok(n) if *n == op.data.len() => continue,
+            Ok(n) => *n,
+            Err(_) => 0,
+        };
+        let rest = &op.data[retry..];
+        if let Err(e) = lun.store.write_at(rest, op.offset + retry as u64, false) {
+            if !failure
+                .as_ref()
+                .is_some_and(|f: &Failure| f.failed.contains(&r.key()))
+            {
+                Failure::add(&mut failure, r.key(), lun, e);
+            }
+        }
+    }
+    failure
 }
 
 /// True when the node should be flushed without pause: a quarter of its blocks are dirty, or

@@ -21,6 +21,7 @@ pub mod selftest;
 pub mod storage;
 pub mod task_watch;
 pub mod thin;
+pub mod workers;
 pub mod xcopy;
 
 #[cfg(test)]
@@ -28,7 +29,7 @@ mod tests;
 
 use std::sync::Arc;
 
-use cache::{BlockCache, IoPool, Router};
+use cache::{BlockCache, Router};
 
 use crate::registry::{Lun, Registry};
 use jobs::Job;
@@ -40,19 +41,6 @@ pub trait Workers: Sync {
     fn submit(&self, node: usize, job: Job);
     /// Jobs queued or running on `node`'s workers (the router's saturation test).
     fn pending(&self, node: usize) -> usize;
-}
-
-impl Workers for Vec<IoPool<Job>> {
-    fn submit(&self, node: usize, job: Job) {
-        let last = self.len().saturating_sub(1);
-        if let Some(pool) = self.get(node.min(last)) {
-            pool.submit(job);
-        }
-    }
-
-    fn pending(&self, node: usize) -> usize {
-        self.get(node).map_or(0, IoPool::pending)
-    }
 }
 
 /// Where a command runs and what it may use.

@@ -277,6 +277,34 @@ pub fn read_around(
     direct_read(lun, lba, offset, len)
 }
 
+/// A fill whose reads ran elsewhere (the node's read ring) ended with `read`: the result,
+/// or `None` when the request must be read around the cache or directly after all (blocking
+/// work for an I/O worker: [`Job::ReadAround`](super::jobs::Job) or `DirectRead`).
+pub(crate) fn fill_finished(
+    cache: &BlockCache,
+    at: &Extent,
+    read: CachedRead,
+    node: usize,
+) -> Result<CommandResult<Payload>, CachedRead> {
+    match read {
+        CachedRead::Blocks(refs) => Ok(served(cache, refs, node)),
+        CachedRead::Failed(e) => Ok(io_failure(&at.lun, &e, false, at.lba)),
+        other => Err(other),
+    }
+}
+
+/// An uncached read that ran elsewhere (the node's read ring) into `buf` ended with `read`.
+pub(crate) fn direct_read_finished(
+    at: &Extent,
+    buf: AlignedBuf,
+    read: std::io::Result<()>,
+) -> CommandResult<Payload> {
+    match read {
+        Ok(()) => with_data(Payload::Block(buf)),
+        Err(e) => io_failure(&at.lun, &e, false, at.lba),
+    }
+}
+
 /// Read around the cache (and the whole path of `off` and `page` LUNs).
 pub fn direct_read(lun: &Lun, lba: u64, offset: u64, len: u64) -> CommandResult<Payload> {
     let mut buf = AlignedBuf::new(len as usize);

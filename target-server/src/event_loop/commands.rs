@@ -18,7 +18,7 @@ impl EventThread {
         self.current = Some(s);
         let shared = Arc::clone(&self.shared);
         let ctx = StorageCtx {
-            workers: &shared.pools,
+            workers: &shared.workers,
             node: self.node,
             cache: shared.cache.as_ref(),
             router: shared.router.as_ref(),

@@ -2,7 +2,9 @@
 //! connections for their whole life. Each wakeup reads every PDU that has arrived, hands
 //! SCSI commands to `dispatch`, and sends everything ready on a connection with one writev.
 //! Backing-store results come back through the thread's [`Inbox`] (a queue whose memory is
-//! reused, and a coalesced waker). Split: `inbox` (messages and the mailbox), `shared`
+//! reused, and a coalesced waker). With `busy_poll` set, the thread keeps polling (epoll
+//! with a zero timeout) for that long after its last event before it sleeps again, so a
+//! command arriving soon after a response finds it awake. Split: `inbox` (messages and the mailbox), `shared`
 //! (state of all threads), `commands` (protocol events to `dispatch`); this file owns the
 //! poll loop, accepting, reading, writing and closing.
 
@@ -178,8 +180,12 @@ impl EventThread {
         let mut events = Events::with_capacity(256);
         let mut last_tick = Instant::now();
         let mut busy: Vec<usize> = Vec::new();
+        // busy polling: until this instant the thread polls without sleeping
+        let spin = self.shared.busy_poll;
+        let mut spin_until: Option<Instant> = None;
         loop {
-            let timeout = if busy.is_empty() {
+            let spinning = spin_until.is_some_and(|t| Instant::now() < t);
+            let timeout = if busy.is_empty() && !spinning {
                 TICK
             } else {
                 Duration::ZERO
@@ -190,6 +196,9 @@ impl EventThread {
                 }
             }
             let woke = Instant::now();
+            if !spin.is_zero() && !events.is_empty() {
+                spin_until = Some(woke + spin);
+            }
             busy.clear();
             // messages first: they were sent before what the sockets hold now (another
             // thread's LOGICAL UNIT RESET must end this thread's tasks before their late

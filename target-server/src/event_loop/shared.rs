@@ -7,18 +7,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use cache::{BlockCache, IoPool, Router};
+use cache::{BlockCache, Router};
 
 use super::{Inbox, Msg};
-use crate::backend::jobs::Job;
 use crate::backend::reply::TaskControl;
+use crate::backend::workers::NodeWorkers;
 use crate::registry::{ConnControl, ConnId, Registry};
 
 /// State every event thread shares.
 pub struct Shared {
     pub registry: Arc<Registry>,
     /// One I/O pool per NUMA node.
-    pub pools: Vec<IoPool<Job>>,
+    pub workers: NodeWorkers,
     /// The NUMA-aware block cache (absent when no LUN uses it).
     pub cache: Option<Arc<BlockCache>>,
     /// Algorithm 1 (absent when routing is off).
@@ -34,6 +34,8 @@ pub struct Shared {
     pub nic_nodes: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, Option<usize>>>,
     /// Open connections, all threads together.
     pub connections: AtomicUsize,
+    /// How long a thread polls without sleeping after its last work (zero: never).
+    pub busy_poll: std::time::Duration,
     pub started: Instant,
     /// Per event thread: its node and the time it spent working (indexed by thread number).
     pub thread_stats: Vec<ThreadStats>,

@@ -7,6 +7,7 @@ use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 
 use super::family::Family;
+use crate::backend::Workers;
 use crate::event_loop::Shared;
 use crate::io_stats::{BUCKET_BOUNDS_NS, ERROR_KINDS, IoClass, c};
 
@@ -415,9 +416,12 @@ fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
             t.busy_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * NS,
         );
     }
-    for p in &sh.pools {
-        let n = p.node().to_string();
-        depth.add(&[("node", n.as_str())], p.pending() as f64);
+    for node in 0..sh.workers.nodes() {
+        let n = node.to_string();
+        depth.add(
+            &[("node", n.as_str())],
+            Workers::pending(&sh.workers, node) as f64,
+        );
     }
     for f in [
         hits, misses, evictions, bytes, capacity, wb, served, fwd, busy, depth,
