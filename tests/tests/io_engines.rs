@@ -61,7 +61,7 @@ fn engine_roundtrip(engine: &str, busy_poll: &str) {
         "--io-engine {engine}: pattern mismatch\n{r}"
     );
     let log = d.log();
-    let ring_used = log.contains("reads: io_uring, one ring per node");
+    let ring_used = log.contains("reads: io_uring, one ring per event thread");
     assert_eq!(
         ring_used,
         engine == "io_uring",

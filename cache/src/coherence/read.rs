@@ -110,14 +110,14 @@ pub struct FillRead {
     pub disk_offset: u64,
 }
 
-/// Append the reads that fill `pieces`' misses to `out`. Each buffer stays reserved for
-/// this fill (no one else reads or writes those sectors) while `pieces` lives, and is cache
+/// Hand `out` each read that fills `pieces`' misses. Each buffer stays reserved for this
+/// fill (no one else reads or writes those sectors) while `pieces` lives, and is cache
 /// arena memory, which does not move; after the reads, call [`fill_done`].
-pub fn fill_reads(pieces: &mut PieceList, out: &mut Vec<FillRead>) {
+pub fn fill_reads(pieces: &mut PieceList, mut out: impl FnMut(FillRead)) {
     for p in pieces.iter_mut() {
         if let Piece::Miss(f) = p {
             for run in f.runs_mut() {
-                out.push(FillRead {
+                out(FillRead {
                     buf: run.buf.as_mut_ptr(),
                     len: run.buf.len(),
                     disk_offset: run.disk_offset,

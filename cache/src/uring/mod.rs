@@ -2,15 +2,16 @@
 //! positional writes (cache block runs going back to their files or devices) to one ring and
 //! waits for all of them, so a batch costs a few `io_uring_enter` calls instead of one
 //! `pwritev2` each, and O_DIRECT writes to a device are in flight together from one thread.
-//! [`RingPool`]: a node's reads (cache fills, uncached reads), many in flight from one
-//! thread, each job finished on that thread when its last read completes. They own only the
+//! [`ReadRing`]: a thread's own reads (an event thread's cache fills and uncached reads),
+//! many in flight at once, submitted with one call per turn, reaped without a system call
+//! and finished on that thread when a job's last read completes. They own only the
 //! rings; what to read or write and what a failure means stay with the caller. Where io_uring
 //! is missing or disabled (old kernel, `kernel.io_uring_disabled`, a seccomp filter), `new`
-//! and `start` say why and the caller uses its threads and system calls.
+//! says why and the caller uses its threads and system calls.
 
-mod pool;
+mod ring;
 
-pub use pool::{ReadOp, RingJob, RingPool};
+pub use ring::{ReadOp, ReadRing, RingJob};
 
 use std::io;
 use std::os::fd::RawFd;

@@ -1,12 +1,12 @@
 //! The rings against a real file: every byte where it belongs, short reads continued, end
-//! of file as EIO, more reads than ring slots, shutdown finishing queued work.
+//! of file as EIO, more reads than ring slots, the eventfd signalled, a drop finishing
+//! every job.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 
 use super::*;
-use crate::topology::Topology;
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
@@ -57,10 +57,9 @@ unsafe impl RingJob for Job {
     }
 }
 
-fn start() -> Option<RingPool<Job>> {
-    let topo = Topology::detect(None);
-    match RingPool::start(&topo.nodes()[0]) {
-        Ok(p) => Some(p),
+fn ring() -> Option<ReadRing<Job>> {
+    match ReadRing::new(256) {
+        Ok(r) => Some(r),
         Err(e) => {
             // a kernel without io_uring (or with it disabled) cannot run these; say so
             // loudly: the daemon falls back to threads there, which other tests cover
@@ -70,9 +69,18 @@ fn start() -> Option<RingPool<Job>> {
     }
 }
 
+/// Drive `ring` until every pushed job has finished (bounded).
+fn run_all(ring: &mut ReadRing<Job>) {
+    let t0 = std::time::Instant::now();
+    while ring.jobs() > 0 {
+        ring.wait();
+        assert!(t0.elapsed().as_secs() < 10, "jobs still running after 10 s");
+    }
+}
+
 #[test]
 fn reads_land_where_they_belong_with_more_reads_than_slots() {
-    let Some(pool) = start() else { return };
+    let Some(mut ring) = ring() else { return };
     let data = pattern(4 << 20);
     let f = file_with(&data);
     let (tx, rx) = mpsc::channel();
@@ -88,7 +96,7 @@ fn reads_land_where_they_belong_with_more_reads_than_slots() {
             })
             .collect();
         expected.push(ranges.clone());
-        pool.submit(Job {
+        ring.push(Job {
             id: j as usize,
             fd: f.as_raw_fd(),
             ranges,
@@ -96,11 +104,11 @@ fn reads_land_where_they_belong_with_more_reads_than_slots() {
             done: tx.clone(),
         });
     }
+    ring.submit();
+    run_all(&mut ring);
+    drop(tx);
     let mut seen = 0;
-    for _ in 0..40 {
-        let (id, bufs, results) = rx
-            .recv_timeout(std::time::Duration::from_secs(10))
-            .expect("every job finishes");
+    for (id, bufs, results) in rx.iter() {
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
         for (b, &(o, l)) in bufs.iter().zip(&expected[id]) {
             assert!(
@@ -111,17 +119,49 @@ fn reads_land_where_they_belong_with_more_reads_than_slots() {
         seen += 1;
     }
     assert_eq!(seen, 40);
-    assert_eq!(pool.pending(), 0);
-    pool.shutdown();
+}
+
+#[test]
+fn completions_signal_the_eventfd() {
+    let Some(mut ring) = ring() else { return };
+    let data = pattern(65536);
+    let f = file_with(&data);
+    let (tx, rx) = mpsc::channel();
+    ring.push(Job {
+        id: 7,
+        fd: f.as_raw_fd(),
+        ranges: vec![(4096, 8192)],
+        bufs: Vec::new(),
+        done: tx,
+    });
+    ring.submit();
+    // the owner sleeps in poll(2) on the eventfd, not in the ring
+    let mut pfd = libc::pollfd {
+        fd: ring.event_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, count 1.
+    let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+    assert_eq!(n, 1, "no completion signalled within 5 s");
+    let t0 = std::time::Instant::now();
+    while ring.reap() == 0 {
+        assert!(t0.elapsed().as_secs() < 5, "signalled but nothing to reap");
+        std::thread::yield_now();
+    }
+    let (id, bufs, results) = rx.try_recv().expect("finished on reap");
+    assert_eq!(id, 7);
+    assert!(results[0].is_ok());
+    assert_eq!(&bufs[0][..], &data[4096..12288]);
 }
 
 #[test]
 fn end_of_file_is_eio_and_other_reads_still_complete() {
-    let Some(pool) = start() else { return };
+    let Some(mut ring) = ring() else { return };
     let data = pattern(8192);
     let f = file_with(&data);
     let (tx, rx) = mpsc::channel();
-    pool.submit(Job {
+    ring.push(Job {
         id: 0,
         fd: f.as_raw_fd(),
         // in range; crossing the end (short, then EOF); wholly past the end
@@ -129,9 +169,8 @@ fn end_of_file_is_eio_and_other_reads_still_complete() {
         bufs: Vec::new(),
         done: tx,
     });
-    let (_, bufs, results) = rx
-        .recv_timeout(std::time::Duration::from_secs(10))
-        .expect("finishes");
+    run_all(&mut ring);
+    let (_, bufs, results) = rx.try_recv().expect("finishes");
     assert!(results[0].is_ok());
     assert_eq!(&bufs[0][..], &data[..4096]);
     assert_eq!(
@@ -148,18 +187,17 @@ fn end_of_file_is_eio_and_other_reads_still_complete() {
 
 #[test]
 fn a_bad_descriptor_is_an_error_of_that_read() {
-    let Some(pool) = start() else { return };
+    let Some(mut ring) = ring() else { return };
     let (tx, rx) = mpsc::channel();
-    pool.submit(Job {
+    ring.push(Job {
         id: 0,
         fd: -1,
         ranges: vec![(0, 512)],
         bufs: Vec::new(),
         done: tx,
     });
-    let (_, _, results) = rx
-        .recv_timeout(std::time::Duration::from_secs(10))
-        .expect("finishes");
+    run_all(&mut ring);
+    let (_, _, results) = rx.try_recv().expect("finishes");
     assert_eq!(
         results[0].as_ref().err().and_then(|e| e.raw_os_error()),
         Some(libc::EBADF)
@@ -167,13 +205,14 @@ fn a_bad_descriptor_is_an_error_of_that_read() {
 }
 
 #[test]
-fn shutdown_finishes_what_was_queued() {
-    let Some(pool) = start() else { return };
+fn drop_finishes_what_was_pushed() {
+    let Some(mut ring) = ring() else { return };
     let data = pattern(1 << 20);
     let f = file_with(&data);
     let (tx, rx) = mpsc::channel();
+    // 300 jobs > 256 slots: some are still in the backlog when the ring is dropped
     for j in 0..300u64 {
-        pool.submit(Job {
+        ring.push(Job {
             id: j as usize,
             fd: f.as_raw_fd(),
             ranges: vec![(j * 2048, 2048)],
@@ -181,15 +220,18 @@ fn shutdown_finishes_what_was_queued() {
             done: tx.clone(),
         });
     }
-    pool.shutdown();
+    ring.submit();
+    drop(ring);
     drop(tx);
     let done: Vec<_> = rx.iter().collect();
-    assert_eq!(
-        done.len(),
-        300,
-        "every queued job finished before shutdown returned"
-    );
-    assert!(done.iter().all(|(_, _, r)| r.iter().all(|x| x.is_ok())));
+    assert_eq!(done.len(), 300, "every pushed job finished by the drop");
+    // what was in the kernel completed; what never left the backlog was cancelled
+    for (id, bufs, r) in &done {
+        match &r[0] {
+            Ok(()) => assert_eq!(&bufs[0][..], &data[id * 2048..id * 2048 + 2048]),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ECANCELED)),
+        }
+    }
 }
 
 #[test]

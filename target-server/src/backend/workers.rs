@@ -1,16 +1,21 @@
-//! Which engine of a node runs a backend job: cache fills and uncached reads go to the node's
-//! io_uring read ring when it has one and the store is opened with O_DIRECT (many reads in
-//! flight from one thread, finished on the ring thread and answered into the connection's
-//! mailbox); everything else, and everything
-//! on a host without io_uring, goes to the node's I/O worker threads. A ring read that ends
-//! needing blocking work (read around the cache after a racing write, an alignment the file
-//! system refused) continues on the worker threads.
+//! Which engine runs a backend job. With io_uring, every event thread owns a read ring
+//! ([`ThreadRing`], thread-local): the cache fills and uncached reads of O_DIRECT stores that
+//! the thread's commands need are queued in it, submitted together once per loop turn, and
+//! reaped by the same thread when the ring's eventfd fires; their results go to the
+//! connection's mailbox on that thread (no other thread, no wakeup per read). Everything
+//! else, reads from other threads, buffered stores, and everything on a host without
+//! io_uring, goes to the node's I/O worker threads. A ring read that ends needing blocking
+//! work (read around the cache after a racing write, an alignment the file system refused)
+//! continues on the worker threads.
 
+use std::cell::RefCell;
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cache::coherence::{self, CachedRead, FillRead, PieceList};
-use cache::uring::{ReadOp, RingJob, RingPool};
+use cache::uring::{ReadOp, ReadRing, RingJob};
 use cache::{AlignedBuf, BlockCache, IoPool, Node};
 use config::IoEngine;
 
@@ -19,32 +24,34 @@ use super::jobs::{Extent, Job};
 use super::reply::Replier;
 use super::storage;
 
+/// Slots of an event thread's read ring (reads in flight at most; more wait in its backlog).
+const RING_ENTRIES: u32 = 256;
+
 /// The I/O engines of every node.
 pub struct NodeWorkers {
     pools: Vec<Arc<IoPool<Job>>>,
-    /// One per node, or none (io_uring unavailable or `io_engine: threads`).
-    rings: Vec<RingPool<RingRead>>,
+    /// Event threads may own read rings (io_uring allowed and available).
+    rings: bool,
+    /// Ring jobs in flight per node (all its threads' rings), for the queue-depth metric.
+    ring_jobs: Vec<Arc<AtomicUsize>>,
 }
 
 impl NodeWorkers {
-    /// Start `threads` I/O workers per node and, unless `engine` is `threads`, a read ring
-    /// per node (`auto`: the worker threads alone when the kernel refuses io_uring, logged;
-    /// `io_uring`: an error then).
+    /// Start `threads` I/O workers per node and find out whether event threads may own
+    /// read rings: not with `threads`; with `auto` when the kernel allows io_uring (else
+    /// the worker threads alone, logged); with `io_uring` an error when it does not.
     pub fn start(nodes: &[Node], threads: usize, engine: IoEngine) -> io::Result<NodeWorkers> {
         let mut pools = Vec::new();
         for node in nodes {
             pools.push(Arc::new(IoPool::start(node, threads)?));
         }
-        let mut rings = Vec::new();
+        let mut rings = false;
         if engine != IoEngine::Threads {
-            match nodes
-                .iter()
-                .map(RingPool::start)
-                .collect::<io::Result<Vec<_>>>()
-            {
-                Ok(r) => {
-                    tracing::info!("reads: io_uring, one ring per node");
-                    rings = r;
+            // a probe: the rings themselves are made by each event thread
+            match ReadRing::<RingRead>::new(2) {
+                Ok(_) => {
+                    tracing::info!("reads: io_uring, one ring per event thread");
+                    rings = true;
                 }
                 Err(e) if engine == IoEngine::Uring => {
                     return Err(io::Error::new(
@@ -57,7 +64,12 @@ impl NodeWorkers {
                 ),
             }
         }
-        Ok(NodeWorkers { pools, rings })
+        let ring_jobs = nodes.iter().map(|_| Arc::default()).collect();
+        Ok(NodeWorkers {
+            pools,
+            rings,
+            ring_jobs,
+        })
     }
 
     /// Nodes served.
@@ -65,12 +77,38 @@ impl NodeWorkers {
         self.pools.len()
     }
 
-    /// Let every ring finish its reads (they may hand work to the threads), then the
-    /// threads finish what is queued.
-    pub fn shutdown(self) {
-        for r in self.rings {
-            r.shutdown();
+    /// Give the calling event thread (of node `node`) its read ring, when rings are on;
+    /// returns the eventfd to poll, readable (edge-triggered) when completions arrived.
+    /// A thread whose ring cannot be made uses the I/O threads (logged).
+    pub fn start_thread_ring(&self, node: usize) -> Option<RawFd> {
+        if !self.rings {
+            return None;
         }
+        let jobs = self.ring_jobs.get(node).or(self.ring_jobs.first())?;
+        match ReadRing::new(RING_ENTRIES) {
+            Ok(ring) => {
+                // uncached reads land in buffers this thread drops once they are sent
+                AlignedBuf::recycle_on_this_thread();
+                let fd = ring.event_fd();
+                THREAD_RING.with(|r| {
+                    *r.borrow_mut() = Some(ThreadRing {
+                        ring,
+                        jobs: Arc::clone(jobs),
+                    })
+                });
+                Some(fd)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot make this thread's io_uring ({e}): its reads use the I/O threads"
+                );
+                None
+            }
+        }
+    }
+
+    /// Let the threads finish what is queued.
+    pub fn shutdown(self) {
         for p in self.pools {
             match Arc::try_unwrap(p) {
                 Ok(p) => p.shutdown(),
@@ -80,39 +118,101 @@ impl NodeWorkers {
     }
 }
 
+/// An event thread's read ring and its node's in-flight count.
+struct ThreadRing {
+    ring: ReadRing<RingRead>,
+    jobs: Arc<AtomicUsize>,
+}
+
+thread_local! {
+    static THREAD_RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
+}
+
+/// Queue `job` in this thread's ring (`None`); gives it back when the thread has none (or
+/// is inside the ring already, finishing a job).
+fn push_local(job: RingRead) -> Option<RingRead> {
+    THREAD_RING.with(|r| match r.try_borrow_mut() {
+        Ok(mut guard) => match guard.as_mut() {
+            Some(t) => {
+                t.jobs.fetch_add(1, Ordering::Relaxed);
+                t.ring.push(job);
+                None
+            }
+            None => Some(job),
+        },
+        Err(_) => Some(job),
+    })
+}
+
+/// Whether the calling thread owns a read ring.
+fn has_local_ring() -> bool {
+    THREAD_RING.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+}
+
+/// The event thread's turn ends: submit what its commands queued (one system call).
+pub fn submit_thread_ring() {
+    THREAD_RING.with(|r| {
+        if let Ok(mut g) = r.try_borrow_mut()
+            && let Some(t) = g.as_mut()
+        {
+            t.ring.submit();
+        }
+    });
+}
+
+/// Finish this thread's jobs whose reads completed (no system call when none did).
+pub fn reap_thread_ring() {
+    THREAD_RING.with(|r| {
+        if let Ok(mut g) = r.try_borrow_mut()
+            && let Some(t) = g.as_mut()
+        {
+            let n = t.ring.reap();
+            if n > 0 {
+                t.jobs.fetch_sub(n, Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+/// The event thread stops: wait for its reads still in the kernel and finish them.
+pub fn stop_thread_ring() {
+    let taken = THREAD_RING.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    if let Some(t) = taken {
+        let left = t.ring.jobs();
+        drop(t.ring);
+        t.jobs.fetch_sub(left, Ordering::Relaxed);
+    }
+}
+
 impl Workers for NodeWorkers {
     fn submit(&self, node: usize, job: Job) {
         let n = node.min(self.pools.len().saturating_sub(1));
         let Some(pool) = self.pools.get(n) else {
             return;
         };
-        let Some(ring) = self.rings.get(n) else {
-            pool.submit(job);
-            return;
-        };
         // only O_DIRECT stores: a buffered read (tmpfs, a file system without O_DIRECT, the
-        // page cache) completes inside the submitting call, so the one ring thread would do
-        // every copy itself; the worker threads copy in parallel (measured: cold 64 KiB
-        // random fills from tmpfs, QD32, 40-54 K IOPS through the ring, 55-63 K on threads)
-        if !job_store_is_direct(&job) {
+        // page cache) completes inside the submitting call, so the event thread would do
+        // the copy itself; the worker threads copy in parallel (measured: cold 64 KiB
+        // random fills from tmpfs, QD32, 40-54 K IOPS through a ring, 55-63 K on threads)
+        if !self.rings || !job_store_is_direct(&job) || !has_local_ring() {
             pool.submit(job);
             return;
         }
-        match job {
+        let ring_job = match job {
             Job::Fill {
                 cache,
                 at,
                 pieces,
                 node,
                 reply,
-            } => ring.submit(RingRead::Fill {
+            } => RingRead::Fill {
                 cache,
                 at,
                 pieces,
                 node,
                 reply,
                 spill: Arc::clone(pool),
-            }),
+            },
             // in range: the ring reports end of file as EIO, the store EINVAL past its end
             Job::DirectRead { at, reply }
                 if at
@@ -120,19 +220,28 @@ impl Workers for NodeWorkers {
                     .checked_add(at.len)
                     .is_some_and(|e| e <= at.lun.store.size()) =>
             {
-                ring.submit(RingRead::Direct {
+                RingRead::Direct {
                     at,
                     buf: None,
                     reply,
-                })
+                }
             }
-            other => pool.submit(other),
+            other => {
+                pool.submit(other);
+                return;
+            }
+        };
+        if let Some(back) = push_local(ring_job) {
+            back.run_on(pool);
         }
     }
 
     fn pending(&self, node: usize) -> usize {
         self.pools.get(node).map_or(0, |p| p.pending())
-            + self.rings.get(node).map_or(0, RingPool::pending)
+            + self
+                .ring_jobs
+                .get(node)
+                .map_or(0, |j| j.load(Ordering::Relaxed))
     }
 }
 
@@ -155,12 +264,35 @@ pub enum RingRead {
         /// The node's worker threads, for what must continue blocking.
         spill: Arc<IoPool<Job>>,
     },
-    /// An uncached read into a buffer the ring thread allocates (node-local memory).
+    /// An uncached read into a buffer the event thread allocates (its node's memory).
     Direct {
         at: Extent,
         buf: Option<AlignedBuf>,
         reply: Replier,
     },
+}
+
+impl RingRead {
+    /// Give the read to the worker threads after all (no ring on this thread).
+    fn run_on(self, pool: &IoPool<Job>) {
+        match self {
+            RingRead::Fill {
+                cache,
+                at,
+                pieces,
+                node,
+                reply,
+                ..
+            } => pool.submit(Job::Fill {
+                cache,
+                at,
+                pieces,
+                node,
+                reply,
+            }),
+            RingRead::Direct { at, reply, .. } => pool.submit(Job::DirectRead { at, reply }),
+        }
+    }
 }
 
 // SAFETY: the reads point into (a) the reserved sectors of the fill's cache blocks, arena
@@ -173,17 +305,19 @@ unsafe impl RingJob for RingRead {
         match self {
             RingRead::Fill { at, pieces, .. } => {
                 let fd = at.lun.store.raw_fd();
-                let mut runs: Vec<FillRead> = Vec::new();
-                coherence::fill_reads(pieces, &mut runs);
-                out.extend(runs.into_iter().map(|r| ReadOp {
-                    fd,
-                    buf: r.buf,
-                    len: r.len,
-                    offset: r.disk_offset,
-                }));
+                coherence::fill_reads(pieces, |r: FillRead| {
+                    out.push(ReadOp {
+                        fd,
+                        buf: r.buf,
+                        len: r.len,
+                        offset: r.disk_offset,
+                    })
+                });
             }
             RingRead::Direct { at, buf, .. } => {
-                let b = buf.insert(AlignedBuf::new(at.len as usize));
+                // every byte is read over (or the read fails and the buffer is dropped):
+                // recycled memory of this thread is fine
+                let b = buf.insert(AlignedBuf::for_overwrite(at.len as usize));
                 let s = b.as_mut_slice();
                 out.push(ReadOp {
                     fd: at.lun.store.raw_fd(),

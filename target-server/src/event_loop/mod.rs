@@ -33,6 +33,8 @@ pub use inbox::{EventThreadSetup, Inbox, Msg};
 pub use shared::{Shared, ThreadStats};
 
 pub(super) const WAKER: Token = Token(usize::MAX);
+/// The eventfd of the thread's io_uring read ring (completions arrived).
+const RING: Token = Token(usize::MAX - 1);
 /// Tokens: a connection's socket (TCP) or completion channel (iSER) is `Token(slot)`; an
 /// iSER connection's CM channel is `ISER_CM_BASE + slot`; TCP listeners count from
 /// `LISTENER_BASE`, iSER listeners from `ISER_LISTENER_BASE`.
@@ -177,6 +179,17 @@ impl EventThread {
         }
         #[cfg(feature = "iser")]
         self.register_iser_listeners();
+        if let Some(fd) = self.shared.workers.start_thread_ring(self.node)
+            && let Err(e) = self.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                RING,
+                Interest::READABLE,
+            )
+        {
+            // without its eventfd the ring's completions would wait for the next event
+            tracing::error!("cannot poll the read ring, reads use the I/O threads: {e}");
+            crate::backend::workers::stop_thread_ring();
+        }
         let mut events = Events::with_capacity(256);
         let mut last_tick = Instant::now();
         let mut busy: Vec<usize> = Vec::new();
@@ -208,7 +221,7 @@ impl EventThread {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    WAKER => {}
+                    WAKER | RING => {}
                     #[cfg(feature = "iser")]
                     Token(t) if t >= ISER_LISTENER_BASE => {
                         self.guarded("accept", |me| me.accept_iser(t - ISER_LISTENER_BASE))
@@ -234,6 +247,9 @@ impl EventThread {
                     }
                 }
             }
+            // reads of this thread's ring that completed (their answers go through the
+            // inbox, drained right after)
+            self.guarded("read ring", |_| crate::backend::workers::reap_thread_ring());
             self.guarded("inbox", Self::drain_inbox);
             for s in 0..self.slots.len() {
                 if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
@@ -258,7 +274,11 @@ impl EventThread {
             if self.stopping && self.slots.iter().all(Option::is_none) {
                 break;
             }
+            // what this turn's commands queued in the read ring goes to the kernel at once
+            crate::backend::workers::submit_thread_ring();
         }
+        // reads still in the kernel write into cache blocks: wait for them
+        crate::backend::workers::stop_thread_ring();
         self.inbox.stopped.store(true, Ordering::Release);
         // messages that raced with the stop (results of dropped connections) go now
         self.inbox

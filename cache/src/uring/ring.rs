@@ -1,0 +1,327 @@
+//! A read ring owned by one thread ([`ReadRing`]): the thread pushes jobs (each some reads
+//! and a continuation), submits everything queued with one `io_uring_enter` when it is about
+//! to wait anyway, and reaps completions from the shared completion queue without a system
+//! call. A registered eventfd says that completions arrived, so the owner can sleep in its
+//! own poll set (the event thread's epoll) instead of in the ring. A job is finished on the
+//! owning thread when its last read has ended; short reads are continued, end of file is
+//! EIO, errors go to the job. Nothing here sleeps except [`ReadRing::wait`] and the drain
+//! on drop, which must not return while the kernel may still write into a job's memory.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use io_uring::{IoUring, Probe, opcode, types};
+
+/// One positional read: `len` bytes at byte `offset` of `fd` into memory at `buf`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOp {
+    pub fd: RawFd,
+    pub buf: *mut u8,
+    pub len: usize,
+    pub offset: u64,
+}
+
+/// Work a [`ReadRing`] runs: some reads, then a continuation.
+///
+/// # Safety
+/// Every [`ReadOp`] that [`reads`](RingJob::reads) gives must point to `len` bytes of memory
+/// that is writable, owned by the job (or kept alive by it), not moved when the job value
+/// moves (heap or arena memory, never the job's own fields), and not read or written by
+/// anything else until [`finish`](RingJob::finish) is called.
+pub unsafe trait RingJob: 'static {
+    /// Append the reads this job needs to `out` (called once, when the job is pushed).
+    fn reads(&mut self, out: &mut Vec<ReadOp>);
+    /// Every read has ended: `results[i]` tells whether `reads[i]` was filled entirely
+    /// (end of file before that is EIO). Runs on the ring's thread; must not block.
+    fn finish(self, results: &[io::Result<()>]);
+}
+
+/// Longest read one entry carries.
+const MAX_READ: usize = 0x7fff_f000;
+
+/// A job with reads in flight.
+struct Flight<J> {
+    job: J,
+    ops: Vec<ReadOp>,
+    results: Vec<io::Result<()>>,
+    left: usize,
+}
+
+/// A thread's read ring (not shared: `!Send` through its jobs' raw pointers).
+pub struct ReadRing<J: RingJob> {
+    ring: IoUring,
+    /// Signalled by the kernel when completions are posted (nonblocking, never read: the
+    /// owner polls it edge-triggered and reaps the completion queue instead).
+    event: OwnedFd,
+    entries: usize,
+    flights: Vec<Option<Flight<J>>>,
+    free: Vec<usize>,
+    /// Reads (flight, op) waiting for room in the submission queue.
+    backlog: VecDeque<(usize, usize)>,
+    /// Entries submitted or queued and not completed.
+    in_ring: usize,
+    /// Entries queued since the last submit.
+    unsubmitted: usize,
+    /// Jobs pushed and not finished.
+    jobs: usize,
+    /// Emptied vectors of finished flights, reused (no allocation per job once warm).
+    spare_ops: Vec<Vec<ReadOp>>,
+    spare_results: Vec<Vec<io::Result<()>>>,
+    /// Flights completed in one reap (kept for its memory).
+    done: Vec<usize>,
+}
+
+impl<J: RingJob> ReadRing<J> {
+    /// A ring of `entries` slots (a power of two, at most 4096) with its eventfd. Fails when
+    /// the kernel has no io_uring, refuses it, or lacks the read operation.
+    pub fn new(entries: u32) -> io::Result<ReadRing<J>> {
+        let entries = entries.clamp(2, 4096).next_power_of_two();
+        let ring = IoUring::new(entries)?;
+        let mut probe = Probe::new();
+        ring.submitter().register_probe(&mut probe)?;
+        if !probe.is_supported(opcode::Read::CODE) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel's io_uring has no READ operation",
+            ));
+        }
+        // SAFETY: plain eventfd creation; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let event = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(event.as_raw_fd())?;
+        Ok(ReadRing {
+            ring,
+            event,
+            entries: entries as usize,
+            flights: Vec::new(),
+            free: Vec::new(),
+            backlog: VecDeque::new(),
+            in_ring: 0,
+            unsubmitted: 0,
+            jobs: 0,
+            spare_ops: Vec::new(),
+            spare_results: Vec::new(),
+            done: Vec::new(),
+        })
+    }
+
+    /// The eventfd the kernel signals when completions arrive (poll it for readability,
+    /// edge-triggered; it is never read).
+    pub fn event_fd(&self) -> RawFd {
+        self.event.as_raw_fd()
+    }
+
+    /// Jobs pushed and not finished yet.
+    pub fn jobs(&self) -> usize {
+        self.jobs
+    }
+
+    /// Queue `job`'s reads (submitted at the next [`submit`](Self::submit)); a job without
+    /// reads is finished at once.
+    pub fn push(&mut self, mut job: J) {
+        let mut ops = self.spare_ops.pop().unwrap_or_default();
+        job.reads(&mut ops);
+        if ops.is_empty() {
+            self.spare_ops.push(ops);
+            job.finish(&[]);
+            return;
+        }
+        let n = ops.len();
+        let mut results = self.spare_results.pop().unwrap_or_default();
+        results.extend((0..n).map(|_| Ok(())));
+        let flight = Flight {
+            job,
+            ops,
+            results,
+            left: n,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.flights[i] = Some(flight);
+                i
+            }
+            None => {
+                self.flights.push(Some(flight));
+                self.flights.len() - 1
+            }
+        };
+        self.jobs += 1;
+        self.backlog.extend((0..n).map(|op| (idx, op)));
+        self.fill_queue();
+    }
+
+    /// Hand everything queued to the kernel (one system call; none when nothing is queued).
+    pub fn submit(&mut self) {
+        if self.unsubmitted == 0 {
+            return;
+        }
+        match self.ring.submit() {
+            Ok(n) => self.unsubmitted = self.unsubmitted.saturating_sub(n),
+            // EAGAIN/EBUSY: the kernel is short of resources; what stays queued goes with
+            // the next call (the owner reaps and submits again on every turn)
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::EINTR)
+                ) => {}
+            Err(e) => tracing::warn!("read ring: io_uring_enter failed, retrying: {e}"),
+        }
+    }
+
+    /// Finish the jobs whose reads have all completed; returns how many. No system call
+    /// unless short reads had to be resubmitted.
+    pub fn reap(&mut self) -> usize {
+        let mut done = std::mem::take(&mut self.done);
+        let mut requeued = false;
+        for cqe in self.ring.completion() {
+            self.in_ring = self.in_ring.saturating_sub(1);
+            let (f, i) = (
+                (cqe.user_data() >> 32) as usize,
+                cqe.user_data() as u32 as usize,
+            );
+            let Some(flight) = self.flights.get_mut(f).and_then(|x| x.as_mut()) else {
+                continue;
+            };
+            let Some(op) = flight.ops.get_mut(i) else {
+                continue;
+            };
+            let r = cqe.result();
+            let outcome = if r < 0 {
+                Some(Err(io::Error::from_raw_os_error(-r)))
+            } else if r == 0 {
+                // end of file before the range ended: the file shrank under us
+                Some(Err(io::Error::from_raw_os_error(libc::EIO)))
+            } else if (r as usize) < op.len {
+                // short: read the rest next
+                let n = r as usize;
+                // SAFETY: n < op.len, so the advanced pointer stays inside the buffer.
+                op.buf = unsafe { op.buf.add(n) };
+                op.len -= n;
+                op.offset += n as u64;
+                self.backlog.push_back((f, i));
+                requeued = true;
+                None
+            } else {
+                Some(Ok(()))
+            };
+            if let Some(res) = outcome {
+                flight.results[i] = res;
+                flight.left -= 1;
+                if flight.left == 0 {
+                    done.push(f);
+                }
+            }
+        }
+        if requeued || !self.backlog.is_empty() {
+            self.fill_queue();
+            self.submit();
+        }
+        let n = done.len();
+        for f in done.drain(..) {
+            if let Some(flight) = self.flights.get_mut(f).and_then(Option::take) {
+                self.free.push(f);
+                self.jobs -= 1;
+                let Flight {
+                    job,
+                    mut ops,
+                    mut results,
+                    ..
+                } = flight;
+                job.finish(&results);
+                ops.clear();
+                results.clear();
+                self.spare_ops.push(ops);
+                self.spare_results.push(results);
+            }
+        }
+        self.done = done;
+        n
+    }
+
+    /// Submit, then block until at least one completion is there, and reap (for owners
+    /// that have nothing else to wait for: tests, the drain at the end).
+    pub fn wait(&mut self) -> usize {
+        self.fill_queue();
+        if self.in_ring > 0 {
+            match self.ring.submit_and_wait(1) {
+                Ok(n) => self.unsubmitted = self.unsubmitted.saturating_sub(n),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!("read ring: io_uring_enter failed, retrying: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        self.reap()
+    }
+
+    /// Queue backlog reads while the submission queue has room.
+    fn fill_queue(&mut self) {
+        while self.in_ring < self.entries {
+            let Some(&(f, i)) = self.backlog.front() else {
+                return;
+            };
+            let Some(op) = self
+                .flights
+                .get(f)
+                .and_then(|x| x.as_ref())
+                .and_then(|x| x.ops.get(i))
+            else {
+                self.backlog.pop_front();
+                continue;
+            };
+            let len = op.len.min(MAX_READ) as u32;
+            let sqe = opcode::Read::new(types::Fd(op.fd), op.buf, len)
+                .offset(op.offset)
+                .build()
+                .user_data(((f as u64) << 32) | i as u64);
+            if self.ring.submission().is_full() {
+                // the queue is full of unsubmitted entries: hand them over first
+                self.submit();
+            }
+            // SAFETY: RingJob's contract: the buffer is the job's, valid and untouched by
+            // others until finish, which runs only after this read's completion is reaped
+            // (and the ring is drained before it is dropped).
+            if unsafe { self.ring.submission().push(&sqe) }.is_err() {
+                return; // still full (the kernel took nothing): the next turn goes on
+            }
+            self.backlog.pop_front();
+            self.in_ring += 1;
+            self.unsubmitted += 1;
+        }
+    }
+}
+
+impl<J: RingJob> Drop for ReadRing<J> {
+    /// Wait for every read still in the kernel (they write into the jobs' memory) and
+    /// finish their jobs; backlog reads never issued end as ECANCELED.
+    fn drop(&mut self) {
+        for (f, i) in std::mem::take(&mut self.backlog) {
+            if let Some(fl) = self.flights.get_mut(f).and_then(|x| x.as_mut()) {
+                fl.results[i] = Err(io::Error::from_raw_os_error(libc::ECANCELED));
+                fl.left = fl.left.saturating_sub(1);
+            }
+        }
+        let mut turns = 0u32;
+        while self.in_ring > 0 {
+            self.wait();
+            turns += 1;
+            if turns == 100_000 {
+                tracing::error!(
+                    "read ring: {} reads still in the kernel at shutdown",
+                    self.in_ring
+                );
+            }
+        }
+        for f in 0..self.flights.len() {
+            if let Some(flight) = self.flights[f].take() {
+                flight.job.finish(&flight.results);
+            }
+        }
+    }
+}
