@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Helpers of tools/bench/run.sh (python3 standard library only).
 
-  report.py fio JSON RW CPU_TICKS HZ   one fio run -> "iops MB/s p50_us p99_us cpu_us_per_io"
+  report.py fio JSON RW CPU_TICKS HZ   one fio run -> "iops MB/s p50_us p99_us cpu_us_per_io
+                                       fio_cpu_us_per_io fio_cpu_pct_per_session"
   report.py perf LOG BS SECS CPU_TICKS HZ   the same from iscsi-perf's output ("-" unknown)
   report.py tcp SECS [TIMES]           the best of TIMES loopback TCP streams of SECS s -> "GB/s"
   report.py report RAW_TSV OUT_DIR META_FILE   medians -> results.md, results.csv, chart.dat
+                                       (META_FILE: key=value lines of run.sh; targets= the columns)
 """
 import csv
 import json
@@ -15,7 +17,10 @@ import statistics
 import sys
 import time
 
-TARGETS = ["numatgtd", "tgtd", "tgtd-null"]
+TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null"]  # all known, in column order
+SHORT = {"numatgtd": "numatgtd", "numatgtd-poll": "poll", "tgtd": "tgtd", "tgtd-null": "null"}
+KEYS = ("iops", "mbps", "p50", "p99", "cpu", "fio_cpu", "fio_pct")
+BOUND_PCT = 90  # fio at or above this % of one CPU per session: the initiator is the limit
 LABELS = {
     "rr4k-qd1": "4K rand read QD1",
     "rr4k-qd32": "4K rand read QD32",
@@ -32,6 +37,22 @@ def cpu_per_io(ticks, hz, ios):
     return "%.1f" % (int(ticks) / int(hz) * 1e6 / ios) if ios > 0 else "-"
 
 
+def fio_cpu(job, ios):
+    """fio's own CPU (the initiator) -> ("µs per I/O", "% of one CPU per session").
+
+    fio-3.33 with group_reporting sums the jobs (sessions): job_runtime is the sum of the
+    jobs' run times in ms (2 jobs of 2 s: 4000) and usr_cpu/sys_cpu are the summed user and
+    system times over that sum, in %, i.e. the mean share of one CPU per job. So the CPU
+    seconds of all jobs are (usr_cpu + sys_cpu) / 100 x job_runtime / 1000 (no factor of
+    numjobs), and usr_cpu + sys_cpu is already per session. Only the job processes count,
+    not fio's parent process (a few %, mostly asleep)."""
+    pct = job.get("usr_cpu", 0) + job.get("sys_cpu", 0)
+    runtime_ms = job.get("job_runtime", 0)
+    if ios <= 0 or runtime_ms <= 0:
+        return "-", "-"
+    return "%.2f" % (pct / 100 * runtime_ms / 1000 * 1e6 / ios), "%.1f" % pct
+
+
 def fio_point(path, rw, ticks, hz):
     try:
         job = json.load(open(path))["jobs"][0]  # group_reporting: one entry for all sessions
@@ -39,21 +60,22 @@ def fio_point(path, rw, ticks, hz):
         ios = job["read"]["total_ios"] + job["write"]["total_ios"]
         pct = d.get("clat_ns", {}).get("percentile", {})
         p50, p99 = pct.get("50.000000"), pct.get("99.000000")
-        print("%.0f %.1f %s %s %s" % (
+        print("%.0f %.1f %s %s %s %s %s" % (
             d["iops"], d["bw_bytes"] / 1e6,
             "%.1f" % (p50 / 1000) if p50 else "-", "%.1f" % (p99 / 1000) if p99 else "-",
-            cpu_per_io(ticks, hz, ios)))
-    except (OSError, ValueError, KeyError, IndexError):
-        print("- - - - -")
+            cpu_per_io(ticks, hz, ios), *fio_cpu(job, ios)))
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        print("- - - - - - -")
 
 
 def perf_point(path, bs, secs, ticks, hz):
     m = re.findall(r"iops average (\d+)", open(path, errors="replace").read())
     if not m:
-        print("- - - - -")
+        print("- - - - - - -")
         return
     iops = int(m[-1])  # the average over the whole run: I/Os = IOPS x seconds
-    print("%d %.1f - - %s" % (iops, iops * int(bs) / 1e6, cpu_per_io(ticks, hz, iops * int(secs))))
+    # no percentiles, no initiator CPU figure (iscsi-perf reports none)
+    print("%d %.1f - - %s - -" % (iops, iops * int(bs) / 1e6, cpu_per_io(ticks, hz, iops * int(secs))))
 
 
 def tcp(secs, times="1"):
@@ -123,14 +145,22 @@ def report(raw, out, meta_path):
     meta = dict(line.rstrip("\n").split("=", 1) for line in open(meta_path) if "=" in line)
     runs = {}  # (sessions, point, target) -> list of dicts
     order = []
+    seen = set()
     with open(raw) as f:
         for row in csv.reader(f, delimiter="\t"):
-            s, point, tgt, rnd, iops, mbps, p50, p99, cpu = row
+            if len(row) < 9:
+                continue
+            s, point, tgt, rnd = row[:4]
+            vals = (row[4:] + ["-"] * len(KEYS))[:len(KEYS)]  # older raw.tsv: no fio CPU
             key = (int(s), point)
             if key not in order:
                 order.append(key)
+            seen.add(tgt)
             runs.setdefault((int(s), point, tgt), []).append(
-                dict(iops=num(iops), mbps=num(mbps), p50=num(p50), p99=num(p99), cpu=num(cpu)))
+                {k: num(v) for k, v in zip(KEYS, vals)})
+    targets = meta.get("targets", "").split() or [t for t in TARGETS if t in seen]
+    poll = "numatgtd-poll" in targets
+    fio = not meta.get("engine", "").startswith("iscsi-perf")
     tcp_gbs = [num(meta.get("tcp_before")), num(meta.get("tcp_after"))]
     tcp_mbs = max(x for x in tcp_gbs if x) * 1000 if any(tcp_gbs) else None  # the ceiling
 
@@ -139,11 +169,14 @@ def report(raw, out, meta_path):
         r = {"sessions": s, "point": point, "label": LABELS.get(point, point)}
         for t in TARGETS:
             rs = runs.get((s, point, t), [])
-            for k in ("iops", "mbps", "p50", "p99", "cpu"):
+            for k in KEYS:
                 r[t + "_" + k] = med([x[k] for x in rs])
             r[t + "_runs"] = " ".join(fmt(x["iops"]) for x in rs)
         r["vs_tgtd"] = ratio(r["numatgtd_iops"], r["tgtd_iops"])
         r["vs_null"] = ratio(r["numatgtd_iops"], r["tgtd-null_iops"])
+        r["poll_vs_tgtd"] = ratio(r["numatgtd-poll_iops"], r["tgtd_iops"])
+        r["poll_vs_null"] = ratio(r["numatgtd-poll_iops"], r["tgtd-null_iops"])
+        r["poll_vs_numatgtd"] = ratio(r["numatgtd-poll_iops"], r["numatgtd_iops"])
         r["tcp_share"] = ratio(r["numatgtd_mbps"], tcp_mbs) if point.startswith("sr") else None
         rows.append(r)
 
@@ -151,34 +184,61 @@ def report(raw, out, meta_path):
     md.append("# numatgtd vs Debian's tgtd (`tools/bench/run.sh`, %s)\n" % meta.get("date", ""))
     md.append("- machine: %s CPUs, kernel %s; numatgtd `%s`; %s" % (
         meta.get("cpus"), meta.get("kernel"), meta.get("numatgtd"), meta.get("tgtd")))
-    md.append("- load: %s; %s s per point, median of %s alternated rounds (numatgtd, tgtd, tgtd-null, "
-              "numatgtd, ...); %s MiB LUN on tmpfs (random data, warmed), LUNs made with tgtadm, "
-              "default settings" % (meta.get("engine"), meta.get("secs"), meta.get("rounds"),
-                                    meta.get("lun_mb")))
+    if poll:
+        md.append("- numatgtd-poll (column poll): the same numatgtd binary started the same way plus "
+                  "`--busy-poll %s` (event threads poll %s µs after their last event before "
+                  "sleeping)" % (meta.get("busy_poll"), meta.get("busy_poll")))
+    md.append("- load: %s; %s s per point, median of %s alternated rounds (%s, %s, ...); %s MiB "
+              "LUN on tmpfs (random data, warmed), LUNs made with tgtadm, default settings" % (
+                  meta.get("engine"), meta.get("secs"), meta.get("rounds"), ", ".join(targets),
+                  targets[0] if targets else "", meta.get("lun_mb")))
     md.append("- one-stream loopback TCP: %s GB/s before, %s GB/s after" % (
         meta.get("tcp_before"), meta.get("tcp_after")))
     md.append("- /proc/loadavg before: %s; after: %s" % (meta.get("load_before"), meta.get("load_after")))
     if meta.get("warning"):
         md.append("- **WARNING**: %s" % meta["warning"])
     md.append("- rerun: `%s`\n" % meta.get("rerun"))
-    head = ["sess", "workload", "numatgtd IOPS", "tgtd IOPS", "null IOPS", "numatgtd/tgtd",
-            "numatgtd/null", "MB/s numatgtd · tgtd · null", "p50/p99 µs numatgtd",
-            "p50/p99 µs tgtd", "p50/p99 µs null", "CPU µs/IO numatgtd", "CPU µs/IO tgtd",
-            "CPU µs/IO null"]
+    cols = [t for t in TARGETS if t in targets]
+    names = [SHORT[t] for t in cols]
+    head = ["sess", "workload"] + [(t if t != "tgtd-null" else "null") + " IOPS" for t in cols]
+    head += ["numatgtd/tgtd", "numatgtd/null"] + (["poll/tgtd", "poll/null"] if poll else [])
+    head.append("MB/s " + " · ".join(names))
+    head += ["p50/p99 µs " + n for n in names]
+    head += ["CPU µs/IO " + n for n in names]
+    head += ["fio CPU µs/IO " + n for n in names]
     md.append("| " + " | ".join(head) + " |")
     md.append("|" + "---|" * len(head))
     for r in rows:
         cells = [str(r["sessions"]), r["label"]]
-        cells += [fmt(r[t + "_iops"]) for t in TARGETS]
+        cells += [fmt(r[t + "_iops"]) for t in cols]
         cells += ["**%s**" % fmt(r["vs_tgtd"], 2), fmt(r["vs_null"], 2)]
-        cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in TARGETS))
-        cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in TARGETS]
-        cells += [fmt(r[t + "_cpu"], 1) for t in TARGETS]
+        if poll:
+            cells += ["**%s**" % fmt(r["poll_vs_tgtd"], 2), fmt(r["poll_vs_null"], 2)]
+        cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in cols))
+        cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in cols]
+        cells += [fmt(r[t + "_cpu"], 1) for t in cols]
+        cells += [fmt(r[t + "_fio_cpu"], 1) for t in cols]
         md.append("| " + " | ".join(cells) + " |")
     md.append("")
-    md.append("null = tgtd with `--bstype null` (no storage at all: the floor). Ratios are of "
+    md.append("null = tgtd with `--bstype null` (no storage at all: the floor)%s. Ratios are of "
               "median IOPS; CPU µs/IO = the target's utime+stime (/proc/PID/stat) over the point "
-              "/ I/Os done. Per-round IOPS are in results.csv.")
+              "/ I/Os done; fio CPU µs/IO = the initiator's: fio's usr+sys CPU time of all its "
+              "sessions (JSON usr_cpu+sys_cpu × job_runtime) / I/Os done%s. Per-round IOPS are in "
+              "results.csv." % (
+                  "; poll = numatgtd-poll, numatgtd with `--busy-poll %s`" % meta.get("busy_poll")
+                  if poll else "",
+                  "" if fio else " (n/a: iscsi-perf reports no CPU)"))
+    for r in rows:
+        bound = [(t, r[t + "_fio_pct"]) for t in cols
+                 if r[t + "_fio_pct"] is not None and r[t + "_fio_pct"] >= BOUND_PCT]
+        if bound:
+            md.append("- %s, %d session(s): initiator-bound: fio used %s (≥ %d %%: there "
+                      "the initiator's CPU, not the target, caps the IOPS and the ratios; "
+                      "compare CPU µs/IO)" % (
+                          r["label"], r["sessions"],
+                          ", ".join(("%.0f %% of a CPU per session with %s" if i == 0 else
+                                     "%.0f %% with %s") % (v, t) for i, (t, v) in enumerate(bound)),
+                          BOUND_PCT))
     for r in rows:
         if r["tcp_share"] is not None:
             md.append("- %s, %d session(s): numatgtd moves %s MB/s = %.0f %% of one loopback TCP "
@@ -188,24 +248,39 @@ def report(raw, out, meta_path):
     open(os.path.join(out, "results.md"), "w").write(text)
     sys.stdout.write(text)
 
-    cols = ["sessions", "point", "label"]
-    for t in TARGETS:
-        cols += [t + "_" + k for k in ("iops", "mbps", "p50", "p99", "cpu", "runs")]
-    cols += ["vs_tgtd", "vs_null", "tcp_share"]
+    names_csv = {"p50": "p50_us", "p99": "p99_us", "cpu": "cpu_us_per_io",
+                 "fio_cpu": "fio_cpu_us_per_io", "fio_pct": "fio_cpu_pct_per_session",
+                 "runs": "iops_per_round"}
+    csv_cols = ["sessions", "point", "label"]
+    for t in cols:
+        csv_cols += [t + "_" + k for k in KEYS + ("runs",)]
+    csv_cols += ["vs_tgtd", "vs_null"]
+    if poll:
+        csv_cols += ["poll_vs_tgtd", "poll_vs_null", "poll_vs_numatgtd"]
+    csv_cols.append("tcp_share")
+
+    def csv_name(c):
+        for t in sorted(cols, key=len, reverse=True):
+            if c.startswith(t + "_"):
+                k = c[len(t) + 1:]
+                return t + "_" + names_csv.get(k, k)
+        return c
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([c.replace("_p50", "_p50_us").replace("_p99", "_p99_us")
-                    .replace("_cpu", "_cpu_us_per_io").replace("_runs", "_iops_per_round")
-                    for c in cols])
+        w.writerow([csv_name(c) for c in csv_cols])
         for r in rows:
             w.writerow(["" if r[c] is None else (("%.3f" % r[c]) if isinstance(r[c], float) else r[c])
-                        for c in cols])
+                        for c in csv_cols])
     multi = len({r["sessions"] for r in rows}) > 1
+    # chart.dat, fixed columns (NaN when a target is not in the run): 1 label, 2-4 IOPS /
+    # tgtd of numatgtd, numatgtd-poll, tgtd-null, 5-8 CPU µs/IO of numatgtd, numatgtd-poll,
+    # tgtd, tgtd-null, 9-12 fio's CPU µs/IO with each, 13-16 fio's % of one CPU per session
     with open(os.path.join(out, "chart.dat"), "w") as f:
         for r in rows:
             label = r["label"] + (", %d sess" % r["sessions"] if multi else "")
-            tgtd_null = ratio(r["tgtd-null_iops"], r["tgtd_iops"])
-            vals = [r["vs_tgtd"], tgtd_null] + [r[t + "_cpu"] for t in TARGETS]
+            vals = [r["vs_tgtd"], r["poll_vs_tgtd"], ratio(r["tgtd-null_iops"], r["tgtd_iops"])]
+            for k in ("cpu", "fio_cpu", "fio_pct"):
+                vals += [r[t + "_" + k] for t in TARGETS]
             f.write('"%s"\t%s\n' % (label, "\t".join("NaN" if v is None else "%.3f" % v for v in vals)))
 
 

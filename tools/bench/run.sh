@@ -4,30 +4,35 @@
 #
 #   numatgtd   started like tgtd (`-f -C N --iscsi portal=127.0.0.1:PORT`), LUN made by
 #              Debian's tgtadm, default settings
+#   numatgtd-poll  the same, plus `--busy-poll BUSY_POLL` (event threads keep polling
+#              BUSY_POLL µs after their last event before sleeping); BUSY_POLL=0: left out
 #   tgtd       Debian's tgtd, rdwr LUN (the reference)
 #   tgtd-null  Debian's tgtd, LUN with `--bstype null` (no storage at all: the floor)
 #
 # Each on its own free 127.0.0.1 port and tgtd control port (never 3260 nor the default
 # control port), the same LUN size (LUN_MB) of the same random data on tmpfs, each LUN read
-# once sequentially (warm). Then every point of the matrix runs in alternation
-# (numatgtd, tgtd, tgtd-null, numatgtd, ... ROUNDS rounds of SECS s each). Load: fio with the
-# libiscsi engine (target/tools/fio; built by tools/build-fio-libiscsi.sh when missing;
+# once sequentially (warm). Then every point of the matrix runs in alternation (numatgtd,
+# numatgtd-poll, tgtd, tgtd-null, numatgtd, ... ROUNDS rounds of SECS s each). Load: fio with
+# the libiscsi engine (target/tools/fio; built by tools/build-fio-libiscsi.sh when missing;
 # numjobs = sessions), else iscsi-perf for the read points of 1 session (no percentiles).
 #
-# Per point: median IOPS and MB/s of each target, numatgtd/tgtd and numatgtd/tgtd-null,
-# p50/p99 completion latency (fio), each target's CPU µs per I/O (utime+stime of
-# /proc/PID/stat over the point / I/Os done). Per run: one-stream loopback TCP throughput
-# (before and after), /proc/loadavg before and after, a warning when the 1-minute load was
-# above CPUs/2 at the start. Output: a Markdown table (stdout and RUN_DIR/results.md),
-# RUN_DIR/results.csv, RUN_DIR/chart.png (gnuplot; tools/install-bench-deps.sh), the raw
-# fio JSON and the daemons' logs, RUN_DIR = target/bench/run-YYYYmmdd-HHMMSS.
+# Per point: median IOPS and MB/s of each target, numatgtd/tgtd and numatgtd/tgtd-null (and
+# the same for numatgtd-poll), p50/p99 completion latency (fio), each target's CPU µs per I/O
+# (utime+stime of /proc/PID/stat over the point / I/Os done), the initiator's (fio's) CPU µs
+# per I/O, and a note where fio used >= 90 % of a CPU per session (initiator-bound). Per run:
+# one-stream loopback TCP throughput (before and after), /proc/loadavg before and after, a
+# warning when the 1-minute load was above CPUs/2 at the start. Output: a Markdown table
+# (stdout and RUN_DIR/results.md), RUN_DIR/results.csv, RUN_DIR/chart.png (gnuplot;
+# tools/install-bench-deps.sh), the raw fio JSON and the daemons' logs,
+# RUN_DIR = target/bench/run-YYYYmmdd-HHMMSS.
 # Everything started is stopped by PID on exit, Ctrl-C or error. Root (tgtd, /dev/shm).
 #
 # Env: QUICK=1 (smoke: 1 round, 2 s points, 4 points), ROUNDS (3), SECS (5), SESSIONS ("1";
 #   e.g. "1 2 4 8"), POINTS (all: rr4k-qd1 rr4k-qd32 rw4k-qd32 sr64k-qd8 sr64k-qd32
 #   sr512k-qd8 sr512k-qd32 sw128k-qd8), LUN_MB (512), NUMATGTD_BIN (default: cargo build
 #   --release, target/release/numatgtd), FIO (target/tools/fio), ENGINE (fio|iscsi-perf),
-#   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61).
+#   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
+#   numatgtd-poll column).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -48,12 +53,20 @@ fi
 SESSIONS=${SESSIONS:-1}
 PORT_BASE=${PORT_BASE:-23500} CTL_BASE=${CTL_BASE:-61}
 # never 3260 (a tgtd of the machine may serve it) nor the default control port 0
-[ "$PORT_BASE" -gt 3260 ] && [ "$CTL_BASE" -ge 1 ] || { say "PORT_BASE must be > 3260, CTL_BASE >= 1"; exit 1; }
+if ! { [ "$PORT_BASE" -gt 3260 ] && [ "$CTL_BASE" -ge 1 ]; }; then say "PORT_BASE must be > 3260, CTL_BASE >= 1"; exit 1; fi
 LUN_MB=${LUN_MB:-512}
+BUSY_POLL=${BUSY_POLL:-50}
+if ! { [[ "$BUSY_POLL" =~ ^[0-9]+$ ]] && [ "$BUSY_POLL" -le 10000 ]; }; then
+  say "BUSY_POLL: 0..10000 (µs), not $BUSY_POLL"; exit 1
+fi
+BUSY_POLL=$((10#$BUSY_POLL))
 HZ=$(getconf CLK_TCK)
 NCPU=$(nproc)
 IQN=iqn.2026-11.org.numatgt:bench
 TARGETS=(numatgtd tgtd tgtd-null)
+[ "$BUSY_POLL" = 0 ] || TARGETS=(numatgtd numatgtd-poll tgtd tgtd-null)
+FILE_TARGETS=() # the targets with a LUN file on tmpfs (all but tgtd-null)
+for t in "${TARGETS[@]}"; do [ "$t" = tgtd-null ] || FILE_TARGETS+=("$t"); done
 
 point_spec() { # POINT -> "rw bs_bytes qd"
   case $1 in
@@ -96,9 +109,9 @@ RUN_DIR=${BENCH_OUT:-$REPO/target/bench}/run-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$RUN_DIR/raw"
 cp "$BIN_SRC" "$RUN_DIR/numatgtd" # a rebuild during the run does not change the daemon
 BIN=$RUN_DIR/numatgtd
-need_kb=$(( (LUN_MB * 3 + 64) * 1024 ))
+need_kb=$(( (LUN_MB * (${#FILE_TARGETS[@]} + 1) + 64) * 1024 )) # the LUNs, one LUN_MB spare
 [ "$(df --output=avail -k /dev/shm | tail -n 1)" -gt "$need_kb" ] ||
-  { say "/dev/shm has no room for 2 LUNs of $LUN_MB MiB"; exit 1; }
+  { say "/dev/shm has no room for ${#FILE_TARGETS[@]} LUNs of $LUN_MB MiB (+ $LUN_MB MiB spare)"; exit 1; }
 LUN_DIR=$(mktemp -d /dev/shm/numatgt-bench.XXXXXX)
 
 # ---- processes, stopped by PID
@@ -108,7 +121,7 @@ cleanup() {
   local t
   for t in "${TARGETS[@]}"; do
     [ -n "${PID[$t]:-}" ] || continue
-    if [ "$t" = numatgtd ]; then stop_pid "${PID[$t]}"; else stop_tgtd_pid "${CTL[$t]}" "${PID[$t]}"; fi
+    if [[ "$t" == numatgtd* ]]; then stop_pid "${PID[$t]}"; else stop_tgtd_pid "${CTL[$t]}" "${PID[$t]}"; fi
     PID[$t]=
   done
   rm -rf "$LUN_DIR"
@@ -123,16 +136,19 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   ctl=$(free_ctl "${NEXT_CTL:-$CTL_BASE}")
   NEXT_PORT=$((port + 1)) NEXT_CTL=$((ctl + 1))
   if [ "$t" = numatgtd ]; then
-    mkdir -p "$LUN_DIR/state"
-    "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state" > "$RUN_DIR/$t.log" 2>&1 &
+    mkdir -p "$LUN_DIR/state-$t"
+    "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" > "$RUN_DIR/$t.log" 2>&1 &
+  elif [ "$t" = numatgtd-poll ]; then # the same, plus busy polling (its own state directory)
+    mkdir -p "$LUN_DIR/state-$t"
+    "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" \
+      --busy-poll "$BUSY_POLL" > "$RUN_DIR/$t.log" 2>&1 &
   else
     tgtd -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" > "$RUN_DIR/$t.log" 2>&1 &
   fi
   PID[$t]=$! PORT[$t]=$port CTL[$t]=$ctl
   wait_port "$port" "${PID[$t]}" || { tail -n 20 "$RUN_DIR/$t.log" >&2; exit 1; }
   case $t in
-    numatgtd) lun_opts=(-b "$LUN_DIR/numatgtd.img") ;;
-    tgtd) lun_opts=(-b "$LUN_DIR/tgtd.img") ;;
+    numatgtd | numatgtd-poll | tgtd) lun_opts=(-b "$LUN_DIR/$t.img") ;;
     tgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
   esac
   tgtadm -C "$ctl" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
@@ -186,7 +202,7 @@ if awk -v l="${LOAD0%% *}" -v n="$NCPU" 'BEGIN { exit !(l > n / 2) }'; then
 fi
 say "run dir $RUN_DIR; LUNs on $LUN_DIR ($LUN_MB MiB, random data); engine $ENGINE"
 head -c "${LUN_MB}M" /dev/urandom > "$LUN_DIR/numatgtd.img"
-cp "$LUN_DIR/numatgtd.img" "$LUN_DIR/tgtd.img"
+for t in "${FILE_TARGETS[@]}"; do [ "$t" = numatgtd ] || cp "$LUN_DIR/numatgtd.img" "$LUN_DIR/$t.img"; done
 for t in "${TARGETS[@]}"; do start_target "$t"; done
 for t in "${TARGETS[@]}"; do warm "$t"; done
 TCP0=$(python3 "$HERE/report.py" tcp 1 3)
@@ -210,7 +226,7 @@ done
 TCP1=$(python3 "$HERE/report.py" tcp 1 3)
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB BUSY_POLL=$BUSY_POLL tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "cpus=$NCPU"
@@ -222,6 +238,8 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS
   echo "secs=$SECS"
   echo "rounds=$ROUNDS"
   echo "lun_mb=$LUN_MB"
+  echo "targets=${TARGETS[*]}"
+  echo "busy_poll=$BUSY_POLL"
   echo "tcp_before=$TCP0"
   echo "tcp_after=$TCP1"
   echo "load_before=$LOAD0"
@@ -231,9 +249,13 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}ROUNDS=$ROUNDS SECS
 } > "$META"
 python3 "$HERE/report.py" report "$RUN_DIR/raw.tsv" "$RUN_DIR" "$META"
 if command -v gnuplot >/dev/null; then
-  gnuplot -e "dir='$RUN_DIR'; title='numatgtd vs tgtd, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds, loopback TCP $TCP0 GB/s'" \
-    "$HERE/chart.gp" 2> "$RUN_DIR/gnuplot.err" && say "chart: $RUN_DIR/chart.png" ||
-    { say "gnuplot failed:"; cat "$RUN_DIR/gnuplot.err" >&2; }
+  fio_panel=0; [ "$ENGINE" != fio ] || fio_panel=1 # iscsi-perf: no initiator CPU, no 3rd panel
+  if gnuplot -e "dir='$RUN_DIR'; poll=$BUSY_POLL; fio=$fio_panel; title='numatgtd vs tgtd, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds, loopback TCP $TCP0 GB/s'" \
+    "$HERE/chart.gp" 2> "$RUN_DIR/gnuplot.err"; then
+    say "chart: $RUN_DIR/chart.png"
+  else
+    say "gnuplot failed:"; cat "$RUN_DIR/gnuplot.err" >&2
+  fi
 else
   say "no chart: gnuplot missing (tools/install-bench-deps.sh installs gnuplot-nox)"
 fi
