@@ -4,8 +4,9 @@
 //! is dirty: only blocks dirty for [`WRITEBACK_AGE`] or longer, so repeated writes to a block
 //! coalesce in the cache (as the kernel's dirty expiry does for the page cache; SYNCHRONIZE
 //! CACHE and FUA make data durable at once). Continuously, whatever their age, once a
-//! quarter of the node's blocks or an eighth of its dirty limit is dirty. At shutdown they
-//! drain every dirty block before the final sync.
+//! quarter of the node's blocks or an eighth of its dirty limit is dirty. While nothing is
+//! dirty on the node they look twice a second. At shutdown they drain every dirty block
+//! before the final sync.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +28,9 @@ const RING_BATCH: usize = 256;
 const RING_ENTRIES: u32 = 256;
 /// Pause between passes while little is dirty (lets writes to the same block coalesce).
 const LAZY_PAUSE: Duration = Duration::from_millis(50);
+/// Pause while nothing at all is dirty on the node (2 wakeups a second per idle flusher,
+/// not 20).
+const IDLE_PAUSE: Duration = Duration::from_millis(500);
 /// How long a block stays dirty before lazy write-back takes it.
 pub const WRITEBACK_AGE: Duration = Duration::from_secs(1);
 /// Pause after a failed write-back (the blocks stay dirty; SYNCHRONIZE CACHE reports it).
@@ -101,6 +105,9 @@ impl Flushers {
     /// Write every dirty block back, then stop the threads.
     pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
+        for t in &self.threads {
+            t.thread().unpark(); // out of an idle pause at once
+        }
         for t in self.threads {
             let _ = t.join();
         }
@@ -188,7 +195,14 @@ fn run(
                 }
                 return;
             }
-            std::thread::sleep(LAZY_PAUSE);
+            if cache.dirty_bytes(node) == 0 {
+                // nothing dirty on the node at all: a longer pause (a block dirtied now
+                // is not due before WRITEBACK_AGE anyway; a burst that reaches the dirty
+                // limit meanwhile is written through by its writers)
+                std::thread::park_timeout(IDLE_PAUSE);
+            } else {
+                std::thread::sleep(LAZY_PAUSE);
+            }
         } else if !under_pressure && taken < batch_max {
             std::thread::sleep(LAZY_PAUSE);
         }
