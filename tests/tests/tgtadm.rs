@@ -836,3 +836,78 @@ fn chap_accounts_are_enforced_like_tgtd() {
         ]
     );
 }
+
+/// CHAP secrets never leave the daemon except to the initiator they authenticate: after
+/// logins with the right secret, a wrong one and an unknown user (debug logging on), and
+/// with the accounts bound for a target and for discovery, neither the log nor any `show`
+/// output holds a secret.
+#[test]
+fn chap_secrets_stay_out_of_logs_and_show() {
+    let files = tempfile::tempdir().expect("temp dir");
+    create_sparse(&files.path().join("chap.img"), 8 << 20);
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &["-d", "1"]);
+    let outcomes = chap_checks(&d, files.path());
+    assert!(
+        outcomes.iter().any(|o| o == "right secret: ok")
+            && outcomes.iter().any(|o| o == "wrong secret: refused"),
+        "the logins this test relies on did not happen: {outcomes:?}"
+    );
+    // an outgoing (mutual CHAP) account too: its secret is the target's own
+    for s in [
+        vec![
+            "--op",
+            "new",
+            "--mode",
+            "account",
+            "--user",
+            "tgtout",
+            "--password",
+            "outgoingsecret34",
+        ],
+        vec![
+            "--op",
+            "bind",
+            "--mode",
+            "account",
+            "--tid",
+            "1",
+            "--user",
+            "tgtout",
+            "--outgoing",
+        ],
+    ] {
+        d.tgtadm(&s).check("outgoing account");
+    }
+    let secrets = ["alicesecret12", "wrongsecret12", "outgoingsecret34"];
+    let mut shown = String::new();
+    for mode in [
+        "target", "account", "system", "session", "conn", "lld", "portal",
+    ] {
+        let r = d.tgtadm(&["--op", "show", "--mode", mode]);
+        shown.push_str(&format!("--- show {mode}\n{}\n{}\n", r.stdout, r.stderr));
+    }
+    assert!(
+        shown.contains("alice") && shown.contains("tgtout"),
+        "the accounts are not listed at all:\n{shown}"
+    );
+    let log = d.log();
+    assert!(
+        log.contains("DEBUG") || log.contains("debug"),
+        "no debug lines: the log level did not apply\n{}",
+        d.log_tail(10)
+    );
+    for s in secrets {
+        assert!(
+            !shown.contains(s),
+            "`show` output holds the secret {s}:\n{shown}"
+        );
+        assert!(
+            !log.contains(s),
+            "the daemon log holds the secret {s}:\n{}",
+            log.lines()
+                .filter(|l| l.contains(s))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
