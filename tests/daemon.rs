@@ -289,6 +289,9 @@ pub struct Daemon {
     pub bare: bool,
     /// numatgtd only: extra command-line options (e.g. `--sanitize-rate 32`), also on restart.
     pub extra_args: Vec<String>,
+    /// numatgtd started tgtd-style only: a command that runs it (`setpriv ... --`), the
+    /// daemon's path and options appended.
+    pub wrapper: Vec<String>,
     /// numatgtd started exactly as tgtd is: no `--config`, the portal from `--iscsi`.
     pub tgtd_style: bool,
     /// numatgtd only: the loopback port of its metrics server (`--metrics`), unless the
@@ -333,6 +336,17 @@ impl Daemon {
     pub fn start_like_tgtd(kind: TargetKind, args: &[&str]) -> Daemon {
         let mut d = Self::start_full_deferred(kind, &[], "", true, None, args);
         d.tgtd_style = true;
+        d.spawn();
+        d.wait_ready();
+        d
+    }
+
+    /// numatgtd started as tgtd (see [`start_like_tgtd`](Self::start_like_tgtd)) under
+    /// `wrapper` (a command that execs the daemon with its options, e.g. `setpriv ...`).
+    pub fn start_like_tgtd_under(wrapper: &[&str], args: &[&str]) -> Daemon {
+        let mut d = Self::start_full_deferred(TargetKind::Numatgtd, &[], "", true, None, args);
+        d.tgtd_style = true;
+        d.wrapper = wrapper.iter().map(|a| a.to_string()).collect();
         d.spawn();
         d.wait_ready();
         d
@@ -414,6 +428,7 @@ impl Daemon {
             ipc_prefix,
             bare,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
+            wrapper: Vec::new(),
             tgtd_style: false,
             metrics_port: free_port(),
             listen_mark: 0,
@@ -467,7 +482,14 @@ impl Daemon {
         let (out, err) = self.log_file();
         let mut cmd = match self.kind {
             TargetKind::Numatgtd if self.tgtd_style => {
-                let mut c = Command::new(numatgtd_bin());
+                let mut c = match self.wrapper.split_first() {
+                    Some((prog, rest)) => {
+                        let mut c = Command::new(prog);
+                        c.args(rest).arg(numatgtd_bin());
+                        c
+                    }
+                    None => Command::new(numatgtd_bin()),
+                };
                 c.args(self.metrics_args())
                     .arg("-f")
                     .arg("-C")
