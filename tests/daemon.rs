@@ -292,6 +292,8 @@ pub struct Daemon {
     /// numatgtd started tgtd-style only: a command that runs it (`setpriv ... --`), the
     /// daemon's path and options appended.
     pub wrapper: Vec<String>,
+    /// numatgtd only: extra environment variables (e.g. `LD_PRELOAD` of a fault shim).
+    pub extra_env: Vec<(String, String)>,
     /// numatgtd started exactly as tgtd is: no `--config`, the portal from `--iscsi`.
     pub tgtd_style: bool,
     /// numatgtd only: the loopback port of its metrics server (`--metrics`), unless the
@@ -355,6 +357,18 @@ impl Daemon {
     /// numatgtd with the YAML `yaml(portal_port)` (it must listen on 127.0.0.1:portal_port).
     pub fn start_numatgtd_yaml(yaml: &dyn Fn(u16) -> String) -> Daemon {
         Self::start_full(TargetKind::Numatgtd, &[], "", true, Some(yaml), &[])
+    }
+
+    /// numatgtd with extra command-line options and environment variables.
+    pub fn start_with_env(luns: &[LunSpec], args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut d = Self::start_full_deferred(TargetKind::Numatgtd, luns, "", false, None, args);
+        d.extra_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        d.spawn();
+        d.wait_ready();
+        d
     }
 
     /// numatgtd with extra command-line options (tgtd: the options are ignored).
@@ -429,6 +443,7 @@ impl Daemon {
             bare,
             extra_args: args.iter().map(|a| a.to_string()).collect(),
             wrapper: Vec::new(),
+            extra_env: Vec::new(),
             tgtd_style: false,
             metrics_port: free_port(),
             listen_mark: 0,
@@ -527,6 +542,9 @@ impl Daemon {
                 c
             }
         };
+        if self.kind == TargetKind::Numatgtd {
+            cmd.envs(self.extra_env.iter().map(|(k, v)| (k, v)));
+        }
         cmd.env("TGT_IPC_SOCKET", &self.ipc_prefix)
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
