@@ -344,6 +344,47 @@ impl ScsiSession {
         }
     }
 
+    /// (status, sense bytes) of one command without Data-In (`data_out` as immediate data),
+    /// or why there was none: the send failed or the connection ended or went quiet for
+    /// `timeout` (for tests that kill the target under running commands).
+    pub fn try_command(
+        &mut self,
+        cdb: &[u8],
+        data_out: &[u8],
+        timeout: Duration,
+    ) -> Result<(u8, Vec<u8>), String> {
+        self.itt += 1;
+        let itt = self.itt;
+        let mut bhs = [0u8; BHS_LEN];
+        bhs[0] = 0x40 | 0x01; // immediate SCSI Command
+        bhs[1] = 0x80 | if data_out.is_empty() { 0 } else { 0x20 };
+        let dlen = data_out.len() as u32;
+        bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
+        bhs[8..10].copy_from_slice(&self.lun.to_be_bytes());
+        bhs[16..20].copy_from_slice(&itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&dlen.to_be_bytes());
+        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
+        bhs[32..32 + cdb.len().min(16)].copy_from_slice(&cdb[..cdb.len().min(16)]);
+        let mut pdu = bhs.to_vec();
+        pdu.extend_from_slice(data_out);
+        while pdu.len() % 4 != 0 {
+            pdu.push(0);
+        }
+        self.stream
+            .write_all(&pdu)
+            .map_err(|e| format!("send: {e}"))?;
+        loop {
+            match read_pdu(&mut self.stream, timeout) {
+                ReadOutcome::Pdu(p) if p.opcode() == 0x21 && p.bhs[16..20] == itt.to_be_bytes() => {
+                    let sense = p.data.get(2..).map(<[u8]>::to_vec).unwrap_or_default();
+                    return Ok((p.bhs[3], sense));
+                }
+                ReadOutcome::Pdu(_) => {}
+                other => return Err(format!("no response: {other:?}")),
+            }
+        }
+    }
+
     /// Sends one immediate SCSI Command PDU (`data_out` as immediate data, expected
     /// transfer length `edtl`, a read when `read`, else a write when `edtl > 0`) and returns
     /// its ITT without waiting for anything.
