@@ -76,6 +76,9 @@ struct Slot {
     close_after_tmf: bool,
     /// More input may be waiting (read budget ran out).
     more_input: bool,
+    /// The peer closed or reset the connection (an event said so): read until the socket
+    /// reports it, a short read is no proof of an empty socket then.
+    hangup: bool,
     /// The connection's I/O counters, one block per LUN it used.
     io: crate::io_stats::ConnIo,
     /// Its target's protocol event counters (those of target `""` until logged in).
@@ -238,6 +241,14 @@ impl EventThread {
                         self.guarded("completions", |me| me.on_completions(s))
                     }
                     Token(s) => {
+                        if (ev.is_read_closed() || ev.is_error())
+                            && let Some(sl) = self.slots.get_mut(s).and_then(|o| o.as_mut())
+                        {
+                            // data and the close can arrive in one edge: the data is read
+                            // first, and a short read must not end the pass before the
+                            // end of the stream is seen (there will be no further edge)
+                            sl.hangup = true;
+                        }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.guarded("receive", |me| me.on_readable(s));
                         }
@@ -416,6 +427,7 @@ impl EventThread {
             closing: false,
             close_after_tmf: false,
             more_input: false,
+            hangup: false,
             io: Default::default(),
             events: self.shared.proto_stats.target(""),
             span,
@@ -451,6 +463,7 @@ impl EventThread {
         };
         let mut reads = 0;
         let mut eof = false;
+        let until_end = slot.hangup;
         loop {
             if slot.closing {
                 break;
@@ -464,7 +477,7 @@ impl EventThread {
                 }
                 Ok(n) => {
                     slot.conn.rx_commit(n, &ctx, now);
-                    if n < cap {
+                    if n < cap && !until_end {
                         break; // drained: the next arrival raises a new edge
                     }
                     reads += 1;
