@@ -16,6 +16,7 @@ use numatgt_fuzz::{
     open_iscsi_operational_text, open_iscsi_security_text,
 };
 use std::path::{Path, PathBuf};
+use tgtadm_wire::{GLOBAL_TID, Mode, NO_LUN, Op, ReqHeader};
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
     let d = dir.join(target);
@@ -459,6 +460,212 @@ fn main() {
     s.extend([3u8, 1, 1]); // all the solicited data at once
     s.extend([2u8, 1, 0]);
     write(&dir, "iser_rx", "linux-read-write", &s);
-    write(&dir, "iser_rx", "discovery", &[0xc0, 0, 0, 0, 0x03, 4, 0, 0, 0, 0]);
+    write(
+        &dir,
+        "iser_rx",
+        "discovery",
+        &[0xc0, 0, 0, 0, 0x03, 4, 0, 0, 0, 0],
+    );
+
+    // ---- tgtadm: [flags][u16 len][request]... (request = tgtadm's header + payload)
+    let req = |mode: Mode, op: Op, tid: i32, lun: u64, payload: &str| {
+        let h = ReqHeader {
+            mode: mode.as_u32(),
+            op: op.as_u32(),
+            lld: "iscsi".into(),
+            tid,
+            lun,
+            ..ReqHeader::default()
+        };
+        let bytes = h.encode(payload);
+        let mut r = vec![1u8];
+        r.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        r.extend_from_slice(&bytes);
+        r
+    };
+    let seq = |reqs: &[Vec<u8>]| reqs.concat();
+    let t2 = "targetname=iqn.2026-11.org.numatgt:t2";
+    write(
+        &dir,
+        "tgtadm",
+        "target-lifecycle",
+        &seq(&[
+            req(Mode::Target, Op::New, 2, NO_LUN, t2),
+            req(Mode::Target, Op::Bind, 2, NO_LUN, "initiator-address=ALL"),
+            req(
+                Mode::Target,
+                Op::Bind,
+                2,
+                NO_LUN,
+                "initiator-name=iqn.1993-08.org.debian:01:x",
+            ),
+            req(
+                Mode::Target,
+                Op::Update,
+                2,
+                NO_LUN,
+                "targetOps MaxRecvDataSegmentLength=65536,HeaderDigest=CRC32C,",
+            ),
+            req(Mode::Target, Op::Update, 2, NO_LUN, "State=offline"),
+            req(Mode::Target, Op::Show, -1, NO_LUN, ""),
+            req(Mode::Target, Op::Show, 2, NO_LUN, ""),
+            req(Mode::Target, Op::Stats, 2, NO_LUN, ""),
+            req(Mode::Target, Op::Unbind, 2, NO_LUN, "initiator-address=ALL"),
+            req(Mode::Target, Op::Delete, 2, NO_LUN, ""),
+        ]),
+    );
+    write(
+        &dir,
+        "tgtadm",
+        "lun-lifecycle",
+        &seq(&[
+            req(
+                Mode::Device,
+                Op::New,
+                1,
+                1,
+                "bstype=rdwr,bsopts=cache=page,path=/srv/a.img",
+            ),
+            req(
+                Mode::Device,
+                Op::New,
+                1,
+                2,
+                "bstype=aio,bsopts=cache=off,bsoflags=sync,blocksize=4096,path=/srv/b.img",
+            ),
+            req(
+                Mode::Device,
+                Op::Update,
+                1,
+                1,
+                "targetOps vendor_id=ACME,product_id=DISK,scsi_sn=0001,readonly=1,",
+            ),
+            req(
+                Mode::Device,
+                Op::Update,
+                1,
+                1,
+                "targetOps size=2M,sense_format=1,thin_provisioning=1,removable=1,online=0,",
+            ),
+            req(Mode::Device, Op::Stats, 1, 1, ""),
+            req(Mode::Target, Op::Show, -1, NO_LUN, ""),
+            req(Mode::Device, Op::Delete, 1, 1, ""),
+        ]),
+    );
+    write(
+        &dir,
+        "tgtadm",
+        "accounts",
+        &seq(&[
+            req(
+                Mode::Account,
+                Op::New,
+                -1,
+                NO_LUN,
+                "user=alice,password=alice-secret-1234",
+            ),
+            req(
+                Mode::Account,
+                Op::New,
+                -1,
+                NO_LUN,
+                "user=tgt,password=target-secret-5678",
+            ),
+            req(Mode::Account, Op::Bind, 1, NO_LUN, "user=alice"),
+            req(Mode::Account, Op::Bind, GLOBAL_TID, NO_LUN, "user=alice"),
+            req(Mode::Account, Op::Show, -1, NO_LUN, ""),
+            req(Mode::Account, Op::Unbind, 1, NO_LUN, "user=alice"),
+            req(Mode::Account, Op::Delete, -1, NO_LUN, "user=alice"),
+        ]),
+    );
+    write(
+        &dir,
+        "tgtadm",
+        "system",
+        &seq(&[
+            req(Mode::System, Op::Show, -1, NO_LUN, ""),
+            req(Mode::System, Op::Show, -1, NO_LUN, "dump=yaml"),
+            req(
+                Mode::System,
+                Op::Update,
+                -1,
+                NO_LUN,
+                "State=offline,debug=on",
+            ),
+            req(Mode::System, Op::Stats, -1, NO_LUN, ""),
+            req(Mode::Lld, Op::Show, -1, NO_LUN, ""),
+            req(Mode::Lld, Op::Stop, -1, NO_LUN, ""),
+            req(Mode::Portal, Op::Show, -1, NO_LUN, ""),
+            req(
+                Mode::Portal,
+                Op::New,
+                -1,
+                NO_LUN,
+                "portalOps portal=127.0.0.1:3261,",
+            ),
+            req(Mode::Session, Op::Show, 1, NO_LUN, ""),
+            req(Mode::Connection, Op::Show, 1, NO_LUN, ""),
+            req(Mode::Connection, Op::Delete, 1, NO_LUN, ""),
+        ]),
+    );
+
+    // ---- targets_conf: the example targets.conf, includes, a small one
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/examples/targets.conf"),
+    )
+    .expect("config/examples/targets.conf");
+    write(&dir, "targets_conf", "example", example.as_bytes());
+    write(
+        &dir,
+        "targets_conf",
+        "includes",
+        b"default-driver iscsi\nignore-errors yes\ninclude inc.conf\n<<include bad.conf>>\ninclude *.conf\n",
+    );
+    write(
+        &dir,
+        "targets_conf",
+        "small",
+        b"<target iqn.2026-11.org.numatgt:a>\n  <backing-store /dev/null>\n    lun 1\n    params readonly=1\n  </backing-store>\n  direct-store /dev/null\n  initiator-address ALL\n  incominguser u secret-secret-1\n  MaxBurstLength 65536\n</target>\noutgoingdiscoveryuser d discovery-secret\n",
+    );
+
+    // ---- multi_conn: [flags][steps]
+    let rec = |sel: u8, bhs: Bhs, data: &[u8]| {
+        let mut v = vec![sel];
+        v.extend_from_slice(&login_record(bhs, data));
+        v
+    };
+    let sec = kv(&[
+        ("InitiatorName", numatgt_fuzz::INITIATOR),
+        ("SessionType", "Normal"),
+        ("TargetName", target_server::fuzzing::TARGET),
+        ("AuthMethod", "None"),
+    ]);
+    let op_text = open_iscsi_operational_text("None", "None");
+    // two connections with the same ISID: reinstatement; a third joins with the TSIH
+    let mut m = vec![0u8];
+    m.extend([0x40, 0x00, 0x41, 0x00, 0x42, 0x01]);
+    m.extend([0x81, 0x01, 0x80, 0x00, 0xc0, 0x00, 0x10]);
+    write(&dir, "multi_conn", "reinstate-join-logout", &m);
+    // the same with raw login records (ISID, TSIH and CID set by the selector)
+    let mut m = vec![0u8];
+    for k in 0..3u8 {
+        m.extend(rec(
+            0x04 | 0x10 | k | if k == 2 { 0x08 } else { 0 },
+            login_req(0, 1, true, 1, 0),
+            &sec,
+        ));
+        m.extend(rec(
+            0x04 | 0x10 | k | if k == 2 { 0x08 } else { 0 },
+            login_req(1, 3, true, 1, 1),
+            &op_text,
+        ));
+    }
+    m.extend([0x82, 0x02, 0xc4, 0xc0, 0x01, 0x00]);
+    write(&dir, "multi_conn", "raw-records", &m);
+    // the test Directory, byte-at-a-time reads, close and logout by CID
+    let mut m = vec![0x03u8];
+    m.extend([0x40, 0x08, 0x41, 0x04, 0x80, 0x09, 0xc5, 0x41, 0x00]);
+    write(&dir, "multi_conn", "test-dir", &m);
+
     eprintln!("seeds written to {}", dir.display());
 }

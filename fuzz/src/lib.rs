@@ -363,6 +363,11 @@ impl Harness {
 
     /// Feeds `bytes` as the socket would deliver them, at most `chunk` bytes per read.
     pub fn feed(&mut self, bytes: &[u8], chunk: usize) {
+        self.feed_with(bytes, chunk, &TestDir);
+    }
+
+    /// [`Harness::feed`] with another [`Directory`] (the daemon's registry in `multi_conn`).
+    pub fn feed_with(&mut self, bytes: &[u8], chunk: usize, dir: &dyn Directory) {
         let chunk = chunk.max(1);
         let mut off = 0;
         while off < bytes.len() && !self.c.is_closing() {
@@ -375,7 +380,7 @@ impl Harness {
             );
             let n = space.len().min(bytes.len() - off).min(chunk);
             space[..n].copy_from_slice(&bytes[off..off + n]);
-            self.c.rx_commit(n, &TestDir, self.now);
+            self.c.rx_commit(n, dir, self.now);
             off += n;
             self.events();
             self.check_bounds();

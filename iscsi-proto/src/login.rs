@@ -370,6 +370,41 @@ mod tests {
         assert_eq!(info.params.target_max_recv_data_segment_length, 262144);
     }
 
+    /// Found by the `multi_conn` fuzz target: a login begun for a new session (TSIH 0)
+    /// whose next PDU named session 2 completed as a new session, answering the request
+    /// to join session 2 with another TSIH. A changed ISID or TSIH is refused.
+    #[test]
+    fn isid_and_tsih_stay_the_same_during_login() {
+        let sec =
+            text("InitiatorName=iqn.i;SessionType=Normal;TargetName=iqn.t:ok;AuthMethod=None;");
+        let op = text("HeaderDigest=None;DataDigest=None;");
+        for change in [
+            (|r: &mut LoginRequest| r.tsih = 2) as fn(&mut LoginRequest),
+            |r| r.isid[5] ^= 0x80,
+        ] {
+            let mut m = machine();
+            assert!(matches!(
+                m.handle(&req(0, 1, true), &sec, &Dir, addr(), addr()),
+                LoginStep::Continue(..)
+            ));
+            let mut r = req(1, 3, true);
+            change(&mut r);
+            match m.handle(&r, &op, &Dir, addr(), addr()) {
+                LoginStep::Fail(x, ..) => {
+                    assert_eq!((x.status_class, x.status_detail), status::INITIATOR_ERROR)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // unchanged, the same login completes
+        let mut m = machine();
+        m.handle(&req(0, 1, true), &sec, &Dir, addr(), addr());
+        assert!(matches!(
+            m.handle(&req(1, 3, true), &op, &Dir, addr(), addr()),
+            LoginStep::Complete(..)
+        ));
+    }
+
     #[test]
     fn failures() {
         let cases = [

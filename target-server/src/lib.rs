@@ -13,6 +13,9 @@ pub(crate) mod backend;
 pub mod cli;
 pub(crate) mod dispatch;
 pub(crate) mod event_loop;
+/// Entry points of the fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod io_stats;
 #[cfg(feature = "iser")]
 pub(crate) mod iser_link;

@@ -156,6 +156,16 @@ impl LoginMachine {
             self.cx.tsih = req.tsih;
             self.initial_cmd_sn = req.cmd_sn;
             self.initial_exp_stat_sn = req.exp_stat_sn;
+        } else if req.isid != self.cx.isid || req.tsih != self.cx.tsih {
+            // ISID and TSIH say which session the login is for (a new one, or the one to
+            // join): the first PDU decided it, so a later PDU naming another session is
+            // refused rather than answered as if it named the first one (Linux's LIO
+            // refuses a changed ISID the same way)
+            return fail(
+                req,
+                status::INITIATOR_ERROR,
+                "ISID or TSIH changed during the login",
+            );
         }
         if let Err(why) = self.check_stage(req) {
             return fail(req, status::INITIATOR_ERROR, why);
