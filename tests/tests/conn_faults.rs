@@ -12,27 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use tests::cdb::{cdb10, rss_kib};
 use tests::pdu::{self, Bhs, ReadOutcome, ScsiSession};
 use tests::{Daemon, LunSpec, MIB, TEST_IQN};
 
 const BLOCK: usize = 512;
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn cdb10(op: u8, lba: u64, blocks: u16) -> [u8; 10] {
-    let l = (lba as u32).to_be_bytes();
-    let n = blocks.to_be_bytes();
-    [op, 0, l[0], l[1], l[2], l[3], 0, n[0], n[1], 0]
-}
 
 /// A logged-in raw connection and the CmdSN to use next.
 fn session(d: &Daemon, initiator: &str) -> (TcpStream, u32) {

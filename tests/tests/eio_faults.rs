@@ -13,6 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::pdu::ScsiSession;
 use tests::tools;
 use tests::{Daemon, LunSpec, MIB};
@@ -20,23 +21,6 @@ use tests::{Daemon, LunSpec, MIB};
 const BLOCK: usize = 512;
 const BAD_START: u64 = MIB;
 const BAD_LEN: u64 = 64 * 1024;
-
-fn cdb10(op: u8, lba: u64, blocks: u16) -> [u8; 10] {
-    let l = (lba as u32).to_be_bytes();
-    let n = blocks.to_be_bytes();
-    [op, 0, l[0], l[1], l[2], l[3], 0, n[0], n[1], 0]
-}
-
-const SYNC10: [u8; 10] = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-
-/// (sense key, ASC, ASCQ) of fixed or descriptor sense data.
-fn sense_of(s: &[u8]) -> Option<(u8, u8, u8)> {
-    match s.first()? & 0x7f {
-        0x70 | 0x71 => Some((s.get(2)? & 0x0f, *s.get(12)?, *s.get(13)?)),
-        0x72 | 0x73 => Some((s.get(1)? & 0x0f, *s.get(2)?, *s.get(3)?)),
-        _ => None,
-    }
-}
 
 const UNRECOVERED_READ: (u8, u8, u8) = (0x03, 0x11, 0x00);
 const WRITE_ERROR: (u8, u8, u8) = (0x03, 0x0c, 0x00);

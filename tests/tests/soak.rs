@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
+use tests::cdb::rss_kib;
 use tests::qemuio::{Check, IoCmd, Session};
 use tests::tools;
 use tests::{Daemon, LunSpec, MIB};
@@ -34,17 +35,6 @@ struct Tally {
     reads: u64,
     flushes: u64,
     bytes_verified: u64,
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// One session's loop: random writes, verified reads and flushes inside its region until

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tests::cdb::{SYNC10, sense_of};
 use tests::daemon::{create_sparse, numatgtd_config};
 use tests::pdu::ScsiSession;
 use tests::tools;
@@ -89,17 +90,6 @@ fn read10(lba: u32, blocks: u16) -> [u8; 10] {
     let mut c = write10(lba, blocks);
     c[0] = 0x28;
     c
-}
-
-const SYNC10: [u8; 10] = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-
-/// (sense key, ASC, ASCQ) of fixed or descriptor sense data.
-fn sense_of(s: &[u8]) -> Option<(u8, u8, u8)> {
-    match s.first()? & 0x7f {
-        0x70 | 0x71 => Some((s.get(2)? & 0x0f, *s.get(12)?, *s.get(13)?)),
-        0x72 | 0x73 => Some((s.get(1)? & 0x0f, *s.get(2)?, *s.get(3)?)),
-        _ => None,
-    }
 }
 
 /// DATA PROTECT / SPACE ALLOCATION FAILED WRITE PROTECT
