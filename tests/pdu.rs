@@ -353,23 +353,7 @@ impl ScsiSession {
         data_out: &[u8],
         timeout: Duration,
     ) -> Result<(u8, Vec<u8>), String> {
-        self.itt += 1;
-        let itt = self.itt;
-        let mut bhs = [0u8; BHS_LEN];
-        bhs[0] = 0x40 | 0x01; // immediate SCSI Command
-        bhs[1] = 0x80 | if data_out.is_empty() { 0 } else { 0x20 };
-        let dlen = data_out.len() as u32;
-        bhs[5..8].copy_from_slice(&dlen.to_be_bytes()[1..]);
-        bhs[8..10].copy_from_slice(&self.lun.to_be_bytes());
-        bhs[16..20].copy_from_slice(&itt.to_be_bytes());
-        bhs[20..24].copy_from_slice(&dlen.to_be_bytes());
-        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
-        bhs[32..32 + cdb.len().min(16)].copy_from_slice(&cdb[..cdb.len().min(16)]);
-        let mut pdu = bhs.to_vec();
-        pdu.extend_from_slice(data_out);
-        while pdu.len() % 4 != 0 {
-            pdu.push(0);
-        }
+        let (itt, pdu) = self.command_pdu(cdb, data_out, data_out.len() as u32, false);
         self.stream
             .write_all(&pdu)
             .map_err(|e| format!("send: {e}"))?;
@@ -389,6 +373,19 @@ impl ScsiSession {
     /// transfer length `edtl`, a read when `read`, else a write when `edtl > 0`) and returns
     /// its ITT without waiting for anything.
     pub fn send_command(&mut self, cdb: &[u8], data_out: &[u8], edtl: u32, read: bool) -> u32 {
+        let (itt, pdu) = self.command_pdu(cdb, data_out, edtl, read);
+        self.stream.write_all(&pdu).expect("send command");
+        itt
+    }
+
+    /// The next ITT and the bytes of an immediate SCSI Command PDU carrying it.
+    fn command_pdu(
+        &mut self,
+        cdb: &[u8],
+        data_out: &[u8],
+        edtl: u32,
+        read: bool,
+    ) -> (u32, Vec<u8>) {
         self.itt += 1;
         let write = !read && edtl > 0;
         let mut bhs = [0u8; BHS_LEN];
@@ -406,8 +403,7 @@ impl ScsiSession {
         while pdu.len() % 4 != 0 {
             pdu.push(0);
         }
-        self.stream.write_all(&pdu).expect("send command");
-        self.itt
+        (self.itt, pdu)
     }
 
     /// Sends a final Data-Out PDU for task `itt` answering the R2T with `ttt`.

@@ -49,6 +49,22 @@ fn data_out(itt: u32, ttt: u32, offset: u32, len: usize, last: bool) -> Vec<u8> 
     v
 }
 
+/// Sends `n` 1 MiB READs (ITTs `first_itt`.., CmdSNs from `cmd_sn`) and does not read
+/// their Data-In.
+fn queue_reads(s: &mut TcpStream, first_itt: u32, cmd_sn: u32, n: u32) {
+    for k in 0..n {
+        let lba = u64::from(k % 16) * 2048;
+        let c = command(
+            first_itt + k,
+            cmd_sn + k,
+            &cdb10(0x28, lba, 2048),
+            false,
+            MIB as u32,
+        );
+        let _ = s.write_all(c.bytes());
+    }
+}
+
 /// The next R2T's (TTT, offset, length), if one comes.
 fn next_r2t(s: &mut TcpStream) -> Option<(u32, u32, u32)> {
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -179,18 +195,7 @@ fn vanishing_initiators_leak_nothing_and_disturb_no_one() {
     // 4. a task whose cached blocks are pinned for sending, aborted with the socket full
     for i in 0..5u32 {
         let (mut s, sn) = session(&d, &format!("iqn.2026-11.org.numatgt:abort{i}"));
-        for k in 0..8u32 {
-            let _ = s.write_all(
-                command(
-                    10 + k,
-                    sn + k,
-                    &cdb10(0x28, u64::from(k) * 2048, 2048),
-                    false,
-                    MIB as u32,
-                )
-                .bytes(),
-            );
-        }
+        queue_reads(&mut s, 10, sn, 8);
         std::thread::sleep(Duration::from_millis(100)); // the socket fills; blocks stay pinned
         let mut tmf = Bhs::new(0x02, true)
             .flags(0x80 | 0x01)
@@ -210,18 +215,7 @@ fn vanishing_initiators_leak_nothing_and_disturb_no_one() {
     let mut olds = Vec::new();
     for _ in 0..10 {
         let (mut s, sn) = session(&d, "iqn.2026-11.org.numatgt:reinstate");
-        for k in 0..4u32 {
-            let _ = s.write_all(
-                command(
-                    1 + k,
-                    sn + k,
-                    &cdb10(0x28, u64::from(k) * 2048, 2048),
-                    false,
-                    MIB as u32,
-                )
-                .bytes(),
-            );
-        }
+        queue_reads(&mut s, 1, sn, 4);
         olds.push(s);
     }
     let mut closed = 0;
@@ -243,18 +237,7 @@ fn vanishing_initiators_leak_nothing_and_disturb_no_one() {
     let mut finished = 0;
     for i in 0..5u32 {
         let (mut s, sn) = session(&d, &format!("iqn.2026-11.org.numatgt:logout{i}"));
-        for k in 0..4u32 {
-            let _ = s.write_all(
-                command(
-                    1 + k,
-                    sn + k,
-                    &cdb10(0x28, u64::from(k) * 2048, 2048),
-                    false,
-                    MIB as u32,
-                )
-                .bytes(),
-            );
-        }
+        queue_reads(&mut s, 1, sn, 4);
         let logout = Bhs::new(0x06, true).flags(0x80).itt(50).set_u32(24, sn + 4);
         let _ = s.write_all(logout.bytes());
         let t = Instant::now();

@@ -212,30 +212,7 @@ fn serves_with_only_the_units_capabilities() {
     let lun = dir.path().join("lun.img");
     create_sparse(&lun, 8 * MIB);
     let iqn = "iqn.2026-11.org.numatgt:caps";
-    for s in [
-        vec![
-            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", iqn,
-        ],
-        vec![
-            "--lld",
-            "iscsi",
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "-b",
-            &lun.display().to_string(),
-        ],
-        vec![
-            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        d.tgtadm(&s).check("tgtadm setup");
-    }
+    tests::mgmt::export_lun(&d, "1", iqn, &lun.display().to_string());
     let url = format!("iscsi://127.0.0.1:{}/{iqn}/1", d.port);
     let r = tools::run(
         60,
