@@ -52,7 +52,7 @@ pub struct TargetChange {
     pub iqn: String,
     /// Changed target-level fields: `tid`, `alias`, `driver`, `state`,
     /// `allow_initiators`, `allow_addresses`, `incoming_users`,
-    /// `outgoing_user`, `accounts` (a secret of a user it references),
+    /// `outgoing_user`, `alua`, `accounts` (a secret of a user it references),
     /// `iscsi` (its effective values).
     pub fields: Vec<&'static str>,
     /// LUN numbers only in the new definition.
@@ -218,6 +218,7 @@ fn target_change(oc: &Config, o: &TargetConfig, nc: &Config, n: &TargetConfig) -
     field("allow_addresses", o.allow_addresses != n.allow_addresses);
     field("incoming_users", o.incoming_users != n.incoming_users);
     field("outgoing_user", o.outgoing_user != n.outgoing_user);
+    field("alua", o.alua != n.alua);
     let users = n.incoming_users.iter().chain(&n.outgoing_user);
     field(
         "accounts",

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alua;
 mod auth;
 mod diff;
 mod error;
@@ -35,6 +36,7 @@ pub mod targets_conf;
 mod validate;
 mod validate_auth;
 
+pub use alua::{AluaConfig, AluaPeer, NonOwnerState};
 pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
 pub use diff::{ConfigDiff, TargetChange, diff};
 pub use error::ConfigError;

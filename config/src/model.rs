@@ -740,6 +740,8 @@ pub struct TargetConfig {
     pub outgoing_user: Option<String>,
     /// The target's logical units.
     pub luns: Vec<LunConfig>,
+    /// ALUA: this gateway's port group and its peers (`None`: one group, number 1).
+    pub alua: Option<crate::AluaConfig>,
 }
 
 impl TargetConfig {
@@ -757,6 +759,7 @@ impl TargetConfig {
             incoming_users: Vec::new(),
             outgoing_user: None,
             luns: Vec::new(),
+            alua: None,
         }
     }
 
@@ -837,6 +840,9 @@ pub struct LunConfig {
     pub optimal_xfer_gran: Option<u32>,
     /// Optimal transfer length in blocks (Block Limits VPD).
     pub optimal_xfer_len: Option<u32>,
+    /// ALUA: the target port group that owns this LUN (active/optimized there); `None` =
+    /// the target's lowest group.
+    pub alua_owner: Option<u16>,
 }
 
 impl LunConfig {
@@ -865,6 +871,7 @@ impl LunConfig {
             la_lba: None,
             optimal_xfer_gran: None,
             optimal_xfer_len: None,
+            alua_owner: None,
         }
     }
 

@@ -267,6 +267,8 @@ pub(crate) struct RawTarget {
     pub outgoing_user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub luns: Option<Vec<RawLun>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alua: Option<crate::alua::RawAlua>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -326,6 +328,8 @@ pub(crate) struct RawLun {
     pub optimal_xfer_gran: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimal_xfer_len: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alua_owner: Option<u64>,
 }
 
 /// A scalar that may be written as a number or a word (`auto`, `1G`).
@@ -589,6 +593,7 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         la_lba: l.la_lba.map(u64::from),
         optimal_xfer_gran: l.optimal_xfer_gran.map(u64::from),
         optimal_xfer_len: l.optimal_xfer_len.map(u64::from),
+        alua_owner: l.alua_owner.map(u64::from),
     }
 }
 
@@ -659,6 +664,7 @@ fn raw_target(t: &TargetConfig) -> RawTarget {
             .then(|| list(t.incoming_users.iter().cloned())),
         outgoing_user: t.outgoing_user.clone(),
         luns: Some(t.luns.iter().map(raw_lun).collect()),
+        alua: t.alua.as_ref().map(crate::alua::RawAlua::from_model),
     }
 }
 

@@ -120,6 +120,7 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
     let data = if !evpd {
         let mut d = standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev);
         d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
+        d[5] |= 0x10; // TPGS 01b: implicit asymmetric access only (alua)
         if lu.removable() {
             d[1] |= 0x80; // RMB
         }

@@ -28,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod alua;
 mod capacity;
 mod caw;
 mod cdb;
@@ -55,6 +56,7 @@ mod ua;
 mod unmapped;
 pub mod xcopy;
 
+pub use alua::{AccessState, PortGroup, PortGroupError};
 pub use caw::{compare_and_write_data, or_write_data};
 pub use diagnostic::self_test_failed;
 pub use inquiry::{NAA_COMPANY_ID, naa6};
@@ -156,6 +158,8 @@ pub struct LogicalUnit {
     /// EXTENDED COPY operations and their held status (RECEIVE COPY RESULTS).
     copies: xcopy::CopyTable,
     medium: removable::MediumState,
+    /// Target port groups and their asymmetric access states.
+    alua: alua::AluaState,
 }
 
 /// The inputs of one command.
@@ -349,6 +353,7 @@ impl Completion {
 impl LogicalUnit {
     /// A logical unit with power-on mode state (WCE from `p.write_cache`, D_SENSE = 0).
     pub fn new(p: LuParams) -> Self {
+        let (p_tpg, p_port) = (p.tpg, p.rel_port_id);
         let state = LuState {
             wce: AtomicBool::new(p.write_cache),
             d_sense: AtomicBool::new(false),
@@ -365,6 +370,7 @@ impl LogicalUnit {
             shared: SharedState::default(),
             copies: xcopy::CopyTable::default(),
             medium: removable::MediumState::default(),
+            alua: alua::AluaState::single(p_tpg, p_port),
         }
     }
 
@@ -477,6 +483,7 @@ impl LogicalUnit {
             effects: RefCell::new(None),
         };
         let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| {
+            self.check_access_state(cdb)?;
             self.check_medium(cdb)?;
             (op.handler)(self, cdb, &req)
         }) {

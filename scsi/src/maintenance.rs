@@ -352,7 +352,7 @@ mod tests {
         // UNMAP exists on thin LUs only
         lu.set_thin_provisioning(true);
         assert_ne!(complete(&lu, &rsoc(true, 1, 0x42, 0, 65535)).data, not);
-        assert_eq!(complete(&lu, &rsoc(false, 2, 0xA3, 0x0A, 65535)).data, not);
+        assert_eq!(complete(&lu, &rsoc(false, 2, 0xA3, 0x0B, 65535)).data, not);
         // the service action is 16 bits: 0x010C is not 0x0C
         assert_eq!(
             complete(&lu, &rsoc(false, 2, 0xA3, 0x010C, 65535)).data,
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(&complete(&lu, &c).sense[15..18], &[0xC8, 0, 10]);
         // unknown MAINTENANCE IN service action
         let mut c = rsoc(false, 0, 0, 0, 65535);
-        c[1] = 0x0A;
+        c[1] = 0x0B;
         let r = complete(&lu, &c);
         assert_eq!(check(&r), (5, 0x24, 0));
         assert_eq!(&r.sense[15..18], &[0xCC, 0, 1]);

@@ -11,8 +11,8 @@ use crate::cdb::check_usage;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 use crate::{
-    capacity, caw, diagnostic, inquiry, maintenance, medium, mode, pr, removable, report_luns,
-    request_sense, reserve_spc2, rw, sanitize, thin, xcopy,
+    alua, capacity, caw, diagnostic, inquiry, maintenance, medium, mode, pr, removable,
+    report_luns, request_sense, reserve_spc2, rw, sanitize, thin, xcopy,
 };
 
 /// A command handler: receives the CDB cut to its table length, already usage-checked.
@@ -108,6 +108,8 @@ pub mod opcode {
     pub const SA_REPORT_SUPPORTED_OPCODES: u8 = 0x0C;
     /// MAINTENANCE IN service action REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS.
     pub const SA_REPORT_SUPPORTED_TMFS: u8 = 0x0D;
+    /// MAINTENANCE IN service action REPORT TARGET PORT GROUPS.
+    pub const SA_REPORT_TARGET_PORT_GROUPS: u8 = 0x0A;
 }
 
 /// Control byte: vendor-specific bits 7-6 are accepted and ignored; NACA and LINK are not
@@ -742,6 +744,15 @@ pub(crate) static TABLE: &[OpInfo] = &[
         name: "REPORT LUNS",
         usage: USAGE_REPORT_LUNS,
         handler: report_luns::report_luns,
+        timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: MAINTENANCE_IN,
+        service_action: Some(SA_REPORT_TARGET_PORT_GROUPS),
+        name: "REPORT TARGET PORT GROUPS",
+        // PARAMETER DATA FORMAT (7-5); ALLOCATION LENGTH
+        usage: &[0xFF, 0xFF, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
+        handler: alua::report_target_port_groups,
         timeout: T_EMULATED,
     },
     OpInfo {

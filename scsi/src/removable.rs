@@ -142,7 +142,9 @@ impl LogicalUnit {
 
     /// The sense REQUEST SENSE reports when no unit attention is pending.
     pub(crate) fn current_condition(&self) -> Sense {
-        if self.medium_ejected() {
+        if let Some(s) = self.access_condition() {
+            s
+        } else if self.medium_ejected() {
             MEDIUM_NOT_PRESENT
         } else {
             Sense::no_sense()

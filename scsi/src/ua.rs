@@ -34,6 +34,8 @@ pub enum UnitAttention {
     ReservationsReleased,
     /// 2Ah/05h REGISTRATIONS PREEMPTED.
     RegistrationsPreempted,
+    /// 2Ah/06h ASYMMETRIC ACCESS STATE CHANGED: an implicit ALUA transition.
+    AsymmetricAccessStateChanged,
     /// 2Ah/09h CAPACITY DATA HAS CHANGED.
     CapacityChanged,
     /// 3Fh/0Eh REPORTED LUNS DATA HAS CHANGED.
@@ -52,6 +54,7 @@ impl UnitAttention {
             UnitAttention::ReservationsPreempted => (0x2A, 0x03),
             UnitAttention::ReservationsReleased => (0x2A, 0x04),
             UnitAttention::RegistrationsPreempted => (0x2A, 0x05),
+            UnitAttention::AsymmetricAccessStateChanged => (0x2A, 0x06),
             UnitAttention::CapacityChanged => (0x2A, 0x09),
             UnitAttention::LunsChanged => (0x3F, 0x0E),
         };

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc_count;
+pub(crate) mod alua;
 pub(crate) mod atomic;
 pub(crate) mod backend;
 pub mod cli;

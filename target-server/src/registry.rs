@@ -38,6 +38,9 @@ pub struct Lun {
     pub cache_id: u32,
     /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
     pub cached: bool,
+    /// The cache is in use now: `cached`, and this gateway owns the LUN (ALUA
+    /// active/optimized; see [`crate::alua`]).
+    pub cache_on: std::sync::atomic::AtomicBool,
     /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
     /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
     pub sync_writes: bool,
@@ -67,6 +70,8 @@ pub struct LunMeta {
     pub removable: bool,
     pub thin_provisioning: bool,
     pub sense_format: u8,
+    /// ALUA: the target port group that owns the LUN.
+    pub alua_owner: u16,
 }
 
 impl LunMeta {
@@ -82,7 +87,15 @@ impl LunMeta {
             removable: false,
             thin_provisioning: false,
             sense_format: 0,
+            alua_owner: 1,
         }
+    }
+}
+
+impl Lun {
+    /// Whether commands use the block cache now (see [`Lun::cache_on`]).
+    pub fn uses_cache(&self) -> bool {
+        self.cache_on.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -131,6 +144,8 @@ pub struct Target {
     /// sessions.
     conn_config: RwLock<ConnConfig>,
     pub mgmt: Mutex<TargetMgmt>,
+    /// ALUA: this gateway's port group (also the iSCSI target portal group tag) and peers.
+    pub alua: config::AluaConfig,
 }
 
 /// A listening portal (its bound address) and its NOP-In settings, if it has its own.
@@ -164,7 +179,19 @@ impl Target {
                 auth: AuthBinding::default(),
                 extra: Vec::new(),
             }),
+            alua: config::AluaConfig::default(),
         }
+    }
+
+    /// The same target with ALUA settings `alua` (its LUNs must have been opened with them).
+    pub fn with_alua(mut self, alua: config::AluaConfig) -> Target {
+        self.alua = alua;
+        self
+    }
+
+    /// The iSCSI target portal group tag: the ALUA target port group.
+    pub fn portal_group_tag(&self) -> u16 {
+        self.alua.group
     }
 
     /// The same target made for LLD `driver` ([`Target::new`] makes `iscsi` targets).
@@ -527,8 +554,14 @@ impl Registry {
     }
 
     /// The SendTargets addresses for a discovery session that reached us on `local` over
-    /// `transport`: the iSER portals over iSER, the TCP portals over TCP.
-    fn portal_strings(&self, local: SocketAddr, transport: config::Driver) -> Vec<String> {
+    /// `transport`: the iSER portals over iSER, the TCP portals over TCP; `tpgt` is the
+    /// target's portal group tag.
+    fn portal_strings(
+        &self,
+        local: SocketAddr,
+        transport: config::Driver,
+        tpgt: u16,
+    ) -> Vec<String> {
         let portals = match transport {
             config::Driver::Iscsi => self.portals(),
             config::Driver::Iser => self.iser_portals(),
@@ -543,7 +576,7 @@ impl Registry {
                 } else {
                     p
                 };
-                format!("{},{}", addr, PORTAL_GROUP_TAG)
+                format!("{},{}", addr, tpgt)
             })
             .collect()
     }

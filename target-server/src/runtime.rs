@@ -53,6 +53,16 @@ pub enum StartError {
         /// What went wrong.
         source: cache::BackingError,
     },
+    /// A LUN's ALUA port groups could not be set.
+    #[error("LUN {lun} of {target}: ALUA: {reason}")]
+    Alua {
+        /// The target's iSCSI name.
+        target: String,
+        /// The LUN number.
+        lun: u64,
+        /// What went wrong.
+        reason: String,
+    },
     /// A portal could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -210,7 +220,13 @@ pub(crate) fn open_target(
 ) -> Result<Target, StartError> {
     let mut luns = BTreeMap::new();
     for l in &t.luns {
-        let lun = open_lun(&cfg.cache, &t.iqn, tid, l, cache_id(), state_dir, None)?;
+        let alua = t.alua.clone().unwrap_or_default();
+        let home = LunHome {
+            iqn: &t.iqn,
+            tid,
+            alua: &alua,
+        };
+        let lun = open_lun(&cfg.cache, &home, l, cache_id(), state_dir, None)?;
         luns.insert(l.lun, Arc::new(lun));
     }
     let target = Target::new(
@@ -221,7 +237,8 @@ pub(crate) fn open_target(
         conn_config(&t.effective_iscsi(&cfg.iscsi)),
         Acl::from_config(t),
     )
-    .with_driver(t.driver);
+    .with_driver(t.driver)
+    .with_alua(t.alua.clone().unwrap_or_default());
     {
         let mut m = target.mgmt();
         m.state = t.state;
@@ -233,6 +250,13 @@ pub(crate) fn open_target(
     Ok(target)
 }
 
+/// The target a LUN is opened for: its name, tgtadm id and ALUA settings.
+pub(crate) struct LunHome<'a> {
+    pub iqn: &'a str,
+    pub tid: u32,
+    pub alua: &'a config::AluaConfig,
+}
+
 /// Opens one LUN of target `iqn` (tid `tid`), however it was asked for: the YAML file, an
 /// imported targets.conf, a reload, or tgtadm (`shown_flags`: the `--bsoflags` text tgtadm
 /// shows back as given; `None` shows the flags the store really runs with). The cache mode
@@ -242,13 +266,13 @@ pub(crate) fn open_target(
 /// reservations saved with APTPL are restored.
 pub(crate) fn open_lun(
     cache: &config::CacheSettings,
-    iqn: &str,
-    tid: u32,
+    home: &LunHome<'_>,
     l: &config::LunConfig,
     cache_id: u32,
     state_dir: &std::path::Path,
     shown_flags: Option<&str>,
 ) -> Result<Lun, StartError> {
+    let LunHome { iqn, tid, alua } = *home;
     let lun_err = |source| StartError::Lun {
         target: iqn.to_string(),
         lun: l.lun,
@@ -289,8 +313,8 @@ pub(crate) fn open_lun(
         write_through: sync_writes,
         readonly: l.readonly,
         target_name: iqn.to_string(),
-        rel_port_id: 1,
-        tpg: crate::registry::PORTAL_GROUP_TAG,
+        rel_port_id: alua.relative_port,
+        tpg: alua.group,
     };
     let lu = scsi::LogicalUnit::new(params);
     lu.set_thin_provisioning(l.thin_provisioning);
@@ -309,19 +333,28 @@ pub(crate) fn open_lun(
         blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
         cache = mode.as_str(), write_cache = l.write_cache && !sync_writes, sync = sync_writes,
         "LUN ready");
-    Ok(Lun {
+    let owner = alua.owner_of(l.alua_owner);
+    meta.alua_owner = owner;
+    let lun = Lun {
         number: l.lun,
         scsi: lu,
         store: Arc::new(store),
         cache_id,
         cached: mode == config::CacheMode::Numa,
+        cache_on: std::sync::atomic::AtomicBool::new(false),
         sync_writes,
         read_ahead: cache.read_ahead,
         last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
         stats: Default::default(),
-    })
+    };
+    crate::alua::init(&lun, alua, owner).map_err(|e| StartError::Alua {
+        target: iqn.to_string(),
+        lun: l.lun,
+        reason: e.to_string(),
+    })?;
+    Ok(lun)
 }
 
 /// What tgtadm shows for a LUN from the configuration (its `bsoflags` as configured, as

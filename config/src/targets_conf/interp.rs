@@ -443,6 +443,7 @@ impl Interp {
             incoming_users: None,
             outgoing_user: None,
             luns: None,
+            alua: None,
         };
         let mut addresses: Vec<String> = Vec::new();
         let mut initiators: Vec<String> = Vec::new();

@@ -374,5 +374,6 @@ fn new_lun(lun: u64, path: &str) -> RawLun {
         la_lba: None,
         optimal_xfer_gran: None,
         optimal_xfer_len: None,
+        alua_owner: None,
     }
 }

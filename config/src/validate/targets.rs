@@ -111,6 +111,23 @@ pub(super) fn target(
         }
         luns.push(l);
     }
+    let alua = match &rt.alua {
+        Some(ra) => Some(ra.validate(|f, m| ctx.err(&format!("{path}.alua.{f}"), m))?),
+        None => None,
+    };
+    for (j, l) in luns.iter().enumerate() {
+        let Some(owner) = l.alua_owner else { continue };
+        let known = alua.as_ref().map_or(owner == 1, |a| a.has_group(owner));
+        if !known {
+            return Err(ctx.err(
+                &format!("{path}.luns[{j}].alua_owner"),
+                format!(
+                    "target port group {owner} is not one of the target's groups (alua.group \
+                     and alua.peers; without an alua section the only group is 1)"
+                ),
+            ));
+        }
+    }
     Ok(TargetConfig {
         iqn: rt.iqn,
         tid,
@@ -123,6 +140,7 @@ pub(super) fn target(
         incoming_users,
         outgoing_user,
         luns,
+        alua,
     })
 }
 
@@ -276,6 +294,13 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                     v,
                     limits::OPTIMAL_XFER_LEN,
                 )
+            })
+            .transpose()?,
+        alua_owner: rl
+            .alua_owner
+            .map(|v| {
+                ctx.range(&format!("{p}.alua_owner"), v, crate::alua::ID_RANGE)
+                    .map(|v| v as u16)
             })
             .transpose()?,
     })

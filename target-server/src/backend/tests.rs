@@ -134,8 +134,11 @@ impl Bench {
         let settings = config::CacheSettings::default();
         let lun = crate::runtime::open_lun(
             &settings,
-            "iqn.2026-11.org.numatgt:backend-test",
-            1,
+            &crate::runtime::LunHome {
+                iqn: "iqn.2026-11.org.numatgt:backend-test",
+                tid: 1,
+                alua: &config::AluaConfig::default(),
+            },
             &lc,
             7,
             &dir.0,

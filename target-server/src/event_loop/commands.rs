@@ -49,7 +49,7 @@ impl EventThread {
                                 &info.initiator_name,
                                 isid,
                                 &t.iqn,
-                                crate::registry::PORTAL_GROUP_TAG,
+                                t.portal_group_tag(),
                             );
                             for l in t.lun_set().map.values() {
                                 l.scsi.nexus_added(&n);

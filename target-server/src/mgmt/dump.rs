@@ -45,7 +45,7 @@ fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiPa
     (o != config::IscsiParamsOverride::default()).then_some(o)
 }
 
-fn lun_config(l: &Lun) -> config::LunConfig {
+fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
     let p = l.scsi.params();
     let meta = l.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mode = if l.cached {
@@ -80,6 +80,7 @@ fn lun_config(l: &Lun) -> config::LunConfig {
             config::BsType::Rdwr
         },
         bsoflags: config::BsOflags::parse(&meta.bsoflags).unwrap_or_default(),
+        alua_owner: (!alua.peers.is_empty()).then_some(meta.alua_owner),
         ..config::LunConfig::new(l.number, meta.path.into())
     }
 }
@@ -96,7 +97,13 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
         state: m.state,
         incoming_users: m.auth.incoming.clone(),
         outgoing_user: m.auth.outgoing.clone(),
-        luns: t.lun_set().map.values().map(|l| lun_config(l)).collect(),
+        luns: t
+            .lun_set()
+            .map
+            .values()
+            .map(|l| lun_config(l, &t.alua))
+            .collect(),
+        alua: (t.alua != config::AluaConfig::default()).then(|| t.alua.clone()),
         ..config::TargetConfig::new(&t.iqn)
     }
 }

@@ -36,7 +36,7 @@ fn yes_no(b: bool) -> &'static str {
     if b { "Yes" } else { "No" }
 }
 
-fn lun_entry(out: &mut String, lun: &Lun) {
+fn lun_entry(out: &mut String, lun: &Lun, alua: &config::AluaConfig) {
     let m = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let p = lun.scsi.params();
     let size = p.num_blocks.saturating_mul(u64::from(p.block_size));
@@ -56,6 +56,16 @@ fn lun_entry(out: &mut String, lun: &Lun) {
         m.path,
         m.bsoflags,
     );
+    // numatgt: several gateways export the target (tgtd's output has no such line)
+    if !alua.peers.is_empty() {
+        let _ = writeln!(
+            out,
+            "            ALUA: owner group {}, this gateway group {}: {}",
+            m.alua_owner,
+            alua.group,
+            lun.scsi.access_state().name()
+        );
+    }
 }
 
 /// One target's block in `--op show --mode target`.
@@ -95,7 +105,7 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
         );
     }
     for lun in luns.map.values() {
-        lun_entry(out, lun);
+        lun_entry(out, lun, &t.alua);
     }
     out.push_str("    Account information:\n");
     for u in &mgmt.auth.incoming {

@@ -79,7 +79,7 @@ impl Directory for LoginContext<'_> {
             .insert(self.me, tsih);
         Ok(LoginGrant {
             tsih,
-            target_portal_group_tag: PORTAL_GROUP_TAG,
+            target_portal_group_tag: target.portal_group_tag(),
             target_alias: target.alias.clone(),
             config: Some(reg.config_for(Some(&target.conn_config()), req.local)),
         })
@@ -172,7 +172,7 @@ impl Directory for LoginContext<'_> {
             .filter(|t| t.allows(initiator_name, peer))
             .map(|t| TargetRecord {
                 name: t.iqn.clone(),
-                addresses: reg.portal_strings(local, self.transport),
+                addresses: reg.portal_strings(local, self.transport, t.portal_group_tag()),
             })
             .collect()
     }

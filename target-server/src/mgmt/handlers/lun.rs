@@ -5,7 +5,7 @@
 //! the target's LUN table; sessions see it at their next command.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use super::parse_bool;
 use super::target::lookup;
@@ -116,8 +116,11 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         .unwrap_or_default();
     let lun = crate::runtime::open_lun(
         &settings,
-        &t.iqn,
-        t.tid,
+        &crate::runtime::LunHome {
+            iqn: &t.iqn,
+            tid: t.tid,
+            alua: &t.alua,
+        },
         &lc,
         ctx.registry.alloc_cache_id(),
         &state_dir,
@@ -236,6 +239,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let mut meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let mut rebuild = false;
     let mut resize: Option<Option<u64>> = None;
+    let mut owner: Option<u16> = None;
     for (k, v) in pairs {
         match k.as_str() {
             // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
@@ -269,6 +273,19 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
                 rebuild = true;
             }
             "removable" => meta.removable = parse_bool(v)?,
+            // numatgt: ALUA, the target port group that owns the LUN (active/optimized)
+            "alua_owner" => {
+                let g = v.parse::<u16>().map_err(|_| ErrCode::InvalidRequest)?;
+                if !t.alua.has_group(g) {
+                    tracing::warn!(
+                        lun = lun.number,
+                        group = g,
+                        "alua_owner: not one of the target's port groups"
+                    );
+                    return Err(ErrCode::InvalidRequest);
+                }
+                owner = Some(g);
+            }
             "online" => meta.online = parse_bool(v)?,
             "thin_provisioning" => meta.thin_provisioning = parse_bool(v)?,
             "sense_format" => {
@@ -305,6 +322,13 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         lun.scsi.set_capacity(blocks);
         params.num_blocks = blocks;
     }
+    if let Some(g) = owner {
+        crate::alua::set_owner(&lun, &t.alua, g, ctx.cache.as_ref()).map_err(|e| {
+            tracing::warn!(lun = lun.number, "ALUA owner not changed: {e}");
+            ErrCode::InvalidRequest
+        })?;
+        meta.alua_owner = g;
+    }
     let descriptor = meta.sense_format == 1;
     if rebuild {
         // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
@@ -324,6 +348,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             store: Arc::clone(&lun.store),
             cache_id: lun.cache_id,
             cached: lun.cached,
+            cache_on: AtomicBool::new(lun.uses_cache()),
             sync_writes: lun.sync_writes,
             read_ahead: lun.read_ahead,
             last_read_end: AtomicU64::new(u64::MAX),
@@ -331,6 +356,17 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             meta: std::sync::Mutex::new(meta),
             stats: Arc::clone(&lun.stats),
         });
+        let owner = next
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .alua_owner;
+        if let Err(e) = next
+            .scsi
+            .set_port_groups(crate::alua::port_groups(&t.alua, owner))
+        {
+            tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
+        }
         t.update_luns(|m| {
             m.insert(next.number, next);
         });

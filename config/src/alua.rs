@@ -1,0 +1,275 @@
+//! A target's ALUA settings: this gateway's target port group and relative target port, the
+//! other gateways exporting the same target (their groups and ports), the state a LUN has on
+//! the gateways that do not own it, and each LUN's owner group. The YAML form, its
+//! validation and its model.
+
+use serde::{Deserialize, Serialize};
+
+/// Lowest and highest target port group / relative target port identifier (0 is reserved).
+pub const ID_RANGE: (u64, u64) = (1, 65535);
+/// Most peer gateways of one target.
+pub const MAX_PEERS: usize = 31;
+
+/// ALUA settings of one target (YAML `alua:`). Without them a target is one group, its
+/// port group 1, relative port 1, active/optimized for every LUN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AluaConfig {
+    /// This gateway's target port group (also its iSCSI target portal group tag).
+    pub group: u16,
+    /// This gateway's relative target port identifier (default: `group`).
+    pub relative_port: u16,
+    /// The other gateways exporting the same target.
+    pub peers: Vec<AluaPeer>,
+    /// The access state of a LUN on the gateways that do not own it.
+    pub non_owner_state: NonOwnerState,
+}
+
+impl Default for AluaConfig {
+    fn default() -> Self {
+        AluaConfig {
+            group: 1,
+            relative_port: 1,
+            peers: Vec::new(),
+            non_owner_state: NonOwnerState::ActiveNonOptimized,
+        }
+    }
+}
+
+impl AluaConfig {
+    /// Every group of the target, this gateway's first, each with its relative port.
+    pub fn groups(&self) -> Vec<AluaPeer> {
+        let mut v = vec![AluaPeer {
+            group: self.group,
+            relative_port: self.relative_port,
+        }];
+        v.extend(self.peers.iter().copied());
+        v
+    }
+
+    /// The group that owns a LUN whose `alua_owner` is `owner`: that group, or (unset) the
+    /// lowest group of the target, which every gateway computes alike.
+    pub fn owner_of(&self, owner: Option<u16>) -> u16 {
+        owner.unwrap_or_else(|| {
+            self.groups()
+                .iter()
+                .map(|g| g.group)
+                .min()
+                .unwrap_or(self.group)
+        })
+    }
+
+    /// Whether `group` is one of the target's groups.
+    pub fn has_group(&self, group: u16) -> bool {
+        self.groups().iter().any(|g| g.group == group)
+    }
+}
+
+/// Another gateway's target port group and relative target port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AluaPeer {
+    /// Its target port group.
+    pub group: u16,
+    /// Its relative target port identifier.
+    pub relative_port: u16,
+}
+
+/// The access state of a LUN on a gateway that does not own it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonOwnerState {
+    /// Active/non-optimized: commands are served (write-through, uncached), an initiator
+    /// uses the path when the owner's paths fail.
+    ActiveNonOptimized,
+    /// Standby: only INQUIRY, REPORT LUNS, mode and reservation commands and the like.
+    Standby,
+}
+
+impl NonOwnerState {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NonOwnerState::ActiveNonOptimized => "active-non-optimized",
+            NonOwnerState::Standby => "standby",
+        }
+    }
+
+    /// Parses [`NonOwnerState::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "active-non-optimized" | "ano" => Some(NonOwnerState::ActiveNonOptimized),
+            "standby" => Some(NonOwnerState::Standby),
+            _ => None,
+        }
+    }
+}
+
+/// YAML `alua:` of a target.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAlua {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_port: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<Vec<RawAluaPeer>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_owner_state: Option<String>,
+}
+
+/// One entry of `alua.peers`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAluaPeer {
+    pub group: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_port: Option<u64>,
+}
+
+impl RawAlua {
+    /// The YAML form of `a`.
+    pub(crate) fn from_model(a: &AluaConfig) -> RawAlua {
+        RawAlua {
+            group: Some(a.group.into()),
+            relative_port: Some(a.relative_port.into()),
+            peers: (!a.peers.is_empty()).then(|| {
+                a.peers
+                    .iter()
+                    .map(|p| RawAluaPeer {
+                        group: p.group.into(),
+                        relative_port: Some(p.relative_port.into()),
+                    })
+                    .collect()
+            }),
+            non_owner_state: Some(a.non_owner_state.as_str().to_string()),
+        }
+    }
+
+    /// Validates the section; `err(field, message)` builds the error for a field below
+    /// `alua`.
+    pub(crate) fn validate<E>(&self, err: impl Fn(&str, String) -> E) -> Result<AluaConfig, E> {
+        let id = |field: &str, v: u64| -> Result<u16, E> {
+            if (ID_RANGE.0..=ID_RANGE.1).contains(&v) {
+                Ok(v as u16)
+            } else {
+                Err(err(
+                    field,
+                    format!("must be in {}..={} (got {v})", ID_RANGE.0, ID_RANGE.1),
+                ))
+            }
+        };
+        let group = id("group", self.group.unwrap_or(1))?;
+        let relative_port = match self.relative_port {
+            Some(v) => id("relative_port", v)?,
+            None => group,
+        };
+        let non_owner_state = match &self.non_owner_state {
+            Some(s) => NonOwnerState::parse(s).ok_or_else(|| {
+                err(
+                    "non_owner_state",
+                    format!("must be active-non-optimized or standby (got {s:?})"),
+                )
+            })?,
+            None => NonOwnerState::ActiveNonOptimized,
+        };
+        let raw_peers = self.peers.as_deref().unwrap_or_default();
+        if raw_peers.len() > MAX_PEERS {
+            return Err(err(
+                "peers",
+                format!("at most {MAX_PEERS} peers (got {})", raw_peers.len()),
+            ));
+        }
+        let mut a = AluaConfig {
+            group,
+            relative_port,
+            peers: Vec::with_capacity(raw_peers.len()),
+            non_owner_state,
+        };
+        for (i, p) in raw_peers.iter().enumerate() {
+            let g = id(&format!("peers[{i}].group"), p.group)?;
+            let port = match p.relative_port {
+                Some(v) => id(&format!("peers[{i}].relative_port"), v)?,
+                None => g,
+            };
+            if a.has_group(g) {
+                return Err(err(
+                    &format!("peers[{i}].group"),
+                    format!("target port group {g} is already used by this gateway or a peer"),
+                ));
+            }
+            if a.groups().iter().any(|x| x.relative_port == port) {
+                return Err(err(
+                    &format!("peers[{i}].relative_port"),
+                    format!(
+                        "relative target port {port} is already used by this gateway or a peer"
+                    ),
+                ));
+            }
+            a.peers.push(AluaPeer {
+                group: g,
+                relative_port: port,
+            });
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(raw: RawAlua) -> Result<AluaConfig, String> {
+        raw.validate(|f, m| format!("{f}: {m}"))
+    }
+
+    #[test]
+    fn defaults_and_owner() {
+        let a = check(RawAlua::default()).expect("valid");
+        assert_eq!(a, AluaConfig::default());
+        let a = check(RawAlua {
+            group: Some(2),
+            peers: Some(vec![RawAluaPeer {
+                group: 1,
+                relative_port: None,
+            }]),
+            ..RawAlua::default()
+        })
+        .expect("valid");
+        assert_eq!((a.relative_port, a.peers[0].relative_port), (2, 1));
+        assert_eq!(a.owner_of(None), 1, "lowest group owns by default");
+        assert_eq!(a.owner_of(Some(2)), 2);
+        let back = check(RawAlua::from_model(&a)).expect("round trip");
+        assert_eq!(back, a);
+    }
+
+    #[test]
+    fn clashes_and_ranges_are_refused() {
+        let peer = |g, p| RawAluaPeer {
+            group: g,
+            relative_port: p,
+        };
+        let e = check(RawAlua {
+            peers: Some(vec![peer(1, Some(5))]),
+            ..RawAlua::default()
+        })
+        .expect_err("same group");
+        assert!(e.starts_with("peers[0].group"), "{e}");
+        let e = check(RawAlua {
+            peers: Some(vec![peer(2, Some(1))]),
+            ..RawAlua::default()
+        })
+        .expect_err("same port");
+        assert!(e.starts_with("peers[0].relative_port"), "{e}");
+        let e = check(RawAlua {
+            group: Some(0),
+            ..RawAlua::default()
+        })
+        .expect_err("group 0");
+        assert!(e.contains("1..=65535"), "{e}");
+        let e = check(RawAlua {
+            non_owner_state: Some("optimized".into()),
+            ..RawAlua::default()
+        })
+        .expect_err("bad state");
+        assert!(e.starts_with("non_owner_state"), "{e}");
+    }
+}

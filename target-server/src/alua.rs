@@ -1,0 +1,183 @@
+//! ALUA on the server side: the target port groups a LUN reports (from its target's `alua`
+//! settings and the LUN's owner group) and the ownership transitions of a LUN between
+//! gateways. Only the owner (active/optimized) keeps a write-back NUMA cache for the LUN;
+//! elsewhere its commands go straight to the backing store, so that no gateway serves a
+//! block another gateway changed. A gateway giving a LUN up reports transitioning, writes
+//! its dirty blocks back and drops the LUN's cached blocks before it reports the new
+//! state; one taking a LUN over drops whatever it cached before, then caches again.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use cache::BlockCache;
+use scsi::{AccessState, PortGroup};
+
+use crate::registry::Lun;
+
+/// The groups of a target whose LUN is owned by `owner`: the owner active/optimized, every
+/// other group in the configured non-owner state.
+pub fn port_groups(alua: &config::AluaConfig, owner: u16) -> Vec<PortGroup> {
+    alua.groups()
+        .iter()
+        .map(|g| PortGroup {
+            id: g.group,
+            state: if g.group == owner {
+                AccessState::ActiveOptimized
+            } else {
+                non_owner(alua)
+            },
+            rel_ports: vec![g.relative_port],
+            preferred: false,
+        })
+        .collect()
+}
+
+fn non_owner(alua: &config::AluaConfig) -> AccessState {
+    match alua.non_owner_state {
+        config::NonOwnerState::ActiveNonOptimized => AccessState::ActiveNonOptimized,
+        config::NonOwnerState::Standby => AccessState::Standby,
+    }
+}
+
+/// Whether this gateway may cache `lun` when `owner` owns it: only the owner, and only when
+/// no other gateway can write the LUN behind its back. Other gateways can while they are
+/// active/non-optimized, and a file or block device has nothing that makes them ask the
+/// owner first, so such a LUN is not cached anywhere; with non-owners in standby, the
+/// owner caches.
+pub fn may_cache(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> bool {
+    let others_write =
+        !alua.peers.is_empty() && alua.non_owner_state == config::NonOwnerState::ActiveNonOptimized;
+    lun.cached && owner == alua.group && !others_write
+}
+
+/// Why an ownership change did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    #[error("target port group {0} is not one of the target's groups")]
+    UnknownGroup(u16),
+    #[error("writing the LUN's dirty cache blocks back failed: {0}; the LUN stays owned here")]
+    Flush(std::io::Error),
+    #[error("{0}")]
+    Groups(#[from] scsi::PortGroupError),
+}
+
+/// Sets the initial groups of a new LUN owned by `owner` (no transition, no unit attention
+/// beyond the power-on one its nexuses get anyway) and whether it may use the cache.
+pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), OwnerError> {
+    if !alua.has_group(owner) {
+        return Err(OwnerError::UnknownGroup(owner));
+    }
+    lun.scsi.set_port_groups(port_groups(alua, owner))?;
+    // the state change above raised ASYMMETRIC ACCESS STATE CHANGED for no nexus: a new
+    // LU has none yet
+    let on = may_cache(lun, alua, owner);
+    if lun.cached && !on && owner == alua.group {
+        tracing::warn!(
+            lun = lun.number,
+            "the NUMA cache is off for this LUN: other gateways (alua.peers) can write it while \
+             active/non-optimized, and nothing makes them ask this one first; set \
+             alua.non_owner_state: standby to cache on the owner"
+        );
+    }
+    lun.cache_on.store(on, Ordering::Release);
+    Ok(())
+}
+
+/// Moves the ownership of `lun` to group `owner`; returns whether any state changed. When
+/// this gateway gives the LUN up, its cache is written back and dropped first (while the
+/// LUN reports transitioning, so new commands are retried by the initiator); a failed
+/// write-back keeps the LUN here and says so.
+pub fn set_owner(
+    lun: &Lun,
+    alua: &config::AluaConfig,
+    owner: u16,
+    cache: Option<&Arc<BlockCache>>,
+) -> Result<bool, OwnerError> {
+    if !alua.has_group(owner) {
+        return Err(OwnerError::UnknownGroup(owner));
+    }
+    let me = alua.group;
+    let was_owner = lun.scsi.access_state() == AccessState::ActiveOptimized;
+    let cache = cache.filter(|_| lun.cached);
+    if was_owner && owner != me {
+        let mut transitioning = lun.scsi.port_groups();
+        for g in &mut transitioning {
+            if g.id == me {
+                g.state = AccessState::Transitioning;
+            }
+        }
+        lun.scsi.set_port_groups(transitioning)?;
+        if let Some(c) = cache {
+            // commands that passed the state check before still use the cache: write
+            // back, stop caching, write back what they left, then drop the blocks
+            let flushed = write_back(c, lun).and_then(|()| {
+                lun.cache_on.store(false, Ordering::Release);
+                write_back(c, lun)
+            });
+            if let Err(e) = flushed {
+                lun.cache_on.store(true, Ordering::Release);
+                lun.scsi.set_port_groups(port_groups(alua, me))?;
+                return Err(OwnerError::Flush(e));
+            }
+            c.invalidate_lun(lun.cache_id);
+        }
+        lun.cache_on.store(false, Ordering::Release);
+    } else if !was_owner && owner == me {
+        if let Some(c) = cache {
+            // nothing of this LUN should be cached here; drop anything stale
+            c.invalidate_lun(lun.cache_id);
+        }
+        lun.cache_on
+            .store(may_cache(lun, alua, owner), Ordering::Release);
+    }
+    let changed = lun.scsi.set_port_groups(port_groups(alua, owner))?;
+    if changed {
+        tracing::info!(
+            lun = lun.number,
+            owner,
+            here = me,
+            state = lun.scsi.access_state().name(),
+            "ALUA owner changed"
+        );
+    }
+    Ok(changed)
+}
+
+/// Writes the LUN's dirty blocks back and makes them durable, whether or not the LUN uses
+/// the cache now.
+fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
+    cache::coherence::flush_and_sync(
+        c,
+        lun.cache_id,
+        &*lun.store,
+        &mut cache::coherence::Backoff::flush_range(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_follow_the_owner() {
+        let a = config::AluaConfig {
+            group: 2,
+            relative_port: 20,
+            peers: vec![config::AluaPeer {
+                group: 1,
+                relative_port: 10,
+            }],
+            non_owner_state: config::NonOwnerState::Standby,
+        };
+        let g = port_groups(&a, 1);
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].id, g[0].state, g[0].rel_ports[0]),
+            (2, AccessState::Standby, 20)
+        );
+        assert_eq!(
+            (g[1].id, g[1].state, g[1].rel_ports[0]),
+            (1, AccessState::ActiveOptimized, 10)
+        );
+    }
+}

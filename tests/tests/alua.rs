@@ -1,0 +1,258 @@
+//! ALUA across gateways (issue 16): two numatgtd daemons export the same target and LUN
+//! from one backing file, each as its own target port group. Checked through raw iSCSI
+//! sessions: INQUIRY TPGS, VPD 83h port and group designators, REPORT TARGET PORT GROUPS on
+//! both gateways, the NOT READY answers of a standby port, ASYMMETRIC ACCESS STATE CHANGED
+//! after an ownership move through Debian's tgtadm, and cache coherence across moves: the
+//! old owner writes its dirty blocks back before it gives the LUN up, the new owner drops
+//! what it had cached before, so no gateway ever serves a block another one changed.
+
+use std::path::Path;
+
+use tests::cdb::{SYNC10, cdb10, sense_of};
+use tests::daemon::{create_sparse, require_numatgtd};
+use tests::pdu::ScsiSession;
+use tests::{Daemon, TEST_IQN};
+
+const BS: usize = 512;
+const BLOCKS: u16 = 64;
+
+/// The YAML of gateway `group` (the other one is `peer`) over `path`.
+fn gateway_yaml(port: u16, path: &Path, group: u16, peer: u16, non_owner: &str) -> String {
+    format!(
+        "portals:\n  - address: 127.0.0.1:{port}\n\
+         targets:\n  - iqn: {TEST_IQN}\n    alua:\n      group: {group}\n      \
+         non_owner_state: {non_owner}\n      peers:\n        - group: {peer}\n    luns:\n      \
+         - lun: 1\n        path: {}\n        write_cache: true\n",
+        path.display()
+    )
+}
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..usize::from(BLOCKS) * BS)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn read(s: &mut ScsiSession) -> (u8, Vec<u8>, Vec<u8>) {
+    s.command(&cdb10(0x28, 0, BLOCKS), &[], u32::from(BLOCKS) * BS as u32)
+}
+
+fn write(s: &mut ScsiSession, data: &[u8]) {
+    let (st, sense, _) = s.command(&cdb10(0x2a, 0, BLOCKS), data, 0);
+    assert_eq!(st, 0, "WRITE: sense {:?}", sense_of(&sense));
+}
+
+fn sync(s: &mut ScsiSession) {
+    let (st, sense, _) = s.command(&SYNC10, &[], 0);
+    assert_eq!(st, 0, "SYNCHRONIZE CACHE: sense {:?}", sense_of(&sense));
+}
+
+/// (own group state, [(group, state, relative ports)]) from REPORT TARGET PORT GROUPS.
+fn rtpg(s: &mut ScsiSession) -> Vec<(u16, u8, Vec<u16>)> {
+    let (st, sense, d) = s.command(&[0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0], &[], 1024);
+    assert_eq!(st, 0, "RTPG: sense {:?}", sense_of(&sense));
+    let len = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize;
+    assert_eq!(len + 4, d.len(), "RETURN DATA LENGTH");
+    let mut out = Vec::new();
+    let mut i = 4;
+    while i + 8 <= d.len() {
+        let n = usize::from(d[i + 7]);
+        let ports = (0..n)
+            .map(|k| u16::from_be_bytes([d[i + 8 + 4 * k + 2], d[i + 8 + 4 * k + 3]]))
+            .collect();
+        out.push((u16::from_be_bytes([d[i + 2], d[i + 3]]), d[i] & 0x0F, ports));
+        i += 8 + 4 * n;
+    }
+    out.sort();
+    out
+}
+
+/// (NAA designator, relative target port, target port group) from VPD page 83h.
+fn vpd83(s: &mut ScsiSession) -> (Vec<u8>, u16, u16) {
+    let (st, _, d) = s.command(&[0x12, 1, 0x83, 1, 0, 0], &[], 256);
+    assert_eq!(st, 0);
+    let (mut naa, mut port, mut tpg) = (Vec::new(), 0, 0);
+    let mut i = 4;
+    while i + 4 <= d.len() {
+        let len = usize::from(d[i + 3]);
+        let v = &d[i + 4..i + 4 + len];
+        match d[i + 1] & 0x0F {
+            3 => naa = v.to_vec(),
+            4 => port = u16::from_be_bytes([v[2], v[3]]),
+            5 => tpg = u16::from_be_bytes([v[2], v[3]]),
+            _ => {}
+        }
+        i += 4 + len;
+    }
+    (naa, port, tpg)
+}
+
+fn set_owner(d: &Daemon, group: u16) {
+    let r = d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--mode",
+        "logicalunit",
+        "--op",
+        "update",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        &format!("alua_owner={group}"),
+    ]);
+    assert!(
+        r.status.success(),
+        "{}: {}{}",
+        r.cmdline,
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// The next command on `s` reports ASYMMETRIC ACCESS STATE CHANGED, once.
+fn expect_state_changed(s: &mut ScsiSession, who: &str) {
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!((st, sense_of(&sense)), (2, Some((6, 0x2A, 0x06))), "{who}");
+}
+
+#[test]
+fn standby_gateways_move_ownership_coherently() {
+    require_numatgtd("standby_gateways_move_ownership_coherently");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("shared.img");
+    create_sparse(&file, 16 << 20);
+    let a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &file, 1, 2, "standby"));
+    let b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &file, 2, 1, "standby"));
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:alua-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:alua-b");
+
+    // identity: one LU (same NAA), two ports in two groups; implicit ALUA only
+    let (st, _, inq) = sa.command(&[0x12, 0, 0, 0, 96, 0], &[], 96);
+    assert_eq!((st, inq[5] & 0x30), (0, 0x10), "TPGS = 01b");
+    let (naa_a, port_a, tpg_a) = vpd83(&mut sa);
+    let (naa_b, port_b, tpg_b) = vpd83(&mut sb);
+    assert!(!naa_a.is_empty());
+    assert_eq!(naa_a, naa_b, "both gateways report the same LU");
+    assert_eq!((port_a, tpg_a, port_b, tpg_b), (1, 1, 2, 2));
+    let both = vec![(1, 0x0, vec![1]), (2, 0x2, vec![2])];
+    assert_eq!(
+        rtpg(&mut sa),
+        both,
+        "A: group 1 active/optimized, 2 standby"
+    );
+    assert_eq!(rtpg(&mut sb), both, "B reports the same");
+
+    // B is in standby: medium access is NOT READY / TARGET PORT IN STANDBY STATE
+    let (st, sense, _) = read(&mut sb);
+    assert_eq!((st, sense_of(&sense)), (2, Some((2, 0x04, 0x0B))));
+    let (st, sense, _) = sb.command(&[0; 6], &[], 0);
+    assert_eq!((st, sense_of(&sense)), (2, Some((2, 0x04, 0x0B))));
+
+    // A owns the LUN and caches it: P1 written back, acknowledged, kept dirty
+    let p1 = pattern(1);
+    write(&mut sa, &p1);
+    assert_eq!(read(&mut sa).2, p1);
+
+    // move to B: A writes back and drops its blocks, B takes over
+    set_owner(&a, 2);
+    set_owner(&b, 2);
+    expect_state_changed(&mut sa, "A after giving the LUN up");
+    expect_state_changed(&mut sb, "B after taking the LUN over");
+    let moved = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
+    assert_eq!(rtpg(&mut sa), moved);
+    assert_eq!(rtpg(&mut sb), moved);
+    let (st, _, got) = read(&mut sb);
+    assert_eq!(st, 0);
+    assert!(
+        got == p1,
+        "B reads what A wrote (A wrote its dirty blocks back)"
+    );
+    let (st, sense, _) = read(&mut sa);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((2, 0x04, 0x0B))),
+        "A is standby now"
+    );
+
+    // B writes P2 into its cache; moving back, A must not serve its old copy of P1
+    let p2 = pattern(2);
+    write(&mut sb, &p2);
+    set_owner(&b, 1);
+    set_owner(&a, 1);
+    expect_state_changed(&mut sa, "A after taking the LUN back");
+    let (st, _, got) = read(&mut sa);
+    assert_eq!(st, 0);
+    assert!(
+        got == p2,
+        "A serves B's data, not the copy it cached before"
+    );
+    sync(&mut sa);
+
+    // a bad owner is refused and changes nothing
+    let r = a.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--mode",
+        "logicalunit",
+        "--op",
+        "update",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "alua_owner=9",
+    ]);
+    assert!(!r.status.success(), "alua_owner=9 accepted: {}", r.stdout);
+    assert_eq!(rtpg(&mut sa), both);
+
+    // tgtadm show names the owner and this gateway's state
+    let show = a.tgtadm(&["--lld", "iscsi", "--mode", "target", "--op", "show"]);
+    assert!(
+        show.stdout
+            .contains("ALUA: owner group 1, this gateway group 1: active-optimized"),
+        "{}",
+        show.stdout
+    );
+}
+
+#[test]
+fn active_non_optimized_gateways_serve_coherently_without_cache() {
+    require_numatgtd("active_non_optimized_gateways_serve_coherently_without_cache");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("shared.img");
+    create_sparse(&file, 16 << 20);
+    let ano = "active-non-optimized";
+    let a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &file, 1, 2, ano));
+    let b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &file, 2, 1, ano));
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:ano-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:ano-b");
+    assert_eq!(
+        rtpg(&mut sb),
+        vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])],
+        "group 2 active/non-optimized"
+    );
+    assert!(
+        a.log().contains("the NUMA cache is off for this LUN"),
+        "the owner says why it does not cache:\n{}",
+        a.log_tail(30)
+    );
+    // both paths serve I/O, and each sees the other's writes at once (no gateway caches)
+    for round in 0..4u8 {
+        let (w, r) = if round % 2 == 0 {
+            (&mut sa, &mut sb)
+        } else {
+            (&mut sb, &mut sa)
+        };
+        let p = pattern(10 + round);
+        write(w, &p);
+        let (st, _, got) = read(r);
+        assert_eq!(st, 0);
+        assert!(
+            got == p,
+            "round {round}: the other gateway reads the new data"
+        );
+    }
+}
