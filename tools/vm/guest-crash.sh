@@ -11,9 +11,9 @@
 #     the list is exactly the set of files whose fsync returned; beside it, buffered writes
 #     to round<N>/bulk that are never fsync'ed (dirty expiry 1 s), so the daemon's cache
 #     holds dirty blocks and ext4 has allocations in flight when the kill comes;
-#   - after a random delay numatgtd is SIGKILLed mid-write; the session (now failing) is
-#     logged out, so nothing the guest still had in flight can reach the next daemon, and the
-#     stale mount is detached;
+#   - a random delay after the round's first acknowledged file numatgtd is SIGKILLed; the
+#     session (now failing) is logged out, so nothing the guest still had in flight can
+#     reach the next daemon, and the stale mount is detached;
 #   - numatgtd is started again on the same backing file and configured the same way, a new
 #     login, mount (ext4 replays its journal: expected after a crash), every listed file of
 #     every round so far must be there with its checksum, umount, and `e2fsck -fn` must find
@@ -21,7 +21,8 @@
 #   - the next round writes on the same filesystem.
 # Env: NUMATGTD        path of the numatgtd binary as the guest sees it
 #      CRASH_ROUNDS    kills (4)
-#      CRASH_DELAYS    kill delays in ms, one per round (default: random, 800-4000 ms)
+#      CRASH_DELAYS    kill delays in ms after the round's first acknowledged file, one per
+#                      round (default: random, 100-3000 ms)
 # Prints VM_CRASH_OK rounds=N files=M lost=0 on success, VM_CRASH_FAIL: <why> otherwise.
 set -u
 IQN=iqn.2026-11.org.numatgt:vmcrash
@@ -40,17 +41,10 @@ DEV=
 TC=$((2000 + $$ % 20000))
 C="-C $TC"
 
-step() { echo "== $(cut -d' ' -f1 /proc/uptime)s: $*"; }
-dump_logs() {
-  echo "---- numatgtd log (last 60 lines) ----"
-  tail -n 60 "$LOG" 2>/dev/null
-  echo "---- dmesg (last 40) ----"
-  dmesg | tail -n 40
-  if [ -d /vmtest/out ]; then cp "$LOG" /vmtest/out/numatgtd-crash.log 2>/dev/null; fi
-}
+. /vmtest/guest-lib.sh
 fail() {
   echo "VM_CRASH_FAIL: $*"
-  dump_logs
+  dump_log "$LOG" "numatgtd-crash.log"
   [ -n "$WPID" ] && kill -9 "$WPID" "$BPID" 2>/dev/null
   umount -l "$MNT" 2>/dev/null
   timeout 30 iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/dev/null 2>&1
@@ -64,13 +58,7 @@ rand() { echo $(( $1 + $(od -An -N4 -tu4 /dev/urandom) % ($2 - $1 + 1) )); }
 start_target() {
   "$NUMATGTD" -f $C --iscsi portal=$PORTAL --state-dir /tmp/numatgt-state >> "$LOG" 2>&1 &
   TPID=$!
-  i=0
-  until ss -ltn | grep -q "127.0.0.1:3260 "; do
-    i=$((i + 1))
-    [ $i -le 100 ] || fail "numatgtd does not listen on $PORTAL after 20 s"
-    kill -0 "$TPID" 2>/dev/null || fail "numatgtd exited during start"
-    sleep 0.2
-  done
+  wait_listen "$TPID" "$PORTAL"
   tgtadm $C --lld iscsi --op new --mode target --tid 1 -T "$IQN" || fail "tgtadm target"
   tgtadm $C --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 -b "$LUN_FILE" || fail "tgtadm lun"
   tgtadm $C --lld iscsi --op bind --mode target --tid 1 -I ALL || fail "tgtadm bind"
@@ -80,14 +68,7 @@ start_target() {
 # log in and set DEV to the session's disk
 login() {
   timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --login || fail "login"
-  DEV=
-  i=0
-  while [ $i -lt 100 ]; do
-    DEV=$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | head -n 1)
-    [ -n "$DEV" ] && [ -b "/dev/$DEV" ] && break
-    i=$((i + 1)); sleep 0.2
-  done
-  [ -n "$DEV" ] && [ -b "/dev/$DEV" ] || fail "no block device appeared for the session"
+  session_disk
   cache=$(cat /sys/block/"$DEV"/device/scsi_disk/*/cache_type 2>/dev/null)
   step "disk /dev/$DEV, cache_type '$cache'"
   [ "$cache" = "write back" ] || fail "the LUN's write cache is '$cache', want 'write back' (WCE=1)"
@@ -163,14 +144,22 @@ total_files=0
 while [ $r -lt "$ROUNDS" ]; do
   r=$((r + 1))
   # shellcheck disable=SC2086
-  delay=$(echo ${CRASH_DELAYS:-} | cut -d' ' -f$r)
-  [ -n "$delay" ] || delay=$(rand 800 4000)
+  delay=$(echo ${CRASH_DELAYS:-} | awk -v r=$r '{ print $r }')
+  [ -n "$delay" ] || delay=$(rand 100 3000)
   before=$(wc -l < "$ACKED")
   writer $r &
   WPID=$!
   bulk $r &
   BPID=$!
-  step "round $r: writer pid $WPID, SIGKILL numatgtd in ${delay} ms"
+  # the delay runs from the round's first acknowledged file
+  i=0
+  until [ "$(wc -l < "$ACKED")" -gt "$before" ]; do
+    i=$((i + 1))
+    [ $i -le 300 ] || fail "round $r: no file acknowledged after 30 s"
+    kill -0 "$WPID" 2>/dev/null || fail "round $r: the writer ended without acknowledging a file"
+    sleep 0.1
+  done
+  step "round $r: writer pid $WPID, first file acknowledged, SIGKILL numatgtd in ${delay} ms"
   sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
   kill -0 "$WPID" 2>/dev/null || fail "round $r: the writer ended before the kill"
   kill -9 "$TPID"
@@ -193,8 +182,6 @@ while [ $r -lt "$ROUNDS" ]; do
   kill "$BPID" 2>/dev/null
   wait "$BPID" 2>/dev/null
   umount -l "$MNT" 2>/dev/null || fail "round $r: detach the stale mount"
-  acked=$(wc -l < "$ACKED")
-  [ $((acked - before)) -gt 0 ] || fail "round $r: no file was acknowledged before the kill (delay ${delay} ms too short)"
 
   start_target
   login
@@ -216,15 +203,7 @@ done
 
 umount "$MNT" || fail "final umount"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/dev/null || fail "final logout"
-kill -TERM "$TPID"
-i=0
-while kill -0 "$TPID" 2>/dev/null; do
-  i=$((i + 1))
-  [ $i -le 100 ] || fail "numatgtd still running 20 s after SIGTERM"
-  sleep 0.2
-done
-wait "$TPID"
-trc=$?
+stop_pid "$TPID" 20
 TPID=
-[ "$trc" = 0 ] || fail "numatgtd exited with status $trc after SIGTERM"
+[ "$TRC" = 0 ] || fail "numatgtd exited with status $TRC after SIGTERM"
 echo "VM_CRASH_OK rounds=$ROUNDS files=$total_files lost=0"

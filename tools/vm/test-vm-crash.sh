@@ -5,7 +5,8 @@
 # file whose fsync returned must be there with its checksum; e2fsck -fn clean after the
 # journal replay. 4 rounds with random kill delays.
 # Env: NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
-#      CRASH_ROUNDS (4), CRASH_DELAYS (ms per round; default random 800-4000)
+#      CRASH_ROUNDS (4), CRASH_DELAYS (ms per round, from its first fsync'ed file; default
+#      random 100-3000)
 #      VM_TIMEOUT (300) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon log.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
