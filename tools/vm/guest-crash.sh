@@ -13,7 +13,11 @@
 #     holds dirty blocks and ext4 has allocations in flight when the kill comes;
 #   - a random delay after the round's first acknowledged file numatgtd is SIGKILLed; the
 #     session (now failing) is logged out, so nothing the guest still had in flight can
-#     reach the next daemon, and the stale mount is detached;
+#     reach the next daemon, and the stale mount is detached. (Not a reconnect of the old
+#     session: WCE=1 lets a crash lose acknowledged writes that no flush covered, and a
+#     kernel that kept its mount across the restart would go on as if they had landed; the
+#     guarantee under test is the one a power cut gives: flushed data survives, the
+#     journal makes the rest consistent);
 #   - numatgtd is started again on the same backing file and configured the same way, a new
 #     login, mount (ext4 replays its journal: expected after a crash), every listed file of
 #     every round so far must be there with its checksum, umount, and `e2fsck -fn` must find
@@ -45,7 +49,7 @@ C="-C $TC"
 fail() {
   echo "VM_CRASH_FAIL: $*"
   dump_log "$LOG" "numatgtd-crash.log"
-  [ -n "$WPID" ] && kill -9 "$WPID" "$BPID" 2>/dev/null
+  for p in $WPID $BPID; do kill -9 "$p" 2>/dev/null; done
   umount -l "$MNT" 2>/dev/null
   timeout 30 iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/dev/null 2>&1
   [ -n "$TPID" ] && kill -9 "$TPID" 2>/dev/null
