@@ -343,15 +343,23 @@ impl Daemon {
         d
     }
 
-    /// numatgtd started as tgtd (see [`start_like_tgtd`](Self::start_like_tgtd)) under
-    /// `wrapper` (a command that execs the daemon with its options, e.g. `setpriv ...`).
-    pub fn start_like_tgtd_under(wrapper: &[&str], args: &[&str]) -> Daemon {
+    /// numatgtd to be started as tgtd (see [`start_like_tgtd`](Self::start_like_tgtd)) under
+    /// `wrapper` (a command that execs the daemon with its options, e.g. `setpriv ...`), not
+    /// started yet: the test may change the portal port or the owners of the daemon's files
+    /// (`dir`, `state_dir`) first, then calls [`started`](Self::started).
+    pub fn like_tgtd_under(wrapper: &[&str], args: &[&str]) -> Daemon {
         let mut d = Self::start_full_deferred(TargetKind::Numatgtd, &[], "", true, None, args);
         d.tgtd_style = true;
         d.wrapper = wrapper.iter().map(|a| a.to_string()).collect();
-        d.spawn();
-        d.wait_ready();
         d
+    }
+
+    /// Starts a daemon made by [`like_tgtd_under`](Self::like_tgtd_under) and waits until
+    /// its portal accepts connections.
+    pub fn started(mut self) -> Daemon {
+        self.spawn();
+        self.wait_ready();
+        self
     }
 
     /// numatgtd with the YAML `yaml(portal_port)` (it must listen on 127.0.0.1:portal_port).

@@ -4,6 +4,7 @@
 #   -> cargo clippy -D warnings -> layers (tools/check-layers.py) -> cargo test --workspace (unit + integration against the
 #   built numatgtd and real initiators) -> fuzz smoke (every cargo-fuzz target of fuzz/ for
 #   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
+#   -> VM crash test (numatgtd SIGKILLed under fsync'ed ext4 writes; files and e2fsck checked)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
 #   -> VM RDMA echo (the rdma crate's CM, Send, RDMA READ/WRITE over soft-RoCE in the guest)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
@@ -84,6 +85,15 @@ vm_test() {
   "$REPO/tools/vm/test-vm-iscsi-tcp.sh"
 }
 
+vm_crash_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM crash test not run (counted as failed)"
+    return 1
+  fi
+  # kernel initiator + ext4 across SIGKILLs of numatgtd (issue 15)
+  "$REPO/tools/vm/test-vm-crash.sh"
+}
+
 vm_rdma_echo_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM RDMA echo test not run (counted as failed)"
@@ -119,6 +129,7 @@ stage layers python3 tools/check-layers.py
 stage test cargo_test
 stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
+stage vm-crash vm_crash_test
 stage vm-numa vm_numa_test
 stage vm-rdma-echo vm_rdma_echo_test
 stage vm-iser vm_iser_test

@@ -1,7 +1,8 @@
 //! numatgtd under systemd: the shipped unit file (tools/systemd/numatgtd.service) passes
 //! `systemd-analyze verify`, and the daemon speaks the Type=notify protocol — `READY=1` only
 //! once its portal accepts connections, `STOPPING=1` on SIGTERM — to the socket named by
-//! NOTIFY_SOCKET, as systemd would provide it.
+//! NOTIFY_SOCKET, as systemd would provide it. The unit runs numatgtd as the user numatgt
+//! with two ambient capabilities, and numatgtd does its job that way (setpriv).
 
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -119,8 +120,9 @@ fn unit_setting(unit: &str, key: &str) -> Option<String> {
 }
 
 /// The shipped unit is sandboxed: `systemd-analyze security` (offline, on the file) rates
-/// it at most 4.0 (the tgtd-like unit without sandboxing rated 9.4, UNSAFE), keeps exactly
-/// the three capabilities it documents, and sets no new privileges.
+/// it at most 4.0 (the tgtd-like unit without sandboxing rated 9.4, UNSAFE), runs as the
+/// user numatgt with exactly the two capabilities it documents (ambient), owns /run/tgtd
+/// and /var/lib/numatgt, and sets no new privileges.
 #[test]
 fn unit_file_is_sandboxed() {
     let analyze = tools::require_tool("systemd-analyze");
@@ -129,7 +131,20 @@ fn unit_file_is_sandboxed() {
             .expect("read unit file");
     assert_eq!(
         unit_setting(&unit, "CapabilityBoundingSet").as_deref(),
-        Some("CAP_NET_BIND_SERVICE CAP_IPC_LOCK CAP_DAC_OVERRIDE")
+        Some(UNIT_CAPS)
+    );
+    assert_eq!(
+        unit_setting(&unit, "AmbientCapabilities").as_deref(),
+        Some(UNIT_CAPS)
+    );
+    assert_eq!(unit_setting(&unit, "User").as_deref(), Some("numatgt"));
+    assert_eq!(
+        unit_setting(&unit, "RuntimeDirectory").as_deref(),
+        Some("tgtd")
+    );
+    assert_eq!(
+        unit_setting(&unit, "StateDirectory").as_deref(),
+        Some("numatgt")
     );
     assert_eq!(
         unit_setting(&unit, "NoNewPrivileges").as_deref(),
@@ -169,51 +184,159 @@ fn unit_file_is_sandboxed() {
     );
 }
 
-/// numatgtd does its whole job with only the unit's capabilities and no new privileges:
-/// started as tgtd under `setpriv` with that bounding set, it listens, takes a LUN from
-/// Debian's tgtadm, serves a write and a read back, and its /proc status shows the set.
+/// The unit's capabilities (ambient and bounding set) and setpriv's names for them.
+const UNIT_CAPS: &str = "CAP_NET_BIND_SERVICE CAP_IPC_LOCK";
+const SETPRIV_CAPS: &str = "-all,+net_bind_service,+ipc_lock";
+
+/// Two uids that /etc/passwd does not name: the service user and a third party.
+fn unused_uids() -> (u32, u32) {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let taken: Vec<u32> = passwd
+        .lines()
+        .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        .collect();
+    let mut free = (61_000..62_000).filter(|u| !taken.contains(u));
+    match (free.next(), free.next()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => panic!("no two unused uids in 61000..62000"),
+    }
+}
+
+/// The gid of the group `disk` (Debian: 6).
+fn disk_gid() -> u32 {
+    std::fs::read_to_string("/etc/group")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            (f.next()? == "disk").then(|| f.nth(1)?.parse().ok())?
+        })
+        .unwrap_or(6)
+}
+
+/// A port below 1024 that is free on 127.0.0.1 (probed by binding it, as root).
+fn privileged_port() -> u16 {
+    let start = 600 + (std::process::id() % 300) as u16;
+    (start..1024)
+        .chain(600..start)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .unwrap_or_else(|| panic!("no free port in 600..1024 on 127.0.0.1"))
+}
+
+/// `setpriv` options that run a command as `uid` (group `uid`, supplementary `groups`) with
+/// `caps` as its inheritable, ambient and bounding sets, and no new privileges.
+fn as_user(setpriv: &str, uid: u32, groups: &str, caps: &str) -> Vec<String> {
+    let mut v = vec![
+        setpriv.to_string(),
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+    ];
+    v.push(if groups.is_empty() {
+        "--clear-groups".into()
+    } else {
+        format!("--groups={groups}")
+    });
+    v.extend([
+        format!("--inh-caps={caps}"),
+        format!("--ambient-caps={caps}"),
+        format!("--bounding-set={caps}"),
+        "--no-new-privs".into(),
+        "--".into(),
+    ]);
+    v
+}
+
+/// numatgtd as the unit runs it: an unprivileged uid in the group disk whose only
+/// capabilities are the unit's two, ambient (the /proc status shows exactly them). It binds
+/// a port below 1024 (the same uid without the capabilities cannot), serves a write and a
+/// read back on a LUN file that only root and the group disk may write, is managed by
+/// root's tgtadm and by its own uid, and refuses a third uid on its management socket even
+/// when the file modes would let that uid in (SO_PEERCRED).
 #[test]
-fn serves_with_only_the_units_capabilities() {
-    let setpriv = tools::require_tool("setpriv");
+fn serves_as_an_unprivileged_user_with_the_units_ambient_capabilities() {
+    let setpriv = tools::require_tool("setpriv").display().to_string();
     tools::require_tool("qemu-io");
-    tools::require_root("a capability bounding set below root's");
-    let d = tests::Daemon::start_like_tgtd_under(
-        &[
-            &setpriv.display().to_string(),
-            "--bounding-set=-all,+net_bind_service,+ipc_lock,+dac_override",
-            "--inh-caps=-all",
-            "--no-new-privs",
-            "--",
-        ],
-        &[],
+    tools::require_root("changing to another uid");
+    let (uid, third) = unused_uids();
+    let disk = disk_gid();
+    let port = privileged_port();
+
+    // without the capabilities the same uid cannot listen on that port
+    let no_caps = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::chown(no_caps.path(), Some(uid), Some(uid)).expect("chown");
+    let mut cmd = as_user(&setpriv, uid, &disk.to_string(), "-all");
+    cmd.extend([
+        numatgtd_bin().display().to_string(),
+        "-f".into(),
+        "-C".into(),
+        tests::daemon::random_control_port().to_string(),
+        "--iscsi".into(),
+        format!("portal=127.0.0.1:{port}"),
+        "--state-dir".into(),
+        no_caps.path().display().to_string(),
+        "--metrics".into(),
+        format!("127.0.0.1:{}", free_port()),
+    ]);
+    let socket = no_caps.path().join("socket");
+    let refused = tools::run_env(
+        30,
+        &cmd[0],
+        &cmd[1..],
+        &[("TGT_IPC_SOCKET", socket.as_os_str())],
     );
+    assert!(
+        !refused.status.success() && !refused.timed_out(),
+        "numatgtd without CAP_NET_BIND_SERVICE should fail to listen on port {port}:\n{refused}"
+    );
+    assert!(
+        refused.stderr.to_lowercase().contains("permission denied"),
+        "the failure should be the port: {refused}"
+    );
+
+    let wrapper = as_user(&setpriv, uid, &disk.to_string(), SETPRIV_CAPS);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let mut d = tests::Daemon::like_tgtd_under(&wrapper, &[]);
+    d.port = port;
+    // the daemon's directory (management socket, lock file) and state directory are its
+    // own, as RuntimeDirectory= and StateDirectory= make them
+    std::os::unix::fs::chown(d.dir.path(), Some(uid), Some(uid)).expect("chown dir");
+    std::os::unix::fs::chown(&d.state_dir, Some(uid), Some(uid)).expect("chown state");
+    // a LUN file as a block device is on Debian: root:disk 0660
+    let lun = d.dir.path().join("lun.img");
+    create_sparse(&lun, 8 * MIB);
+    std::os::unix::fs::chown(&lun, Some(0), Some(disk)).expect("chown lun");
+    std::fs::set_permissions(&lun, std::os::unix::fs::PermissionsExt::from_mode(0o660))
+        .expect("chmod lun");
+    let d = d.started();
+
     let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).expect("status");
-    let field = |k: &str| {
+    let line = |k: &str| {
         status
             .lines()
             .find_map(|l| l.strip_prefix(k))
-            .map(|v| u64::from_str_radix(v.trim(), 16).expect("hex caps"))
+            .map(str::trim)
             .unwrap_or_else(|| panic!("no {k} in\n{status}"))
+            .to_string()
     };
-    // CAP_DAC_OVERRIDE 1, CAP_NET_BIND_SERVICE 10, CAP_IPC_LOCK 14
-    let want = (1u64 << 1) | (1 << 10) | (1 << 14);
-    assert_eq!(field("CapBnd:"), want, "bounding set of the daemon");
-    assert_eq!(
-        field("CapEff:") & !want,
-        0,
-        "effective capabilities beyond the unit's"
-    );
-    assert!(
-        status
-            .lines()
-            .any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1'))
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let lun = dir.path().join("lun.img");
-    create_sparse(&lun, 8 * MIB);
-    let iqn = "iqn.2026-11.org.numatgt:caps";
+    let caps = |k: &str| u64::from_str_radix(&line(k), 16).expect("hex caps");
+    // CAP_NET_BIND_SERVICE 10, CAP_IPC_LOCK 14
+    let want = (1u64 << 10) | (1 << 14);
+    for k in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(caps(k), want, "{k} of the daemon");
+    }
+    let ids: Vec<u32> = line("Uid:")
+        .split_whitespace()
+        .chain(line("Gid:").split_whitespace())
+        .map(|v| v.parse().expect("id"))
+        .collect();
+    assert_eq!(ids, vec![uid; 8], "real, effective, saved, fs uid and gid");
+    assert_eq!(line("Groups:"), disk.to_string());
+    assert_eq!(line("NoNewPrivs:"), "1");
+
+    // root's tgtadm manages it; the daemon opens the LUN through the group disk
+    let iqn = "iqn.2026-11.org.numatgt:unprivileged";
     tests::mgmt::export_lun(&d, "1", iqn, &lun.display().to_string());
-    let url = format!("iscsi://127.0.0.1:{}/{iqn}/1", d.port);
+    let url = format!("iscsi://127.0.0.1:{port}/{iqn}/1");
     let r = tools::run(
         60,
         "qemu-io",
@@ -221,12 +344,58 @@ fn serves_with_only_the_units_capabilities() {
             "-f".to_string(),
             "raw".into(),
             "-c".into(),
-            "write -P 0x3c 1M 1M".into(),
+            "write -P 0x5a 1M 1M".into(),
             "-c".into(),
-            "read -P 0x3c 1M 1M".into(),
+            "read -P 0x5a 1M 1M".into(),
             url,
         ],
     );
-    r.check("qemu-io under the unit's capabilities");
+    r.check("qemu-io against the unprivileged daemon");
     assert!(!r.stdout.contains("Pattern verification failed"), "{r}");
+
+    // its own uid may manage it too; a third uid is refused by the daemon itself: the file
+    // modes are opened up so that only the SO_PEERCRED check stands in the way
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()))
+    };
+    mode(d.dir.path(), 0o711);
+    mode(&d.mgmt_socket(), 0o777);
+    let show_as = |who: u32| {
+        let mut cmd = as_user(&setpriv, who, "", "-all");
+        cmd.extend(
+            [
+                "tgtadm",
+                "-C",
+                &d.control_port.to_string(),
+                "--lld",
+                "iscsi",
+                "--op",
+                "show",
+                "--mode",
+                "target",
+            ]
+            .map(String::from),
+        );
+        tools::run_env(
+            20,
+            &cmd[0],
+            &cmd[1..],
+            &[("TGT_IPC_SOCKET", d.ipc_prefix.as_os_str())],
+        )
+    };
+    let own = show_as(uid);
+    own.check("tgtadm as the daemon's own uid");
+    assert!(own.stdout.contains(iqn), "{own}");
+    let refusals = d.log().matches("management request refused").count();
+    let other = show_as(third);
+    assert!(
+        !other.status.success() && !other.timed_out() && !other.stdout.contains(iqn),
+        "a third uid must not manage the daemon:\n{other}"
+    );
+    assert_eq!(
+        d.log().matches("management request refused").count(),
+        refusals + 1,
+        "the daemon should log the refusal of uid {third}"
+    );
 }

@@ -28,17 +28,10 @@ MNT=/tmp/mnt-lun
 TPID=
 CTL=$((2000 + $$ % 20000))
 
-step() { echo "== $(cut -d' ' -f1 /proc/uptime)s: $*"; }
-dump_logs() {
-  echo "---- target log ($TARGET, last 80 lines) ----"
-  tail -n 80 "$LOG" 2>/dev/null
-  echo "---- dmesg (last 30) ----"
-  dmesg | tail -n 30
-  if [ -d /vmtest/out ]; then cp "$LOG" "/vmtest/out/target-$TARGET.log" 2>/dev/null; fi
-}
+. /vmtest/guest-lib.sh
 fail() {
   echo "VM_ISCSI_TCP_FAIL: $*"
-  dump_logs
+  dump_log "$LOG" "target-$TARGET.log"
   umount "$MNT" 2>/dev/null
   iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/dev/null 2>&1
   [ -n "$TPID" ] && kill -9 "$TPID" 2>/dev/null
@@ -93,13 +86,7 @@ YAML
 esac
 step "target pid $TPID"
 
-i=0
-until ss -ltn | grep -q "127.0.0.1:3260 "; do
-  i=$((i + 1))
-  [ $i -le 100 ] || fail "target does not listen on $PORTAL after 20 s"
-  kill -0 "$TPID" 2>/dev/null || fail "target exited during start"
-  sleep 0.2
-done
+wait_listen "$TPID" "$PORTAL"
 
 C="-C $TC"
 if [ "$TARGET" != numatgtd-yaml ]; then
@@ -123,14 +110,7 @@ step "login"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --login || fail "login"
 iscsiadm -m session -P 3 | grep -E 'Target:|Current Portal|Connection State|Session State|Attached scsi disk'
 
-DEV=
-i=0
-while [ $i -lt 100 ]; do
-  DEV=$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | head -n 1)
-  [ -n "$DEV" ] && [ -b "/dev/$DEV" ] && break
-  i=$((i + 1)); sleep 0.2
-done
-[ -n "$DEV" ] && [ -b "/dev/$DEV" ] || fail "no block device appeared for the session"
+session_disk
 step "disk /dev/$DEV: $(cat /sys/block/$DEV/size) sectors"
 lsblk -o NAME,SIZE,TYPE,TRAN,VENDOR,MODEL "/dev/$DEV"
 [ "$(cat /sys/block/$DEV/size)" = 524288 ] || fail "disk has $(cat /sys/block/$DEV/size) sectors, want 524288"
@@ -210,18 +190,10 @@ if [ "$TARGET" = tgtd ]; then
   tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
   tgtadm $C --op delete --mode system
 fi
-kill -TERM "$TPID" 2>/dev/null
-i=0
-while kill -0 "$TPID" 2>/dev/null; do
-  i=$((i + 1))
-  [ $i -le 50 ] || fail "target still running 10 s after SIGTERM"
-  sleep 0.2
-done
-wait "$TPID"
-trc=$?
+stop_pid "$TPID" 10
 TPID=
-if [ "$TARGET" != tgtd ] && [ "$trc" != 0 ]; then
-  fail "numatgtd exited with status $trc after SIGTERM"
+if [ "$TARGET" != tgtd ] && [ "$TRC" != 0 ]; then
+  fail "numatgtd exited with status $TRC after SIGTERM"
 fi
-step "target exited with status $trc"
+step "target exited with status $TRC"
 echo "VM_ISCSI_TCP_OK target=$TARGET"

@@ -49,7 +49,7 @@ case "$TARGET" in
   *) SAME_TARGET=${SAME_TARGET:-1} ;;
 esac
 
-step() { echo "== $(cut -d' ' -f1 /proc/uptime)s: $*"; }
+. /vmtest/guest-lib.sh
 dump_logs() {
   echo "---- target log ($TARGET, last 60 lines, per-PDU iSER debug lines left out) ----"
   grep -v -E 'iser_(ib_clear|conn_get|conn_put|post_recv|post_send)' "$LOG" 2>/dev/null | tail -n 60
@@ -99,14 +99,7 @@ login() {
   timeout 90 iscsiadm -m node -T "$1" -p "$2" -I "$3" --login || fail "login to $1 at $2 via $3"
   trn=$(iscsiadm -m session -P 1 2>/dev/null | sed -n 's/^[[:space:]]*Iface Transport: *//p' | sort -u | tr '\n' ' ')
   [ "$trn" = "$4 " ] || fail "session transport is '$trn', want '$4'"
-  DEV=
-  i=0
-  while [ $i -lt 100 ]; do
-    DEV=$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | head -n 1)
-    [ -n "$DEV" ] && [ -b "/dev/$DEV" ] && break
-    i=$((i + 1)); sleep 0.2
-  done
-  [ -n "$DEV" ] && [ -b "/dev/$DEV" ] || fail "no block device appeared for the $4 session"
+  session_disk
   [ "$(cat "/sys/block/$DEV/size")" = $((LUN_MB * 2048)) ] ||
     fail "$4 disk has $(cat "/sys/block/$DEV/size") sectors, want $((LUN_MB * 2048))"
   step "logged in to $1 over $4: /dev/$DEV"
@@ -345,19 +338,12 @@ if [ "$TARGET" = tgtd ]; then
   [ "$SAME_TARGET" = 1 ] || timeout 20 tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
   timeout 20 tgtadm $C --op delete --mode system
 fi
-kill -TERM "$TPID" 2>/dev/null
-i=0
-while kill -0 "$TPID" 2>/dev/null; do
-  i=$((i + 1)); [ $i -le 50 ] || fail "target still running 10 s after SIGTERM"
-  sleep 0.2
-done
-wait "$TPID"
-trc=$?
+stop_pid "$TPID" 10
 TPID=
-if [ "$TARGET" != tgtd ] && [ "$trc" != 0 ]; then
-  fail "numatgtd exited with status $trc after SIGTERM"
+if [ "$TARGET" != tgtd ] && [ "$TRC" != 0 ]; then
+  fail "numatgtd exited with status $TRC after SIGTERM"
 fi
-step "target exited with status $trc"
+step "target exited with status $TRC"
 echo "ISER_PERF target=$TARGET read=dd_${DATA_MB}MiB_bs1M_direct iser=$ISER_MBPS tcp=$TCP_MBPS target_cpu_ms: iser=$ISER_CPU tcp=$TCP_CPU (TCG guest: ratios only)"
 if [ -d /vmtest/out ]; then cp "$LOG" "/vmtest/out/target-iser-$TARGET.log" 2>/dev/null; fi
 echo "VM_ISER_OK target=$TARGET"

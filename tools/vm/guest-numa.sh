@@ -23,21 +23,14 @@ TPID=
 CTL=$((2000 + $$ % 20000))
 ERRORS=
 
-step() { echo "== $(cut -d' ' -f1 /proc/uptime)s: $*"; }
-dump_logs() {
-  echo "---- numatgtd log (last 80 lines) ----"
-  tail -n 80 "$LOG" 2>/dev/null
-  echo "---- dmesg (last 30) ----"
-  dmesg | tail -n 30
-  if [ -d /vmtest/out ]; then cp "$LOG" /vmtest/out/numatgtd-numa.log 2>/dev/null; fi
-}
+. /vmtest/guest-lib.sh
 cleanup() {
   iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout >/dev/null 2>&1
   [ -n "$TPID" ] && kill -9 "$TPID" 2>/dev/null
 }
 fail() {
   echo "VM_NUMA_FAIL: $*"
-  dump_logs
+  dump_log "$LOG" "numatgtd-numa.log"
   cleanup
   exit 1
 }
@@ -106,14 +99,7 @@ timeout 60 iscsiadm -m discovery -t sendtargets -p "$PORTAL" || fail "discovery"
 step "login"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --login || fail "login"
 
-DEV=
-i=0
-while [ $i -lt 100 ]; do
-  DEV=$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | head -n 1)
-  [ -n "$DEV" ] && [ -b "/dev/$DEV" ] && break
-  i=$((i + 1)); sleep 0.2
-done
-[ -n "$DEV" ] && [ -b "/dev/$DEV" ] || fail "no block device appeared for the session"
+session_disk
 want=$((LUN_MB * 2048))
 [ "$(cat /sys/block/$DEV/size)" = "$want" ] || fail "disk has $(cat /sys/block/$DEV/size) sectors, want $want"
 step "disk /dev/$DEV: $want sectors, max_sectors_kb=$(cat /sys/block/$DEV/queue/max_sectors_kb)" \
@@ -193,17 +179,9 @@ step "logout"
 timeout 60 iscsiadm -m node -T "$IQN" -p "$PORTAL" --logout || fail "logout"
 
 step "stop numatgtd (pid $TPID)"
-kill -TERM "$TPID" 2>/dev/null
-i=0
-while kill -0 "$TPID" 2>/dev/null; do
-  i=$((i + 1))
-  [ $i -le 100 ] || fail "numatgtd still running 20 s after SIGTERM"
-  sleep 0.2
-done
-wait "$TPID"
-trc=$?
+stop_pid "$TPID" 20
 TPID=
-[ "$trc" = 0 ] || fail "numatgtd exited with status $trc after SIGTERM"
+[ "$TRC" = 0 ] || fail "numatgtd exited with status $TRC after SIGTERM"
 step "numatgtd exited with status 0"
 
 echo "---- cache report after SIGUSR1 ----"
@@ -215,7 +193,7 @@ grep -E ' (WARN|ERROR) ' "$LOG" | tail -n 40
 if [ -d /vmtest/out ]; then cp "$LOG" /vmtest/out/numatgtd-numa.log 2>/dev/null; fi
 if [ -n "$ERRORS" ]; then
   echo "VM_NUMA_FAIL: $(printf '%s\n' "$ERRORS" | grep -c '^  - ') check(s) failed:$ERRORS"
-  dump_logs
+  dump_log "$LOG" "numatgtd-numa.log"
   exit 1
 fi
 echo "VM_NUMA_OK placement_ok=2/2 local_share=$share"

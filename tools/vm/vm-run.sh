@@ -6,7 +6,7 @@
 # tmpfs overlay: the guest runs the host's binaries but cannot change the host. It has no
 # network card at all (-nic none): everything the test does stays inside the guest.
 #
-# Usage: vm-run.sh SCRIPT
+# Usage: vm-run.sh SCRIPT   (it may source /vmtest/guest-lib.sh, the guest scripts' helpers)
 # Env:   VM_TIMEOUT  seconds before the guest is killed (300)
 #        VM_MEM (2048 MiB)  VM_CPUS (2)  VM_NODES NUMA nodes (2)  VM_ACCEL tcg|kvm (tcg)
 #        VM_KVER     kernel version (newest /boot/vmlinuz-*)
@@ -45,6 +45,8 @@ done
 SHARE=$(mktemp -d "${TMPDIR:-/tmp}/numatgt-vm.XXXXXX")
 trap 'rm -rf "$SHARE"' EXIT
 cp "$SCRIPT" "$SHARE/script"
+# the guest scripts' shared helpers, as /vmtest/guest-lib.sh
+cp "$HERE/guest-lib.sh" "$SHARE/guest-lib.sh"
 pwd > "$SHARE/cwd"
 : > "$SHARE/env"
 for name in ${VM_ENV:-}; do

@@ -108,7 +108,8 @@ impl MgmtSocket {
     }
 }
 
-/// The peer may manage us: root, or our own uid (SO_PEERCRED).
+/// The peer may manage us: root, or our own uid (SO_PEERCRED). Under the unit our uid is the
+/// service user numatgt, so root's tgtadm and numatgt itself get in, nobody else.
 fn peer_allowed(s: &UnixStream) -> bool {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     match getsockopt(s, PeerCredentials) {
