@@ -222,6 +222,7 @@ pub(crate) fn open_target(
         Acl::from_config(t),
     )
     .with_driver(t.driver);
+    target.set_max_sessions(t.max_sessions);
     {
         let mut m = target.mgmt();
         m.state = t.state;
@@ -543,6 +544,7 @@ impl Daemon {
             conn_config(&rc.config.iscsi),
         ));
         registry.set_state_dir(rc.state_dir.clone());
+        registry.limits.apply(&rc.config.limits);
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them
             users: rc

@@ -111,6 +111,10 @@ pub(super) fn target(
         }
         luns.push(l);
     }
+    let max_sessions = rt
+        .max_sessions
+        .map(|v| ctx.range32(&format!("{path}.max_sessions"), v, limits::MAX_SESSIONS))
+        .transpose()?;
     Ok(TargetConfig {
         iqn: rt.iqn,
         tid,
@@ -122,6 +126,7 @@ pub(super) fn target(
         state,
         incoming_users,
         outgoing_user,
+        max_sessions,
         luns,
     })
 }
