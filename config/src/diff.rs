@@ -303,6 +303,9 @@ impl fmt::Display for ConfigDiff {
         if self.iscsi_defaults_changed {
             writeln!(f, "changed iscsi defaults")?;
         }
+        if self.limits_changed {
+            writeln!(f, "changed limits")?;
+        }
         for r in &self.needs_restart {
             writeln!(f, "needs restart: {r}")?;
         }
