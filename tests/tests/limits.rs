@@ -70,6 +70,17 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// A login of `initiator` succeeds within 5 s (room was made).
+fn assert_room_soon(d: &Daemon, initiator: &str) {
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            pdu::login_normal(d.addr(), initiator, TEST_IQN).is_ok()
+        }),
+        "{initiator}: no room: {}",
+        d.log_tail(20)
+    );
+}
+
 #[test]
 fn session_limit_refuses_with_out_of_resources_and_logs_once_per_burst() {
     let mut d = start("limits:\n  max_sessions: 2\n");
@@ -94,13 +105,7 @@ fn session_limit_refuses_with_out_of_resources_and_logs_once_per_burst() {
     assert_eq!(d.log().matches(first).count(), 1, "{}", d.log_tail(20));
     // a session that ends makes room
     drop(b);
-    assert!(
-        wait_for(Duration::from_secs(5), || {
-            pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:limits-c", TEST_IQN).is_ok()
-        }),
-        "no room after a logout: {}",
-        d.log_tail(20)
-    );
+    assert_room_soon(&d, "iqn.2026-11.org.numatgt:limits-c");
     tur_ok(&mut a, "session a at the end");
     d.assert_alive("session limit");
 }
@@ -124,13 +129,7 @@ fn connection_limit_closes_what_is_over_it() {
     );
     drop(held);
     // room again: a whole login works
-    assert!(
-        wait_for(Duration::from_secs(5), || {
-            pdu::login_normal(d.addr(), "iqn.2026-11.org.numatgt:after", TEST_IQN).is_ok()
-        }),
-        "{}",
-        d.log_tail(20)
-    );
+    assert_room_soon(&d, "iqn.2026-11.org.numatgt:after");
     d.assert_alive("connection limit");
 }
 
@@ -241,19 +240,10 @@ fn debian_tgtadm_shows_and_updates_the_limits() {
     assert_eq!(refused(&d, "sessions"), 1.0);
     // the target's own limit (the global one raised again)
     update("max_sessions", "100").check("max_sessions 100");
-    d.tgtadm(&[
-        "--op",
-        "update",
-        "--mode",
-        "target",
-        "--tid",
-        "1",
-        "--name",
-        "MaxSessions",
-        "--value",
-        "2",
-    ])
-    .check("target MaxSessions 2");
+    let target_update: Vec<&str> = "--op update --mode target --tid 1 --name MaxSessions --value 2"
+        .split(' ')
+        .collect();
+    d.tgtadm(&target_update).check("target MaxSessions 2");
     let show = d.tgtadm(&["--op", "show", "--mode", "target"]);
     assert!(show.stdout.contains("        Max sessions: 2\n"), "{show}");
     let _two = ScsiSession::open(&d, "iqn.2026-11.org.numatgt:two");
