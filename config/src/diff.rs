@@ -41,6 +41,8 @@ pub struct ConfigDiff {
     /// The global `iscsi` values changed (targets whose effective values
     /// changed are also listed in `changed`).
     pub iscsi_defaults_changed: bool,
+    /// The `limits:` section changed (applied at once, no restart needed).
+    pub limits_changed: bool,
     /// Settings that only a restart applies, as field paths (`cache.size_per_node`).
     pub needs_restart: Vec<String>,
 }
@@ -52,7 +54,7 @@ pub struct TargetChange {
     pub iqn: String,
     /// Changed target-level fields: `tid`, `alias`, `driver`, `state`,
     /// `allow_initiators`, `allow_addresses`, `incoming_users`,
-    /// `outgoing_user`, `alua`, `accounts` (a secret of a user it references),
+    /// `outgoing_user`, `alua`, `max_sessions`, `accounts` (a secret of a user it references),
     /// `iscsi` (its effective values).
     pub fields: Vec<&'static str>,
     /// LUN numbers only in the new definition.
@@ -122,6 +124,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     }
     d.discovery_auth_changed = old.discovery_auth != new.discovery_auth;
     d.iscsi_defaults_changed = old.iscsi != new.iscsi;
+    d.limits_changed = old.limits != new.limits;
     d.needs_restart = needs_restart(old, new);
     d
 }
@@ -219,6 +222,7 @@ fn target_change(oc: &Config, o: &TargetConfig, nc: &Config, n: &TargetConfig) -
     field("incoming_users", o.incoming_users != n.incoming_users);
     field("outgoing_user", o.outgoing_user != n.outgoing_user);
     field("alua", o.alua != n.alua);
+    field("max_sessions", o.max_sessions != n.max_sessions);
     let users = n.incoming_users.iter().chain(&n.outgoing_user);
     field(
         "accounts",
@@ -299,6 +303,9 @@ impl fmt::Display for ConfigDiff {
         }
         if self.iscsi_defaults_changed {
             writeln!(f, "changed iscsi defaults")?;
+        }
+        if self.limits_changed {
+            writeln!(f, "changed limits")?;
         }
         for r in &self.needs_restart {
             writeln!(f, "needs restart: {r}")?;

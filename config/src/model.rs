@@ -45,6 +45,8 @@ pub struct Config {
     pub router: RouterSettings,
     /// The metrics and status page HTTP server (`metrics:`).
     pub metrics: MetricsSettings,
+    /// Resource limits (`limits:`): sessions, connections, login time, management clients.
+    pub limits: LimitsSettings,
     /// CHAP accounts (`accounts:`), referenced by name from targets and
     /// `discovery_auth`.
     pub accounts: Vec<Account>,
@@ -66,6 +68,7 @@ impl Default for Config {
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
             metrics: MetricsSettings::default(),
+            limits: LimitsSettings::default(),
             accounts: Vec::new(),
             discovery_auth: DiscoveryAuth::default(),
             targets: Vec::new(),
@@ -101,6 +104,7 @@ impl Config {
             cache: CacheSettings::default(),
             router: RouterSettings::default(),
             metrics: MetricsSettings::default(),
+            limits: LimitsSettings::default(),
             accounts: Vec::new(),
             discovery_auth: DiscoveryAuth::default(),
             targets: vec![TargetConfig {
@@ -527,6 +531,37 @@ pub struct MetricsSettings {
     pub session_info: bool,
 }
 
+/// Resource limits (`limits:` section). Every limit is on by default, with values no
+/// ordinary installation reaches; what exceeds one is refused (a login with status
+/// 0x0302 "out of resources", a connection or management client closed at once), logged
+/// once per burst and counted in `numatgt_limit_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitsSettings {
+    /// Logged-in normal sessions, all targets together. 1..=65535 (TSIHs are 16 bits);
+    /// default 1024. A target may have a lower limit of its own (`max_sessions`).
+    pub max_sessions: u32,
+    /// Open iSCSI connections (TCP and iSER, any phase, discovery included).
+    /// 1..=1048576; default 4096.
+    pub max_connections: u32,
+    /// Seconds a connection may spend before it reaches full-feature phase (half-finished
+    /// logins, slow-loris). 1..=3600; default 15.
+    pub login_timeout: u32,
+    /// Management socket clients served at once (tgtadm, numatgtadm). 1..=1024; default 64.
+    pub max_mgmt_clients: u32,
+}
+
+impl Default for LimitsSettings {
+    /// 1024 sessions, 4096 connections, 15 s to log in, 64 management clients.
+    fn default() -> Self {
+        LimitsSettings {
+            max_sessions: 1024,
+            max_connections: 4096,
+            login_timeout: 15,
+            max_mgmt_clients: 64,
+        }
+    }
+}
+
 /// A digest algorithm an iSCSI connection may use (RFC 7143 §13.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Digest {
@@ -738,6 +773,9 @@ pub struct TargetConfig {
     pub incoming_users: Vec<String>,
     /// CHAP account the target answers with (mutual CHAP).
     pub outgoing_user: Option<String>,
+    /// Logged-in sessions this target accepts (`max_sessions`); `None` = only the global
+    /// `limits.max_sessions` applies. 1..=65535.
+    pub max_sessions: Option<u32>,
     /// The target's logical units.
     pub luns: Vec<LunConfig>,
     /// ALUA: this gateway's port group and its peers (`None`: one group, number 1).
@@ -758,6 +796,7 @@ impl TargetConfig {
             state: TargetState::Ready,
             incoming_users: Vec::new(),
             outgoing_user: None,
+            max_sessions: None,
             luns: Vec::new(),
             alua: None,
         }

@@ -36,6 +36,8 @@ pub(crate) struct RawConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<RawMetrics>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RawLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accounts: Option<Vec<RawAccount>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery_auth: Option<RawAuth>,
@@ -98,6 +100,19 @@ pub(crate) struct RawMetrics {
     pub address: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_info: Option<YesNo>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_timeout: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mgmt_clients: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -265,6 +280,8 @@ pub(crate) struct RawTarget {
     pub incoming_users: Option<List>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outgoing_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub luns: Option<Vec<RawLun>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -663,6 +680,7 @@ fn raw_target(t: &TargetConfig) -> RawTarget {
         incoming_users: (!t.incoming_users.is_empty())
             .then(|| list(t.incoming_users.iter().cloned())),
         outgoing_user: t.outgoing_user.clone(),
+        max_sessions: t.max_sessions.map(u64::from),
         luns: Some(t.luns.iter().map(raw_lun).collect()),
         alua: t.alua.as_ref().map(crate::alua::RawAlua::from_model),
     }
@@ -711,6 +729,12 @@ pub(crate) fn to_yaml(c: &Config) -> String {
                 MetricsAddress::At(a) => Some(a.to_string()),
             },
             session_info: c.metrics.session_info.then_some(YesNo(true)),
+        }),
+        limits: Some(RawLimits {
+            max_sessions: Some(c.limits.max_sessions.into()),
+            max_connections: Some(c.limits.max_connections.into()),
+            login_timeout: Some(c.limits.login_timeout.into()),
+            max_mgmt_clients: Some(c.limits.max_mgmt_clients.into()),
         }),
         accounts: (!c.accounts.is_empty()).then(|| {
             c.accounts

@@ -1181,3 +1181,54 @@ fn metrics_section() {
     let e = parse("metrics:\n  port: 1\n", "t").unwrap_err();
     assert!(e.to_string().contains("port"), "{e}");
 }
+
+#[test]
+fn limits_section() {
+    let d = parse("", "t.yaml").expect("empty file");
+    assert_eq!(d.limits, config::LimitsSettings::default());
+    assert_eq!(
+        (d.limits.max_sessions, d.limits.max_connections),
+        (1024, 4096)
+    );
+    assert_eq!(
+        (d.limits.login_timeout, d.limits.max_mgmt_clients),
+        (15, 64)
+    );
+    let c = parse("limits:\n  max_sessions: 2\n  login_timeout: 3\n", "t.yaml").expect("limits");
+    assert_eq!(c.limits.max_sessions, 2);
+    assert_eq!(c.limits.login_timeout, 3);
+    assert_eq!(
+        c.limits.max_connections, 4096,
+        "absent key keeps its default"
+    );
+    assert_eq!(parse(&c.to_yaml(), "t.yaml").expect("round trip"), c);
+    for (key, bad, words) in [
+        ("max_sessions", "0", "1..=65535 (got 0)"),
+        ("max_sessions", "65536", "1..=65535"),
+        ("max_connections", "0", "1..=1048576"),
+        ("login_timeout", "0", "1..=3600"),
+        ("login_timeout", "3601", "1..=3600"),
+        ("max_mgmt_clients", "1025", "1..=1024"),
+    ] {
+        check(
+            &format!("limits:\n  {key}: {bad}\n"),
+            &format!("limits.{key}"),
+            words,
+        );
+    }
+    let e = err("limits:\n  max_session: 2\n");
+    assert!(e.to_string().contains("max_session"), "{e}");
+    // a target's own limit
+    let t = parse(
+        "targets:\n  - iqn: iqn.2026-11.org.numatgt:a\n    max_sessions: 3\n",
+        "t.yaml",
+    )
+    .expect("target limit");
+    assert_eq!(t.targets[0].max_sessions, Some(3));
+    assert_eq!(parse(&t.to_yaml(), "t.yaml").expect("round trip"), t);
+    check(
+        "targets:\n  - iqn: iqn.2026-11.org.numatgt:a\n    max_sessions: 0\n",
+        "targets[0].max_sessions",
+        "1..=65535",
+    );
+}

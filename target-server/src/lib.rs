@@ -20,6 +20,7 @@ pub mod fuzzing;
 pub(crate) mod io_stats;
 #[cfg(feature = "iser")]
 pub(crate) mod iser_link;
+pub(crate) mod limits;
 pub(crate) mod listen;
 pub mod logging;
 pub(crate) mod metrics;

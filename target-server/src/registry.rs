@@ -146,6 +146,8 @@ pub struct Target {
     pub mgmt: Mutex<TargetMgmt>,
     /// ALUA: this gateway's port group (also the iSCSI target portal group tag) and peers.
     pub alua: config::AluaConfig,
+    /// The target's own session limit (`max_sessions`, tgtadm `MaxSessions`); 0 = none.
+    max_sessions: AtomicU32,
 }
 
 /// A listening portal (its bound address) and its NOP-In settings, if it has its own.
@@ -180,6 +182,7 @@ impl Target {
                 extra: Vec::new(),
             }),
             alua: config::AluaConfig::default(),
+            max_sessions: AtomicU32::new(0),
         }
     }
 
@@ -192,6 +195,17 @@ impl Target {
     /// The iSCSI target portal group tag: the ALUA target port group.
     pub fn portal_group_tag(&self) -> u16 {
         self.alua.group
+    }
+
+    /// The target's own session limit, if it has one.
+    pub fn max_sessions(&self) -> Option<u32> {
+        Some(self.max_sessions.load(Ordering::Relaxed)).filter(|&n| n != 0)
+    }
+
+    /// Sets (or, `None`, removes) the target's own session limit; logged-in sessions
+    /// above a lowered limit stay, new logins are refused until there is room.
+    pub fn set_max_sessions(&self, n: Option<u32>) {
+        self.max_sessions.store(n.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// The same target made for LLD `driver` ([`Target::new`] makes `iscsi` targets).
@@ -279,7 +293,7 @@ pub struct SystemState {
 }
 
 /// A session's I_T nexus: initiator name, ISID, target name (lower case).
-type NexusKey = (String, [u8; 6], String);
+pub(crate) type NexusKey = (String, [u8; 6], String);
 
 /// Targets, portals and the session table.
 pub struct Registry {
@@ -292,8 +306,11 @@ pub struct Registry {
     /// Logged-in sessions by I_T nexus: initiator name, ISID and target name (lower case) —
     /// the same initiator port logged in to two targets has two sessions (RFC 7143 4.4.2).
     sessions: Mutex<HashMap<NexusKey, SessionEntry>>,
-    /// TSIHs granted to normal logins that have not authenticated yet, by connection.
-    pending: Mutex<HashMap<ConnId, u16>>,
+    /// TSIHs granted to normal logins that have not authenticated yet, by connection, with
+    /// their target (lower case): they count against the session limits.
+    pending: Mutex<HashMap<ConnId, (u16, String)>>,
+    /// The resource limits in force and their refusals.
+    pub limits: crate::limits::Limits,
     next_tsih: AtomicU16,
     accounts: Mutex<Accounts>,
     system: Mutex<SystemState>,
@@ -349,6 +366,7 @@ impl Registry {
             default_config,
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            limits: crate::limits::Limits::default(),
             next_tsih: AtomicU16::new(1),
             accounts: Mutex::new(Accounts::default()),
             system: Mutex::new(SystemState {
@@ -514,6 +532,44 @@ impl Registry {
         }
     }
 
+    /// Room for one more session of `target` (lower case) for the login of connection
+    /// `me` from I_T nexus `key`? If so it is reserved (as pending, with `tsih`) and `None`
+    /// returned; else the limit that is full, with its value. A reinstatement (the nexus
+    /// has a session already) replaces that session and always has room.
+    pub(crate) fn reserve_session(
+        &self,
+        me: ConnId,
+        tsih: u16,
+        key: &NexusKey,
+        own_limit: Option<u32>,
+    ) -> Option<(crate::limits::Limit, usize)> {
+        use crate::limits::Limit;
+        let target = &key.2;
+        // pending first, then sessions: no other path holds both, so no deadlock; a login
+        // moving from one to the other meanwhile may be missed once (one session over)
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if !sessions.contains_key(key) {
+            let max = self.limits.max_sessions();
+            if sessions.len() + pending.len() >= max {
+                return Some((Limit::Sessions, max));
+            }
+            if let Some(own) = own_limit {
+                let of_target = sessions
+                    .values()
+                    .filter(|e| e.target.eq_ignore_ascii_case(target))
+                    .count()
+                    + pending.values().filter(|(_, t)| t == target).count();
+                if of_target >= own as usize {
+                    return Some((Limit::TargetSessions, own as usize));
+                }
+            }
+        }
+        drop(sessions);
+        pending.insert(me, (tsih, target.clone()));
+        None
+    }
+
     /// A connection went away: drop the session entries it owned.
     pub fn connection_closed(&self, id: ConnId) {
         let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -529,6 +585,7 @@ impl Registry {
     /// login (or for a target's `base` limits): the portal's own NOP-In settings win.
     pub fn config_for(&self, base: Option<&ConnConfig>, local: SocketAddr) -> ConnConfig {
         let mut c = base.unwrap_or(&self.default_config).clone();
+        c.login_timeout_ms = self.limits.login_timeout_ms();
         if let Some(p) = self.portal_of(local) {
             if let Some(i) = p.nop_interval {
                 c.nop_interval_ms = u64::from(i) * 1000;

@@ -141,6 +141,10 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
             },
         };
     }
+    if diff.limits_changed {
+        // in force at once: new connections, logins and management clients see them
+        ctx.registry.limits.apply(&next.limits);
+    }
     let mut portal_errors = Vec::new();
     if let Some(acceptor) = &ctx.portals {
         for a in &diff.portals_removed {

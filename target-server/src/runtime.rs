@@ -239,6 +239,7 @@ pub(crate) fn open_target(
     )
     .with_driver(t.driver)
     .with_alua(t.alua.clone().unwrap_or_default());
+    target.set_max_sessions(t.max_sessions);
     {
         let mut m = target.mgmt();
         m.state = t.state;
@@ -576,6 +577,7 @@ impl Daemon {
             conn_config(&rc.config.iscsi),
         ));
         registry.set_state_dir(rc.state_dir.clone());
+        registry.limits.apply(&rc.config.limits);
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them
             users: rc

@@ -92,3 +92,18 @@ fn good_config_control_starts() {
     let d = tests::Daemon::start(&[LunSpec::new(1, 512, 16 * MIB)]);
     assert!(d.port > 0);
 }
+
+#[test]
+fn out_of_range_limits_are_rejected() {
+    require_numatgtd("config_errors");
+    for (key, value) in [
+        ("max_sessions", "0"),
+        ("login_timeout", "86400"),
+        ("max_mgmt_clients", "many"),
+    ] {
+        let (r, cfg) = run_with_config(&format!("bad-{key}.yaml"), |y| {
+            format!("limits:\n  {key}: {value}\n{y}")
+        });
+        assert_rejected(&r, &cfg, &format!("limits.{key}"));
+    }
+}

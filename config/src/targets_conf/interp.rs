@@ -442,6 +442,7 @@ impl Interp {
             state: None,
             incoming_users: None,
             outgoing_user: None,
+            max_sessions: None,
             luns: None,
             alua: None,
         };

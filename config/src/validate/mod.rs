@@ -72,6 +72,14 @@ pub mod limits {
     pub const MIN_FORWARD_BYTES: (u64, u64) = (0, 16 << 20);
     /// `router.max_queue`.
     pub const ROUTER_MAX_QUEUE: (u64, u64) = (1, 65_535);
+    /// `limits.max_sessions` and a target's `max_sessions` (TSIHs are 16 bits).
+    pub const MAX_SESSIONS: (u64, u64) = (1, 65_535);
+    /// `limits.max_connections`.
+    pub const MAX_CONNECTIONS: (u64, u64) = (1, 1 << 20);
+    /// `limits.login_timeout`, seconds.
+    pub const LOGIN_TIMEOUT: (u64, u64) = (1, 3600);
+    /// `limits.max_mgmt_clients`.
+    pub const MAX_MGMT_CLIENTS: (u64, u64) = (1, 1024);
 }
 
 pub(crate) struct Ctx<'a> {
@@ -195,6 +203,7 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
     let cache = cache(ctx, raw.cache.as_ref())?;
     let router = router(ctx, raw.router.as_ref())?;
     let metrics = metrics(ctx, raw.metrics.as_ref())?;
+    let limits = network::limits_section(ctx, raw.limits.as_ref())?;
     let accounts = accounts(ctx, raw.accounts.unwrap_or_default())?;
     let discovery_auth = match &raw.discovery_auth {
         Some(a) => {
@@ -226,6 +235,7 @@ pub(crate) fn build(ctx: &Ctx<'_>, raw: RawConfig) -> R<Config> {
         cache,
         router,
         metrics,
+        limits,
         accounts,
         discovery_auth,
         targets,

@@ -1,12 +1,13 @@
-//! Portals, digests and the iSCSI key overrides (global and per target).
+//! Portals, digests, the iSCSI key overrides (global and per target) and the `limits:`
+//! section.
 
 use super::{Ctx, R, limits};
 use std::net::SocketAddr;
 
 use crate::error::ConfigError;
-use crate::model::{Digest, IscsiParams, IscsiParamsOverride, PortalConfig};
+use crate::model::{Digest, IscsiParams, IscsiParamsOverride, LimitsSettings, PortalConfig};
 use crate::net::parse_portal_addr;
-use crate::raw::{List, RawIscsi, RawPortal};
+use crate::raw::{List, RawIscsi, RawLimits, RawPortal};
 
 pub(super) fn portals(ctx: &Ctx<'_>, list: &[RawPortal]) -> R<Vec<PortalConfig>> {
     if list.is_empty() {
@@ -222,5 +223,43 @@ pub(crate) fn portal_from_option(text: &str) -> R<PortalConfig> {
         addr,
         nop_interval,
         nop_count,
+    })
+}
+
+/// The `limits:` section: each key in its range, absent keys at their defaults.
+pub(super) fn limits_section(ctx: &Ctx<'_>, raw: Option<&RawLimits>) -> R<LimitsSettings> {
+    let d = LimitsSettings::default();
+    let Some(r) = raw else {
+        return Ok(d);
+    };
+    let get = |key: &str, v: Option<u64>, range: (u64, u64), default: u32| match v {
+        Some(v) => ctx.range32(&format!("limits.{key}"), v, range),
+        None => Ok(default),
+    };
+    Ok(LimitsSettings {
+        max_sessions: get(
+            "max_sessions",
+            r.max_sessions,
+            limits::MAX_SESSIONS,
+            d.max_sessions,
+        )?,
+        max_connections: get(
+            "max_connections",
+            r.max_connections,
+            limits::MAX_CONNECTIONS,
+            d.max_connections,
+        )?,
+        login_timeout: get(
+            "login_timeout",
+            r.login_timeout,
+            limits::LOGIN_TIMEOUT,
+            d.login_timeout,
+        )?,
+        max_mgmt_clients: get(
+            "max_mgmt_clients",
+            r.max_mgmt_clients,
+            limits::MAX_MGMT_CLIENTS,
+            d.max_mgmt_clients,
+        )?,
     })
 }

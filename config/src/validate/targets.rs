@@ -128,6 +128,10 @@ pub(super) fn target(
             ));
         }
     }
+    let max_sessions = rt
+        .max_sessions
+        .map(|v| ctx.range32(&format!("{path}.max_sessions"), v, limits::MAX_SESSIONS))
+        .transpose()?;
     Ok(TargetConfig {
         iqn: rt.iqn,
         tid,
@@ -139,6 +143,7 @@ pub(super) fn target(
         state,
         incoming_users,
         outgoing_user,
+        max_sessions,
         luns,
         alua,
     })

@@ -36,7 +36,8 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use tx::{TxData, TxQueue};
 
-/// How long a login may take before `on_tick` drops the connection.
+/// How long a login may take before `on_tick` drops the connection, unless the
+/// configuration says otherwise ([`ConnConfig::login_timeout_ms`]).
 pub const LOGIN_TIMEOUT_MS: u64 = 30_000;
 /// Receive buffer size to start with (grows up to one maximum-size PDU).
 const RX_INITIAL: usize = 64 * 1024;
@@ -204,7 +205,7 @@ impl<B: DataBuf> Connection<B> {
     pub fn rx_commit(&mut self, n: usize, dir: &dyn Directory, now_ms: u64) {
         self.now = now_ms;
         if self.login_deadline.is_none() && self.state == State::Login {
-            self.login_deadline = Some(now_ms.saturating_add(LOGIN_TIMEOUT_MS));
+            self.login_deadline = Some(now_ms.saturating_add(self.cfg.login_timeout_ms));
         }
         self.rx_end = (self.rx_end + n).min(self.rx.len());
         let rx = std::mem::take(&mut self.rx);
@@ -266,7 +267,7 @@ impl<B: DataBuf> Connection<B> {
             State::Login => {
                 let dl = *self
                     .login_deadline
-                    .get_or_insert(now_ms.saturating_add(LOGIN_TIMEOUT_MS));
+                    .get_or_insert(now_ms.saturating_add(self.cfg.login_timeout_ms));
                 if now_ms >= dl {
                     self.close(ConnError::LoginTimeout);
                 }

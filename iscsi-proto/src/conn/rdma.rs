@@ -142,7 +142,7 @@ impl<B: DataBuf> Connection<B> {
     pub fn rx_pdu(&mut self, pdu: &[u8], bufs: RemoteBufs, dir: &dyn Directory, now_ms: u64) {
         self.now = now_ms;
         if self.login_deadline.is_none() && self.state == State::Login {
-            self.login_deadline = Some(now_ms.saturating_add(super::LOGIN_TIMEOUT_MS));
+            self.login_deadline = Some(now_ms.saturating_add(self.cfg.login_timeout_ms));
         }
         if !matches!(self.state, State::Login | State::FullFeature) {
             return;

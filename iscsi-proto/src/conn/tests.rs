@@ -1681,3 +1681,22 @@ fn tasks_ended_by_another_nexus_send_nothing() {
 
 #[path = "rdma_tests.rs"]
 mod rdma_tests;
+
+#[test]
+fn login_timeout_follows_the_configuration() {
+    // a connection that never logs in (slow-loris) is dropped after the configured time
+    let cfg = ConnConfig {
+        login_timeout_ms: 2_000,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg);
+    i.c.on_tick(100); // the first tick starts the clock
+    assert_eq!(i.c.next_deadline_ms(), Some(2_100));
+    i.c.on_tick(2_099);
+    assert!(i.c.poll_event().is_none(), "dropped early");
+    i.c.on_tick(2_100);
+    assert!(matches!(
+        i.c.poll_event(),
+        Some(Event::Close(ConnError::LoginTimeout))
+    ));
+}

@@ -29,6 +29,9 @@ pub struct ConnConfig {
     pub default_time2retain: u16,
     /// Bound on the number of login PDUs.
     pub max_login_pdus: u32,
+    /// How long a connection may take from its first byte (or first tick) to full-feature
+    /// phase before `on_tick` drops it (default [`super::LOGIN_TIMEOUT_MS`]).
+    pub login_timeout_ms: u64,
 }
 
 impl Default for ConnConfig {
@@ -48,6 +51,7 @@ impl Default for ConnConfig {
             default_time2wait: limits::DEFAULT_TIME2WAIT.target_default as u16,
             default_time2retain: limits::DEFAULT_TIME2RETAIN.target_default as u16,
             max_login_pdus: 16,
+            login_timeout_ms: super::LOGIN_TIMEOUT_MS,
         }
     }
 }

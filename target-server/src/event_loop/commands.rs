@@ -137,7 +137,25 @@ impl EventThread {
                     slot.closing = true;
                 }
                 Event::Close(err) => {
-                    tracing::warn!("closing connection: {err}");
+                    use crate::limits::Limit;
+                    use iscsi_proto::{ConnError, ProtocolError};
+                    // the limits' refusals are counted and logged once per burst (a
+                    // slow-loris flood must not write a line per connection)
+                    let limit = match &err {
+                        ConnError::LoginTimeout => Some(Limit::LoginTimeout),
+                        ConnError::Protocol(ProtocolError::DataSegmentTooLong { .. }) => {
+                            Some(Limit::PduSize)
+                        }
+                        _ => None,
+                    };
+                    match limit {
+                        Some(l) => shared.registry.limits.refuse(
+                            l,
+                            Some(slot.peer),
+                            format_args!("closing connection: {err}"),
+                        ),
+                        None => tracing::warn!("closing connection: {err}"),
+                    }
                     slot.closing = true;
                 }
                 // reported for counting (issue 12): the metrics wiring comes with the endpoint

@@ -7,13 +7,12 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 
-use super::{EventThread, ISER_CM_BASE, ISER_LISTENER_BASE, Link, MAX_CONNECTIONS, Msg};
+use super::{EventThread, ISER_CM_BASE, ISER_LISTENER_BASE, Link, Msg};
 use crate::iser_link::{Incoming, IserLink, IserListener};
 use crate::registry::LoginContext;
 
@@ -59,9 +58,7 @@ impl EventThread {
             if self.stopping {
                 continue; // dropped: the request is refused
             }
-            if self.shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                tracing::warn!(peer = %inc.peer, limit = MAX_CONNECTIONS,
-                    "iSER connection refused: too many connections");
+            if !self.shared.admit(inc.peer) {
                 continue;
             }
             let node = inc

@@ -48,8 +48,6 @@ const READS_PER_WAKEUP: usize = 32;
 /// Slices per writev.
 const IOV_MAX: usize = 64;
 const TICK: Duration = Duration::from_millis(500);
-/// Connections the daemon accepts at once; beyond it new ones are closed at accept.
-pub const MAX_CONNECTIONS: usize = 4096;
 
 /// How a connection's PDUs travel.
 enum Link {
@@ -329,8 +327,7 @@ impl EventThread {
                     if self.stopping {
                         continue; // dropped: refuse new work while stopping
                     }
-                    if self.shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                        tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection refused: too many connections");
+                    if !self.shared.admit(peer) {
                         continue;
                     }
                     let t = match sock.local_addr() {
@@ -558,6 +555,10 @@ impl EventThread {
     fn tick(&mut self) {
         #[cfg(feature = "iser")]
         self.drain_iser();
+        if self.index == 0 {
+            // the summaries of refusal bursts that are over
+            self.shared.registry.limits.flush_logs();
+        }
         let now = self.now_ms();
         for s in 0..self.slots.len() {
             if let Some(slot) = self.slots[s].as_mut() {

@@ -59,6 +59,14 @@ impl Shared {
         self.inboxes.get().and_then(|v| v.get(thread))
     }
 
+    /// A new connection from `peer` may be adopted: fewer than `limits.max_connections`
+    /// are open (else the refusal is counted and logged, and the caller closes it).
+    pub fn admit(&self, peer: std::net::SocketAddr) -> bool {
+        self.registry
+            .limits
+            .admit_connection(self.connections.load(Ordering::Relaxed), peer)
+    }
+
     pub(super) fn thread_count(&self) -> usize {
         self.inboxes.get().map_or(1, |v| v.len())
     }

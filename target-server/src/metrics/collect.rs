@@ -197,7 +197,16 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
         }
         digests.add(&[t], c.digest_errors as f64);
     }
-    for f in [logins, auth, tmf, rejects, digests] {
+    // every limit has its series, zeros included
+    let mut refused = Family::counter(
+        "numatgt_limit_refusals_total",
+        "Connections, logins and management clients refused (or dropped) by a resource limit.",
+    );
+    let limits = &src.shared.registry.limits;
+    for l in crate::limits::Limit::ALL {
+        refused.add(&[("limit", l.label())], limits.refusals(l) as f64);
+    }
+    for f in [logins, auth, tmf, rejects, digests, refused] {
         push(out, f);
     }
 }

@@ -97,6 +97,7 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
         state: m.state,
         incoming_users: m.auth.incoming.clone(),
         outgoing_user: m.auth.outgoing.clone(),
+        max_sessions: t.max_sessions(),
         luns: t
             .lun_set()
             .map
@@ -111,6 +112,7 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
 /// The YAML text, with a comment for what YAML cannot say.
 pub fn yaml(reg: &Registry, base: &config::Config) -> String {
     let mut cfg = base.clone();
+    cfg.limits = reg.limits.settings();
     cfg.portals = reg
         .portals()
         .iter()

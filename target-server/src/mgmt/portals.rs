@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::event_loop::{MAX_CONNECTIONS, Msg, Shared};
+use crate::event_loop::{Msg, Shared};
 use crate::registry::Portal;
 
 const WAKER: Token = Token(usize::MAX);
@@ -229,11 +229,8 @@ fn deregister(poll: &Poll, l: &mut Listening) {
 /// RDMA device's node.
 #[cfg(feature = "iser")]
 fn accept_iser(l: &crate::iser_link::IserListener, shared: &Shared) {
-    use std::sync::atomic::Ordering;
     for inc in l.accept_all() {
-        if shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            tracing::warn!(peer = %inc.peer, limit = MAX_CONNECTIONS,
-                "iSER connection refused: too many connections");
+        if !shared.admit(inc.peer) {
             continue;
         }
         let node = inc.node.and_then(|n| shared.topology.index_of_os_node(n));
@@ -248,9 +245,7 @@ fn accept_all(l: &TcpListener, shared: &Shared) {
     loop {
         match l.accept() {
             Ok((sock, peer)) => {
-                use std::sync::atomic::Ordering;
-                if shared.connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection refused: too many connections");
+                if !shared.admit(peer) {
                     continue;
                 }
                 let t = match sock.local_addr() {

@@ -83,6 +83,9 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
         let _ = writeln!(out, "        Nop interval: {}", cc.nop_interval_ms / 1000);
         let _ = writeln!(out, "        Nop count: {}", cc.nop_count);
     }
+    if let Some(n) = t.max_sessions() {
+        let _ = writeln!(out, "        Max sessions: {n}");
+    }
     out.push_str("    I_T nexus information:\n");
     for s in sessions {
         let _ = writeln!(out, "        I_T nexus: {}", s.tsih);
@@ -316,6 +319,13 @@ pub fn system(reg: &Registry) -> String {
     }
     out.push_str(
         "iSNS:\n    iSNS=Off\n    iSNSServerIP=\n    iSNSServerPort=3205\n    iSNSAccessControl=Off\n",
+    );
+    // numatgt's own section: the limits in force (`--op update --mode sys --name K`)
+    let l = reg.limits.settings();
+    let _ = write!(
+        out,
+        "Limits:\n    MaxSessions={}\n    MaxConnections={}\n    LoginTimeout={}\n    MaxMgmtClients={}\n",
+        l.max_sessions, l.max_connections, l.login_timeout, l.max_mgmt_clients
     );
     out
 }

@@ -1,11 +1,16 @@
 //! The management socket thread: lock file (`<socket>.lock`, `lockf(F_TLOCK)`), unlink +
-//! bind + listen, then one request per connection, served in turn: SO_PEERCRED check (root or
-//! the daemon's uid), bounded reads with a timeout, decode, handle, answer.
+//! bind + listen, then one request per connection: SO_PEERCRED check (root or the daemon's
+//! uid), bounded reads with a timeout, decode, handle, answer. Each client is read on a
+//! thread of its own, at most `limits.max_mgmt_clients` at once (one more is answered
+//! "busy" and closed), so a slow client does not hold the others up; the requests
+//! themselves are handled one at a time.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Ctx, handlers};
@@ -93,9 +98,10 @@ impl MgmtSocket {
                 // lockf lock) must stay open as long as the socket is served
                 let this = self;
                 tracing::info!(socket = %this.path.display(), "management socket ready");
+                let clients = Arc::new(Clients::default());
                 for conn in this.listener.incoming() {
                     match conn {
-                        Ok(s) => serve(s, &ctx),
+                        Ok(s) => admit(s, &ctx, &clients),
                         Err(e) => {
                             tracing::warn!("management socket accept failed: {e}");
                             std::thread::sleep(Duration::from_millis(50));
@@ -105,6 +111,56 @@ impl MgmtSocket {
             })
             .map_err(SocketError::Thread)?;
         Ok(())
+    }
+}
+
+/// The clients being served, and the lock that has their requests handled one at a time.
+#[derive(Default)]
+struct Clients {
+    open: AtomicUsize,
+    handling: Mutex<()>,
+}
+
+/// One client less when its thread ends (or panics).
+struct ClientSlot(Arc<Clients>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves a new client on a thread of its own, or refuses it when
+/// `limits.max_mgmt_clients` are being served: it is answered tgtd's "driver busy" code
+/// (tgtadm prints "this driver is busy") without its request being read, and closed.
+fn admit(mut s: UnixStream, ctx: &Ctx, clients: &Arc<Clients>) {
+    let limits = &ctx.registry.limits;
+    let max = limits.max_mgmt_clients();
+    let open = clients.open.fetch_add(1, Ordering::AcqRel);
+    let slot = ClientSlot(Arc::clone(clients));
+    if open >= max {
+        drop(slot);
+        limits.refuse(
+            crate::limits::Limit::MgmtClients,
+            None,
+            format_args!(
+                "management client refused: {open} clients being served (limits.max_mgmt_clients {max})"
+            ),
+        );
+        let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = s.write_all(&tgtadm_wire::encode_response(ErrCode::DriverActive, ""));
+        return;
+    }
+    let ctx = ctx.clone();
+    let spawned = std::thread::Builder::new()
+        .name("mgmt-client".into())
+        .spawn(move || {
+            serve(s, &ctx, &slot.0.handling);
+            drop(slot);
+        });
+    if let Err(e) = spawned {
+        // the closure (client and slot) was dropped with the error
+        tracing::warn!("management client dropped: cannot start its thread: {e}");
     }
 }
 
@@ -118,7 +174,7 @@ fn peer_allowed(s: &UnixStream) -> bool {
     }
 }
 
-fn serve(mut s: UnixStream, ctx: &Ctx) {
+fn serve(mut s: UnixStream, ctx: &Ctx, handling: &Mutex<()>) {
     if !peer_allowed(&s) {
         tracing::warn!("management request refused: peer is neither root nor our uid");
         return;
@@ -147,7 +203,9 @@ fn serve(mut s: UnixStream, ctx: &Ctx) {
                 Ok(p) => {
                     shutdown = h.mode == tgtadm_wire::Mode::System.as_u32()
                         && h.op == tgtadm_wire::Op::Delete.as_u32();
-                    // a bug in a handler must not take the management thread down
+                    // one request at a time, as tgtd; a bug in a handler must not take the
+                    // management thread down
+                    let _one = handling.lock().unwrap_or_else(|p| p.into_inner());
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         handlers::handle(ctx, &h, &p)
                     }))

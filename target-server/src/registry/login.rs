@@ -71,12 +71,33 @@ impl Directory for LoginContext<'_> {
             return Err(LoginReject::TooManySessions);
         }
         // the session is registered (and an old one with the same ISID reinstated) only
-        // once the initiator has authenticated: see `authenticated`
+        // once the initiator has authenticated: see `authenticated`; until then it is
+        // pending, and counts against the session limits
         let tsih = reg.alloc_tsih();
-        reg.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(self.me, tsih);
+        let key = (
+            req.initiator_name.to_string(),
+            req.isid,
+            target.iqn.to_ascii_lowercase(),
+        );
+        if let Some((limit, max)) = reg.reserve_session(self.me, tsih, &key, target.max_sessions())
+        {
+            // RFC 7143 11.13.5: status 0x0302 "Out of resources" — "the target has
+            // insufficient session, connection, or other resources" (0x0206 "too many
+            // connections" is about the connections of one session, MaxConnections)
+            let which = match limit {
+                crate::limits::Limit::TargetSessions => "the target's max_sessions",
+                _ => "limits.max_sessions",
+            };
+            reg.limits.refuse(
+                limit,
+                Some(req.peer),
+                format_args!(
+                    "login refused: {max} sessions ({which}); initiator {}, target {}",
+                    req.initiator_name, target.iqn
+                ),
+            );
+            return Err(LoginReject::TooManySessions);
+        }
         Ok(LoginGrant {
             tsih,
             target_portal_group_tag: target.portal_group_tag(),
@@ -95,7 +116,7 @@ impl Directory for LoginContext<'_> {
         _chap: Option<&iscsi_proto::ChapIdentity>,
     ) -> Result<(), LoginReject> {
         let reg = self.registry;
-        let Some(tsih) = reg
+        let Some((tsih, _)) = reg
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())

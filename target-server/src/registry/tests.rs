@@ -1,5 +1,5 @@
 //! Registry tests: the target's driver, the iSER portal list, and SendTargets answering
-//! with the portals of the discovery session's transport.
+//! with the portals of the discovery session's transport; the session limits.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -145,4 +145,63 @@ fn sessions_record_their_transport() {
     let s = reg.sessions_of("iqn.2026-11.org.numatgt:tcp");
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].transport, config::Driver::Iser);
+}
+
+#[test]
+fn session_limits_count_pending_logins_and_spare_reinstatements() {
+    use crate::limits::Limit;
+    let reg = registry();
+    reg.limits.apply(&config::LimitsSettings {
+        max_sessions: 2,
+        ..config::LimitsSettings::default()
+    });
+    let conn = |slot| ConnId {
+        thread: 0,
+        slot,
+        generation: 1,
+    };
+    let tcp = "iqn.2026-11.org.numatgt:tcp".to_string();
+    let nexus = |name: &str, t: &str| (name.to_string(), [0x80, 0, 0, 0, 0, 1], t.to_string());
+    // a pending (not yet authenticated) login counts
+    assert_eq!(
+        reg.reserve_session(conn(0), 1, &nexus("a", &tcp), None),
+        None
+    );
+    assert_eq!(
+        reg.reserve_session(conn(1), 2, &nexus("b", &tcp), Some(1)),
+        Some((Limit::TargetSessions, 1))
+    );
+    let rdma = "iqn.2026-11.org.numatgt:rdma".to_string();
+    assert_eq!(
+        reg.reserve_session(conn(1), 2, &nexus("b", &rdma), None),
+        None
+    );
+    assert_eq!(
+        reg.reserve_session(conn(2), 3, &nexus("c", &rdma), None),
+        Some((Limit::Sessions, 2))
+    );
+    // a logged-in session: the same nexus logging in again reinstates it, never refused
+    reg.sessions.lock().expect("sessions").insert(
+        nexus("a", &tcp),
+        SessionEntry {
+            owner: conn(0),
+            tsih: 1,
+            target: tcp.clone(),
+            alias: None,
+            peer: addr("127.0.0.1:1"),
+            transport: config::Driver::Iscsi,
+        },
+    );
+    reg.pending.lock().expect("pending").remove(&conn(0));
+    assert_eq!(
+        reg.reserve_session(conn(3), 4, &nexus("a", &tcp), Some(1)),
+        None
+    );
+    // a connection that goes away frees its place
+    reg.connection_closed(conn(1));
+    reg.connection_closed(conn(3));
+    assert_eq!(
+        reg.reserve_session(conn(4), 5, &nexus("d", &rdma), None),
+        None
+    );
 }

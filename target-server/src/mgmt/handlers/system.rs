@@ -42,7 +42,22 @@ pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
             if p.pairs.is_empty() {
                 return Err(ErrCode::InvalidRequest);
             }
+            // limits: all values checked before any is applied
+            let mut limits = reg.limits.settings();
+            let mut limits_changed = false;
             for (k, v) in &p.pairs {
+                if let Some(changed) = limit_key(&mut limits, k, v)? {
+                    limits_changed |= changed;
+                }
+            }
+            if limits_changed {
+                tracing::info!(?limits, "management request: limits updated");
+                reg.limits.apply(&limits);
+            }
+            for (k, v) in &p.pairs {
+                if is_limit_key(k) {
+                    continue;
+                }
                 match k.as_str() {
                     "State" => {
                         let offline = match v.as_str() {
@@ -71,6 +86,40 @@ pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
         Op::Delete => Ok(String::new()),
         _ => Err(ErrCode::UnsupportedOperation),
     }
+}
+
+/// The `--mode sys` keys of the limits (tgt-style names, or the `limits:` key names).
+const LIMIT_KEYS: [(&str, &str); 4] = [
+    ("MaxSessions", "max_sessions"),
+    ("MaxConnections", "max_connections"),
+    ("LoginTimeout", "login_timeout"),
+    ("MaxMgmtClients", "max_mgmt_clients"),
+];
+
+fn is_limit_key(k: &str) -> bool {
+    LIMIT_KEYS
+        .iter()
+        .any(|(a, b)| k.eq_ignore_ascii_case(a) || k.eq_ignore_ascii_case(b))
+}
+
+/// Sets limit `k` in `l` to `v` (checked against its configuration range): `Ok(None)` when
+/// `k` is not a limit, `Ok(Some(changed))` when it is.
+fn limit_key(l: &mut config::LimitsSettings, k: &str, v: &str) -> Result<Option<bool>, ErrCode> {
+    use config::limits as r;
+    if !is_limit_key(k) {
+        return Ok(None);
+    }
+    let k = k.to_ascii_lowercase().replace('_', "");
+    let (field, range) = match k.as_str() {
+        "maxsessions" => (&mut l.max_sessions, r::MAX_SESSIONS),
+        "maxconnections" => (&mut l.max_connections, r::MAX_CONNECTIONS),
+        "logintimeout" => (&mut l.login_timeout, r::LOGIN_TIMEOUT),
+        _ => (&mut l.max_mgmt_clients, r::MAX_MGMT_CLIENTS),
+    };
+    let n = super::target::number(v, range)?;
+    let changed = *field != n;
+    *field = n;
+    Ok(Some(changed))
 }
 
 /// Stop the daemon as SIGTERM does (the main thread waits for it and shuts down cleanly).

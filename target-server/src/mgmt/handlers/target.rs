@@ -143,7 +143,7 @@ fn bind(ctx: &Ctx, h: &ReqHeader, p: &Payload, add: bool) -> Reply {
 }
 
 /// A decimal `v` in `lo..=hi`.
-fn number(v: &str, (lo, hi): (u64, u64)) -> Result<u32, ErrCode> {
+pub(crate) fn number(v: &str, (lo, hi): (u64, u64)) -> Result<u32, ErrCode> {
     match v.trim().parse::<u32>() {
         Ok(n) if (lo..=hi).contains(&u64::from(n)) => Ok(n),
         _ => Err(ErrCode::InvalidRequest),
@@ -204,6 +204,16 @@ pub fn update_key(t: &Target, name: &str, value: &str) -> Result<(), ErrCode> {
         "nop_count" => {
             let n = number(value, config::limits::NOP_COUNT)?;
             t.update_conn_config(|c| c.nop_count = n);
+            return Ok(());
+        }
+        // numatgt's own: the target's session limit (0 = none of its own); at once for
+        // new logins, logged-in sessions above it stay
+        "maxsessions" | "max_sessions" => {
+            let n = match value.trim() {
+                "0" => None,
+                v => Some(number(v, config::limits::MAX_SESSIONS)?),
+            };
+            t.set_max_sessions(n);
             return Ok(());
         }
         _ => {}
