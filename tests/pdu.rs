@@ -311,6 +311,12 @@ impl ScsiSession {
         s
     }
 
+    /// The CmdSN the session's next non-immediate command would carry (its immediate
+    /// commands carry it without advancing it).
+    pub fn cmd_sn(&self) -> u32 {
+        self.cmd_sn
+    }
+
     /// (status, sense bytes, Data-In) of one command; `read_len` is the expected Data-In
     /// length (0: none), `data_out` the write data (sent as immediate data).
     pub fn command(

@@ -27,17 +27,21 @@ pub enum Limit {
     PduSize,
     /// `limits.max_mgmt_clients`: management socket clients served at once.
     MgmtClients,
+    /// The CmdSN window (`MaxQueueCmd` outstanding commands per session): a command outside
+    /// it is dropped.
+    CommandWindow,
 }
 
 impl Limit {
     /// Every limit, in the order of the metric's series.
-    pub const ALL: [Limit; 6] = [
+    pub const ALL: [Limit; 7] = [
         Limit::Sessions,
         Limit::TargetSessions,
         Limit::Connections,
         Limit::LoginTimeout,
         Limit::PduSize,
         Limit::MgmtClients,
+        Limit::CommandWindow,
     ];
 
     /// The metric label (`limit="sessions"`).
@@ -49,6 +53,7 @@ impl Limit {
             Limit::LoginTimeout => "login_timeout",
             Limit::PduSize => "pdu_size",
             Limit::MgmtClients => "mgmt_clients",
+            Limit::CommandWindow => "command_window",
         }
     }
 

@@ -252,3 +252,38 @@ fn debian_tgtadm_shows_and_updates_the_limits() {
     tur_ok(&mut one, "first session");
     d.assert_alive("tgtadm limits");
 }
+
+/// A command beyond MaxCmdSN (more than `MaxQueueCmd` outstanding) is dropped silently on
+/// the wire (RFC 7143 4.2.2.1), counted as `limit="command_window"`, logged once per burst,
+/// and the session goes on.
+#[test]
+fn commands_outside_the_cmdsn_window_are_dropped_and_counted() {
+    let mut d = start("");
+    let mut s = ScsiSession::open(&d, "iqn.2026-11.test:window");
+    assert_eq!(refused(&d, "command_window"), 0.0);
+    let far = s.cmd_sn().wrapping_add(100_000);
+    for k in 0..5u32 {
+        // a non-immediate TEST UNIT READY (F bit) far beyond MaxCmdSN
+        let bhs = pdu::Bhs::new(0x01, false)
+            .flags(0x80)
+            .set_u32(8, 1 << 16) // LUN 1
+            .itt(0x7000 + k)
+            .set_u32(24, far.wrapping_add(k))
+            .set_u32(28, 0);
+        s.stream.write_all(bhs.bytes()).expect("send");
+    }
+    assert!(
+        wait_for(Duration::from_secs(5), || refused(&d, "command_window")
+            >= 5.0),
+        "five dropped commands counted: {:?}",
+        refusals(&d)
+    );
+    tur_ok(&mut s, "after the dropped commands");
+    let lines = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("command dropped") && l.contains("beyond MaxCmdSN"))
+        .count();
+    assert_eq!(lines, 1, "one log line for the burst:\n{}", d.log_tail(20));
+    d.assert_alive("after out-of-window commands");
+}

@@ -179,5 +179,20 @@ impl EventThread {
                 }
             }
         }
+        // Commands beyond the CmdSN window (MaxQueueCmd outstanding, the session's command
+        // limit) or stale are dropped silently on the wire (RFC 7143 4.2.2.1), but counted
+        // and logged once per burst here.
+        let dropped = slot.conn.stats().dropped_out_of_window;
+        if dropped > slot.window_drops {
+            let why = slot.conn.take_drop_reason().unwrap_or_default();
+            for _ in slot.window_drops..dropped {
+                shared.registry.limits.refuse(
+                    crate::limits::Limit::CommandWindow,
+                    Some(slot.peer),
+                    format_args!("command dropped: {why}"),
+                );
+            }
+            slot.window_drops = dropped;
+        }
     }
 }

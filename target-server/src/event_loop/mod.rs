@@ -77,6 +77,8 @@ struct Slot {
     /// The peer closed or reset the connection (an event said so): read until the socket
     /// reports it, a short read is no proof of an empty socket then.
     hangup: bool,
+    /// Commands dropped for a CmdSN outside the window, as counted so far.
+    window_drops: u64,
     /// The connection's I/O counters, one block per LUN it used.
     io: crate::io_stats::ConnIo,
     /// Its target's protocol event counters (those of target `""` until logged in).
@@ -425,6 +427,7 @@ impl EventThread {
             close_after_tmf: false,
             more_input: false,
             hangup: false,
+            window_drops: 0,
             io: Default::default(),
             events: self.shared.proto_stats.target(""),
             span,

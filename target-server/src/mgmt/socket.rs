@@ -147,6 +147,11 @@ fn admit(mut s: UnixStream, ctx: &Ctx, clients: &Arc<Clients>) {
                 "management client refused: {open} clients being served (limits.max_mgmt_clients {max})"
             ),
         );
+        // take the request in first (briefly): answering and closing before the client
+        // wrote it would kill tgtadm with SIGPIPE instead of letting it print the answer
+        let _ = s.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut buf = [0u8; 4096];
+        let _ = std::io::Read::read(&mut s, &mut buf);
         let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
         let _ = s.write_all(&tgtadm_wire::encode_response(ErrCode::DriverActive, ""));
         return;
