@@ -336,7 +336,17 @@ impl Daemon {
     /// and no configuration file at all (numatgtd's own defaults), then configured with
     /// tgtadm / tgt-admin. `args`: more numatgtd options (e.g. `--numa-nodes 2`).
     pub fn start_like_tgtd(kind: TargetKind, args: &[&str]) -> Daemon {
+        Self::start_like_tgtd_env(kind, args, &[])
+    }
+
+    /// [`start_like_tgtd`](Self::start_like_tgtd) with `env` added to the daemon's
+    /// environment (e.g. `NUMATGT_LIBRBD`).
+    pub fn start_like_tgtd_env(kind: TargetKind, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut d = Self::start_full_deferred(kind, &[], "", true, None, args);
+        d.extra_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         d.tgtd_style = true;
         d.spawn();
         d.wait_ready();

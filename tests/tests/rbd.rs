@@ -8,9 +8,90 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use rand::RngCore;
+use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::ceph::Cluster;
+use tests::daemon::TargetKind;
+use tests::pdu::ScsiSession;
+use tests::testcu::{SuiteResult, assert_clean, run_suite};
+use tests::{Daemon, MIB, TEST_IQN, tools};
 
-const MIB: u64 = 1 << 20;
+/// libiscsi suites run on the RBD LUN: reads, writes (FUA included), UNMAP and WRITE SAME
+/// (with and without UNMAP, on a thin LUN) and their VPD pages.
+const RBD_SUITES: &[&str] = &[
+    "SCSI.Read10",
+    "SCSI.Read16",
+    "SCSI.Write10",
+    "SCSI.Write16",
+    "SCSI.Unmap",
+    "SCSI.WriteSame10",
+    "SCSI.WriteSame16",
+    "SCSI.ReadCapacity16",
+];
+
+/// numatgtd started as tgtd is, with `env` (e.g. NUMATGT_LIBRBD), and target 1 (`TEST_IQN`,
+/// open to all) made through Debian's tgtadm.
+fn daemon_with_target(env: &[(&str, &str)]) -> Daemon {
+    tools::require_tool("tgtadm");
+    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], env);
+    for s in [
+        vec![
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", TEST_IQN,
+        ],
+        vec![
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    ] {
+        d.tgtadm(&s).check("tgtadm: target 1");
+    }
+    d
+}
+
+/// `tgtadm --op new --mode logicalunit --tid 1 --lun LUN --bstype rbd -b IMAGE --bsopts B`.
+fn add_rbd_lun(d: &Daemon, lun: u64, image: &str, bsopts: &str) -> tools::ToolRun {
+    let lun = lun.to_string();
+    d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        &lun,
+        "--bstype",
+        "rbd",
+        "--backing-store",
+        image,
+        "--bsopts",
+        bsopts,
+    ])
+}
+
+fn qemu_img(args: &[&str]) -> tools::ToolRun {
+    tools::require_tool("qemu-img");
+    tools::run(300, "qemu-img", args)
+}
+
+/// `len` bytes of the LUN at `url` copied to a local file by qemu-img, then read.
+fn read_lun(url: &str, dir: &std::path::Path, name: &str) -> Vec<u8> {
+    let out = dir.join(name);
+    let out_s = out.to_string_lossy().into_owned();
+    qemu_img(&["convert", "-f", "raw", "-O", "raw", "-S", "0", url, &out_s])
+        .check("qemu-img convert (read the LUN)");
+    std::fs::read(&out).expect("read the copy")
+}
+
+/// The capacity iscsi-readcapacity16 reports, in bytes.
+fn capacity(url: &str) -> Option<u64> {
+    let r = tools::run(30, "iscsi-readcapacity16", [url]);
+    r.stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Total size:"))
+        .and_then(|v| v.trim().parse().ok())
+}
 
 fn options(c: &Cluster, extra: &str) -> rbd::ClusterOptions {
     rbd::ClusterOptions::parse(&c.bsopts(extra), &[]).expect("bsopts")
@@ -145,4 +226,223 @@ fn rbd_crate_calls_against_a_live_cluster() {
     assert!(e.to_string().contains("rbd/nope"), "{e}");
     drop(other);
     drop(img);
+}
+
+/// An image served by numatgtd, its LUN added with Debian's tgtadm `--bstype rbd`: shown as
+/// tgtd shows it; 64 MiB of random data written by qemu-img reads back byte-exact through
+/// the target AND through `rbd export` (it is in Ceph); the libiscsi suites for reads,
+/// writes, unmap and write same pass on it (thin); SYNCHRONIZE CACHE succeeds; an `rbd
+/// resize` by another client reaches READ CAPACITY without any admin step.
+#[test]
+fn image_served_through_tgtadm() {
+    let c = Cluster::start();
+    c.create_image("disk1", 128 * MIB);
+    let mut d = daemon_with_target(&[]);
+    let t0 = Instant::now();
+    add_rbd_lun(&d, 1, "rbd/disk1", &c.bsopts("")).check("tgtadm --bstype rbd");
+    eprintln!("rbd LUN added in {:?}", t0.elapsed());
+    let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
+    show.check("tgtadm show");
+    for want in [
+        "Size: 134 MB, Block size: 512",
+        "Backing store type: rbd",
+        "Backing store path: rbd/disk1",
+    ] {
+        assert!(
+            show.stdout.contains(want),
+            "{want:?} not in\n{}",
+            show.stdout
+        );
+    }
+    assert!(!show.stdout.contains("keyring"), "{}", show.stdout);
+
+    // 64 MiB of random data in, read back through the target and straight from Ceph
+    let url = d.url(1);
+    let mut pattern = vec![0u8; 64 * MIB as usize];
+    rand::thread_rng().fill_bytes(&mut pattern);
+    let pat = d.dir.path().join("pattern.bin");
+    std::fs::write(&pat, &pattern).expect("pattern file");
+    let w = qemu_img(&[
+        "convert",
+        "-n",
+        "-f",
+        "raw",
+        "-O",
+        "raw",
+        &pat.to_string_lossy(),
+        &url,
+    ]);
+    w.check("qemu-img convert (write 64 MiB)");
+    eprintln!("qemu-img wrote 64 MiB in {:.1?}", w.elapsed);
+    let t0 = Instant::now();
+    let back = read_lun(&url, d.dir.path(), "back.img");
+    eprintln!("qemu-img read 128 MiB in {:.1?}", t0.elapsed());
+    assert_eq!(back.len() as u64, 128 * MIB);
+    assert!(
+        back[..pattern.len()] == pattern[..],
+        "read back differs from the write"
+    );
+    assert!(
+        back[pattern.len()..].iter().all(|&b| b == 0),
+        "past the data: zeros"
+    );
+    // what the cache still holds reaches Ceph at SYNCHRONIZE CACHE
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-sync");
+    let (status, sense, _) = s.command(&SYNC10, &[], 0);
+    assert_eq!(status, 0, "SYNCHRONIZE CACHE: {:x?}", sense_of(&sense));
+    drop(s);
+    let exported = d.dir.path().join("export.img");
+    c.rbd(120, &["export", "rbd/disk1", &exported.to_string_lossy()])
+        .check("rbd export");
+    let ceph = std::fs::read(&exported).expect("exported image");
+    assert!(
+        ceph[..pattern.len()] == pattern[..],
+        "rbd export differs from what was written"
+    );
+
+    // the conformance suites, on a thin LUN
+    d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--op",
+        "update",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        "1",
+        "--lun",
+        "1",
+        "--params",
+        "thin_provisioning=1",
+    ])
+    .check("thin_provisioning=1");
+    tools::require_tool("iscsi-test-cu");
+    let results: Vec<SuiteResult> = RBD_SUITES
+        .iter()
+        .map(|suite| run_suite(&mut d, suite, "iscsi-test-cu-rbd", false))
+        .collect();
+    assert_clean(&results, "numatgtd rbd LUN (thin)", "iscsi-test-cu-rbd");
+
+    // rbd resize by another client: READ CAPACITY follows
+    assert_eq!(capacity(&url), Some(128 * MIB));
+    c.rbd(60, &["resize", "--size", "192M", "rbd/disk1"])
+        .check("rbd resize");
+    let t0 = Instant::now();
+    while capacity(&url) != Some(192 * MIB) && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(capacity(&url), Some(192 * MIB), "{}", d.log_tail(20));
+    eprintln!("resize seen after {:?}", t0.elapsed());
+    d.assert_alive("after the rbd LUN tests");
+}
+
+/// A sick cluster (its only OSD killed) gives SCSI errors within the op timeout set in
+/// bsopts, never a hang, and numatgtd stays responsive to tgtadm meanwhile. Then clear
+/// tgtadm errors: a missing image, an unreachable cluster (within the mount timeout).
+#[test]
+fn sick_cluster_gives_errors_not_hangs() {
+    let c = Cluster::start();
+    c.create_image("sick", 16 * MIB);
+    let mut d = daemon_with_target(&[]);
+
+    // a missing image: refused at once, the log says which
+    let t0 = Instant::now();
+    let r = add_rbd_lun(&d, 2, "rbd/nope", &c.bsopts(""));
+    assert!(!r.status.success(), "a missing image was accepted\n{r}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let log = d.log();
+    assert!(
+        log.contains("rbd/nope") && log.contains("No such file"),
+        "{}",
+        d.log_tail(10)
+    );
+
+    // an unreachable cluster: a monitor address nobody listens on
+    let dead = d.dir.path().join("dead.conf");
+    let port = tests::daemon::free_port();
+    std::fs::write(
+        &dead,
+        format!("[global]\nmon host = v2:127.0.0.1:{port}\nauth client required = none\n"),
+    )
+    .expect("conf");
+    let t0 = Instant::now();
+    let r = add_rbd_lun(
+        &d,
+        3,
+        "rbd/sick",
+        &format!("conf={};client_mount_timeout=3", dead.display()),
+    );
+    let took = t0.elapsed();
+    assert!(
+        !r.status.success(),
+        "an unreachable cluster was accepted\n{r}"
+    );
+    assert!(took < Duration::from_secs(15), "tgtadm took {took:?}");
+    eprintln!("unreachable cluster refused after {took:?}");
+    assert!(
+        d.log().contains("connecting to the cluster"),
+        "{}",
+        d.log_tail(10)
+    );
+
+    // the healthy LUN, uncached so that every read goes to the cluster
+    add_rbd_lun(
+        &d,
+        1,
+        "rbd/sick",
+        &c.bsopts("cache=off;rados_osd_op_timeout=4"),
+    )
+    .check("tgtadm --bstype rbd");
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-sick");
+    let data = vec![0x5au8; 4096];
+    let (status, sense, _) = s.command(&cdb10(0x2a, 8, 8), &data, 0);
+    assert_eq!(
+        status,
+        0,
+        "WRITE on the healthy cluster: {:x?}",
+        sense_of(&sense)
+    );
+
+    c.kill_daemon("osd.0");
+    let t0 = Instant::now();
+    let (status, sense, _) = s.command(&cdb10(0x28, 1024, 8), &[], 4096);
+    let took = t0.elapsed();
+    eprintln!(
+        "READ with the OSD down: status {status:#x} sense {:x?} after {took:?}",
+        sense_of(&sense)
+    );
+    assert_eq!(status, 0x02, "CHECK CONDITION expected");
+    assert!(took < Duration::from_secs(20), "the error took {took:?}");
+    // the management socket answers meanwhile
+    let t0 = Instant::now();
+    d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"])
+        .check("show");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "tgtadm show took {:?}",
+        t0.elapsed()
+    );
+    drop(s);
+    d.assert_alive("after the cluster went sick");
+    let (_, took) = d.terminate(Duration::from_secs(60));
+    eprintln!("numatgtd stopped in {took:?} with its cluster sick");
+}
+
+/// A host without librbd (played with NUMATGT_LIBRBD naming a library that does not
+/// exist): numatgtd runs, and an rbd LUN is refused at once, the log saying what to install.
+#[test]
+fn without_librbd_an_rbd_lun_is_refused_clearly() {
+    let mut d = daemon_with_target(&[("NUMATGT_LIBRBD", "/nonexistent/librbd.so.1")]);
+    let t0 = Instant::now();
+    let r = add_rbd_lun(&d, 1, "rbd/disk", "conf=/nonexistent/ceph.conf");
+    assert!(!r.status.success(), "accepted without librbd\n{r}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let log = d.log();
+    assert!(
+        log.contains("rbd backing store needs librbd (Debian: apt-get install librbd1)")
+            && log.contains("/nonexistent/librbd.so.1"),
+        "{}",
+        d.log_tail(10)
+    );
+    d.assert_alive("after the refused rbd LUN");
 }
