@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::aligned::AlignedBuf;
+use crate::op_latency::{OpLatency, StoreOp};
 
 /// Errors opening or creating a backing store, each naming the path.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +65,7 @@ impl Default for OpenOptions {
 #[derive(Debug)]
 enum Medium {
     File(File),
-    Rbd(RbdImage),
+    Rbd(Box<RbdImage>),
 }
 
 /// An open RBD image and whether its header changed since the size was last looked at.
@@ -73,6 +74,8 @@ struct RbdImage {
     /// Set by the image's update watch (a librbd thread), taken by
     /// [`BackingStore::take_size_change`].
     changed: Arc<AtomicBool>,
+    /// How long librbd takes, per operation.
+    latency: OpLatency,
 }
 
 impl std::fmt::Debug for RbdImage {
@@ -245,7 +248,11 @@ impl BackingStore {
             .map_err(err)?;
         let readonly = image.is_read_only();
         Ok(BackingStore {
-            medium: Medium::Rbd(RbdImage { image, changed }),
+            medium: Medium::Rbd(Box::new(RbdImage {
+                image,
+                changed,
+                latency: OpLatency::default(),
+            })),
             path,
             size: std::sync::atomic::AtomicU64::new(size),
             block_size: opts.block_size,
@@ -253,6 +260,14 @@ impl BackingStore {
             block_device: false,
             readonly,
         })
+    }
+
+    /// The latency histograms of an RBD image's operations (`None` for a file).
+    pub fn op_latency(&self) -> Option<&OpLatency> {
+        match &self.medium {
+            Medium::Rbd(r) => Some(&r.latency),
+            Medium::File(_) => None,
+        }
     }
 
     /// Whether this store is a Ceph RBD image.
@@ -439,7 +454,11 @@ impl BackingStore {
         self.check_range(offset, buf.len())?;
         let file = match &self.medium {
             Medium::File(f) => f,
-            Medium::Rbd(r) => return r.image.read_at(buf, offset),
+            Medium::Rbd(r) => {
+                return r
+                    .latency
+                    .time(StoreOp::Read, || r.image.read_at(buf, offset));
+            }
         };
         let mut done = 0usize;
         while done < buf.len() {
@@ -485,7 +504,9 @@ impl BackingStore {
         self.check_range(offset, data.len())?;
         if let Medium::Rbd(r) = &self.medium {
             // acknowledged = in the cluster (no librbd cache): durable already
-            return r.image.write_at(data, offset);
+            return r
+                .latency
+                .time(StoreOp::Write, || r.image.write_at(data, offset));
         }
         if !self.direct {
             return self.pwrite_all(data, offset, durable);
@@ -555,7 +576,8 @@ impl BackingStore {
             // still deallocated
             let len =
                 usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            r.image.write_zeroes(offset, len)?;
+            r.latency
+                .time(StoreOp::Zero, || r.image.write_zeroes(offset, len))?;
             return Ok(true);
         }
         let fd = self.raw_fd();
@@ -661,7 +683,7 @@ impl BackingStore {
         }
         match &self.medium {
             Medium::File(f) => nix::unistd::fdatasync(f.as_raw_fd()).map_err(io::Error::from),
-            Medium::Rbd(r) => r.image.flush(),
+            Medium::Rbd(r) => r.latency.time(StoreOp::Flush, || r.image.flush()),
         }
     }
 }

@@ -299,6 +299,22 @@ fn image_served_through_tgtadm() {
         ceph[..pattern.len()] == pattern[..],
         "rbd export differs from what was written"
     );
+    // librbd's own latency, per operation, in the metrics
+    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200);
+    for op in ["read", "write", "flush"] {
+        let n = body
+            .lines()
+            .filter(|l| l.starts_with("numatgt_lun_rbd_op_duration_seconds_count{"))
+            .filter(|l| l.contains(&format!("op=\"{op}\"")))
+            .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        let rbd_lines: Vec<&str> = body.lines().filter(|l| l.contains("rbd_op")).collect();
+        assert!(
+            n.is_some_and(|n| n >= 1.0),
+            "rbd {op} latency count {n:?}\n{}",
+            rbd_lines.join("\n")
+        );
+    }
 
     // the conformance suites, on a thin LUN
     d.tgtadm(&[
