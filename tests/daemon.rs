@@ -670,23 +670,7 @@ impl Daemon {
         for (spec, path) in self.luns.clone() {
             let lun = spec.lun.to_string();
             let bs = format!("--blocksize={}", spec.block_size);
-            let p = path.to_string_lossy().into_owned();
-            self.tgtadm(&[
-                "--lld",
-                "iscsi",
-                "--op",
-                "new",
-                "--mode",
-                "logicalunit",
-                "--tid",
-                "1",
-                "--lun",
-                &lun,
-                "-b",
-                &p,
-                &bs,
-            ])
-            .check("tgtadm new logicalunit");
+            crate::mgmt::new_lun(self, "1", &lun, &path, &[&bs]).check("tgtadm new logicalunit");
             if let Some(id) = &spec.identity {
                 let params = format!(
                     "vendor_id={},product_id={},product_rev={},scsi_sn={}",

@@ -5,16 +5,17 @@
 //! by `rbd export`, online resize, a sick cluster (OSD killed) and clear errors for a
 //! missing image, an unreachable cluster and a host without librbd.
 
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rand::RngCore;
 use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::ceph::Cluster;
 use tests::daemon::TargetKind;
+use tests::mgmt::{new_lun, new_open_target, update_lun1};
 use tests::pdu::ScsiSession;
 use tests::testcu::{SuiteResult, assert_clean, run_suite};
-use tests::{Daemon, MIB, TEST_IQN, tools};
+use tests::{Daemon, MIB, TEST_IQN, qemuio, tools};
 
 /// libiscsi suites run on the RBD LUN: reads, writes (FUA included), UNMAP and WRITE SAME
 /// (with and without UNMAP, on a thin LUN) and their VPD pages.
@@ -34,54 +35,14 @@ const RBD_SUITES: &[&str] = &[
 fn daemon_with_target(env: &[(&str, &str)]) -> Daemon {
     tools::require_tool("tgtadm");
     let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], env);
-    for s in [
-        vec![
-            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", TEST_IQN,
-        ],
-        vec![
-            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        d.tgtadm(&s).check("tgtadm: target 1");
-    }
+    new_open_target(&d, "1", TEST_IQN);
     d
 }
 
 /// `tgtadm --op new --mode logicalunit --tid 1 --lun LUN --bstype rbd -b IMAGE --bsopts B`.
 fn add_rbd_lun(d: &Daemon, lun: u64, image: &str, bsopts: &str) -> tools::ToolRun {
-    let lun = lun.to_string();
-    d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--op",
-        "new",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        &lun,
-        "--bstype",
-        "rbd",
-        "--backing-store",
-        image,
-        "--bsopts",
-        bsopts,
-    ])
-}
-
-fn qemu_img(args: &[&str]) -> tools::ToolRun {
-    tools::require_tool("qemu-img");
-    tools::run(300, "qemu-img", args)
-}
-
-/// `len` bytes of the LUN at `url` copied to a local file by qemu-img, then read.
-fn read_lun(url: &str, dir: &std::path::Path, name: &str) -> Vec<u8> {
-    let out = dir.join(name);
-    let out_s = out.to_string_lossy().into_owned();
-    qemu_img(&["convert", "-f", "raw", "-O", "raw", "-S", "0", url, &out_s])
-        .check("qemu-img convert (read the LUN)");
-    std::fs::read(&out).expect("read the copy")
+    let extra = ["--bstype", "rbd", "--bsopts", bsopts];
+    new_lun(d, "1", &lun.to_string(), Path::new(image), &extra)
 }
 
 /// The capacity iscsi-readcapacity16 reports, in bytes.
@@ -91,6 +52,18 @@ fn capacity(url: &str) -> Option<u64> {
         .lines()
         .find_map(|l| l.trim().strip_prefix("Total size:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+type Completion = (u64, std::io::Result<usize>, Vec<u8>);
+
+/// `n` completions from `rx`, each within 30 s.
+fn completions(rx: &mpsc::Receiver<Completion>, n: usize) -> Vec<Completion> {
+    (0..n)
+        .map(|k| {
+            rx.recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("completion {k} of {n}: {e}"))
+        })
+        .collect()
 }
 
 fn options(c: &Cluster, extra: &str) -> rbd::ClusterOptions {
@@ -129,22 +102,13 @@ fn rbd_crate_calls_against_a_live_cluster() {
     assert!(e.raw_os_error().is_some(), "{e}");
 
     // asynchronous: 32 writes in flight, then reads, every completion exactly once
-    let (tx, rx) = mpsc::channel::<(u64, std::io::Result<usize>, Vec<u8>)>();
+    let (tx, rx) = mpsc::channel::<Completion>();
     for i in 0..32u64 {
         let tx = tx.clone();
-        let buf = vec![i as u8 + 1; 65536];
-        img.aio_write(
-            buf,
-            i * 65536,
-            Box::new(move |r, b| {
-                let _ = tx.send((i, r, b));
-            }),
-        );
+        let done = move |r, b| drop(tx.send((i, r, b)));
+        img.aio_write(vec![i as u8 + 1; 65536], i * 65536, Box::new(done));
     }
-    for _ in 0..32 {
-        let (i, r, b) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("aio write done");
+    for (i, r, b) in completions(&rx, 32) {
         assert_eq!(
             r.expect("aio write"),
             0,
@@ -154,18 +118,10 @@ fn rbd_crate_calls_against_a_live_cluster() {
     }
     for i in 0..32u64 {
         let tx = tx.clone();
-        img.aio_read(
-            vec![0u8; 65536],
-            i * 65536,
-            Box::new(move |r, b| {
-                let _ = tx.send((i, r, b));
-            }),
-        );
+        let done = move |r, b| drop(tx.send((i, r, b)));
+        img.aio_read(vec![0u8; 65536], i * 65536, Box::new(done));
     }
-    for _ in 0..32 {
-        let (i, r, b) = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("aio read done");
+    for (i, r, b) in completions(&rx, 32) {
         assert_eq!(r.expect("aio read"), 65536);
         assert!(b.iter().all(|&x| x == i as u8 + 1), "aio read {i} content");
     }
@@ -258,24 +214,11 @@ fn image_served_through_tgtadm() {
 
     // 64 MiB of random data in, read back through the target and straight from Ceph
     let url = d.url(1);
-    let mut pattern = vec![0u8; 64 * MIB as usize];
-    rand::thread_rng().fill_bytes(&mut pattern);
-    let pat = d.dir.path().join("pattern.bin");
-    std::fs::write(&pat, &pattern).expect("pattern file");
-    let w = qemu_img(&[
-        "convert",
-        "-n",
-        "-f",
-        "raw",
-        "-O",
-        "raw",
-        &pat.to_string_lossy(),
-        &url,
-    ]);
-    w.check("qemu-img convert (write 64 MiB)");
-    eprintln!("qemu-img wrote 64 MiB in {:.1?}", w.elapsed);
     let t0 = Instant::now();
-    let back = read_lun(&url, d.dir.path(), "back.img");
+    let pattern = qemuio::write_random(&url, d.dir.path(), "pattern.bin", 64 * MIB as usize);
+    eprintln!("qemu-img wrote 64 MiB in {:.1?}", t0.elapsed());
+    let t0 = Instant::now();
+    let back = qemuio::read_all(&url, d.dir.path(), "back.img").expect("qemu-img read");
     eprintln!("qemu-img read 128 MiB in {:.1?}", t0.elapsed());
     assert_eq!(back.len() as u64, 128 * MIB);
     assert!(
@@ -317,21 +260,7 @@ fn image_served_through_tgtadm() {
     }
 
     // the conformance suites, on a thin LUN
-    d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--op",
-        "update",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "thin_provisioning=1",
-    ])
-    .check("thin_provisioning=1");
+    update_lun1(&d, "thin_provisioning=1").check("thin_provisioning=1");
     tools::require_tool("iscsi-test-cu");
     let results: Vec<SuiteResult> = RBD_SUITES
         .iter()
