@@ -336,7 +336,17 @@ impl Daemon {
     /// and no configuration file at all (numatgtd's own defaults), then configured with
     /// tgtadm / tgt-admin. `args`: more numatgtd options (e.g. `--numa-nodes 2`).
     pub fn start_like_tgtd(kind: TargetKind, args: &[&str]) -> Daemon {
+        Self::start_like_tgtd_env(kind, args, &[])
+    }
+
+    /// [`start_like_tgtd`](Self::start_like_tgtd) with `env` added to the daemon's
+    /// environment (e.g. `NUMATGT_LIBRBD`).
+    pub fn start_like_tgtd_env(kind: TargetKind, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut d = Self::start_full_deferred(kind, &[], "", true, None, args);
+        d.extra_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         d.tgtd_style = true;
         d.spawn();
         d.wait_ready();
@@ -668,23 +678,7 @@ impl Daemon {
         for (spec, path) in self.luns.clone() {
             let lun = spec.lun.to_string();
             let bs = format!("--blocksize={}", spec.block_size);
-            let p = path.to_string_lossy().into_owned();
-            self.tgtadm(&[
-                "--lld",
-                "iscsi",
-                "--op",
-                "new",
-                "--mode",
-                "logicalunit",
-                "--tid",
-                "1",
-                "--lun",
-                &lun,
-                "-b",
-                &p,
-                &bs,
-            ])
-            .check("tgtadm new logicalunit");
+            crate::mgmt::new_lun(self, "1", &lun, &path, &[&bs]).check("tgtadm new logicalunit");
             if let Some(id) = &spec.identity {
                 let params = format!(
                     "vendor_id={},product_id={},product_rev={},scsi_sn={}",

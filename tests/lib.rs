@@ -4,6 +4,7 @@
 //! and stops everything it started by PID. No mocks of any peer.
 
 pub mod cdb;
+pub mod ceph;
 pub mod daemon;
 pub mod mgmt;
 pub mod model;

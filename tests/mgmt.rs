@@ -232,26 +232,37 @@ pub fn data_in(
 /// Through tgtadm: target `tid` named `iqn` with `path` as LUN 1, open to every initiator
 /// (`-I ALL`). Each step must succeed.
 pub fn export_lun(d: &Daemon, tid: &str, iqn: &str, path: &str) {
+    new_open_target(d, tid, iqn);
+    new_lun(d, tid, "1", Path::new(path), &[]).check("export a LUN");
+}
+
+/// Through tgtadm: target `tid` named `iqn`, no LUN yet, open to every initiator
+/// (`-I ALL`). Each step must succeed.
+pub fn new_open_target(d: &Daemon, tid: &str, iqn: &str) {
     for s in [
         vec!["--op", "new", "--mode", "target", "--tid", tid, "-T", iqn],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            tid,
-            "--lun",
-            "1",
-            "-b",
-            path,
-        ],
         vec![
             "--op", "bind", "--mode", "target", "--tid", tid, "-I", "ALL",
         ],
     ] {
-        d.tgtadm(&s).check("export a LUN");
+        d.tgtadm(&s).check("a target open to all");
     }
+}
+
+/// `tgtadm --op new --mode logicalunit --tid TID --lun LUN -b PATH EXTRA...`.
+pub fn new_lun(d: &Daemon, tid: &str, lun: &str, path: &Path, extra: &[&str]) -> tools::ToolRun {
+    let path = path.to_string_lossy();
+    let base = [
+        "--lld",
+        "iscsi",
+        "--op",
+        "new",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        tid,
+    ];
+    d.tgtadm(&[&base[..], &["--lun", lun, "-b", &path], extra].concat())
 }
 
 /// `tgtadm --op update --mode logicalunit --tid 1 --lun 1 --params PARAMS`.

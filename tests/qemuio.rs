@@ -282,6 +282,21 @@ pub fn read_verbatim(url: &str, off: u64, len: u64) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// Writes `size` random bytes (kept in `dir/name`) to the start of the LUN at `url` through
+/// `qemu-img convert -n` (a new iSCSI session) and returns them, for comparison.
+pub fn write_random(url: &str, dir: &std::path::Path, name: &str, size: usize) -> Vec<u8> {
+    use rand::RngCore;
+    tools::require_tool("qemu-img");
+    let mut data = vec![0u8; size];
+    rand::thread_rng().fill_bytes(&mut data);
+    let src = dir.join(name);
+    std::fs::write(&src, &data).expect("write pattern");
+    let src = src.to_string_lossy();
+    let args = ["convert", "-n", "-f", "raw", "-O", "raw", &src, url];
+    tools::run(300, "qemu-img", args).check("qemu-img convert (write)");
+    data
+}
+
 /// Reads the whole LUN at `url` through `qemu-img convert` (large requests), into memory.
 /// A new iSCSI session.
 pub fn read_all(url: &str, tmp: &std::path::Path, name: &str) -> Result<Vec<u8>, String> {

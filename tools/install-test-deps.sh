@@ -17,6 +17,9 @@
 #   PID on a free 127.0.0.1 port with a temp TSDB. The packaged service is not started
 #   (policy-rc.d below) and, when this run installs it on a systemd host, disabled, so no
 #   stray Prometheus listens on :9090 after a reboot; the tests never use it either way.
+# - ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc: the RBD backing-store tests bring up
+#   their own one-monitor, one-OSD cluster (tools/ceph/up.sh, loopback, free port, stopped by
+#   PID); no Ceph service is enabled. tgt-rbd: tgtd's bs_rbd, the reference for benchmarks.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -27,7 +30,8 @@ fi
 
 BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-dev busybox-static
   cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
-  python3 ibverbs-providers ibverbs-utils curl)
+  python3 ibverbs-providers ibverbs-utils curl ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc
+  tgt-rbd)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

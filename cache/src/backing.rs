@@ -1,15 +1,19 @@
 //! Backing stores: a regular file or a block device holding a LUN's blocks, opened with
 //! O_DIRECT (falling back to buffered I/O, with a warning, where the file system refuses it or
-//! needs a coarser alignment than the LUN's block size). Every call here blocks: run them on
-//! an [`crate::IoPool`] worker, never on an event thread.
+//! needs a coarser alignment than the LUN's block size), or a Ceph RBD image (librbd, loaded
+//! at run time by the `rbd` crate). Every caller sees the same calls whatever the medium.
+//! Every call here blocks: run them on an [`crate::IoPool`] worker, never on an event thread.
 
 use std::fs::{File, OpenOptions as StdOpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::aligned::AlignedBuf;
+use crate::op_latency::{OpLatency, StoreOp};
 
 /// Errors opening or creating a backing store, each naming the path.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +28,8 @@ pub enum BackingError {
         size: u64,
         block_size: u32,
     },
+    #[error("{path}: {source}")]
+    Rbd { path: PathBuf, source: io::Error },
     #[error("{path}: is empty (0 bytes)")]
     Empty { path: PathBuf },
     #[error(
@@ -55,10 +61,34 @@ impl Default for OpenOptions {
     }
 }
 
-/// An open backing store. Thread-safe: positional I/O only (pread/pwrite), no shared cursor.
+/// What holds the blocks.
+#[derive(Debug)]
+enum Medium {
+    File(File),
+    Rbd(Box<RbdImage>),
+}
+
+/// An open RBD image and whether its header changed since the size was last looked at.
+struct RbdImage {
+    image: rbd::Image,
+    /// Set by the image's update watch (a librbd thread), taken by
+    /// [`BackingStore::take_size_change`].
+    changed: Arc<AtomicBool>,
+    /// How long librbd takes, per operation.
+    latency: OpLatency,
+}
+
+impl std::fmt::Debug for RbdImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RbdImage({})", self.image.spec())
+    }
+}
+
+/// An open backing store. Thread-safe: positional I/O only (pread/pwrite, librbd), no
+/// shared cursor.
 #[derive(Debug)]
 pub struct BackingStore {
-    file: File,
+    medium: Medium,
     path: PathBuf,
     /// Bytes; changes only by an online resize ([`BackingStore::resize`]).
     size: std::sync::atomic::AtomicU64,
@@ -163,7 +193,7 @@ impl BackingStore {
             });
         }
         let mut store = BackingStore {
-            file,
+            medium: Medium::File(file),
             path: path.to_owned(),
             size: std::sync::atomic::AtomicU64::new(size),
             block_size: opts.block_size,
@@ -174,11 +204,97 @@ impl BackingStore {
         if direct && !store.direct_alignment_ok() {
             tracing::warn!(path = %path.display(), block_size = opts.block_size,
                 "O_DIRECT needs a coarser alignment than the LUN block size here; using buffered I/O");
-            store.file = open(false).map_err(err)?;
+            store.medium = Medium::File(open(false).map_err(err)?);
             direct = false;
             store.direct = direct;
         }
         Ok(store)
+    }
+
+    /// Open the RBD image `spec` (`[pool/]image[@snap]`; a snapshot is read-only) on the
+    /// cluster `bsopts` names (tgt's `conf=…;id=…;cluster=…` and librados settings; keys in
+    /// `skip` are the caller's). Its size is the image's; the image's update watch marks
+    /// header changes for [`take_size_change`](Self::take_size_change). Never O_DIRECT.
+    pub fn open_rbd(
+        spec: &str,
+        bsopts: &str,
+        skip: &[&str],
+        opts: &OpenOptions,
+    ) -> Result<Self, BackingError> {
+        let path = PathBuf::from(spec);
+        let err = |source| BackingError::Rbd {
+            path: path.clone(),
+            source,
+        };
+        let invalid = |m: String| err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        let image_spec = rbd::ImageSpec::parse(spec).map_err(invalid)?;
+        let cluster = rbd::ClusterOptions::parse(bsopts, skip).map_err(invalid)?;
+        let image = rbd::open(&image_spec, &cluster, opts.readonly).map_err(err)?;
+        let size = image.size().map_err(err)?;
+        if size == 0 {
+            return Err(BackingError::Empty { path });
+        }
+        if size % u64::from(opts.block_size) != 0 {
+            return Err(BackingError::Unaligned {
+                path,
+                size,
+                block_size: opts.block_size,
+            });
+        }
+        let changed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&changed);
+        image
+            .update_watch(move || flag.store(true, Ordering::Release))
+            .map_err(err)?;
+        let readonly = image.is_read_only();
+        Ok(BackingStore {
+            medium: Medium::Rbd(Box::new(RbdImage {
+                image,
+                changed,
+                latency: OpLatency::default(),
+            })),
+            path,
+            size: std::sync::atomic::AtomicU64::new(size),
+            block_size: opts.block_size,
+            direct: false,
+            block_device: false,
+            readonly,
+        })
+    }
+
+    /// The latency histograms of an RBD image's operations (`None` for a file).
+    pub fn op_latency(&self) -> Option<&OpLatency> {
+        match &self.medium {
+            Medium::Rbd(r) => Some(&r.latency),
+            Medium::File(_) => None,
+        }
+    }
+
+    /// Whether this store is a Ceph RBD image.
+    pub fn is_rbd(&self) -> bool {
+        matches!(self.medium, Medium::Rbd(_))
+    }
+
+    /// The store's new size in blocks when it grew outside the daemon since the last call
+    /// (an RBD image resized with `rbd resize`, seen by its update watch), so the LUN's
+    /// capacity can follow; `None` otherwise. One atomic load when nothing changed. A
+    /// shrink is refused (logged) as by [`resize`](Self::resize).
+    pub fn take_size_change(&self) -> Option<u64> {
+        let Medium::Rbd(r) = &self.medium else {
+            return None;
+        };
+        if !r.changed.load(Ordering::Acquire) || !r.changed.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let before = self.num_blocks();
+        match self.resize(None) {
+            Ok(_) if self.num_blocks() != before => Some(self.num_blocks()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(image = %self.path.display(), "image changed: {e}");
+                None
+            }
+        }
     }
 
     /// Probe one block-sized O_DIRECT read at a block-aligned (not page-aligned) offset.
@@ -205,34 +321,36 @@ impl BackingStore {
     /// LUN first). Returns the new size. The size must stay a multiple of the block size.
     pub fn resize(&self, new_size: Option<u64>) -> io::Result<u64> {
         let bs = u64::from(self.block_size);
-        let size = if self.block_device {
-            ioctl_u64(&self.file, BLKGETSIZE64)?
-        } else {
-            let current = self.file.metadata()?.len();
-            match new_size {
-                Some(n) if n < current => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "{} is {current} bytes; shrinking to {n} is refused",
-                            self.path.display()
-                        ),
-                    ));
-                }
-                Some(n) if n % bs != 0 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("{n} bytes is not a multiple of the {bs}-byte block size"),
-                    ));
-                }
-                Some(n) if n > current => {
-                    if self.readonly {
-                        return Err(io::Error::from_raw_os_error(libc::EROFS));
+        let size = match &self.medium {
+            Medium::Rbd(r) => self.resize_rbd(&r.image, new_size)?,
+            Medium::File(file) if self.block_device => ioctl_u64(file, BLKGETSIZE64)?,
+            Medium::File(file) => {
+                let current = file.metadata()?.len();
+                match new_size {
+                    Some(n) if n < current => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!(
+                                "{} is {current} bytes; shrinking to {n} is refused",
+                                self.path.display()
+                            ),
+                        ));
                     }
-                    self.file.set_len(n)?;
-                    n
+                    Some(n) if n % bs != 0 => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("{n} bytes is not a multiple of the {bs}-byte block size"),
+                        ));
+                    }
+                    Some(n) if n > current => {
+                        if self.readonly {
+                            return Err(io::Error::from_raw_os_error(libc::EROFS));
+                        }
+                        file.set_len(n)?;
+                        n
+                    }
+                    _ => current,
                 }
-                _ => current,
             }
         };
         let size = size - size % bs;
@@ -248,6 +366,39 @@ impl BackingStore {
         self.size.store(size, std::sync::atomic::Ordering::Release);
         Ok(size)
     }
+    /// [`resize`](Self::resize) of an image: grown with `rbd_resize` when asked, then
+    /// measured.
+    fn resize_rbd(&self, image: &rbd::Image, new_size: Option<u64>) -> io::Result<u64> {
+        if let Some(n) = new_size {
+            let current = image.size()?;
+            if n < current {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is {current} bytes; shrinking to {n} is refused",
+                        self.path.display()
+                    ),
+                ));
+            }
+            if n % u64::from(self.block_size) != 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{n} bytes is not a multiple of the {}-byte block size",
+                        self.block_size
+                    ),
+                ));
+            }
+            if n > current {
+                if self.readonly {
+                    return Err(io::Error::from_raw_os_error(libc::EROFS));
+                }
+                image.resize(n)?;
+            }
+        }
+        image.size()
+    }
+
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
@@ -264,10 +415,15 @@ impl BackingStore {
         self.readonly
     }
 
-    /// The open file, for callers that submit their own I/O (io_uring write-back); they
-    /// must keep to [`check_write`](Self::check_write) and the O_DIRECT alignment rules.
+    /// The open file, for callers that submit their own I/O (io_uring write-back) to an
+    /// [`is_direct`](Self::is_direct) store; they must keep to
+    /// [`check_write`](Self::check_write) and the O_DIRECT alignment rules. -1 for an RBD
+    /// image (never direct).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.file.as_raw_fd()
+        match &self.medium {
+            Medium::File(f) => f.as_raw_fd(),
+            Medium::Rbd(_) => -1,
+        }
     }
 
     /// Whether `len` bytes at `offset` may be written as they are from memory at `addr`:
@@ -296,13 +452,21 @@ impl BackingStore {
     /// (an [`AlignedBuf`]) and `offset`/length multiples of the block size.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
+        let file = match &self.medium {
+            Medium::File(f) => f,
+            Medium::Rbd(r) => {
+                return r
+                    .latency
+                    .time(StoreOp::Read, || r.image.read_at(buf, offset));
+            }
+        };
         let mut done = 0usize;
         while done < buf.len() {
             let rest = &mut buf[done..];
             // SAFETY: rest is a valid writable slice of rest.len() bytes; the fd is open.
             let n = unsafe {
                 libc::pread(
-                    self.file.as_raw_fd(),
+                    file.as_raw_fd(),
                     rest.as_mut_ptr().cast(),
                     rest.len(),
                     (offset + done as u64) as libc::off_t,
@@ -338,6 +502,12 @@ impl BackingStore {
             return Err(io::Error::from_raw_os_error(libc::EROFS));
         }
         self.check_range(offset, data.len())?;
+        if let Medium::Rbd(r) = &self.medium {
+            // acknowledged = in the cluster (no librbd cache): durable already
+            return r
+                .latency
+                .time(StoreOp::Write, || r.image.write_at(data, offset));
+        }
         if !self.direct {
             return self.pwrite_all(data, offset, durable);
         }
@@ -360,6 +530,7 @@ impl BackingStore {
     /// pwritev2 until all of `data` is written (the buffer as it is).
     fn pwrite_all(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         let flags = if durable { libc::RWF_DSYNC } else { 0 };
+        let fd = self.raw_fd();
         let mut done = 0usize;
         while done < data.len() {
             let rest = &data[done..];
@@ -369,13 +540,7 @@ impl BackingStore {
             };
             // SAFETY: iov points to rest.len() readable bytes that outlive the call; one iovec.
             let n = unsafe {
-                libc::pwritev2(
-                    self.file.as_raw_fd(),
-                    &iov,
-                    1,
-                    (offset + done as u64) as libc::off_t,
-                    flags,
-                )
+                libc::pwritev2(fd, &iov, 1, (offset + done as u64) as libc::off_t, flags)
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -405,16 +570,20 @@ impl BackingStore {
         if len == 0 {
             return Ok(false);
         }
+        if let Medium::Rbd(r) = &self.medium {
+            // write_zeroes, not discard: librbd skips partial-object discards, which would
+            // leave old data where the initiator was promised zeros; whole objects are
+            // still deallocated
+            let len =
+                usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            r.latency
+                .time(StoreOp::Zero, || r.image.write_zeroes(offset, len))?;
+            return Ok(true);
+        }
+        let fd = self.raw_fd();
         let fallocate = |mode: libc::c_int| {
             // SAFETY: plain syscall on our own descriptor; the range was checked above.
-            let r = unsafe {
-                libc::fallocate(
-                    self.file.as_raw_fd(),
-                    mode,
-                    offset as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
+            let r = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
             if r == 0 {
                 Ok(())
             } else {
@@ -457,10 +626,10 @@ impl BackingStore {
         if offset >= end {
             return Ok(Vec::new());
         }
-        if self.block_device {
+        if self.block_device || self.is_rbd() {
             return Ok(vec![(offset, end - offset, true)]);
         }
-        let fd = self.file.as_raw_fd();
+        let fd = self.raw_fd();
         let seek = |pos: u64, whence: libc::c_int| -> io::Result<Option<u64>> {
             // SAFETY: lseek on our descriptor; positional I/O never uses the file offset.
             let r = unsafe { libc::lseek(fd, pos as libc::off_t, whence) };
@@ -507,12 +676,15 @@ impl BackingStore {
         Ok(runs)
     }
 
-    /// Make every completed write durable (fdatasync).
+    /// Make every completed write durable (fdatasync; an RBD image's flush).
     pub fn sync(&self) -> io::Result<()> {
         if self.readonly {
             return Ok(());
         }
-        nix::unistd::fdatasync(self.file.as_raw_fd()).map_err(io::Error::from)
+        match &self.medium {
+            Medium::File(f) => nix::unistd::fdatasync(f.as_raw_fd()).map_err(io::Error::from),
+            Medium::Rbd(r) => r.latency.time(StoreOp::Flush, || r.image.flush()),
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub mod coherence;
 pub mod counters;
 pub mod geometry;
 pub mod io_pool;
+pub mod op_latency;
 pub mod partition;
 pub mod router;
 pub mod topology;
@@ -26,6 +27,7 @@ pub use coherence::{BlockList, Medium};
 pub use counters::{CounterSnapshot, NodeCounters};
 pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};
 pub use io_pool::{IoJob, IoPool, IoRequest};
+pub use op_latency::{LATENCY_BOUNDS_NS, LATENCY_BUCKETS, OpHistogram, OpLatency, StoreOp};
 pub use partition::{
     BlockKey, BlockRef, DirtyProbe, DirtyRange, Fill, FillRaced, FillRun, Lookup, Partition,
     PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,

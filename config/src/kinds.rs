@@ -85,8 +85,9 @@ impl SenseFormat {
     }
 }
 
-/// tgt's backing-store type of a LUN. Both mean a file or block device
-/// served by numatgt's own I/O path; the value is kept for `tgtadm` output.
+/// tgt's backing-store type of a LUN. `rdwr` and `aio` both mean a file or
+/// block device served by numatgt's own I/O path (the value is kept for
+/// `tgtadm` output); `rbd` is a Ceph RBD image (`path` = `[pool/]image[@snap]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum BsType {
     /// `rdwr` (default): pread/pwrite.
@@ -94,6 +95,8 @@ pub enum BsType {
     Rdwr,
     /// `aio`: Linux native AIO in tgtd.
     Aio,
+    /// `rbd`: a Ceph RBD image through librbd (loaded at run time).
+    Rbd,
 }
 
 impl BsType {
@@ -102,12 +105,13 @@ impl BsType {
         match self {
             BsType::Rdwr => "rdwr",
             BsType::Aio => "aio",
+            BsType::Rbd => "rbd",
         }
     }
 
-    /// Parses `rdwr` / `aio` (any case).
+    /// Parses `rdwr` / `aio` / `rbd` (any case).
     pub fn parse(text: &str) -> Option<BsType> {
-        [BsType::Rdwr, BsType::Aio]
+        [BsType::Rdwr, BsType::Aio, BsType::Rbd]
             .into_iter()
             .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
     }
@@ -169,7 +173,8 @@ mod tests {
         assert_eq!(SenseFormat::parse("1"), Some(SenseFormat::Descriptor));
         assert_eq!(SenseFormat::parse("Fixed"), Some(SenseFormat::Fixed));
         assert_eq!(BsType::parse("AIO"), Some(BsType::Aio));
-        assert_eq!(BsType::parse("rbd"), None);
+        assert_eq!(BsType::parse("rbd"), Some(BsType::Rbd));
+        assert_eq!(BsType::parse("glfs"), None);
         for t in ["", "direct", "sync", "sync:direct"] {
             assert_eq!(BsOflags::parse(t).map(|f| f.as_string()), Ok(t.to_string()));
         }

@@ -836,7 +836,8 @@ impl TargetConfig {
 pub struct LunConfig {
     /// LUN number, 0..=16383.
     pub lun: u64,
-    /// Backing file or block device; always absolute.
+    /// Backing file or block device, always absolute; for `bs_type: rbd` the image,
+    /// `[pool/]image[@snap]`.
     pub path: PathBuf,
     /// 512 or 4096 (default 512).
     pub block_size: u32,
@@ -871,6 +872,9 @@ pub struct LunConfig {
     pub bs_type: BsType,
     /// tgt `bsoflags` as configured (O_DIRECT / O_SYNC).
     pub bsoflags: BsOflags,
+    /// tgt `bsopts` of an `rbd` LUN (`conf=…;id=…;cluster=…` and librados settings),
+    /// without numatgt's `cache=` (that is [`LunConfig::cache`]).
+    pub bsopts: Option<String>,
     /// Logical blocks per physical block exponent (READ CAPACITY 16), 0..=15.
     pub lbppbe: Option<u8>,
     /// Lowest aligned LBA (READ CAPACITY 16), 0..=16383.
@@ -906,6 +910,7 @@ impl LunConfig {
             online: true,
             bs_type: BsType::Rdwr,
             bsoflags: BsOflags::default(),
+            bsopts: None,
             lbppbe: None,
             la_lba: None,
             optimal_xfer_gran: None,

@@ -338,6 +338,8 @@ pub(crate) struct RawLun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bsoflags: Option<Word>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bsopts: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lbppbe: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub la_lba: Option<u64>,
@@ -606,6 +608,7 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         device_type: None,
         bs_type: (l.bs_type != BsType::Rdwr).then(|| word(l.bs_type.as_str())),
         bsoflags: (l.bsoflags != BsOflags::default()).then(|| Word(l.bsoflags.as_string())),
+        bsopts: l.bsopts.clone(),
         lbppbe: l.lbppbe.map(u64::from),
         la_lba: l.la_lba.map(u64::from),
         optimal_xfer_gran: l.optimal_xfer_gran.map(u64::from),

@@ -240,11 +240,12 @@ fn lun_attribute_rules() {
         ),
         ("device_type: cd", "device_type", "exports disks only"),
         (
-            "bs_type: rbd",
+            "bs_type: glfs",
             "bs_type",
-            "backing-store type \"rbd\" is not supported",
+            "backing-store type \"glfs\" is not supported",
         ),
         ("bs_type: sg", "bs_type", "rdwr or aio"),
+        ("bsopts: conf=/c", "bsopts", "bsopts is for bs_type: rbd"),
         ("bsoflags: fast", "bsoflags", "unknown flag \"fast\""),
         (
             "sense_format: 2",
@@ -281,4 +282,38 @@ fn lun_attribute_rules() {
         }
     }
     err(&lun("removable: 2"), "targets[0].luns[0].removable", "1/0");
+}
+
+#[test]
+fn rbd_luns() {
+    let yaml = target(
+        "luns:\n  - lun: 1\n    path: tank/disk1\n    bs_type: rbd\n    \
+         bsopts: \"conf=/etc/ceph/ceph.conf;id=iscsi;rados_osd_op_timeout=5\"\n  \
+         - lun: 2\n    path: img@snap\n    bs_type: rbd",
+    );
+    let c = ok(&yaml);
+    let l = &c.targets[0].luns[0];
+    assert_eq!(l.bs_type, BsType::Rbd);
+    assert_eq!(l.path, std::path::Path::new("tank/disk1"));
+    assert_eq!(
+        l.bsopts.as_deref(),
+        Some("conf=/etc/ceph/ceph.conf;id=iscsi;rados_osd_op_timeout=5")
+    );
+    assert_eq!(c.targets[0].luns[1].bsopts, None);
+    let p = "targets[0].luns[0]";
+    for (fields, field, words) in [
+        ("path: a/b/c", "path", "bad image name"),
+        ("path: /d/a.img", "path", "empty pool name"),
+        (
+            "path: rbd/x\n    bsopts: Bad-Key=1",
+            "bsopts",
+            "not an option name",
+        ),
+        ("path: rbd/x\n    size: 1G", "size", "rbd create"),
+    ] {
+        let text = target(&format!(
+            "luns:\n  - lun: 1\n    bs_type: rbd\n    {fields}"
+        ));
+        err(&text, &format!("{p}.{field}"), words);
+    }
 }

@@ -25,6 +25,44 @@ fn imp_err(text: &str) -> String {
     }
 }
 
+#[test]
+fn rbd_backing_stores_as_tgt_admin_spells_them() {
+    let i = imp("\
+<target iqn.2026-11.org.example:r>
+    <backing-store tank/disk1>
+        bs-type rbd
+        bsopts \"conf=/etc/ceph/ceph.conf;id=iscsi;cache=off\"
+    </backing-store>
+    <backing-store disk2@gold>
+        bs-type rbd
+    </backing-store>
+</target>
+");
+    let t = &i.config.targets[0];
+    let a = t
+        .luns
+        .iter()
+        .find(|l| l.path == Path::new("tank/disk1"))
+        .expect("disk1");
+    assert_eq!(a.bs_type, BsType::Rbd);
+    assert_eq!(
+        a.bsopts.as_deref(),
+        Some("conf=/etc/ceph/ceph.conf;id=iscsi")
+    );
+    assert_eq!(a.cache, Some(config::CacheMode::Off));
+    let b = t
+        .luns
+        .iter()
+        .find(|l| l.path == Path::new("disk2@gold"))
+        .expect("disk2");
+    assert_eq!((b.bs_type, b.bsopts.as_deref()), (BsType::Rbd, None));
+    assert!(
+        i.warnings.iter().all(|w| !w.contains("bsopts")),
+        "{:?}",
+        i.warnings
+    );
+}
+
 fn luns(c: &Config, t: usize) -> Vec<(u64, String)> {
     c.targets[t]
         .luns
@@ -432,8 +470,12 @@ fn located_errors() {
             ":3: device-type: device type \"tape\" is not supported",
         ),
         (
+            "<target iqn.2026-11.org.example:t>\nbacking-store /a\nbs-type glfs\n</target>\n",
+            ":3: bs-type: backing-store type \"glfs\" is not supported",
+        ),
+        (
             "<target iqn.2026-11.org.example:t>\nbacking-store /a\nbs-type rbd\n</target>\n",
-            ":3: bs-type: backing-store type \"rbd\" is not supported",
+            "empty pool name",
         ),
         (
             "<target iqn.2026-11.org.example:t>\nbacking-store /a\nvendor_id TOOLONGVENDOR\n</target>\n",

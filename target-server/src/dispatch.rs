@@ -42,6 +42,16 @@ pub fn execute(
         r.write_transfer_len = stamp;
         return (Answer::Now(r), IoKind::OTHER);
     };
+    // an RBD image resized outside the daemon (its update watch noticed): the LU's
+    // capacity follows, and every I_T nexus gets CAPACITY DATA HAS CHANGED
+    if let Some(blocks) = lun.store.take_size_change() {
+        tracing::info!(
+            lun = lun.number,
+            blocks,
+            "backing store resized outside: LUN follows"
+        );
+        lun.scsi.set_capacity(blocks);
+    }
     let cmd_ctx = CmdCtx {
         cdb: &cmd.cdb,
         data_out: &cmd.data_out,

@@ -90,22 +90,8 @@ impl IoTag {
 }
 
 /// Upper bounds of the latency histogram's buckets, in nanoseconds (50 µs … 5 s); one more
-/// bucket (+Inf) follows.
-pub const BUCKET_BOUNDS_NS: [u64; 13] = [
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
-    10_000_000,
-    25_000_000,
-    100_000_000,
-    500_000_000,
-    1_000_000_000,
-    5_000_000_000,
-];
+/// bucket (+Inf) follows. The same as the backing stores' own histograms.
+pub const BUCKET_BOUNDS_NS: [u64; 13] = cache::LATENCY_BOUNDS_NS;
 /// Buckets per histogram (the bounds and +Inf).
 pub const BUCKETS: usize = BUCKET_BOUNDS_NS.len() + 1;
 

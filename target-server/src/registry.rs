@@ -62,8 +62,11 @@ pub struct LunMeta {
     pub scsi_id: String,
     pub scsi_sn: String,
     pub path: String,
-    /// `rdwr` or `aio` (both served the same way here).
+    /// `rdwr` or `aio` (both served the same way here), or `rbd`.
     pub bstype: String,
+    /// An rbd LUN's `--bsopts` as given (without `cache=`), empty otherwise; kept for the
+    /// dump, never shown or logged unredacted (`rbd::redact`).
+    pub bsopts: String,
     /// As given with `--bsoflags` (`direct`, `sync`, `sync:direct`), empty when none.
     pub bsoflags: String,
     pub online: bool,
@@ -82,6 +85,7 @@ impl LunMeta {
             scsi_sn: format!("beaf{tid}{lun}"),
             path: path.to_string(),
             bstype: "rdwr".into(),
+            bsopts: String::new(),
             bsoflags: String::new(),
             online: true,
             removable: false,

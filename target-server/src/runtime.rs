@@ -285,17 +285,25 @@ pub(crate) fn open_lun(
         }
     }
     let mode = l.cache_mode(cache);
-    let store = BackingStore::open(
-        &l.path,
-        &BackingOptions {
-            block_size: l.block_size,
-            readonly: l.readonly,
-            // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend),
-            // unless tgt's `direct` flag asks for O_DIRECT
-            direct: mode != config::CacheMode::Page || l.bsoflags.direct,
-        },
-    )
-    .map_err(lun_err)?;
+    let opts = BackingOptions {
+        block_size: l.block_size,
+        readonly: l.readonly,
+        // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend),
+        // unless tgt's `direct` flag asks for O_DIRECT
+        direct: mode != config::CacheMode::Page || l.bsoflags.direct,
+    };
+    let store = if l.bs_type == config::BsType::Rbd {
+        let spec = l.path.to_string_lossy();
+        let bsopts = l.bsopts.as_deref().unwrap_or("");
+        let t0 = std::time::Instant::now();
+        let store = BackingStore::open_rbd(&spec, bsopts, &["cache"], &opts).map_err(lun_err)?;
+        tracing::info!(target = %iqn, lun = l.lun, image = %spec,
+            bsopts = %rbd::redact(bsopts), ms = t0.elapsed().as_millis() as u64,
+            "rbd image open");
+        store
+    } else {
+        BackingStore::open(&l.path, &opts).map_err(lun_err)?
+    };
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let params = scsi::LuParams {
@@ -373,6 +381,7 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
         scsi_id: l.scsi_id.clone().unwrap_or(d.scsi_id.clone()),
         scsi_sn: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
         bstype: l.bs_type.as_str().to_string(),
+        bsopts: l.bsopts.clone().unwrap_or_default(),
         bsoflags: flags.join(":"),
         online: l.online,
         removable: l.removable,

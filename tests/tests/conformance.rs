@@ -5,7 +5,9 @@
 
 use std::fmt::Write as _;
 
-use tests::testcu::{self, Counts, Outcome, TestCase};
+use tests::testcu::{
+    self, Counts, Outcome, SuiteResult, TestCase, run_suite, run_suite_with, table,
+};
 use tests::tools;
 use tests::{Daemon, LunSpec, MIB};
 
@@ -45,134 +47,6 @@ fn against_tgtd(why: &str) -> bool {
         eprintln!("{why}");
     }
     tgtd
-}
-
-/// Per-suite timeout: the whole selection takes seconds against a healthy target.
-const SUITE_TIMEOUT_S: u64 = 180;
-
-struct SuiteResult {
-    suite: String,
-    counts: Counts,
-    exit: String,
-    cases: Vec<TestCase>,
-    problems: Vec<String>,
-}
-
-fn run_suite(d: &mut Daemon, suite: &str, report_name: &str, two_urls: bool) -> SuiteResult {
-    run_suite_with(d, suite, report_name, &[], two_urls)
-}
-
-/// [`run_suite`] with extra iscsi-test-cu flags (`-S`: allow SANITIZE), with one URL or two.
-fn run_suite_with(
-    d: &mut Daemon,
-    suite: &str,
-    report_name: &str,
-    flags: &[&str],
-    two_urls: bool,
-) -> SuiteResult {
-    let url = d.url(1);
-    // two URLs to the same LUN: the suites that need a second I_T nexus (reservations,
-    // multipath) use it, the others ignore it; with one URL a test that needs a second
-    // nexus logs one in for itself
-    let mut args: Vec<&str> = vec!["-d"];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["-t", suite, url.as_str()]);
-    if two_urls {
-        args.push(url.as_str());
-    }
-    let r = tools::run_no_sigpipe(SUITE_TIMEOUT_S, "iscsi-test-cu", &args);
-    let log = tests::reports_dir().join(format!("{report_name}-{suite}.log"));
-    std::fs::write(&log, format!("{r}")).expect("write suite log");
-    let cases = testcu::parse(&r.stdout);
-    let counts = Counts::of(&cases);
-    let mut problems = Vec::new();
-    if r.timed_out() {
-        problems.push(format!("timed out after {SUITE_TIMEOUT_S}s"));
-    }
-    if cases.is_empty() {
-        problems.push("no test results parsed".into());
-    }
-    if counts.fail > 0 {
-        let names: Vec<String> = cases
-            .iter()
-            .filter(|t| matches!(t.outcome, Outcome::Fail | Outcome::Unknown))
-            .map(|t| format!("{}.{}: {}", t.suite, t.name, t.short_detail(600)))
-            .collect();
-        problems.push(format!("failed: {}", names.join("; ")));
-        // a SCSI-verbose rerun for whoever fixes it
-        let mut vargs: Vec<&str> = vec!["-d", "-V"];
-        vargs.extend_from_slice(flags);
-        vargs.extend_from_slice(&["-t", suite, url.as_str()]);
-        let v = tools::run(SUITE_TIMEOUT_S, "iscsi-test-cu", &vargs);
-        let vlog = tests::reports_dir().join(format!("{report_name}-{suite}.verbose.log"));
-        std::fs::write(&vlog, format!("{v}")).expect("write verbose suite log");
-        problems.push(format!("verbose log: {}", vlog.display()));
-    }
-    if counts.pass == 0 {
-        problems.push("no test passed cleanly (all skipped?)".into());
-    }
-    // CUnit's exit status must agree with the parsed failures
-    if (counts.fail == 0) != r.status.success() && !r.timed_out() {
-        problems.push(format!(
-            "exit status {} disagrees with parsed counts {counts}",
-            r.status
-        ));
-    }
-    d.assert_alive(&format!("after iscsi-test-cu {suite}"));
-    SuiteResult {
-        suite: suite.to_string(),
-        counts,
-        exit: r.status.code().map_or("signal".into(), |c| c.to_string()),
-        cases,
-        problems,
-    }
-}
-
-fn table(results: &[SuiteResult], kind: &str) -> String {
-    let mut t = String::new();
-    let _ = writeln!(t, "iscsi-test-cu -d per suite, target {kind}:");
-    let _ = writeln!(
-        t,
-        "{:<24} {:>5} {:>5} {:>5} {:>5}  exit",
-        "suite", "pass", "skip", "fail", "total"
-    );
-    let mut sum = Counts::default();
-    for r in results {
-        let _ = writeln!(
-            t,
-            "{:<24} {:>5} {:>5} {:>5} {:>5}  {}",
-            r.suite,
-            r.counts.pass,
-            r.counts.skip,
-            r.counts.fail,
-            r.counts.total(),
-            r.exit
-        );
-        sum.pass += r.counts.pass;
-        sum.skip += r.counts.skip;
-        sum.fail += r.counts.fail;
-    }
-    let _ = writeln!(
-        t,
-        "{:<24} {:>5} {:>5} {:>5} {:>5}",
-        "TOTAL",
-        sum.pass,
-        sum.skip,
-        sum.fail,
-        sum.total()
-    );
-    for r in results {
-        for c in r.cases.iter().filter(|c| c.outcome == Outcome::Skip) {
-            let why = c
-                .detail
-                .lines()
-                .find(|l| l.contains("[SKIPPED]"))
-                .unwrap_or("")
-                .trim();
-            let _ = writeln!(t, "  skip {}.{}: {why}", c.suite, c.name);
-        }
-    }
-    t
 }
 
 /// Reservations (SPC-2 RESERVE/RELEASE, SPC-4 persistent reservations of every type) and
@@ -298,19 +172,7 @@ fn suites_with(lun: LunSpec, mode_suffix: &str, suites: &[&str], two_urls: bool)
         .iter()
         .map(|s| run_suite(&mut d, s, &report, two_urls))
         .collect();
-    let t = table(&results, &format!("{kind}{mode_suffix}"));
-    let path = tests::reports_dir().join(format!("{report}.txt"));
-    std::fs::write(&path, &t).expect("write suite table");
-    eprintln!("{t}(also in {})", path.display());
-    let problems: Vec<String> = results
-        .iter()
-        .flat_map(|r| r.problems.iter().map(move |p| format!("{}: {p}", r.suite)))
-        .collect();
-    assert!(
-        problems.is_empty(),
-        "iscsi-test-cu problems:\n{}\n{t}",
-        problems.join("\n")
-    );
+    testcu::assert_clean(&results, &format!("{kind}{mode_suffix}"), &report);
 }
 
 /// The default LUN: through the NUMA block cache.

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use tests::MIB;
 use tests::daemon::{Daemon, TargetKind, create_sparse, require_numatgtd};
+use tests::mgmt::new_lun;
 use tests::{qemuio, tools};
 
 const IQN: &str = "iqn.2026-11.org.numatgt:dropin";
@@ -37,22 +38,6 @@ fn new_target(d: &Daemon) {
     );
 }
 
-/// `tgtadm --op new --mode logicalunit --tid 1 --lun LUN -b PATH EXTRA...`.
-fn new_lun(d: &Daemon, lun: &str, path: &Path, extra: &[&str]) -> tools::ToolRun {
-    let path = path.to_string_lossy();
-    let base = [
-        "--lld",
-        "iscsi",
-        "--op",
-        "new",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        "1",
-    ];
-    d.tgtadm(&[&base[..], &["--lun", lun, "-b", &path], extra].concat())
-}
-
 fn numatgtadm_bin() -> String {
     tests::daemon::numatgtd_bin()
         .with_file_name("numatgtadm")
@@ -62,26 +47,8 @@ fn numatgtadm_bin() -> String {
 
 /// Random bytes written to LUN `lun` through qemu-img (libiscsi), returned for comparison.
 fn write_pattern(d: &Daemon, iqn: &str, lun: u64, dir: &Path, size: usize) -> Vec<u8> {
-    let data: Vec<u8> = (0..size).map(|_| rand::random::<u8>()).collect();
-    let src = dir.join(format!("pattern{lun}.bin"));
-    std::fs::write(&src, &data).expect("write pattern");
     let url = format!("{}/{iqn}/{lun}", d.portal_url());
-    tools::run(
-        60,
-        "qemu-img",
-        [
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            &src.to_string_lossy(),
-            &url,
-        ],
-    )
-    .check("qemu-img convert (write)");
-    data
+    qemuio::write_random(&url, dir, &format!("pattern{lun}.bin"), size)
 }
 
 fn read_lun(d: &Daemon, iqn: &str, lun: u64, dir: &Path, name: &str) -> Vec<u8> {
@@ -133,7 +100,7 @@ fn starts_empty_and_tgtadm_luns_are_served_from_the_numa_cache() {
         ("3", &["--bsopts", "cache=page", "--bsoflags", "sync"][..]),
     ] {
         let i: usize = n.parse().expect("lun");
-        new_lun(&d, n, &files[i - 1], extra).check("tgtadm new logicalunit");
+        new_lun(&d, "1", n, &files[i - 1], extra).check("tgtadm new logicalunit");
     }
     // the modes are visible in the dump and in the log; tgtadm's own view is tgtd's
     assert_eq!(dumped_cache_mode(&d, IQN, 1), "numa");
@@ -215,13 +182,13 @@ fn bad_cache_options_are_refused() {
     create_sparse(&f, 4 * MIB);
     new_target(&d);
     for bad in ["cache=fast", "cache", "speed=9", "cache=numa;x=1"] {
-        let r = new_lun(&d, "1", &f, &["--bsopts", bad]);
+        let r = new_lun(&d, "1", "1", &f, &["--bsopts", bad]);
         assert!(!r.status.success(), "--bsopts {bad} accepted\n{r}");
     }
     // nothing was created by the refused requests
     let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
     assert!(!show.stdout.contains("LUN: 1"), "{show}");
-    new_lun(&d, "1", &f, &["--bsopts", "cache=NUMA"]).check("--bsopts cache=NUMA");
+    new_lun(&d, "1", "1", &f, &["--bsopts", "cache=NUMA"]).check("--bsopts cache=NUMA");
     // the mode is chosen at creation; an update is refused and changes nothing
     let r = tests::mgmt::update_lun1(&d, "cache=off");
     assert!(!r.status.success(), "{r}");

@@ -159,6 +159,24 @@ impl Interp {
             for set in defaults.iter().filter(|x| x.key == "params") {
                 self.apply(&mut l, &lp, tid, n, set.key, &set.value, set)?;
             }
+            let rbd = l
+                .bs_type
+                .as_ref()
+                .is_some_and(|w| w.0.trim().eq_ignore_ascii_case("rbd"));
+            if let (false, Some(others)) = (rbd, &l.bsopts) {
+                let at = s
+                    .settings
+                    .iter()
+                    .chain(defaults)
+                    .find(|x| x.key == "bsopts" || x.key == "params");
+                let (loc, name) = at.map_or((&s.loc, s.kind()), |x| (&x.loc, x.name.as_str()));
+                let msg = format!(
+                    "bsopts {others} ignored: numatgt reads only cache=numa|off|page \
+                     (the rest is for bs-type rbd)"
+                );
+                self.warn(loc, name, &msg);
+                l.bsopts = None;
+            }
             out.push(l);
         }
         Ok(out)
@@ -206,11 +224,14 @@ impl Interp {
                 "device-type" => l.device_type = Some(Word(value.to_string())),
                 "bs-type" => l.bs_type = Some(Word(value.to_string())),
                 "bsoflags" => l.bsoflags = Some(Word(value.to_string())),
-                // tgt's `key=value;...`: numatgt reads `cache=numa|off|page`
+                // tgt's `key=value;...`: numatgt's `cache=numa|off|page`, and the rest for
+                // an rbd LUN (conf, id, cluster, librados settings)
                 "bsopts" => {
                     if let Some(mode) = bsopts_cache(value) {
                         l.cache = Some(Word(mode.to_string()));
                     }
+                    let others = bsopts_others(value);
+                    l.bsopts = (!others.is_empty()).then_some(others);
                 }
                 "block-size" => l.block_size = Some(num(value)?),
                 "lbppbe" => l.lbppbe = Some(num(value)?),
@@ -229,20 +250,8 @@ impl Interp {
                 if bsopts_cache(value).is_some() {
                     at(self, "cache");
                 }
-                let others: Vec<&str> = value
-                    .split(';')
-                    .map(str::trim)
-                    .filter(|p| !p.is_empty() && bsopts_cache(p).is_none())
-                    .collect();
-                if !others.is_empty() {
-                    self.warn(
-                        &set.loc,
-                        &set.name,
-                        &format!(
-                            "bsopts {} ignored: numatgt reads only cache=numa|off|page",
-                            others.join(";")
-                        ),
-                    );
+                if !bsopts_others(value).is_empty() {
+                    at(self, "bsopts");
                 }
             }
             "allow-in-use" => self.warn(
@@ -349,6 +358,16 @@ fn bsopts_cache(value: &str) -> Option<&str> {
     })
 }
 
+/// The pairs of a tgt `bsopts` string other than `cache=`, as given (`;`-joined).
+fn bsopts_others(value: &str) -> String {
+    value
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && bsopts_cache(p).is_none())
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
 fn new_lun(lun: u64, path: &str) -> RawLun {
     RawLun {
         lun,
@@ -370,6 +389,7 @@ fn new_lun(lun: u64, path: &str) -> RawLun {
         device_type: None,
         bs_type: None,
         bsoflags: None,
+        bsopts: None,
         lbppbe: None,
         la_lba: None,
         optimal_xfer_gran: None,

@@ -166,7 +166,40 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
         return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
     }
     let path = PathBuf::from(&rl.path);
-    if !path.is_absolute() {
+    let bs_type = match &rl.bs_type {
+        None => BsType::Rdwr,
+        Some(w) => BsType::parse(&w.0).ok_or_else(|| {
+            ctx.err(
+                &format!("{p}.bs_type"),
+                format!(
+                    "backing-store type {:?} is not supported; numatgt serves files and \
+                     block devices (rdwr or aio) and Ceph RBD images (rbd)",
+                    w.0
+                ),
+            )
+        })?,
+    };
+    let bsopts = rl
+        .bsopts
+        .as_deref()
+        .map(str::trim)
+        .filter(|b| !b.is_empty());
+    if bs_type == BsType::Rbd {
+        rbd::ImageSpec::parse(&rl.path).map_err(|m| ctx.err(&format!("{p}.path"), m))?;
+        rbd::ClusterOptions::parse(bsopts.unwrap_or(""), &[])
+            .map_err(|m| ctx.err(&format!("{p}.bsopts"), m))?;
+        if rl.size.is_some() {
+            return Err(ctx.err(
+                &format!("{p}.size"),
+                "an rbd image is not created by numatgt: create it with `rbd create`",
+            ));
+        }
+    } else if bsopts.is_some() {
+        return Err(ctx.err(
+            &format!("{p}.bsopts"),
+            "bsopts is for bs_type: rbd (a file's cache mode is `cache:`)",
+        ));
+    } else if !path.is_absolute() {
         return Err(ctx.err(
             &format!("{p}.path"),
             format!(
@@ -250,19 +283,8 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
         removable: rl.removable.is_some_and(|b| b.0),
         thin_provisioning: rl.thin_provisioning.is_some_and(|b| b.0),
         online: rl.online.is_none_or(|b| b.0),
-        bs_type: match &rl.bs_type {
-            None => BsType::Rdwr,
-            Some(w) => BsType::parse(&w.0).ok_or_else(|| {
-                ctx.err(
-                    &format!("{p}.bs_type"),
-                    format!(
-                        "backing-store type {:?} is not supported; numatgt serves files and \
-                         block devices only (rdwr or aio)",
-                        w.0
-                    ),
-                )
-            })?,
-        },
+        bs_type,
+        bsopts: bsopts.map(str::to_string),
         bsoflags: match &rl.bsoflags {
             None => BsOflags::default(),
             Some(w) => BsOflags::parse(&w.0).map_err(|m| ctx.err(&format!("{p}.bsoflags"), m))?,

@@ -274,6 +274,14 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_lun_io_duration_seconds",
         "Command latency, command received to response queued.",
     );
+    let mut rbd_hist = Family::histogram(
+        "numatgt_lun_rbd_op_duration_seconds",
+        "Latency of the RBD image's own operations as librbd answers them (rbd LUNs only).",
+    );
+    let mut rbd_errors = counter(
+        "numatgt_lun_rbd_op_errors_total",
+        "RBD image operations that failed (timeouts, a sick cluster, a lost lock).",
+    );
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -330,11 +338,19 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                     s.hist_ns[i] as f64 * NS,
                 );
             }
+            if let Some(lat) = lun.store.op_latency() {
+                for op in cache::StoreOp::ALL {
+                    let h = lat.snapshot(op);
+                    let labels = [l[0], l[1], ("op", op.label())];
+                    rbd_hist.add_histogram(&labels, &bounds, &h.buckets, h.sum_ns as f64 * NS);
+                    rbd_errors.add(&labels, h.errors as f64);
+                }
+            }
         }
     }
     for f in [
         reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
-        cap, info, hist,
+        cap, info, hist, rbd_hist, rbd_errors,
     ] {
         push(out, f);
     }

@@ -74,11 +74,8 @@ fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
         removable: meta.removable,
         thin_provisioning: meta.thin_provisioning,
         online: meta.online,
-        bs_type: if meta.bstype == "aio" {
-            config::BsType::Aio
-        } else {
-            config::BsType::Rdwr
-        },
+        bs_type: config::BsType::parse(&meta.bstype).unwrap_or_default(),
+        bsopts: (!meta.bsopts.is_empty()).then(|| meta.bsopts.clone()),
         bsoflags: config::BsOflags::parse(&meta.bsoflags).unwrap_or_default(),
         alua_owner: (!alua.peers.is_empty()).then_some(meta.alua_owner),
         ..config::LunConfig::new(l.number, meta.path.into())

@@ -15,9 +15,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 9] = [
-    "null", "sg", "bsg", "ssc", "smc", "mmc", "rbd", "glfs", "sheepdog",
-];
+const OTHER_BSTYPES: [&str; 8] = ["null", "sg", "bsg", "ssc", "smc", "mmc", "glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -53,10 +51,12 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let bs_type = match bstype {
         "" | "rdwr" => config::BsType::Rdwr,
         "aio" => config::BsType::Aio,
+        "rbd" => config::BsType::Rbd,
         b if OTHER_BSTYPES.contains(&b) => return Err(ErrCode::UnsupportedOperation),
         _ => return Err(ErrCode::InvalidRequest),
     };
-    let cache = parse_bsopts(p.get("bsopts").unwrap_or(""))?;
+    let bsopts_text = p.get("bsopts").unwrap_or("");
+    let (cache, rbd_opts) = parse_bsopts(bsopts_text, bs_type)?;
     let flags = p.get("bsoflags").unwrap_or("");
     let (mut direct, mut sync) = (false, false);
     for f in flags.split(':').filter(|f| !f.is_empty()) {
@@ -89,6 +89,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         block_size,
         bs_type,
         bsoflags: config::BsOflags { direct, sync },
+        bsopts: rbd_opts,
         cache,
         serial: Some(d.scsi_sn),
         ..config::LunConfig::new(number, path.into())
@@ -127,7 +128,11 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         Some(flags),
     )
     .map_err(|e| {
-        tracing::warn!(path, "cannot open backing store: {e}");
+        tracing::warn!(
+            path,
+            bstype = bs_type.as_str(),
+            "cannot open backing store: {e}"
+        );
         ErrCode::InvalidRequest
     })?;
     let (cached, direct) = (lun.cached, lun.store.is_direct());
@@ -148,10 +153,16 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     Ok(String::new())
 }
 
-/// tgt's `--bsopts`: `key=value` pairs separated by `;`. numatgt reads one key, `cache`
-/// (`numa`, `off` or `page`: this LUN's cache mode; without it, the configured default).
-fn parse_bsopts(text: &str) -> Result<Option<config::CacheMode>, ErrCode> {
+/// tgt's `--bsopts`: `key=value` pairs separated by `;`. numatgt reads `cache` (`numa`,
+/// `off` or `page`: this LUN's cache mode; without it, the configured default); an `rbd`
+/// LUN's other pairs are its cluster options (tgt's `conf`, `id`, `cluster`, and librados
+/// settings), returned as given. Other types know only `cache`.
+fn parse_bsopts(
+    text: &str,
+    bs_type: config::BsType,
+) -> Result<(Option<config::CacheMode>, Option<String>), ErrCode> {
     let mut cache = None;
+    let mut rest = Vec::new();
     for pair in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some((k, v)) if k.trim().eq_ignore_ascii_case("cache") => {
@@ -160,15 +171,22 @@ fn parse_bsopts(text: &str) -> Result<Option<config::CacheMode>, ErrCode> {
                     ErrCode::InvalidRequest
                 })?);
             }
+            _ if bs_type == config::BsType::Rbd => rest.push(pair),
             _ => {
                 tracing::warn!(
-                    "--bsopts {pair}: unknown option (numatgt knows cache=numa|off|page)"
+                    "--bsopts {pair}: unknown option (numatgt knows cache=numa|off|page, \
+                     and the cluster options of --bstype rbd)"
                 );
                 return Err(ErrCode::InvalidRequest);
             }
         }
     }
-    Ok(cache)
+    let rest = rest.join(";");
+    if let Err(m) = rbd::ClusterOptions::parse(&rest, &[]) {
+        tracing::warn!("--bsopts {}: {m}", rbd::redact(&rest));
+        return Err(ErrCode::InvalidRequest);
+    }
+    Ok((cache, (!rest.is_empty()).then_some(rest)))
 }
 
 /// REPORTED LUNS DATA HAS CHANGED for every I_T nexus of the target's LUs (as tgtd), so

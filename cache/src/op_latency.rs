@@ -1,0 +1,127 @@
+//! Latency of a backing store's own operations (an RBD image's reads, writes, zeroing and
+//! flushes as librbd answers them), as lock-free per-operation histograms that the metrics
+//! read. Recording is a clock read, an atomic add per counter; nothing allocates.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Upper bounds of the buckets in nanoseconds (50 µs … 5 s); one more bucket (+Inf)
+/// follows. The LUN command histograms use the same bounds.
+pub const LATENCY_BOUNDS_NS: [u64; 13] = [
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    100_000_000,
+    500_000_000,
+    1_000_000_000,
+    5_000_000_000,
+];
+/// Buckets per histogram (the bounds and +Inf).
+pub const LATENCY_BUCKETS: usize = LATENCY_BOUNDS_NS.len() + 1;
+
+/// The operations timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    Read = 0,
+    Write = 1,
+    /// Deallocation / zeroing (UNMAP, WRITE SAME with UNMAP).
+    Zero = 2,
+    Flush = 3,
+}
+
+impl StoreOp {
+    pub const ALL: [StoreOp; 4] = [StoreOp::Read, StoreOp::Write, StoreOp::Zero, StoreOp::Flush];
+
+    /// The `op` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreOp::Read => "read",
+            StoreOp::Write => "write",
+            StoreOp::Zero => "zero",
+            StoreOp::Flush => "flush",
+        }
+    }
+}
+
+/// One operation's histogram, as read: counts per bucket (not cumulative), the sum of
+/// latencies in ns, and how many failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpHistogram {
+    pub buckets: [u64; LATENCY_BUCKETS],
+    pub sum_ns: u64,
+    pub errors: u64,
+}
+
+/// Per-operation latency histograms of one store.
+#[derive(Debug, Default)]
+pub struct OpLatency {
+    buckets: [[AtomicU64; LATENCY_BUCKETS]; 4],
+    sum_ns: [AtomicU64; 4],
+    errors: [AtomicU64; 4],
+}
+
+impl OpLatency {
+    /// Runs `f` and records how long it took under `op` (and whether it failed).
+    pub fn time<T, E>(&self, op: StoreOp, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let t0 = Instant::now();
+        let r = f();
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let i = op as usize;
+        let b = LATENCY_BOUNDS_NS
+            .iter()
+            .position(|&bound| ns <= bound)
+            .unwrap_or(LATENCY_BOUNDS_NS.len());
+        self.buckets[i][b].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns[i].fetch_add(ns, Ordering::Relaxed);
+        if r.is_err() {
+            self.errors[i].fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// The histogram of `op` now.
+    pub fn snapshot(&self, op: StoreOp) -> OpHistogram {
+        let i = op as usize;
+        let mut h = OpHistogram {
+            sum_ns: self.sum_ns[i].load(Ordering::Relaxed),
+            errors: self.errors[i].load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for (out, b) in h.buckets.iter_mut().zip(self.buckets[i].iter()) {
+            *out = b.load(Ordering::Relaxed);
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_buckets_sums_and_errors() {
+        let l = OpLatency::default();
+        let ok: Result<(), ()> = l.time(StoreOp::Read, || Ok(()));
+        assert!(ok.is_ok());
+        let err: Result<(), &str> = l.time(StoreOp::Flush, || {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Err("down")
+        });
+        assert!(err.is_err());
+        let r = l.snapshot(StoreOp::Read);
+        assert_eq!(r.buckets.iter().sum::<u64>(), 1);
+        assert_eq!(r.errors, 0);
+        let f = l.snapshot(StoreOp::Flush);
+        assert_eq!(f.errors, 1);
+        assert!(f.sum_ns >= 2_000_000, "{}", f.sum_ns);
+        // 2 ms lands in the 2.5 ms bucket (index 5) or, on a slow machine, a later one
+        assert_eq!(f.buckets[..5].iter().sum::<u64>(), 0, "{:?}", f.buckets);
+        assert_eq!(l.snapshot(StoreOp::Write), OpHistogram::default());
+    }
+}
