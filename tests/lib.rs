@@ -3,6 +3,7 @@
 //! real initiators (libiscsi tools, qemu-img, iscsi-test-cu) and raw TCP clients on 127.0.0.1,
 //! and stops everything it started by PID. No mocks of any peer.
 
+pub mod alua;
 pub mod cdb;
 pub mod ceph;
 pub mod daemon;

@@ -275,6 +275,14 @@ impl BackingStore {
         matches!(self.medium, Medium::Rbd(_))
     }
 
+    /// The RBD image (its exclusive lock and records beside it), `None` for a file.
+    pub fn rbd_image(&self) -> Option<&rbd::Image> {
+        match &self.medium {
+            Medium::Rbd(r) => Some(&r.image),
+            Medium::File(_) => None,
+        }
+    }
+
     /// The store's new size in blocks when it grew outside the daemon since the last call
     /// (an RBD image resized with `rbd resize`, seen by its update watch), so the LUN's
     /// capacity can follow; `None` otherwise. One atomic load when nothing changed. A

@@ -58,6 +58,8 @@ api! {
     rados.rados_shutdown: fn(Handle) -> ();
     rados.rados_ioctx_create: fn(Handle, *const c_char, *mut Handle) -> c_int;
     rados.rados_ioctx_destroy: fn(Handle) -> ();
+    rados.rados_write_full: fn(Handle, *const c_char, *const c_char, usize) -> c_int;
+    rados.rados_read: fn(Handle, *const c_char, *mut c_char, usize, u64) -> c_int;
     rbd.rbd_open: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_open_read_only: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_close: fn(Handle) -> c_int;

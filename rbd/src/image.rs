@@ -386,6 +386,45 @@ impl Image {
         Ok(out)
     }
 
+    /// Replaces the whole of RADOS object `name` in the image's pool with `data` (a small
+    /// record beside the image, written without the image's lock).
+    pub fn object_write(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        let oid = cstring(name, "object name")?;
+        // SAFETY: live ioctx; valid C string; `data` is readable for its length.
+        let r = unsafe {
+            (self.api.rados_write_full)(
+                self.ioctx,
+                oid.as_ptr(),
+                data.as_ptr().cast::<c_char>(),
+                data.len(),
+            )
+        };
+        errno(r.into()).map(drop)
+    }
+
+    /// The first `max` bytes of RADOS object `name` in the image's pool; `None` when it
+    /// does not exist.
+    pub fn object_read(&self, name: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
+        let oid = cstring(name, "object name")?;
+        let mut buf = vec![0u8; max];
+        // SAFETY: live ioctx; valid C string; `buf` is writable for its length.
+        let r = unsafe {
+            (self.api.rados_read)(
+                self.ioctx,
+                oid.as_ptr(),
+                buf.as_mut_ptr().cast::<c_char>(),
+                buf.len(),
+                0,
+            )
+        };
+        if r == -libc::ENOENT {
+            return Ok(None);
+        }
+        let n = errno(r.into())?;
+        buf.truncate(usize::try_from(n).unwrap_or(0).min(max));
+        Ok(Some(buf))
+    }
+
     /// Breaks `owner`'s exclusive lock (blocklisting it: its next write fails).
     pub fn lock_break(&self, owner: &str) -> io::Result<()> {
         let o = cstring(owner, "lock owner")?;

@@ -136,11 +136,11 @@ impl AccessState {
 }
 
 /// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION (04h/0Ah).
-const TRANSITIONING: Sense = Sense::new(key::NOT_READY, 0x04, 0x0A);
+pub const TRANSITIONING: Sense = Sense::new(key::NOT_READY, 0x04, 0x0A);
 /// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE (04h/0Bh).
 const STANDBY: Sense = Sense::new(key::NOT_READY, 0x04, 0x0B);
 /// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE (04h/0Ch).
-const UNAVAILABLE: Sense = Sense::new(key::NOT_READY, 0x04, 0x0C);
+pub const UNAVAILABLE: Sense = Sense::new(key::NOT_READY, 0x04, 0x0C);
 
 /// How a group reached its current state (the STATUS CODE field of a target port group
 /// descriptor, SPC-4 table 169).

@@ -45,8 +45,11 @@ fn non_owner(alua: &config::AluaConfig) -> AccessState {
 /// owner first, so such a LUN is not cached anywhere; with non-owners in standby, the
 /// owner caches.
 pub fn may_cache(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> bool {
-    let others_write =
-        !alua.peers.is_empty() && alua.non_owner_state == config::NonOwnerState::ActiveNonOptimized;
+    // an RBD LUN's other gateways take it over (the owner writes back first) before they
+    // serve it
+    let others_write = !alua.peers.is_empty()
+        && alua.non_owner_state == config::NonOwnerState::ActiveNonOptimized
+        && lun.arbiter.is_none();
     lun.cached && owner == alua.group && !others_write
 }
 
@@ -59,6 +62,11 @@ pub enum OwnerError {
     Flush(std::io::Error),
     #[error("{0}")]
     Groups(#[from] scsi::PortGroupError),
+    #[error(
+        "an RBD LUN moves when the new owner takes it over: run this on the gateway of group \
+         {0} (alua_owner={0} there)"
+    )]
+    TakenNotGiven(u16),
 }
 
 /// Sets the initial groups of a new LUN owned by `owner` (no transition, no unit attention
@@ -66,6 +74,11 @@ pub enum OwnerError {
 pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), OwnerError> {
     if !alua.has_group(owner) {
         return Err(OwnerError::UnknownGroup(owner));
+    }
+    if let Some(a) = &lun.arbiter {
+        // an RBD LUN: the image's lock decides
+        a.init(lun, owner);
+        return Ok(());
     }
     lun.scsi.set_port_groups(port_groups(alua, owner))?;
     // the state change above raised ASYMMETRIC ACCESS STATE CHANGED for no nexus: a new
@@ -97,6 +110,13 @@ pub fn set_owner(
         return Err(OwnerError::UnknownGroup(owner));
     }
     let me = alua.group;
+    if let Some(a) = &lun.arbiter {
+        if owner != me {
+            return Err(OwnerError::TakenNotGiven(owner));
+        }
+        a.want_ownership();
+        return Ok(!a.owns());
+    }
     let was_owner = lun.scsi.access_state() == AccessState::ActiveOptimized;
     let cache = cache.filter(|_| lun.cached);
     if was_owner && owner != me {
@@ -145,7 +165,7 @@ pub fn set_owner(
 
 /// Writes the LUN's dirty blocks back and makes them durable, whether or not the LUN uses
 /// the cache now.
-fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
+pub(crate) fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
     cache::coherence::flush_and_sync(
         c,
         lun.cache_id,

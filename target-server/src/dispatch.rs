@@ -71,6 +71,24 @@ pub fn execute(
     };
     let kind = io_kind(&action, &cmd.cdb, u64::from(block_size));
     reply.set_kind(kind);
+    // an RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
+    // back), and the command is retried by the initiator meanwhile
+    if let Some(a) = &lun.arbiter
+        && !matches!(action, Action::Complete(_))
+        && !a.owns()
+    {
+        if !a.is_fenced() {
+            a.want_ownership();
+        }
+        let sense = if a.is_fenced() {
+            scsi::alua::UNAVAILABLE
+        } else {
+            scsi::alua::TRANSITIONING
+        };
+        let mut r = completed(lun.scsi.check_condition(&sense));
+        r.write_transfer_len = stamp;
+        return (Answer::Now(r), kind);
+    }
     // COMPARE AND WRITE, ORWRITE, WRITE ATOMIC: one path, the range held exclusively
     let mut locked_write = |op, (lba, count, durable), reply| {
         let data = std::mem::take(&mut cmd.data_out);

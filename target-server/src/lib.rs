@@ -9,6 +9,7 @@
 
 pub mod alloc_count;
 pub(crate) mod alua;
+pub(crate) mod alua_rbd;
 pub(crate) mod atomic;
 pub(crate) mod backend;
 pub mod cli;

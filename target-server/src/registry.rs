@@ -41,6 +41,8 @@ pub struct Lun {
     /// The cache is in use now: `cached`, and this gateway owns the LUN (ALUA
     /// active/optimized; see [`crate::alua`]).
     pub cache_on: std::sync::atomic::AtomicBool,
+    /// The ownership of an RBD LUN exported by several gateways (`None`: other LUNs).
+    pub arbiter: Option<Arc<crate::alua_rbd::Arbiter>>,
     /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
     /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
     pub sync_writes: bool,

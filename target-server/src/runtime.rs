@@ -344,9 +344,11 @@ pub(crate) fn open_lun(
         "LUN ready");
     let owner = alua.owner_of(l.alua_owner);
     meta.alua_owner = owner;
+    let arbiter = crate::alua_rbd::Arbiter::for_lun(alua, &store);
     let lun = Lun {
         number: l.lun,
         scsi: lu,
+        arbiter,
         store: Arc::new(store),
         cache_id,
         cached: mode == config::CacheMode::Numa,
@@ -586,6 +588,7 @@ impl Daemon {
             conn_config(&rc.config.iscsi),
         ));
         registry.set_state_dir(rc.state_dir.clone());
+        crate::alua_rbd::start_all(&registry.targets(), block_cache.as_ref());
         registry.limits.apply(&rc.config.limits);
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them

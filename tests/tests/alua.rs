@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use tests::alua::rtpg;
 use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::daemon::{create_sparse, require_numatgtd};
 use tests::pdu::ScsiSession;
@@ -45,26 +46,6 @@ fn write(s: &mut ScsiSession, data: &[u8]) {
 fn sync(s: &mut ScsiSession) {
     let (st, sense, _) = s.command(&SYNC10, &[], 0);
     assert_eq!(st, 0, "SYNCHRONIZE CACHE: sense {:?}", sense_of(&sense));
-}
-
-/// (own group state, [(group, state, relative ports)]) from REPORT TARGET PORT GROUPS.
-fn rtpg(s: &mut ScsiSession) -> Vec<(u16, u8, Vec<u16>)> {
-    let (st, sense, d) = s.command(&[0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0], &[], 1024);
-    assert_eq!(st, 0, "RTPG: sense {:?}", sense_of(&sense));
-    let len = u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize;
-    assert_eq!(len + 4, d.len(), "RETURN DATA LENGTH");
-    let mut out = Vec::new();
-    let mut i = 4;
-    while i + 8 <= d.len() {
-        let n = usize::from(d[i + 7]);
-        let ports = (0..n)
-            .map(|k| u16::from_be_bytes([d[i + 8 + 4 * k + 2], d[i + 8 + 4 * k + 3]]))
-            .collect();
-        out.push((u16::from_be_bytes([d[i + 2], d[i + 3]]), d[i] & 0x0F, ports));
-        i += 8 + 4 * n;
-    }
-    out.sort();
-    out
 }
 
 /// (NAA designator, relative target port, target port group) from VPD page 83h.

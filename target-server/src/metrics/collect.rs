@@ -282,6 +282,18 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_lun_rbd_op_errors_total",
         "RBD image operations that failed (timeouts, a sick cluster, a lost lock).",
     );
+    let mut alua_state = Family::gauge(
+        "numatgt_lun_alua_state",
+        "Asymmetric access state of this gateway's port group for the LUN (0 active/optimized, 1 active/non-optimized, 2 standby, 3 unavailable, 15 transitioning).",
+    );
+    let mut alua_owner = Family::gauge(
+        "numatgt_lun_alua_owner_group",
+        "Target port group that owns the LUN, as this gateway knows it.",
+    );
+    let mut alua_moves = counter(
+        "numatgt_lun_alua_transitions_total",
+        "Ownership moves of an RBD LUN seen by this gateway: takeover (it took the LUN), fenced_other (… breaking a silent owner's lock), release (it handed the LUN over), fenced (its own lock was broken).",
+    );
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -338,6 +350,29 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                     s.hist_ns[i] as f64 * NS,
                 );
             }
+            alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
+            let owner = match &lun.arbiter {
+                Some(a) => a.owner_group(),
+                None => {
+                    lun.meta
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .alua_owner
+                }
+            };
+            alua_owner.add(&l, f64::from(owner));
+            if let Some(a) = &lun.arbiter {
+                let m = &a.transitions;
+                for (kind, v) in [
+                    ("takeover", &m.takeovers),
+                    ("fenced_other", &m.fenced_others),
+                    ("release", &m.releases),
+                    ("fenced", &m.fenced),
+                ] {
+                    let v = v.load(std::sync::atomic::Ordering::Relaxed);
+                    alua_moves.add(&[l[0], l[1], ("kind", kind)], v as f64);
+                }
+            }
             if let Some(lat) = lun.store.op_latency() {
                 for op in cache::StoreOp::ALL {
                     let h = lat.snapshot(op);
@@ -350,7 +385,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     }
     for f in [
         reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
-        cap, info, hist, rbd_hist, rbd_errors,
+        cap, info, hist, rbd_hist, rbd_errors, alua_state, alua_owner, alua_moves,
     ] {
         push(out, f);
     }

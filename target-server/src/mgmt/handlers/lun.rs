@@ -137,6 +137,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     })?;
     let (cached, direct) = (lun.cached, lun.store.is_direct());
     let lun = Arc::new(lun);
+    let arbiter = lun.arbiter.clone().map(|a| (a, Arc::clone(&lun)));
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
@@ -146,6 +147,9 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     });
     if !added {
         return Err(ErrCode::LunExist);
+    }
+    if let Some((a, lun)) = arbiter {
+        a.start(&lun, ctx.cache.as_ref());
     }
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
@@ -206,6 +210,9 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
+    if let Some(a) = &lun.arbiter {
+        a.stop();
+    }
     luns_changed(&t);
     match ctx.sync_lun(&lun) {
         Err(e) => {
@@ -367,6 +374,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             cache_id: lun.cache_id,
             cached: lun.cached,
             cache_on: AtomicBool::new(lun.uses_cache()),
+            arbiter: lun.arbiter.clone(),
             sync_writes: lun.sync_writes,
             read_ahead: lun.read_ahead,
             last_read_end: AtomicU64::new(u64::MAX),
@@ -379,10 +387,21 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .alua_owner;
-        if let Err(e) = next
-            .scsi
-            .set_port_groups(crate::alua::port_groups(&t.alua, owner))
-        {
+        let groups = match &lun.arbiter {
+            // the arbiter's view: the owner it knows, this gateway's state as it is
+            Some(a) => {
+                a.rebind(&next);
+                let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1));
+                for x in &mut g {
+                    if x.id == t.alua.group {
+                        x.state = lun.scsi.access_state();
+                    }
+                }
+                g
+            }
+            None => crate::alua::port_groups(&t.alua, owner),
+        };
+        if let Err(e) = next.scsi.set_port_groups(groups) {
             tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
         }
         t.update_luns(|m| {
