@@ -24,11 +24,18 @@
 #      MPATH_BEFORE          s of writes before the kill (4)
 #      MPATH_AFTER           s of writes through gateway 2 after the stall (4)
 #      MPATH_FAILBACK        1 (default): restart gateway 1 and require the failback
+#      MPATH_MODE            ano (default): non_owner_state active-non-optimized, as above;
+#                            standby: non_owner_state standby and write_cache: false (the
+#                            owner caches reads only); after the kill the I/O must queue
+#                            (no file acknowledged for MPATH_ADMIN s) until "the
+#                            administrator" runs tgtadm --params alua_owner=2 on gateway 2;
+#                            gateway 1 restarts with alua_owner: 2 and must come back as a
+#                            standby path (prio 1), without a failback
 # Prints VM_MPATH_OK stall=S files_before=N files_after=M verified=V fsck=clean on success,
 # VM_MPATH_FAIL: <why> otherwise.
-set -u
 # word splitting of $(pg_summary) and $(verify) into "set --" is intended
 # shellcheck disable=SC2046
+set -u
 IQN=iqn.2026-11.org.numatgt:vmmpath
 P1=127.0.0.1:3260
 P2=127.0.0.2:3260
@@ -41,6 +48,14 @@ REPL=${MPATH_REPLACEMENT:-5}
 BEFORE=${MPATH_BEFORE:-4}
 AFTER=${MPATH_AFTER:-4}
 FAILBACK=${MPATH_FAILBACK:-1}
+MODE=${MPATH_MODE:-ano}
+ADMIN=${MPATH_ADMIN:-3}
+OWNER=1
+case "$MODE" in
+  ano) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
+  standby) NON_OWNER=standby WCACHE=false PRIO2=1 STATE2=S ;;
+  *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby"; exit 1 ;;
+esac
 G1PID=
 G2PID=
 WPID=
@@ -84,12 +99,14 @@ targets:
   - iqn: $IQN
     alua:
       group: $1
-      non_owner_state: active-non-optimized
+      non_owner_state: $NON_OWNER
       peers:
         - group: $2
     luns:
       - lun: 1
         path: $LUN_FILE
+        write_cache: $WCACHE
+        alua_owner: $OWNER
 EOF
 }
 
@@ -267,12 +284,12 @@ for s in /sys/class/iscsi_session/session*; do
   step "$(basename "$s"): recovery_tmo $(cat "$s"/recovery_tmo) s"
 done
 # scsi_dh_alua read both gateways' REPORT TARGET PORT GROUPS: A(ctive/optimized) on group 1,
-# N(on-optimized) on group 2
+# N(on-optimized) or S(tandby) on group 2
 dmesg | grep -q 'alua: port group 01 state A' || fail "no 'alua: port group 01 state A' in the kernel log"
-dmesg | grep -q 'alua: port group 02 state N' || fail "no 'alua: port group 02 state N' in the kernel log"
+dmesg | grep -q "alua: port group 02 state $STATE2" || fail "no 'alua: port group 02 state $STATE2' in the kernel log"
 set -- $(pg_summary)
 step "map $MAP: path groups prio=$1 status=$2, prio=$3 status=$4"
-[ "$1 $2 $3" = "50 active 10" ] || fail "want path group prio 50 active then prio 10, got '$*'"
+[ "$1 $2 $3" = "50 active $PRIO2" ] || fail "want path group prio 50 active then prio $PRIO2, got '$*'"
 # the prio-50 group's path must be gateway 1's session
 pg1_dev=$(multipath -ll "$MAP" | awk '/prio=50/ { g = 1; next } /prio=/ { g = 0 }
   g { for (i = 1; i < NF; i++) if ($i ~ /^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/) { print $(i + 1); exit } }')
@@ -293,6 +310,17 @@ wait "$G1PID" 2>/dev/null
 G1PID=
 n_before=$(acked)
 step "gateway 1 (the owner) SIGKILLed at ${t_kill}s; $n_before files acknowledged before"
+if [ "$MODE" = standby ]; then
+  # gateway 2 is standby: nothing may complete until ownership moves
+  sleep "$ADMIN"
+  [ "$(acked)" = "$n_before" ] || fail "standby: files acknowledged with the owner dead and no owner moved"
+  step "standby: no file acknowledged in the $ADMIN s after the kill; map: $(pg_summary)"
+  multipath -ll "$MAP"
+  tgtadm -C "$C2" --lld iscsi --mode logicalunit --op update --tid 1 --lun 1 --params alua_owner=2 \
+    || fail "tgtadm alua_owner=2 on gateway 2"
+  OWNER=2
+  step "ownership moved to group 2 on gateway 2 (tgtadm --params alua_owner=2)"
+fi
 wait_acked_over "$n_before" 90 "after the kill"
 t_first=$(awk -v t="$t_kill" '$3 > t { print $3; exit }' "$ACKED")
 stall=$(awk -v a="$t_kill" -v b="$t_first" 'BEGIN { printf "%.2f", b - a }')
@@ -310,7 +338,15 @@ if [ "$FAILBACK" = 1 ]; then
   start_gateway 1 2 "$P1" "$C1"
   t_restart=$(now)
   i=0
-  while :; do
+  while [ "$MODE" = standby ]; do
+    # the old owner comes back told that group 2 owns the LUN: a standby path, no failback
+    set -- $(pg_summary)
+    [ "${1:-} ${2:-} ${3:-}" = "50 active 1" ] && multipath -ll "$MAP" | grep -A2 'prio=1 ' | grep -q 'ghost\|active ready' && break
+    i=$((i + 1))
+    [ $i -le 150 ] || fail "gateway 1's path not back as standby within 30 s of its restart: $*"
+    sleep 0.2
+  done
+  while [ "$MODE" = ano ]; do
     set -- $(pg_summary)
     [ "${1:-} ${2:-}" = "50 active" ] && multipath -ll "$MAP" | grep -A2 'prio=50' | grep -q 'active ready running' && break
     i=$((i + 1))
@@ -319,7 +355,12 @@ if [ "$FAILBACK" = 1 ]; then
   done
   fb=$(awk -v a="$t_restart" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   failback="${fb}s"
-  step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
+  if [ "$MODE" = ano ]; then
+    step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
+  else
+    failback="none (standby path back in ${fb}s)"
+    step "gateway 1's path back as a standby path ${fb} s after its restart (group 2 owns the LUN)"
+  fi
   multipath -ll "$MAP"
   n_fb=$(acked)
   wait_acked_over "$n_fb" 30 "after the failback"
@@ -356,4 +397,4 @@ done
 kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
 echo "---- kernel ALUA / multipath messages ----"
 dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
-echo "VM_MPATH_OK stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"
+echo "VM_MPATH_OK mode=$MODE stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"

@@ -6,8 +6,9 @@
 # fsync'ed ext4 writes, which must go on through the other one; gateway 1 comes back and the
 # map fails back; every acknowledged file is checked and e2fsck -fn must be clean.
 # Env: NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
-#      MPATH_REPLACEMENT (5), MPATH_BEFORE (4), MPATH_AFTER (4), MPATH_FAILBACK (1): see
-#      guest-multipath.sh
+#      MPATH_REPLACEMENT (5), MPATH_BEFORE (4), MPATH_AFTER (4), MPATH_FAILBACK (1),
+#      MPATH_MODE (ano; standby: the owner dies, an admin moves ownership), MPATH_ADMIN (3):
+#      see guest-multipath.sh
 #      VM_TIMEOUT (240) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon logs.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
@@ -22,6 +23,6 @@ done
 NAME=test-vm-multipath
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK" VM_FILES=""
+VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN" VM_FILES=""
 vm_ship_numatgtd
-vm_run_and_check guest-multipath.sh "VM_MPATH_OK stall="
+vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
