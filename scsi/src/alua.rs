@@ -458,10 +458,16 @@ mod tests {
         assert_eq!(complete(&lu, &[0x1A, 0, 0x3F, 0, 255, 0]).status, 0);
         // READ CAPACITY (10) and (16): the size a Linux initiator probes at login
         assert_eq!(complete(&lu, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]).status, 0);
-        let rc16 = complete(&lu, &[0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0]);
+        let rc16 = complete(
+            &lu,
+            &[0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0],
+        );
         assert_eq!(rc16.status, 0);
         // other SERVICE ACTION IN (16) actions stay refused (GET LBA STATUS)
-        let lba = complete(&lu, &[0x9E, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0]);
+        let lba = complete(
+            &lu,
+            &[0x9E, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0],
+        );
         assert_eq!(check(&lba), (0x2, 0x04, 0x0B));
         // REQUEST SENSE reports the standby condition as data
         let rs = complete(&lu, &[0x03, 0, 0, 0, 18, 0]);
