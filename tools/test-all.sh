@@ -6,6 +6,8 @@
 #   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM crash test (numatgtd SIGKILLed under fsync'ed ext4 writes; files and e2fsck checked)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
+#   -> VM multipath (two ALUA gateways under dm-multipath; the owner SIGKILLed under
+#   fsync'ed ext4 writes, which go on through the other one; files and e2fsck checked)
 #   -> VM RDMA echo (the rdma crate's CM, Send, RDMA READ/WRITE over soft-RoCE in the guest)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
 # exit status is non-zero when any stage failed.
@@ -94,6 +96,15 @@ vm_crash_test() {
   "$REPO/tools/vm/test-vm-crash.sh"
 }
 
+vm_multipath_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM multipath test not run (counted as failed)"
+    return 1
+  fi
+  # dm-multipath (prio alua) over two numatgtd gateways; failover and failback (issue 16)
+  "$REPO/tools/vm/test-vm-multipath.sh"
+}
+
 vm_rdma_echo_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM RDMA echo test not run (counted as failed)"
@@ -131,6 +142,7 @@ stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-crash vm_crash_test
 stage vm-numa vm_numa_test
+stage vm-multipath vm_multipath_test
 stage vm-rdma-echo vm_rdma_echo_test
 stage vm-iser vm_iser_test
 

@@ -105,7 +105,13 @@ impl AccessState {
                             | 0x4D // LOG SENSE
                     )
                     || (op == MAINTENANCE_IN && sa == SA_REPORT_SUPPORTED_OPCODES)
-                    || (op == MAINTENANCE_IN && sa == SA_REPORT_SUPPORTED_TMFS);
+                    || (op == MAINTENANCE_IN && sa == SA_REPORT_SUPPORTED_TMFS)
+                    // READ CAPACITY beyond SPC-4's list (as LIO does): Linux probes a
+                    // standby path's size once, at login; refused, sd records 0 blocks
+                    // and every command dm-multipath sends that path after a takeover
+                    // fails with "access beyond end of device"
+                    || op == READ_CAPACITY_10
+                    || (op == SERVICE_ACTION_IN_16 && sa == SA_READ_CAPACITY_16);
                 if standby_ok { Ok(()) } else { Err(STANDBY) }
             }
             AccessState::Unavailable => {
@@ -450,6 +456,19 @@ mod tests {
         assert_eq!(complete(&lu, &[0x12, 0, 0, 0, 96, 0]).status, 0);
         assert_eq!(complete(&lu, &RTPG).status, 0);
         assert_eq!(complete(&lu, &[0x1A, 0, 0x3F, 0, 255, 0]).status, 0);
+        // READ CAPACITY (10) and (16): the size a Linux initiator probes at login
+        assert_eq!(complete(&lu, &[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0]).status, 0);
+        let rc16 = complete(
+            &lu,
+            &[0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0],
+        );
+        assert_eq!(rc16.status, 0);
+        // other SERVICE ACTION IN (16) actions stay refused (GET LBA STATUS)
+        let lba = complete(
+            &lu,
+            &[0x9E, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0],
+        );
+        assert_eq!(check(&lba), (0x2, 0x04, 0x0B));
         // REQUEST SENSE reports the standby condition as data
         let rs = complete(&lu, &[0x03, 0, 0, 0, 18, 0]);
         assert_eq!(

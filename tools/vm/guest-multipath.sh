@@ -1,0 +1,400 @@
+#!/bin/sh
+# Guest side of the dm-multipath test (issue 16; runs as root inside the QEMU guest, see
+# vm-run.sh). Two numatgtd gateways export the same target and LUN from ONE backing file,
+# each as its own ALUA target port group; the guest kernel's initiator logs in to both and
+# dm-multipath (multipathd, prio alua, group_by_prio) builds one map over the two paths:
+#   - gateway 1 (group 1, 127.0.0.1:3260) owns the LUN (active/optimized), gateway 2
+#     (group 2, 127.0.0.2:3260) reports it active/non-optimized; with active/non-optimized
+#     peers a file LUN is cached nowhere, so both gateways serve it coherently;
+#   - `multipath -ll` must show two path groups, prio 50 (group 1's path) and 10;
+#   - mkfs.ext4 on /dev/mapper/<wwid>, mount, a writer creates files of random size with
+#     dd conv=fsync + a directory fsync and only then records "name checksum time" in the
+#     guest's RAM (the acknowledged files);
+#   - the owner (gateway 1) is SIGKILLed mid-writes: its session fails (replacement_timeout
+#     MPATH_REPLACEMENT s), multipathd fails the path and switches to the other path group;
+#     the writer must go on acknowledging files through gateway 2; the stall is the time
+#     from the kill to the first file acknowledged after it;
+#   - gateway 1 is started again: iscsid logs in again, the path checker reinstates the
+#     path and (failback immediate) group 1's path group is active again;
+#   - the writer stops, every acknowledged file is checked, umount, `e2fsck -fn` clean.
+# Env: NUMATGTD              path of the numatgtd binary as the guest sees it
+#      MPATH_REPLACEMENT     open-iscsi replacement_timeout in s of the node records (5);
+#                            multipathd sets the sessions' recovery_tmo to its
+#                            fast_io_fail_tmo (5) once it manages the paths
+#      MPATH_BEFORE          s of writes before the kill (4)
+#      MPATH_AFTER           s of writes through gateway 2 after the stall (4)
+#      MPATH_FAILBACK        1 (default): restart gateway 1 and require the failback
+#      MPATH_MODE            ano (default): non_owner_state active-non-optimized, as above;
+#                            standby: non_owner_state standby and write_cache: false (the
+#                            owner caches reads only); after the kill the I/O must queue
+#                            (no file acknowledged for MPATH_ADMIN s) until "the
+#                            administrator" runs tgtadm --params alua_owner=2 on gateway 2;
+#                            gateway 1 restarts with alua_owner: 2 and must come back as a
+#                            standby path (prio 1), without a failback
+# Prints VM_MPATH_OK stall=S files_before=N files_after=M verified=V fsck=clean on success,
+# VM_MPATH_FAIL: <why> otherwise.
+# word splitting of $(pg_summary) and $(verify) into "set --" is intended
+# shellcheck disable=SC2046
+set -u
+IQN=iqn.2026-11.org.numatgt:vmmpath
+P1=127.0.0.1:3260
+P2=127.0.0.2:3260
+LUN_FILE=/tmp/vm-mpath-lun.img
+LUN_MB=128
+MNT=/tmp/mnt-mpath
+STAGE=/tmp/mpath-stage
+ACKED=/tmp/mpath-acked.list
+REPL=${MPATH_REPLACEMENT:-5}
+BEFORE=${MPATH_BEFORE:-4}
+AFTER=${MPATH_AFTER:-4}
+FAILBACK=${MPATH_FAILBACK:-1}
+MODE=${MPATH_MODE:-ano}
+ADMIN=${MPATH_ADMIN:-3}
+OWNER=1
+case "$MODE" in
+  ano) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
+  standby) NON_OWNER=standby WCACHE=false PRIO2=1 STATE2=S ;;
+  *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby"; exit 1 ;;
+esac
+G1PID=
+G2PID=
+WPID=
+UPID=
+MPID=
+MAP=
+C1=$((2000 + $$ % 20000))
+C2=$((C1 + 1))
+
+. /vmtest/guest-lib.sh
+fail() {
+  echo "VM_MPATH_FAIL: $*"
+  multipath -ll 2>&1 | head -n 30
+  dump_log /tmp/gw1.log "numatgtd-mpath-gw1.log"
+  echo "---- gateway 2 (last 30 lines) ----"
+  tail -n 30 /tmp/gw2.log 2>/dev/null
+  echo "---- multipathd (last 40 lines) ----"
+  tail -n 40 /tmp/multipathd.log 2>/dev/null
+  [ -d /vmtest/out ] && cp /tmp/gw2.log /tmp/multipathd.log /vmtest/out/ 2>/dev/null
+  [ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null
+  umount -l "$MNT" 2>/dev/null
+  [ -n "$MPID" ] && kill -9 "$MPID" 2>/dev/null
+  [ -n "$MAP" ] && dmsetup remove --force "$MAP" 2>/dev/null
+  timeout 30 iscsiadm -m node -T "$IQN" --logout >/dev/null 2>&1
+  for p in $G1PID $G2PID $UPID; do kill -9 "$p" 2>/dev/null; done
+  exit 1
+}
+# a random number in [LO, HI]
+rand() { echo $(( $1 + $(od -An -N4 -tu4 /dev/urandom) % ($2 - $1 + 1) )); }
+# seconds since boot, with hundredths
+now() { cut -d' ' -f1 /proc/uptime; }
+
+# the YAML of gateway GROUP (the other one is PEER) on PORTAL
+gateway_yaml() { # GROUP PEER PORTAL
+  cat <<EOF
+portals:
+  - address: $3
+cache:
+  size_per_node: 64M
+targets:
+  - iqn: $IQN
+    alua:
+      group: $1
+      non_owner_state: $NON_OWNER
+      peers:
+        - group: $2
+    luns:
+      - lun: 1
+        path: $LUN_FILE
+        write_cache: $WCACHE
+        alua_owner: $OWNER
+EOF
+}
+
+# start gateway GROUP; sets G1PID or G2PID
+start_gateway() { # GROUP PEER PORTAL CONTROL_PORT
+  gateway_yaml "$1" "$2" "$3" > "/tmp/gw$1.yaml"
+  mkdir -p "/tmp/gw$1-state"
+  "$NUMATGTD" -f -C "$4" --config "/tmp/gw$1.yaml" --state-dir "/tmp/gw$1-state" \
+    --metrics off >> "/tmp/gw$1.log" 2>&1 &
+  pid=$!
+  eval "G$1PID=$pid"
+  wait_listen "$pid" "$3"
+  step "gateway $1 (pid $pid) listens on $3, control port $4"
+}
+
+# the multipath map's table line of each path group: "prio status" (status active/enabled)
+# from `multipath -ll`; prints e.g. "50 active 10 enabled"
+pg_summary() {
+  multipath -ll "$MAP" 2>/dev/null | sed -n 's/.*policy=.* prio=\([0-9]*\) status=\([a-z]*\).*/\1 \2/p' \
+    | tr '\n' ' '
+}
+
+# the portal (ADDR:PORT,TPGT) of the session whose disk is DEV
+dev_portal() { # DEV
+  iscsiadm -m session -P3 2>/dev/null | awk -v d="$1" '
+    /Current Portal:/ { p = $3 }
+    /Attached scsi disk/ && $4 == d { print p; exit }'
+}
+
+# the writer: files of 1 KiB - 256 KiB until stopped (at most 4000 or 120 s)
+writer() {
+  dir=$MNT/w
+  mkdir -p "$dir" && sync "$dir" "$MNT" || { echo "writer: mkdir $dir failed"; return 1; }
+  n=0
+  end=$(( $(cut -d. -f1 /proc/uptime) + 120 ))
+  while [ $n -lt 4000 ] && [ "$(cut -d. -f1 /proc/uptime)" -lt $end ]; do
+    n=$((n + 1))
+    size=$(rand 1024 262144)
+    head -c "$size" /dev/urandom > "$STAGE/data" || return 1
+    sum=$(sha256sum < "$STAGE/data" | cut -d' ' -f1)
+    dd if="$STAGE/data" of="$dir/f$n" bs=64k conv=fsync status=none 2>/dev/null \
+      || { echo "writer: dd f$n failed"; return 1; }
+    sync "$dir" 2>/dev/null || { echo "writer: fsync of the directory failed"; return 1; }
+    # only now is the file durable: record it in the guest's RAM
+    echo "w/f$n $sum $(now)" >> "$ACKED"
+  done
+  echo "writer: stopped after $n files"
+}
+
+# acknowledged files so far
+acked() { wc -l < "$ACKED"; }
+
+# wait (at most SECONDS) until the acknowledged count exceeds N; fails otherwise
+wait_acked_over() { # N SECONDS WHY
+  i=0
+  until [ "$(acked)" -gt "$1" ]; do
+    i=$((i + 1))
+    [ $i -le $(($2 * 10)) ] || fail "$3: no file acknowledged in $2 s"
+    kill -0 "$WPID" 2>/dev/null || fail "$3: the writer ended"
+    sleep 0.1
+  done
+}
+
+verify() { # prints FILES LOST; a lost or changed file is listed
+  {
+    files=0 lost=0
+    while read -r name sum _; do
+      files=$((files + 1))
+      got=$(sha256sum < "$MNT/$name" 2>/dev/null | cut -d' ' -f1)
+      if [ "$got" != "$sum" ]; then
+        lost=$((lost + 1))
+        echo "LOST: $name (want $sum, got ${got:-nothing})" >&2
+      fi
+    done
+    echo "$files $lost"
+  } < "$ACKED"
+}
+
+[ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
+for t in mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum; do
+  command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace; tools/install-test-deps.sh)"
+done
+[ -x /lib/systemd/systemd-udevd ] || fail "/lib/systemd/systemd-udevd missing"
+step "$(nproc) CPUs, kernel $(uname -r)"
+modprobe -a dm_mod dm_multipath dm_service_time dm_round_robin scsi_dh_alua \
+  || fail "modprobe dm_multipath dm_service_time dm_round_robin scsi_dh_alua"
+mkdir -p "$STAGE" "$MNT" /etc/multipath
+: > "$ACKED"
+# udevd: the udev database gives multipath the paths' WWIDs (ID_SERIAL) and libdevmapper its
+# /dev/mapper nodes; the guest's /etc and /run are in RAM, the host is not touched
+/lib/systemd/systemd-udevd > /tmp/udevd.log 2>&1 &
+UPID=$!
+sleep 0.5
+kill -0 "$UPID" 2>/dev/null || fail "systemd-udevd exited: $(tail -n 3 /tmp/udevd.log)"
+
+# the tested configuration (README "Several gateways (ALUA) and dm-multipath")
+cat > /etc/multipath.conf <<'EOF'
+defaults {
+    user_friendly_names no
+    find_multipaths     no
+    polling_interval    2
+}
+blacklist {
+    device {
+        vendor  ".*"
+        product ".*"
+    }
+}
+blacklist_exceptions {
+    device {
+        vendor  "NUMATGT"
+        product "VIRTUAL-DISK"
+    }
+}
+devices {
+    device {
+        vendor                "NUMATGT"
+        product               "VIRTUAL-DISK"
+        path_grouping_policy  group_by_prio
+        prio                  alua
+        hardware_handler      "1 alua"
+        path_selector         "service-time 0"
+        path_checker          tur
+        failback              immediate
+        # queue while no path is left, for 15 checker intervals (30 s), then fail I/O
+        no_path_retry         15
+        rr_min_io_rq          1
+        # on iSCSI: the session's replacement_timeout (recovery_tmo), how long a
+        # failed session holds its commands before dm-multipath gets them back
+        fast_io_fail_tmo      5
+    }
+}
+EOF
+
+truncate -s "${LUN_MB}M" "$LUN_FILE" || fail "create LUN file"
+start_gateway 1 2 "$P1" "$C1"
+start_gateway 2 1 "$P2" "$C2"
+iscsid || fail "iscsid"
+sleep 1
+for p in "$P1" "$P2"; do
+  timeout 60 iscsiadm -m discovery -t sendtargets -p "$p" >/dev/null || fail "discovery on $p"
+  # a failed session gives its commands back to dm-multipath after REPL s (default 120 s)
+  iscsiadm -m node -T "$IQN" -p "$p" -o update -n node.session.timeo.replacement_timeout -v "$REPL" \
+    || fail "set replacement_timeout on $p"
+done
+for p in "$P1" "$P2"; do
+  timeout 60 iscsiadm -m node -T "$IQN" -p "$p" --login >/dev/null || fail "login to $p"
+done
+timeout 30 udevadm settle || true
+i=0
+until [ "$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | wc -l)" -ge 2 ]; do
+  i=$((i + 1)); [ $i -le 100 ] || fail "two iSCSI disks did not appear in 20 s"; sleep 0.2
+done
+for s in /sys/class/iscsi_session/session*; do
+  d=$(ls "$s"/device/target*/*/block)
+  h=$(cat "$s"/device/target*/*/dh_state 2>/dev/null)
+  step "$(basename "$s"): $(cat "$s"/targetname) tpgt $(cat "$s"/tpgt) -> /dev/$d, device handler '$h', $(cat /sys/block/"$d"/device/vendor) $(cat /sys/block/"$d"/device/model)"
+done
+
+multipathd -d -s > /tmp/multipathd.log 2>&1 &
+MPID=$!
+i=0
+while :; do
+  MAP=$(multipath -l -v1 2>/dev/null | head -n 1)
+  [ -n "$MAP" ] && [ "$(pg_summary | wc -w)" = 4 ] && break
+  i=$((i + 1))
+  [ $i -le 100 ] || fail "multipathd made no map with two path groups in 20 s"
+  kill -0 "$MPID" 2>/dev/null || fail "multipathd exited"
+  sleep 0.2
+done
+timeout 10 udevadm settle || true
+multipath -ll "$MAP"
+[ -b "/dev/mapper/$MAP" ] || fail "/dev/mapper/$MAP missing"
+for s in /sys/class/iscsi_session/session*; do
+  step "$(basename "$s"): recovery_tmo $(cat "$s"/recovery_tmo) s"
+done
+# scsi_dh_alua read both gateways' REPORT TARGET PORT GROUPS: A(ctive/optimized) on group 1,
+# N(on-optimized) or S(tandby) on group 2
+dmesg | grep -q 'alua: port group 01 state A' || fail "no 'alua: port group 01 state A' in the kernel log"
+dmesg | grep -q "alua: port group 02 state $STATE2" || fail "no 'alua: port group 02 state $STATE2' in the kernel log"
+set -- $(pg_summary)
+step "map $MAP: path groups prio=$1 status=$2, prio=$3 status=$4"
+[ "$1 $2 $3" = "50 active $PRIO2" ] || fail "want path group prio 50 active then prio $PRIO2, got '$*'"
+# the prio-50 group's path must be gateway 1's session
+pg1_dev=$(multipath -ll "$MAP" | awk '/prio=50/ { g = 1; next } /prio=/ { g = 0 }
+  g { for (i = 1; i < NF; i++) if ($i ~ /^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/) { print $(i + 1); exit } }')
+pg1_addr=$(dev_portal "$pg1_dev")
+step "active/optimized path group: /dev/$pg1_dev on portal ${pg1_addr:-unknown}"
+case "$pg1_addr" in "$P1"*) ;; *) fail "the prio-50 path /dev/$pg1_dev is not gateway 1's ($P1)" ;; esac
+
+timeout 120 mkfs.ext4 -q -F "/dev/mapper/$MAP" || fail "mkfs.ext4"
+mount "/dev/mapper/$MAP" "$MNT" || fail "mount"
+writer > /tmp/writer.log 2>&1 &
+WPID=$!
+wait_acked_over 0 30 "before the kill"
+sleep "$BEFORE"
+kill -0 "$WPID" 2>/dev/null || fail "the writer ended before the kill: $(cat /tmp/writer.log)"
+kill -9 "$G1PID"
+t_kill=$(now)
+wait "$G1PID" 2>/dev/null
+G1PID=
+n_before=$(acked)
+step "gateway 1 (the owner) SIGKILLed at ${t_kill}s; $n_before files acknowledged before"
+if [ "$MODE" = standby ]; then
+  # gateway 2 is standby: nothing may complete until ownership moves
+  sleep "$ADMIN"
+  [ "$(acked)" = "$n_before" ] || fail "standby: files acknowledged with the owner dead and no owner moved"
+  step "standby: no file acknowledged in the $ADMIN s after the kill; map: $(pg_summary)"
+  multipath -ll "$MAP"
+  tgtadm -C "$C2" --lld iscsi --mode logicalunit --op update --tid 1 --lun 1 --params alua_owner=2 \
+    || fail "tgtadm alua_owner=2 on gateway 2"
+  OWNER=2
+  step "ownership moved to group 2 on gateway 2 (tgtadm --params alua_owner=2)"
+fi
+wait_acked_over "$n_before" 90 "after the kill"
+t_first=$(awk -v t="$t_kill" '$3 > t { print $3; exit }' "$ACKED")
+stall=$(awk -v a="$t_kill" -v b="$t_first" 'BEGIN { printf "%.2f", b - a }')
+step "first file acknowledged after the kill at ${t_first}s: stall ${stall} s"
+set -- $(pg_summary)
+step "map after the failover: $*"
+multipath -ll "$MAP"
+sleep "$AFTER"
+n_mid=$(acked)
+step "$((n_mid - n_before)) files acknowledged through gateway 2 in the ${AFTER} s after the stall"
+[ $((n_mid - n_before)) -ge 2 ] || fail "fewer than 2 files acknowledged through gateway 2"
+
+failback="not tried"
+if [ "$FAILBACK" = 1 ]; then
+  start_gateway 1 2 "$P1" "$C1"
+  t_restart=$(now)
+  i=0
+  while [ "$MODE" = standby ]; do
+    # the old owner comes back told that group 2 owns the LUN: a standby path, no failback
+    set -- $(pg_summary)
+    [ "${1:-} ${2:-} ${3:-}" = "50 active 1" ] && multipath -ll "$MAP" | grep -A2 'prio=1 ' | grep -q 'ghost\|active ready' && break
+    i=$((i + 1))
+    [ $i -le 150 ] || fail "gateway 1's path not back as standby within 30 s of its restart: $*"
+    sleep 0.2
+  done
+  while [ "$MODE" = ano ]; do
+    set -- $(pg_summary)
+    [ "${1:-} ${2:-}" = "50 active" ] && multipath -ll "$MAP" | grep -A2 'prio=50' | grep -q 'active ready running' && break
+    i=$((i + 1))
+    [ $i -le 150 ] || fail "no failback to gateway 1 within 30 s of its restart: $*"
+    sleep 0.2
+  done
+  fb=$(awk -v a="$t_restart" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  failback="${fb}s"
+  if [ "$MODE" = ano ]; then
+    step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
+  else
+    failback="none (standby path back in ${fb}s)"
+    step "gateway 1's path back as a standby path ${fb} s after its restart (group 2 owns the LUN)"
+  fi
+  multipath -ll "$MAP"
+  n_fb=$(acked)
+  wait_acked_over "$n_fb" 30 "after the failback"
+fi
+
+kill "$WPID" 2>/dev/null
+wait "$WPID" 2>/dev/null
+WPID=
+n_total=$(acked)
+n_after=$((n_total - n_before))
+set -- $(verify)
+files=$1 lost=$2
+step "$files acknowledged files checked, $lost lost or changed"
+[ "$lost" = 0 ] || fail "$lost of $files acknowledged files lost or changed"
+umount "$MNT" || fail "umount"
+out=$(e2fsck -fn "/dev/mapper/$MAP" 2>&1)
+rc=$?
+echo "$out" | tail -n 3
+[ "$rc" = 0 ] || { echo "$out"; fail "e2fsck -fn exit $rc"; }
+step "e2fsck -fn clean"
+
+# tear down: the map, the sessions, the daemons
+kill "$MPID" 2>/dev/null; wait "$MPID" 2>/dev/null; MPID=
+dmsetup remove "$MAP" || fail "dmsetup remove $MAP"
+MAP=
+timeout 60 iscsiadm -m node -T "$IQN" --logout >/dev/null || fail "logout"
+for v in G1PID G2PID; do
+  eval "p=\$$v"
+  [ -n "$p" ] || continue
+  stop_pid "$p" 20
+  eval "$v="
+  [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
+done
+kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
+echo "---- kernel ALUA / multipath messages ----"
+dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
+echo "VM_MPATH_OK mode=$MODE stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"

@@ -1,0 +1,28 @@
+#!/bin/bash
+# ALUA + dm-multipath through the Linux kernel initiator (issue 16): boots the QEMU guest
+# (vm-run.sh) and runs guest-multipath.sh in it: two numatgtd gateways (ALUA groups 1 and 2,
+# active-non-optimized peers) export one LUN from one backing file, open-iscsi logs in to both,
+# multipathd (prio alua, group_by_prio) builds the map; the owning gateway is SIGKILLed during
+# fsync'ed ext4 writes, which must go on through the other one; gateway 1 comes back and the
+# map fails back; every acknowledged file is checked and e2fsck -fn must be clean.
+# Env: NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
+#      MPATH_REPLACEMENT (5), MPATH_BEFORE (4), MPATH_AFTER (4), MPATH_FAILBACK (1),
+#      MPATH_MODE (ano; standby: the owner dies, an admin moves ownership), MPATH_ADMIN (3):
+#      see guest-multipath.sh
+#      VM_TIMEOUT (240) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon logs.
+# Exits with the guest script's status (and non-zero when the success marker is missing).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export VM_TIMEOUT=${VM_TIMEOUT:-240}
+[ "$(id -u)" = 0 ] || { echo "test-vm-multipath: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
+for t in multipath multipathd; do
+  command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh installs multipath-tools)" >&2; exit 1; }
+done
+
+NAME=test-vm-multipath
+# shellcheck source=host-lib.sh
+. "$HERE/host-lib.sh"
+VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN" VM_FILES=""
+vm_ship_numatgtd
+vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
