@@ -31,7 +31,7 @@ t_off = "numatgtd cache=off"
 t_tgtd = "tgtd --bstype rbd (tgt-rbd)"
 set multiplot layout 3,1 title title
 
-set title "IOPS relative to tgtd's bs_rbd = 1, median per point (log scale)"
+set title "IOPS relative to tgtd --bstype rbd = 1, median per point (log scale)"
 set ylabel "IOPS / tgtd-rbd IOPS"
 set logscale y
 set yrange [0.1:*]

@@ -142,7 +142,7 @@ if [ "$RBD" = 1 ]; then # the memstore OSD keeps every image in RAM, so do the c
   [ "$avail_mb" -gt "$need_mb" ] || { say "RBD=1 with LUN_MB=$LUN_MB wants ~$need_mb MiB of free memory, $avail_mb available"; exit 1; }
 fi
 LUN_DIR=$(mktemp -d /dev/shm/numatgt-bench.XXXXXX)
-CEPH_DIR= OSD_PID=
+CEPH_DIR="" OSD_PID=""
 
 # ---- processes, stopped by PID
 declare -A PID PORT CTL
@@ -258,7 +258,7 @@ if [ "$RBD" = 1 ]; then
     timeout -k 5 180 "$REPO/tools/ceph/up.sh" "$CEPH_DIR" > "$RUN_DIR/ceph-up.log" 2>&1 ||
     { say "tools/ceph/up.sh failed:"; tail -n 20 "$RUN_DIR/ceph-up.log" >&2; exit 1; }
   OSD_PID=$(cat "$CEPH_DIR/run/osd.0.pid")
-  [[ "$OSD_PID" =~ ^[0-9]+$ ]] && kill -0 "$OSD_PID" || { say "no OSD pid in $CEPH_DIR/run"; exit 1; }
+  if ! { [[ "$OSD_PID" =~ ^[0-9]+$ ]] && kill -0 "$OSD_PID"; }; then say "no OSD pid in $CEPH_DIR/run"; exit 1; fi
   RBDC=(rbd -c "$CEPH_DIR/ceph.conf")
   say "cluster up ($CEPH_DIR, OSD pid $OSD_PID); importing ${#TARGETS[@]} images"
   for t in "${TARGETS[@]}"; do
