@@ -8,6 +8,9 @@
 # `./configure --disable-native --enable-libiscsi && make -j2` (~40 s on 2 vCPUs).
 # Needs root for apt-get (the build itself runs in $FIO_DIR/src).
 #
+# One patch (below): the engine's SYNCHRONIZE CACHE covers the LUN instead of running past
+# its end; a binary built before that patch needs FORCE=1 (tools/bench/run.sh RBD=1 checks).
+#
 # Env: FIO_DIR (install dir), JOBS (make -j, default 2), FORCE=1 (rebuild even if present).
 # Prints the installed binary's path as its last line of stdout.
 set -euo pipefail
@@ -71,6 +74,14 @@ if [ -z "$srcdir" ]; then
 fi
 [ -n "$srcdir" ] || { log "apt-get source fio produced no fio-* directory"; exit 1; }
 cd "$srcdir"
+# fio's libiscsi engine (3.33) sends SYNCHRONIZE CACHE(16) for num_blocks * block_size
+# *blocks* from LBA 0: past the end of the LUN, so a target that checks the range as SBC
+# says (numatgtd) answers LBA OUT OF RANGE, tgtd flushes anyway, and fio's --end_fsync /
+# --fsync only log "end_fsync failed" and go on. Ask for 0 blocks: to the end of the medium.
+if grep -q 'iscsi_lun->num_blocks \* iscsi_lun->block_size, 0, 0' engines/libiscsi.c; then
+  sed -i 's/iscsi_lun->num_blocks \* iscsi_lun->block_size, 0, 0/0, 0, 0/' engines/libiscsi.c
+  log "patched engines/libiscsi.c: SYNCHRONIZE CACHE(16) of the whole LUN (0 blocks), not past its end"
+fi
 start=$(date +%s)
 log "configure + make -j$JOBS in $PWD"
 ./configure --disable-native --enable-libiscsi > ../configure.log 2>&1 ||

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Helpers of tools/bench/run.sh (python3 standard library only).
 
-  report.py fio JSON RW CPU_TICKS HZ   one fio run -> "iops MB/s p50_us p99_us cpu_us_per_io
-                                       fio_cpu_us_per_io fio_cpu_pct_per_session"
-  report.py perf LOG BS SECS CPU_TICKS HZ   the same from iscsi-perf's output ("-" unknown)
+  report.py fio JSON RW CPU_TICKS HZ [OSD_TICKS]   one fio run -> "iops MB/s p50_us p99_us
+                                       cpu_us_per_io fio_cpu_us_per_io fio_cpu_pct_per_session
+                                       osd_cpu_us_per_io" (the last "-" without OSD_TICKS)
+  report.py perf LOG BS SECS CPU_TICKS HZ [OSD_TICKS]   the same from iscsi-perf's output
   report.py tcp SECS [TIMES]           the best of TIMES loopback TCP streams of SECS s -> "GB/s"
   report.py report RAW_TSV OUT_DIR META_FILE   medians -> results.md, results.csv, chart.dat
-                                       (META_FILE: key=value lines of run.sh; targets= the columns)
+                                       (META_FILE: key=value lines of run.sh; targets= the columns;
+                                       rbd=1: the RBD table, tools/bench/chart-rbd.gp's chart.dat)
 """
 import csv
 import json
@@ -17,9 +19,12 @@ import statistics
 import sys
 import time
 
-TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null"]  # all known, in column order
-SHORT = {"numatgtd": "numatgtd", "numatgtd-poll": "poll", "tgtd": "tgtd", "tgtd-null": "null"}
-KEYS = ("iops", "mbps", "p50", "p99", "cpu", "fio_cpu", "fio_pct")
+FILE_TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null"]  # file LUNs, column order
+RBD_TARGETS = ["numatgtd", "numatgtd-nocache", "tgtd-rbd"]  # RBD=1 (issue 16)
+TARGETS = FILE_TARGETS + ["numatgtd-nocache", "tgtd-rbd"]  # all known
+SHORT = {"numatgtd": "numatgtd", "numatgtd-poll": "poll", "tgtd": "tgtd", "tgtd-null": "null",
+         "numatgtd-nocache": "nocache", "tgtd-rbd": "tgtd-rbd"}
+KEYS = ("iops", "mbps", "p50", "p99", "cpu", "fio_cpu", "fio_pct", "osd")
 BOUND_PCT = 90  # fio at or above this % of one CPU per session: the initiator is the limit
 LABELS = {
     "rr4k-qd1": "4K rand read QD1",
@@ -53,29 +58,32 @@ def fio_cpu(job, ios):
     return "%.2f" % (pct / 100 * runtime_ms / 1000 * 1e6 / ios), "%.1f" % pct
 
 
-def fio_point(path, rw, ticks, hz):
+def fio_point(path, rw, ticks, hz, osd_ticks=None):
     try:
         job = json.load(open(path))["jobs"][0]  # group_reporting: one entry for all sessions
         d = job["write" if "write" in rw else "read"]
         ios = job["read"]["total_ios"] + job["write"]["total_ios"]
         pct = d.get("clat_ns", {}).get("percentile", {})
         p50, p99 = pct.get("50.000000"), pct.get("99.000000")
-        print("%.0f %.1f %s %s %s %s %s" % (
+        print("%.0f %.1f %s %s %s %s %s %s" % (
             d["iops"], d["bw_bytes"] / 1e6,
             "%.1f" % (p50 / 1000) if p50 else "-", "%.1f" % (p99 / 1000) if p99 else "-",
-            cpu_per_io(ticks, hz, ios), *fio_cpu(job, ios)))
+            cpu_per_io(ticks, hz, ios), *fio_cpu(job, ios),
+            cpu_per_io(osd_ticks, hz, ios) if osd_ticks is not None else "-"))
     except (OSError, ValueError, KeyError, IndexError, TypeError):
-        print("- - - - - - -")
+        print("- - - - - - - -")
 
 
-def perf_point(path, bs, secs, ticks, hz):
+def perf_point(path, bs, secs, ticks, hz, osd_ticks=None):
     m = re.findall(r"iops average (\d+)", open(path, errors="replace").read())
     if not m:
-        print("- - - - - - -")
+        print("- - - - - - - -")
         return
     iops = int(m[-1])  # the average over the whole run: I/Os = IOPS x seconds
     # no percentiles, no initiator CPU figure (iscsi-perf reports none)
-    print("%d %.1f - - %s - -" % (iops, iops * int(bs) / 1e6, cpu_per_io(ticks, hz, iops * int(secs))))
+    ios = iops * int(secs)
+    print("%d %.1f - - %s - - %s" % (iops, iops * int(bs) / 1e6, cpu_per_io(ticks, hz, ios),
+                                     cpu_per_io(osd_ticks, hz, ios) if osd_ticks is not None else "-"))
 
 
 def tcp(secs, times="1"):
@@ -159,6 +167,8 @@ def report(raw, out, meta_path):
             runs.setdefault((int(s), point, tgt), []).append(
                 {k: num(v) for k, v in zip(KEYS, vals)})
     targets = meta.get("targets", "").split() or [t for t in TARGETS if t in seen]
+    if meta.get("rbd") == "1":
+        return report_rbd(runs, order, targets, out, meta)
     poll = "numatgtd-poll" in targets
     fio = not meta.get("engine", "").startswith("iscsi-perf")
     tcp_gbs = [num(meta.get("tcp_before")), num(meta.get("tcp_after"))]
@@ -167,7 +177,7 @@ def report(raw, out, meta_path):
     rows = []
     for s, point in order:
         r = {"sessions": s, "point": point, "label": LABELS.get(point, point)}
-        for t in TARGETS:
+        for t in FILE_TARGETS:
             rs = runs.get((s, point, t), [])
             for k in KEYS:
                 r[t + "_" + k] = med([x[k] for x in rs])
@@ -198,7 +208,7 @@ def report(raw, out, meta_path):
     if meta.get("warning"):
         md.append("- **WARNING**: %s" % meta["warning"])
     md.append("- rerun: `%s`\n" % meta.get("rerun"))
-    cols = [t for t in TARGETS if t in targets]
+    cols = [t for t in FILE_TARGETS if t in targets]
     names = [SHORT[t] for t in cols]
     head = ["sess", "workload"] + [(t if t != "tgtd-null" else "null") + " IOPS" for t in cols]
     head += ["numatgtd/tgtd", "numatgtd/null"] + (["poll/tgtd", "poll/null"] if poll else [])
@@ -253,7 +263,7 @@ def report(raw, out, meta_path):
                  "runs": "iops_per_round"}
     csv_cols = ["sessions", "point", "label"]
     for t in cols:
-        csv_cols += [t + "_" + k for k in KEYS + ("runs",)]
+        csv_cols += [t + "_" + k for k in KEYS[:-1] + ("runs",)]  # no OSD in file mode
     csv_cols += ["vs_tgtd", "vs_null"]
     if poll:
         csv_cols += ["poll_vs_tgtd", "poll_vs_null", "poll_vs_numatgtd"]
@@ -280,7 +290,111 @@ def report(raw, out, meta_path):
             label = r["label"] + (", %d sess" % r["sessions"] if multi else "")
             vals = [r["vs_tgtd"], r["poll_vs_tgtd"], ratio(r["tgtd-null_iops"], r["tgtd_iops"])]
             for k in ("cpu", "fio_cpu", "fio_pct"):
-                vals += [r[t + "_" + k] for t in TARGETS]
+                vals += [r[t + "_" + k] for t in FILE_TARGETS]
+            f.write('"%s"\t%s\n' % (label, "\t".join("NaN" if v is None else "%.3f" % v for v in vals)))
+
+
+def medians(runs, s, point, targets, r):
+    for t in targets:
+        rs = runs.get((s, point, t), [])
+        for k in KEYS:
+            r[t + "_" + k] = med([x[k] for x in rs])
+        r[t + "_runs"] = " ".join(fmt(x["iops"]) for x in rs)
+
+
+def report_rbd(runs, order, targets, out, meta):
+    """RBD=1: numatgtd (cache numa), numatgtd-nocache (cache=off), tgtd-rbd (tgt's bs_rbd)."""
+    cols = [t for t in RBD_TARGETS if t in targets]
+    names = [SHORT[t] for t in cols]
+    rows = []
+    for s, point in order:
+        r = {"sessions": s, "point": point, "label": LABELS.get(point, point)}
+        medians(runs, s, point, RBD_TARGETS, r)
+        r["vs_tgtd"] = ratio(r["numatgtd_iops"], r["tgtd-rbd_iops"])
+        r["nocache_vs_tgtd"] = ratio(r["numatgtd-nocache_iops"], r["tgtd-rbd_iops"])
+        r["cache_on_off"] = ratio(r["numatgtd_iops"], r["numatgtd-nocache_iops"])
+        # I/Os per CPU second relative to tgtd-rbd: tgtd's CPU µs/IO over ours
+        r["core_vs_tgtd"] = ratio(r["tgtd-rbd_cpu"], r["numatgtd_cpu"])
+        r["core_nocache_vs_tgtd"] = ratio(r["tgtd-rbd_cpu"], r["numatgtd-nocache_cpu"])
+        rows.append(r)
+    md = ["# numatgtd vs Debian's tgtd on RBD (`RBD=1 tools/bench/run.sh`, %s)\n" % meta.get("date", "")]
+    md.append("- machine: %s CPUs, kernel %s; numatgtd `%s`; %s with tgt-rbd (bs_rbd); %s" % (
+        meta.get("cpus"), meta.get("kernel"), meta.get("numatgtd"), meta.get("tgtd"), meta.get("ceph")))
+    md.append("- cluster: tools/ceph/up.sh, 1 monitor + 1 memstore OSD on 127.0.0.1 (the OSD keeps "
+              "the data in RAM and shares the machine's CPUs: no disk, no network, no replication; "
+              "absolute numbers are not a real cluster's); one image per target, %s MiB of the "
+              "same random data (rbd import)" % meta.get("lun_mb"))
+    md.append("- `rbd bench` on the same cluster, librbd without iSCSI, 4 KiB random, 32 threads: %s"
+              % (meta.get("rbd_bench") or "n/a"))
+    md.append("- columns: numatgtd = `--bstype rbd`, default settings (cache numa); nocache = the "
+              "same plus `cache=off` in --bsopts; tgtd-rbd = Debian's tgtd, `--bstype rbd` "
+              "(tgt-rbd), the same --backing-store/--bsopts; each LUN read once sequentially "
+              "before measuring (which fills numatgtd's cache)")
+    md.append("- librbd settings each target's client runs with (its admin socket): %s" % (
+        meta.get("librbd") or "n/a"))
+    md.append("- load: %s; %s s per point, median of %s alternated rounds (%s, %s, ...); write "
+              "points end with SYNCHRONIZE CACHE (fio `--end_fsync=1`) inside the measured time" % (
+                  meta.get("engine"), meta.get("secs"), meta.get("rounds"), ", ".join(targets),
+                  targets[0] if targets else ""))
+    md.append("- /proc/loadavg before: %s; after: %s" % (meta.get("load_before"), meta.get("load_after")))
+    if meta.get("warning"):
+        md.append("- **WARNING**: %s" % meta["warning"])
+    md.append("- rerun: `%s`\n" % meta.get("rerun"))
+    head = ["sess", "workload"] + [n + " IOPS" for n in names]
+    head += ["numatgtd/tgtd-rbd", "nocache/tgtd-rbd", "cache on/off"]
+    head += ["p50/p99 µs " + n for n in names]
+    head += ["CPU µs/IO " + n for n in names]
+    head += ["I/Os per CPU-s vs tgtd-rbd: numatgtd · nocache"]
+    head += ["OSD CPU µs/IO " + " · ".join(names), "MB/s " + " · ".join(names)]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "---|" * len(head))
+    for r in rows:
+        cells = [str(r["sessions"]), r["label"]]
+        cells += [fmt(r[t + "_iops"]) for t in cols]
+        cells += ["**%s**" % fmt(r["vs_tgtd"], 2), "**%s**" % fmt(r["nocache_vs_tgtd"], 2),
+                  fmt(r["cache_on_off"], 2)]
+        cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in cols]
+        cells += [fmt(r[t + "_cpu"], 1) for t in cols]
+        cells.append("%s · %s" % (fmt(r["core_vs_tgtd"], 2), fmt(r["core_nocache_vs_tgtd"], 2)))
+        cells.append(" · ".join(fmt(r[t + "_osd"], 1) for t in cols))
+        cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in cols))
+        md.append("| " + " | ".join(cells) + " |")
+    md.append("")
+    md.append("Ratios are of median IOPS. CPU µs/IO = the target process's utime+stime "
+              "(/proc/PID/stat, all threads, librbd's included) over the point / I/Os done; "
+              "I/Os per CPU-s vs tgtd-rbd = tgtd-rbd's CPU µs/IO over numatgtd's (above 1: more "
+              "I/Os per core than tgtd). OSD CPU µs/IO = the same for the ceph-osd process during "
+              "each target's point. numatgtd's cache (column numatgtd) serves reads of the warmed "
+              "image from RAM without asking the cluster, so its read rows measure the cache, "
+              "not RBD; nocache is numatgtd's own RBD path. Per-round IOPS are in results.csv.")
+    for r in rows:
+        bound = [(t, r[t + "_fio_pct"]) for t in cols
+                 if r[t + "_fio_pct"] is not None and r[t + "_fio_pct"] >= BOUND_PCT]
+        if bound:
+            md.append("- %s: initiator-bound with %s (fio ≥ %d %% of a CPU per session)" % (
+                r["label"], ", ".join("%s (%.0f %%)" % (t, v) for t, v in bound), BOUND_PCT))
+    text = "\n".join(md) + "\n"
+    open(os.path.join(out, "results.md"), "w").write(text)
+    sys.stdout.write(text)
+
+    extra = ["vs_tgtd", "nocache_vs_tgtd", "cache_on_off", "core_vs_tgtd", "core_nocache_vs_tgtd"]
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        keys = KEYS + ("runs",)
+        w.writerow(["sessions", "point", "label"] + [t + "_" + k for t in cols for k in keys] + extra)
+        for r in rows:
+            vals = [r["sessions"], r["point"], r["label"]]
+            vals += [r[t + "_" + k] for t in cols for k in keys] + [r[c] for c in extra]
+            w.writerow(["" if v is None else (("%.3f" % v) if isinstance(v, float) else v) for v in vals])
+    # chart.dat for chart-rbd.gp: 1 label, 2-3 IOPS / tgtd-rbd of numatgtd, nocache, 4-6 CPU
+    # µs/IO of numatgtd, nocache, tgtd-rbd, 7-9 OSD CPU µs/IO with each, 10-12 p50 µs of each
+    multi = len({r["sessions"] for r in rows}) > 1
+    with open(os.path.join(out, "chart.dat"), "w") as f:
+        for r in rows:
+            label = r["label"] + (", %d sess" % r["sessions"] if multi else "")
+            vals = [r["vs_tgtd"], r["nocache_vs_tgtd"]]
+            for k in ("cpu", "osd", "p50"):
+                vals += [r[t + "_" + k] for t in RBD_TARGETS]
             f.write('"%s"\t%s\n' % (label, "\t".join("NaN" if v is None else "%.3f" % v for v in vals)))
 
 
