@@ -110,7 +110,7 @@ pub enum ArenaError {
     },
     #[error(
         "node {node} (OS node {os_node}) has {free} bytes free, the arena needs {need}: \
-         lower cache.bytes_per_node or use the preferred policy"
+         lower cache.size_per_node or use the preferred policy"
     )]
     NodeMemory {
         node: usize,
