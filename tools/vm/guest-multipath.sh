@@ -31,7 +31,17 @@
 #                            administrator" runs tgtadm --params alua_owner=2 on gateway 2;
 #                            gateway 1 restarts with alua_owner: 2 and must come back as a
 #                            standby path (prio 1), without a failback
-# Prints VM_MPATH_OK stall=S files_before=N files_after=M verified=V fsck=clean on success,
+#      MPATH_BACKEND         file (default): one backing file, as above; rbd: the LUN is an
+#                            RBD image on a mini Ceph cluster started in the guest
+#                            (/vmtest/up.sh, tools/ceph/up.sh; OSD_BYTES its memstore
+#                            size), write_cache true, the owner caches write-back (only
+#                            MPATH_MODE=ano). After the kill, gateway 2 answers 02/04/0A
+#                            (transitioning), fences the dead owner (breaks its lock) and
+#                            takes the LUN over; its log, metrics and RTPG must show it
+#                            owns the LUN and the prio-50 path group must be its path.
+#                            Gateway 1 restarts as a non-owner (the lock stays with
+#                            gateway 2): its path comes back prio 10, without a failback
+# Prints VM_MPATH_OK mode=M backend=B stall=S files_before=N files_after=M verified=V fsck=clean on success,
 # VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) and $(verify) into "set --" is intended
 # shellcheck disable=SC2046
@@ -50,11 +60,18 @@ AFTER=${MPATH_AFTER:-4}
 FAILBACK=${MPATH_FAILBACK:-1}
 MODE=${MPATH_MODE:-ano}
 ADMIN=${MPATH_ADMIN:-3}
+BACKEND=${MPATH_BACKEND:-file}
+CEPH_DIR=
+IMAGE=mpath
 OWNER=1
 case "$MODE" in
   ano) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
   standby) NON_OWNER=standby WCACHE=false PRIO2=1 STATE2=S ;;
   *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby"; exit 1 ;;
+esac
+case "$BACKEND/$MODE" in
+  file/*|rbd/ano) ;;
+  *) echo "VM_MPATH_FAIL: MPATH_BACKEND must be file, or rbd with MPATH_MODE=ano"; exit 1 ;;
 esac
 G1PID=
 G2PID=
@@ -81,6 +98,11 @@ fail() {
   [ -n "$MAP" ] && dmsetup remove --force "$MAP" 2>/dev/null
   timeout 30 iscsiadm -m node -T "$IQN" --logout >/dev/null 2>&1
   for p in $G1PID $G2PID $UPID; do kill -9 "$p" 2>/dev/null; done
+  if [ -n "$CEPH_DIR" ]; then
+    echo "---- ceph osd.0 log (last 20 lines) ----"
+    tail -n 20 "$CEPH_DIR"/log/osd.0.log 2>/dev/null
+    bash /vmtest/down.sh "$CEPH_DIR"
+  fi
   exit 1
 }
 # a random number in [LO, HI]
@@ -104,10 +126,68 @@ targets:
         - group: $2
     luns:
       - lun: 1
-        path: $LUN_FILE
+$(lun_source)
         write_cache: $WCACHE
         alua_owner: $OWNER
 EOF
+}
+
+# the LUN's backing store lines of the YAML
+lun_source() {
+  if [ "$BACKEND" = rbd ]; then
+    printf '        bs_type: rbd\n        path: rbd/%s\n' "$IMAGE"
+    printf '        bsopts: "conf=%s/ceph.conf;id=admin;rados_osd_op_timeout=10"\n' "$CEPH_DIR"
+  else
+    printf '        path: %s\n' "$LUN_FILE"
+  fi
+}
+
+# the metrics address of gateway GROUP (rbd: on, to read the ALUA metrics)
+metrics_addr() { # GROUP
+  if [ "$BACKEND" = rbd ]; then echo "127.0.0.$1:9470"; else echo off; fi
+}
+
+# gateway GROUP's ALUA metrics: "state owner takeover fenced_other release fenced"
+alua_metrics() { # GROUP
+  curl -s --max-time 5 "http://127.0.0.$1:9470/metrics" | awk '
+    /^numatgt_lun_alua_state\{/ { st = $NF }
+    /^numatgt_lun_alua_owner_group\{/ { ow = $NF }
+    /^numatgt_lun_alua_transitions_total\{/ {
+      k = $0; sub(/.*kind="/, "", k); sub(/".*/, "", k); m[k] = $NF }
+    END { print st, ow, m["takeover"] + 0, m["fenced_other"] + 0, m["release"] + 0, m["fenced"] + 0 }'
+}
+
+# the block device (sdX) of the session on portal P (ADDR:PORT)
+portal_dev() { # P
+  iscsiadm -m session -P3 2>/dev/null | awk -v p="$1" '
+    /Current Portal:/ { c = $3 }
+    /Attached scsi disk/ && index(c, p) == 1 { print $4; exit }'
+}
+
+# REPORT TARGET PORT GROUPS through DEV, as sg_rtpg prints the ids and states: "GROUP:STATE
+# ..." (e.g. "0x1:0x01 0x2:0x00")
+rtpg_of() { # DEV
+  sg_rtpg -d "/dev/$1" 2>/dev/null | awk '
+    /target port group id/ { for (i = 1; i <= NF; i++) if ($i ~ /^0x/) { g = $i; sub(/,$/, "", g); break } }
+    /asymmetric access state/ { for (i = 1; i <= NF; i++) if ($i ~ /^0x/) { printf "%s:%s ", g, $i; break } }'
+}
+
+# the portal of the path in the path group of priority PRIO
+pg_portal() { # PRIO
+  d=$(multipath -ll "$MAP" | awk -v p="prio=$1" '$0 ~ p" " { g = 1; next } /prio=/ { g = 0 }
+    g { for (i = 1; i < NF; i++) if ($i ~ /^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/) { print $(i + 1); exit } }')
+  [ -n "$d" ] && dev_portal "$d"
+}
+
+# the Ceph cluster in the guest and the image
+ceph_up() {
+  CEPH_DIR=/tmp/mpath-ceph
+  t0=$(now)
+  CEPH_MAX_LIFE=600 timeout 150 bash /vmtest/up.sh "$CEPH_DIR" > /tmp/ceph-up.log 2>&1 \
+    || { cat /tmp/ceph-up.log; tail -n 20 "$CEPH_DIR"/log/*.log 2>/dev/null; fail "tools/ceph/up.sh"; }
+  timeout 60 rbd -c "$CEPH_DIR/ceph.conf" create --size "${LUN_MB}M" "rbd/$IMAGE" \
+    || fail "rbd create rbd/$IMAGE"
+  step "Ceph up (1 mon, 1 memstore OSD of $(grep 'memstore device bytes' "$CEPH_DIR/ceph.conf" | cut -d= -f2 | tr -d ' ') bytes) and image rbd/$IMAGE (${LUN_MB} MiB) in $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s"
 }
 
 # start gateway GROUP; sets G1PID or G2PID
@@ -115,7 +195,7 @@ start_gateway() { # GROUP PEER PORTAL CONTROL_PORT
   gateway_yaml "$1" "$2" "$3" > "/tmp/gw$1.yaml"
   mkdir -p "/tmp/gw$1-state"
   "$NUMATGTD" -f -C "$4" --config "/tmp/gw$1.yaml" --state-dir "/tmp/gw$1-state" \
-    --metrics off >> "/tmp/gw$1.log" 2>&1 &
+    --metrics "$(metrics_addr "$1")" >> "/tmp/gw$1.log" 2>&1 &
   pid=$!
   eval "G$1PID=$pid"
   wait_listen "$pid" "$3"
@@ -186,7 +266,9 @@ verify() { # prints FILES LOST; a lost or changed file is listed
 }
 
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
-for t in mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum; do
+tools="mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum"
+[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl"
+for t in $tools; do
   command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace; tools/install-test-deps.sh)"
 done
 [ -x /lib/systemd/systemd-udevd ] || fail "/lib/systemd/systemd-udevd missing"
@@ -241,7 +323,11 @@ devices {
 }
 EOF
 
-truncate -s "${LUN_MB}M" "$LUN_FILE" || fail "create LUN file"
+if [ "$BACKEND" = rbd ]; then
+  ceph_up
+else
+  truncate -s "${LUN_MB}M" "$LUN_FILE" || fail "create LUN file"
+fi
 start_gateway 1 2 "$P1" "$C1"
 start_gateway 2 1 "$P2" "$C2"
 iscsid || fail "iscsid"
@@ -252,10 +338,23 @@ for p in "$P1" "$P2"; do
   iscsiadm -m node -T "$IQN" -p "$p" -o update -n node.session.timeo.replacement_timeout -v "$REPL" \
     || fail "set replacement_timeout on $p"
 done
-for p in "$P1" "$P2"; do
+LOGIN_ORDER="$P1 $P2"
+# rbd: the kernel reads every new disk (partition table, udev's blkid), and I/O reaching the
+# non-owner moves an RBD LUN; gateway 2's disk first, then the owner's, each probe done
+# before the next login, so the LUN ends with gateway 1 (after a cooperative handover to 2
+# and back) and nothing reads gateway 2's disk afterwards
+[ "$BACKEND" = rbd ] && LOGIN_ORDER="$P2 $P1"
+for p in $LOGIN_ORDER; do
   timeout 60 iscsiadm -m node -T "$IQN" -p "$p" --login >/dev/null || fail "login to $p"
+  timeout 30 udevadm settle || true
 done
-timeout 30 udevadm settle || true
+if [ "$BACKEND" = rbd ]; then
+  i=0
+  until [ "$(alua_metrics 1 | cut -d' ' -f1-2)" = "0 1" ]; do
+    i=$((i + 1)); [ $i -le 150 ] || fail "gateway 1 does not own the LUN 30 s after the logins: $(alua_metrics 1)"; sleep 0.2
+  done
+  step "gateway 1 owns the LUN after the logins (gateway 1: $(sed 's/\x1b\[[0-9;]*m//g' /tmp/gw1.log | grep -c 'RBD LUN taken over') takeover(s), gateway 2: $(sed 's/\x1b\[[0-9;]*m//g' /tmp/gw2.log | grep -c 'RBD LUN taken over'))"
+fi
 i=0
 until [ "$(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null | wc -l)" -ge 2 ]; do
   i=$((i + 1)); [ $i -le 100 ] || fail "two iSCSI disks did not appear in 20 s"; sleep 0.2
@@ -287,6 +386,11 @@ done
 # N(on-optimized) or S(tandby) on group 2
 dmesg | grep -q 'alua: port group 01 state A' || fail "no 'alua: port group 01 state A' in the kernel log"
 dmesg | grep -q "alua: port group 02 state $STATE2" || fail "no 'alua: port group 02 state $STATE2' in the kernel log"
+i=0
+while [ "$BACKEND" = rbd ] && [ "$(pg_summary)" != "50 active 10 enabled " ]; do
+  # multipathd reads the priorities every polling_interval
+  i=$((i + 1)); [ $i -le 100 ] || break; sleep 0.2
+done
 set -- $(pg_summary)
 step "map $MAP: path groups prio=$1 status=$2, prio=$3 status=$4"
 [ "$1 $2 $3" = "50 active $PRIO2" ] || fail "want path group prio 50 active then prio $PRIO2, got '$*'"
@@ -328,6 +432,33 @@ step "first file acknowledged after the kill at ${t_first}s: stall ${stall} s"
 set -- $(pg_summary)
 step "map after the failover: $*"
 multipath -ll "$MAP"
+takeover="none"
+if [ "$BACKEND" = rbd ]; then
+  # gateway 2 answered 02/04/0A, fenced the dead owner and took the LUN over
+  line=$(sed 's/\x1b\[[0-9;]*m//g' /tmp/gw2.log | grep 'RBD LUN taken over' | tail -n 1)
+  [ -n "$line" ] || fail "no 'RBD LUN taken over' in gateway 2's log"
+  step "gateway 2: $(echo "$line" | sed 's/^.*\(RBD LUN taken over\)/\1/')"
+  sed 's/\x1b\[[0-9;]*m//g' /tmp/gw2.log | grep 'breaking its lock' | tail -n 1
+  echo "$line" | grep -q 'fenced_other=true' || fail "gateway 2 took the LUN over without fencing: $line"
+  takeover="$(echo "$line" | sed -n 's/.* ms=\([0-9]*\).*/\1/p')ms"
+  set -- $(alua_metrics 2)
+  step "gateway 2's metrics: alua_state=$1 owner_group=$2 takeover=$3 fenced_other=$4 release=$5 fenced=$6"
+  [ "$1 $2 $3 $4" = "0 2 1 1" ] || fail "gateway 2's metrics: want state 0 owner 2 takeover 1 fenced_other 1, got '$*'"
+  d2=$(portal_dev "$P2")
+  r2=$(rtpg_of "$d2")
+  step "RTPG through gateway 2 (/dev/$d2): $r2"
+  case "$r2" in *"0x2:0x00"*) ;; *) fail "gateway 2's RTPG does not show group 2 active/optimized: '$r2'" ;; esac
+  # the kernel re-reads the states (ASYMMETRIC ACCESS STATE CHANGED) and multipathd the
+  # priorities: the prio-50 path group becomes gateway 2's path
+  i=0
+  until case "$(pg_portal 50)" in "$P2"*) true ;; *) false ;; esac; do
+    i=$((i + 1))
+    [ $i -le 150 ] || { multipath -ll "$MAP"; fail "gateway 2's path not in a prio-50 group 30 s after the takeover"; }
+    sleep 0.2
+  done
+  step "prio-50 path group on gateway 2's path $(awk -v a="$t_kill" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after the kill: $(pg_summary)"
+  multipath -ll "$MAP"
+fi
 sleep "$AFTER"
 n_mid=$(acked)
 step "$((n_mid - n_before)) files acknowledged through gateway 2 in the ${AFTER} s after the stall"
@@ -346,7 +477,19 @@ if [ "$FAILBACK" = 1 ]; then
     [ $i -le 150 ] || fail "gateway 1's path not back as standby within 30 s of its restart: $*"
     sleep 0.2
   done
-  while [ "$MODE" = ano ]; do
+  while [ "$BACKEND" = rbd ]; do
+    # gateway 2 holds the lock: gateway 1 comes back a non-owner, its path prio 10 and
+    # active; no failback
+    set -- $(pg_summary)
+    if [ "${1:-} ${2:-} ${3:-}" = "50 active 10" ] \
+      && multipath -ll "$MAP" | grep -A2 'prio=10 ' | grep -q 'active ready running'; then
+      case "$(pg_portal 10)" in "$P1"*) break ;; esac
+    fi
+    i=$((i + 1))
+    [ $i -le 150 ] || { multipath -ll "$MAP"; fail "gateway 1's path not back as prio 10 within 30 s of its restart: $*"; }
+    sleep 0.2
+  done
+  while [ "$MODE" = ano ] && [ "$BACKEND" = file ]; do
     set -- $(pg_summary)
     [ "${1:-} ${2:-}" = "50 active" ] && multipath -ll "$MAP" | grep -A2 'prio=50' | grep -q 'active ready running' && break
     i=$((i + 1))
@@ -355,7 +498,17 @@ if [ "$FAILBACK" = 1 ]; then
   done
   fb=$(awk -v a="$t_restart" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   failback="${fb}s"
-  if [ "$MODE" = ano ]; then
+  if [ "$BACKEND" = rbd ]; then
+    failback="none (gateway 1 back as active/non-optimized in ${fb}s)"
+    step "gateway 1's path back, prio 10, ${fb} s after its restart; gateway 2 keeps the LUN"
+    d1=$(portal_dev "$P1")
+    r1=$(rtpg_of "$d1")
+    step "RTPG through gateway 1 (/dev/$d1): $r1"
+    case "$r1" in *"0x1:0x01"*"0x2:0x00"*) ;; *) fail "gateway 1's RTPG: want group 1 ANO, group 2 AO, got '$r1'" ;; esac
+    set -- $(alua_metrics 1)
+    step "gateway 1's metrics: alua_state=$1 owner_group=$2 takeover=$3 release=$5"
+    [ "$1 $2 $3" = "1 2 0" ] || fail "gateway 1's metrics: want state 1 owner 2 takeover 0, got '$*'"
+  elif [ "$MODE" = ano ]; then
     step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
   else
     failback="none (standby path back in ${fb}s)"
@@ -364,6 +517,15 @@ if [ "$FAILBACK" = 1 ]; then
   multipath -ll "$MAP"
   n_fb=$(acked)
   wait_acked_over "$n_fb" 30 "after the failback"
+  if [ "$BACKEND" = rbd ]; then
+    # still no move: I/O stays on gateway 2
+    sleep 2
+    [ "$(pg_portal 50 | cut -d, -f1)" = "$P2" ] || fail "the prio-50 path moved away from gateway 2: $(pg_summary)"
+    grep -q 'RBD LUN handed over' /tmp/gw2.log && fail "gateway 2 handed the LUN over after gateway 1's restart"
+    set -- $(alua_metrics 2)
+    [ "$1 $2 $3 $5" = "0 2 1 0" ] || fail "gateway 2's metrics after the restart: '$*'"
+    step "after gateway 1's restart the LUN stays with gateway 2 (its metrics: state $1 owner $2 release $5)"
+  fi
 fi
 
 kill "$WPID" 2>/dev/null
@@ -395,6 +557,10 @@ for v in G1PID G2PID; do
   [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
 done
 kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
+if [ -n "$CEPH_DIR" ]; then
+  bash /vmtest/down.sh "$CEPH_DIR" || fail "tools/ceph/down.sh"
+  CEPH_DIR=
+fi
 echo "---- kernel ALUA / multipath messages ----"
 dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
-echo "VM_MPATH_OK mode=$MODE stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"
+echo "VM_MPATH_OK mode=$MODE backend=$BACKEND takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"

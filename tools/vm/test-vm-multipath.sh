@@ -9,12 +9,16 @@
 #      MPATH_REPLACEMENT (5), MPATH_BEFORE (4), MPATH_AFTER (4), MPATH_FAILBACK (1),
 #      MPATH_MODE (ano; standby: the owner dies, an admin moves ownership), MPATH_ADMIN (3):
 #      see guest-multipath.sh
+#      MPATH_BACKEND (file; rbd: an RBD image on a mini Ceph cluster started inside the guest
+#      with tools/ceph/up.sh; the dead owner is fenced and gateway 2 takes the LUN over;
+#      VM_MEM defaults to 3072 then), OSD_BYTES (the memstore size, up.sh's 1 GiB)
 #      VM_TIMEOUT (240) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon logs.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 export VM_TIMEOUT=${VM_TIMEOUT:-240}
+BACKEND=${MPATH_BACKEND:-file}
 [ "$(id -u)" = 0 ] || { echo "test-vm-multipath: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 for t in multipath multipathd; do
   command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh installs multipath-tools)" >&2; exit 1; }
@@ -23,6 +27,14 @@ done
 NAME=test-vm-multipath
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
-VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN" VM_FILES=""
+VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN MPATH_BACKEND OSD_BYTES" VM_FILES=""
+if [ "$BACKEND" = rbd ]; then
+  for t in ceph-mon ceph-osd ceph rbd sg_rtpg curl; do
+    command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh)" >&2; exit 1; }
+  done
+  # the Ceph cluster runs in the guest's RAM (memstore) beside two gateways' caches
+  export VM_MEM=${VM_MEM:-3072}
+  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh"
+fi
 vm_ship_numatgtd
 vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
