@@ -49,3 +49,15 @@ pub fn command_through_transition(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// SET TARGET PORT GROUPS asking for `group` to be active/optimized, as Linux's ALUA
+/// handler sends it when multipath switches to that group's path (sent again after a unit
+/// attention, as Linux does): (status, sense, time the answer took).
+pub fn stpg_optimized(s: &mut ScsiSession, group: u16) -> (u8, Vec<u8>, Duration) {
+    let g = group.to_be_bytes();
+    let list = [0, 0, 0, 0, 0x00, 0, g[0], g[1]];
+    let cdb = [0xA4, 0x0A, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0];
+    let (st, sense, _, took) =
+        command_through_transition(s, &cdb, &list, 0, Duration::from_secs(30));
+    (st, sense, took)
+}

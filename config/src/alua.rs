@@ -20,8 +20,9 @@ pub struct AluaConfig {
     pub relative_port: u16,
     /// The other gateways exporting the same target.
     pub peers: Vec<AluaPeer>,
-    /// The access state of a LUN on the gateways that do not own it.
-    pub non_owner_state: NonOwnerState,
+    /// The access state of a LUN on the gateways that do not own it; `None`: by the LUN's
+    /// kind ([`AluaConfig::non_owner_for`]).
+    pub non_owner_state: Option<NonOwnerState>,
 }
 
 impl Default for AluaConfig {
@@ -30,7 +31,7 @@ impl Default for AluaConfig {
             group: 1,
             relative_port: 1,
             peers: Vec::new(),
-            non_owner_state: NonOwnerState::ActiveNonOptimized,
+            non_owner_state: None,
         }
     }
 }
@@ -55,6 +56,17 @@ impl AluaConfig {
                 .map(|g| g.group)
                 .min()
                 .unwrap_or(self.group)
+        })
+    }
+
+    /// The non-owner state of a LUN: as configured, else standby for a LUN whose owner
+    /// moves through a lock (`arbitrated`: RBD; taken over on SET TARGET PORT GROUPS, so
+    /// probes of the other paths do not move it) and active/non-optimized for the others.
+    pub fn non_owner_for(&self, arbitrated: bool) -> NonOwnerState {
+        self.non_owner_state.unwrap_or(if arbitrated {
+            NonOwnerState::Standby
+        } else {
+            NonOwnerState::ActiveNonOptimized
         })
     }
 
@@ -140,7 +152,7 @@ impl RawAlua {
                     })
                     .collect()
             }),
-            non_owner_state: Some(a.non_owner_state.as_str().to_string()),
+            non_owner_state: a.non_owner_state.map(|s| s.as_str().to_string()),
         }
     }
 
@@ -163,13 +175,13 @@ impl RawAlua {
             None => group,
         };
         let non_owner_state = match &self.non_owner_state {
-            Some(s) => NonOwnerState::parse(s).ok_or_else(|| {
+            Some(s) => Some(NonOwnerState::parse(s).ok_or_else(|| {
                 err(
                     "non_owner_state",
                     format!("must be active-non-optimized or standby (got {s:?})"),
                 )
-            })?,
-            None => NonOwnerState::ActiveNonOptimized,
+            })?),
+            None => None,
         };
         let raw_peers = self.peers.as_deref().unwrap_or_default();
         if raw_peers.len() > MAX_PEERS {

@@ -3,9 +3,11 @@
 //! 0Ah), the commands each access state allows, and the unit attention an access state
 //! change establishes.
 //!
-//! Access is implicit only (TPGS = 01b): the device server changes states itself (the
-//! server calls [`LogicalUnit::set_port_groups`], e.g. when a gateway takes over a LUN);
-//! SET TARGET PORT GROUPS is not supported. Every LU has at least one group: with nothing
+//! Access is implicit (TPGS = 01b): the device server changes states itself (the server
+//! calls [`LogicalUnit::set_port_groups`], e.g. when a gateway takes over a LUN). An LU
+//! whose server can move it on request ([`LogicalUnit::set_explicit_alua`]) is also
+//! explicit (TPGS = 11b): SET TARGET PORT GROUPS comes to the server as
+//! [`Action::SetTargetPortGroups`]; otherwise that command is not offered. Every LU has at least one group: with nothing
 //! configured, the group of its own port (`LuParams::tpg`), active/optimized — so a single
 //! target looks to a multipath initiator like one always-optimized path.
 //!
@@ -85,12 +87,14 @@ impl AccessState {
         let op = cdb.first().copied().unwrap_or(0);
         let sa = cdb.get(1).map_or(0, |b| b & 0x1F);
         let rtpg = op == MAINTENANCE_IN && sa == SA_REPORT_TARGET_PORT_GROUPS;
+        let stpg = op == MAINTENANCE_OUT && sa == SA_SET_TARGET_PORT_GROUPS;
         // Commands every state accepts.
         let always = matches!(op, INQUIRY | REPORT_LUNS | REQUEST_SENSE) || rtpg;
         match self {
             AccessState::ActiveOptimized | AccessState::ActiveNonOptimized => Ok(()),
             AccessState::Standby => {
                 let standby_ok = always
+                    || stpg
                     || matches!(
                         op,
                         MODE_SELECT_6
@@ -116,6 +120,7 @@ impl AccessState {
             }
             AccessState::Unavailable => {
                 let ok = always
+                    || stpg
                     || (op == MAINTENANCE_IN
                         && matches!(sa, SA_REPORT_SUPPORTED_OPCODES | SA_REPORT_SUPPORTED_TMFS));
                 if ok { Ok(()) } else { Err(UNAVAILABLE) }
@@ -148,6 +153,10 @@ const STANDBY: Sense = Sense::new(key::NOT_READY, 0x04, 0x0B);
 /// NOT READY, LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE (04h/0Ch).
 pub const UNAVAILABLE: Sense = Sense::new(key::NOT_READY, 0x04, 0x0C);
 
+/// HARDWARE ERROR, SET TARGET PORT GROUPS COMMAND FAILED (67h/0Ah): the server could not
+/// carry a SET TARGET PORT GROUPS out.
+pub const STPG_FAILED: Sense = Sense::new(key::HARDWARE_ERROR, 0x67, 0x0A);
+
 /// How a group reached its current state (the STATUS CODE field of a target port group
 /// descriptor, SPC-4 table 169).
 const STATUS_NONE: u8 = 0x00;
@@ -176,6 +185,8 @@ pub(crate) struct AluaState {
     groups: Mutex<Groups>,
     /// [`AccessState::code`] of the LU's own port group.
     local: AtomicU8,
+    /// SET TARGET PORT GROUPS is offered (TPGS = 11b).
+    explicit: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -199,6 +210,7 @@ impl AluaState {
                 changed: false,
             }),
             local: AtomicU8::new(AccessState::ActiveOptimized.code()),
+            explicit: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -280,6 +292,17 @@ impl LogicalUnit {
         self.alua.groups().list.clone()
     }
 
+    /// Offers SET TARGET PORT GROUPS (INQUIRY TPGS = 11b): the server can move the LU to
+    /// another group on request.
+    pub fn set_explicit_alua(&self, on: bool) {
+        self.alua.explicit.store(on, Ordering::Release);
+    }
+
+    /// Whether SET TARGET PORT GROUPS is offered.
+    pub fn explicit_alua(&self) -> bool {
+        self.alua.explicit.load(Ordering::Acquire)
+    }
+
     /// The access state of the LU's own port group.
     pub fn access_state(&self) -> AccessState {
         self.alua.local()
@@ -342,6 +365,49 @@ pub(crate) fn report_target_port_groups(
     }
     d.extend_from_slice(&body);
     Ok(Action::data(truncate(d, alloc)))
+}
+
+/// SET TARGET PORT GROUPS (SPC-4 6.31): a 4-byte header, then 4-byte descriptors
+/// (ASYMMETRIC ACCESS STATE in bits 3-0 of byte 0, TARGET PORT GROUP in bytes 2-3). Each
+/// group must exist and each state be one a group can be set to (active/optimized,
+/// active/non-optimized, standby, unavailable); otherwise INVALID FIELD IN PARAMETER LIST.
+pub(crate) fn set_target_port_groups(
+    lu: &LogicalUnit,
+    cdb: &[u8],
+    req: &Req<'_>,
+) -> Result<Action, Sense> {
+    if !lu.explicit_alua() {
+        return Err(Sense::invalid_opcode());
+    }
+    let len = be32(cdb, 6) as usize;
+    if len == 0 {
+        return Ok(Action::good());
+    }
+    let list = req
+        .data_out
+        .get(..len)
+        .ok_or_else(Sense::param_list_length_error)?;
+    if len < 4 || (len - 4) % 4 != 0 {
+        return Err(Sense::param_list_length_error());
+    }
+    let groups = lu.alua.groups();
+    let mut asks = Vec::with_capacity((len - 4) / 4);
+    for (k, d) in list[4..].chunks_exact(4).enumerate() {
+        let at = 4 + 4 * k;
+        let state = match d[0] & 0x0F {
+            0x0 => AccessState::ActiveOptimized,
+            0x1 => AccessState::ActiveNonOptimized,
+            0x2 => AccessState::Standby,
+            0x3 => AccessState::Unavailable,
+            _ => return Err(Sense::invalid_field_in_param_list(at, Some(3))),
+        };
+        let id = u16::from_be_bytes([d[2], d[3]]);
+        if !groups.list.iter().any(|g| g.id == id) {
+            return Err(Sense::invalid_field_in_param_list(at + 2, Some(7)));
+        }
+        asks.push((id, state));
+    }
+    Ok(Action::SetTargetPortGroups(asks))
 }
 
 #[cfg(test)]
@@ -526,6 +592,44 @@ mod tests {
             Err(PortGroupError::PortZero)
         );
         assert_eq!(lu.access_state(), AccessState::ActiveOptimized);
+    }
+
+    fn stpg(descs: &[(u8, u16)]) -> (Vec<u8>, Vec<u8>) {
+        let mut list = vec![0u8; 4];
+        for &(state, group) in descs {
+            list.extend_from_slice(&[state, 0]);
+            list.extend_from_slice(&group.to_be_bytes());
+        }
+        let l = (list.len() as u32).to_be_bytes();
+        let cdb = vec![0xA4, 0x0A, 0, 0, 0, 0, l[0], l[1], l[2], l[3], 0, 0];
+        (cdb, list)
+    }
+
+    #[test]
+    fn set_target_port_groups_only_when_explicit() {
+        let lu = lu();
+        let own = lu.params().tpg;
+        let (cdb, list) = stpg(&[(0, own)]);
+        assert_eq!(check(&complete_out(&lu, &cdb, &list)), (5, 0x20, 0));
+        lu.set_explicit_alua(true);
+        let d = complete(&lu, &[0x12, 0, 0, 0, 96, 0]).data;
+        assert_eq!(d[5] & 0x30, 0x30, "TPGS = 11b");
+        two_groups(&lu, AccessState::Standby, AccessState::ActiveOptimized);
+        match exec(&lu, &cdb, &list) {
+            Action::SetTargetPortGroups(v) => {
+                assert_eq!(v, vec![(own, AccessState::ActiveOptimized)]);
+            }
+            other => panic!("expected SetTargetPortGroups, got {other:?}"),
+        }
+        // an unknown group, a state nobody can set, a ragged list
+        let (cdb, list) = stpg(&[(0, 999)]);
+        assert_eq!(check(&complete_out(&lu, &cdb, &list)), (5, 0x26, 0));
+        let (cdb, list) = stpg(&[(0xF, own)]);
+        assert_eq!(check(&complete_out(&lu, &cdb, &list)), (5, 0x26, 0));
+        let (mut cdb, mut list) = stpg(&[(0, own)]);
+        list.push(0);
+        cdb[9] += 1;
+        assert_eq!(check(&complete_out(&lu, &cdb, &list)).0, 5);
     }
 
     #[test]

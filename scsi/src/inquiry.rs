@@ -120,7 +120,8 @@ pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Actio
     let data = if !evpd {
         let mut d = standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev);
         d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
-        d[5] |= 0x10; // TPGS 01b: implicit asymmetric access only (alua)
+        // TPGS: 01b implicit asymmetric access, 11b implicit and explicit (alua)
+        d[5] |= if lu.explicit_alua() { 0x30 } else { 0x10 };
         if lu.removable() {
             d[1] |= 0x80; // RMB
         }

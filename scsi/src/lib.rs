@@ -302,6 +302,10 @@ pub enum Action {
     /// SANITIZE: run the operation in the background over the whole LU (see [`sanitize`]);
     /// GOOD now when `immed`, else when it ends; then [`LogicalUnit::sanitize_finished`].
     Sanitize(sanitize::Sanitize),
+    /// SET TARGET PORT GROUPS (explicit ALUA, [`alua`]): the initiator asks for these
+    /// `(target port group, state)` pairs; the server carries them out (for its own group:
+    /// taking the LU over) and answers GOOD, or [`alua::STPG_FAILED`].
+    SetTargetPortGroups(Vec<(u16, alua::AccessState)>),
 }
 
 impl Action {

@@ -163,6 +163,7 @@ pub(crate) fn report_supported_opcodes(
 /// LUs).
 pub(crate) fn offered(lu: &LogicalUnit, e: &OpInfo) -> bool {
     (e.opcode != crate::ops::opcode::UNMAP || lu.thin_provisioning())
+        && (e.opcode != crate::ops::opcode::MAINTENANCE_OUT || lu.explicit_alua())
         && crate::sanitize::offered(lu, e)
 }
 

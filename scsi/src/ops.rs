@@ -95,6 +95,7 @@ pub mod opcode {
     pub const SERVICE_ACTION_IN_16: u8 = 0x9E;
     pub const REPORT_LUNS: u8 = 0xA0;
     pub const MAINTENANCE_IN: u8 = 0xA3;
+    pub const MAINTENANCE_OUT: u8 = 0xA4;
     pub const READ_12: u8 = 0xA8;
     pub const WRITE_12: u8 = 0xAA;
     pub const WRITE_AND_VERIFY_12: u8 = 0xAE;
@@ -110,6 +111,8 @@ pub mod opcode {
     pub const SA_REPORT_SUPPORTED_TMFS: u8 = 0x0D;
     /// MAINTENANCE IN service action REPORT TARGET PORT GROUPS.
     pub const SA_REPORT_TARGET_PORT_GROUPS: u8 = 0x0A;
+    /// MAINTENANCE OUT service action SET TARGET PORT GROUPS.
+    pub const SA_SET_TARGET_PORT_GROUPS: u8 = 0x0A;
 }
 
 /// Control byte: vendor-specific bits 7-6 are accepted and ignored; NACA and LINK are not
@@ -754,6 +757,15 @@ pub(crate) static TABLE: &[OpInfo] = &[
         usage: &[0xFF, 0xFF, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
         handler: alua::report_target_port_groups,
         timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: MAINTENANCE_OUT,
+        service_action: Some(SA_SET_TARGET_PORT_GROUPS),
+        name: "SET TARGET PORT GROUPS",
+        // PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
+        handler: alua::set_target_port_groups,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: MAINTENANCE_IN,

@@ -161,6 +161,9 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
         Action::Sync { lba, blocks } => {
             assert!(lba + u64::from(*blocks) <= p.num_blocks);
         }
+        Action::SetTargetPortGroups(asks) => {
+            assert!(lu.explicit_alua() && !asks.is_empty());
+        }
         Action::Sanitize(s) => {
             assert!(!lu.write_protected());
             if let scsi::sanitize::Method::Overwrite {

@@ -16,7 +16,7 @@ use crate::registry::Lun;
 
 /// The groups of a target whose LUN is owned by `owner`: the owner active/optimized, every
 /// other group in the configured non-owner state.
-pub fn port_groups(alua: &config::AluaConfig, owner: u16) -> Vec<PortGroup> {
+pub fn port_groups(alua: &config::AluaConfig, owner: u16, arbitrated: bool) -> Vec<PortGroup> {
     alua.groups()
         .iter()
         .map(|g| PortGroup {
@@ -24,7 +24,7 @@ pub fn port_groups(alua: &config::AluaConfig, owner: u16) -> Vec<PortGroup> {
             state: if g.group == owner {
                 AccessState::ActiveOptimized
             } else {
-                non_owner(alua)
+                non_owner(alua, arbitrated)
             },
             rel_ports: vec![g.relative_port],
             preferred: false,
@@ -32,8 +32,8 @@ pub fn port_groups(alua: &config::AluaConfig, owner: u16) -> Vec<PortGroup> {
         .collect()
 }
 
-fn non_owner(alua: &config::AluaConfig) -> AccessState {
-    match alua.non_owner_state {
+fn non_owner(alua: &config::AluaConfig, arbitrated: bool) -> AccessState {
+    match alua.non_owner_for(arbitrated) {
         config::NonOwnerState::ActiveNonOptimized => AccessState::ActiveNonOptimized,
         config::NonOwnerState::Standby => AccessState::Standby,
     }
@@ -48,7 +48,7 @@ pub fn may_cache(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> bool {
     // an RBD LUN's other gateways take it over (the owner writes back first) before they
     // serve it
     let others_write = !alua.peers.is_empty()
-        && alua.non_owner_state == config::NonOwnerState::ActiveNonOptimized
+        && alua.non_owner_for(false) == config::NonOwnerState::ActiveNonOptimized
         && lun.arbiter.is_none();
     lun.cached && owner == alua.group && !others_write
 }
@@ -80,7 +80,7 @@ pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), Owne
         a.init(lun, owner);
         return Ok(());
     }
-    lun.scsi.set_port_groups(port_groups(alua, owner))?;
+    lun.scsi.set_port_groups(port_groups(alua, owner, false))?;
     // the state change above raised ASYMMETRIC ACCESS STATE CHANGED for no nexus: a new
     // LU has none yet
     let on = may_cache(lun, alua, owner);
@@ -136,7 +136,7 @@ pub fn set_owner(
             });
             if let Err(e) = flushed {
                 lun.cache_on.store(true, Ordering::Release);
-                lun.scsi.set_port_groups(port_groups(alua, me))?;
+                lun.scsi.set_port_groups(port_groups(alua, me, false))?;
                 return Err(OwnerError::Flush(e));
             }
             c.invalidate_lun(lun.cache_id);
@@ -150,7 +150,7 @@ pub fn set_owner(
         lun.cache_on
             .store(may_cache(lun, alua, owner), Ordering::Release);
     }
-    let changed = lun.scsi.set_port_groups(port_groups(alua, owner))?;
+    let changed = lun.scsi.set_port_groups(port_groups(alua, owner, false))?;
     if changed {
         tracing::info!(
             lun = lun.number,
@@ -161,6 +161,47 @@ pub fn set_owner(
         );
     }
     Ok(changed)
+}
+
+/// SET TARGET PORT GROUPS (explicit ALUA, RBD LUNs): asking for this gateway's group to
+/// be active/optimized takes the LUN over (answered when the takeover ends: GOOD, or
+/// SET TARGET PORT GROUPS COMMAND FAILED); asking for the states as they are, or for other
+/// groups to leave active/optimized (they do when this one takes over), is GOOD; anything
+/// else fails.
+pub(crate) fn set_target_port_groups(
+    lun: &Arc<Lun>,
+    target: &crate::registry::Target,
+    asks: &[(u16, AccessState)],
+    reply: crate::backend::reply::ReplyTo,
+) -> crate::backend::reply::Answer {
+    use crate::backend::reply::{Answer, completed};
+    let me = target.alua.group;
+    let take = asks
+        .iter()
+        .any(|&(g, s)| g == me && s == AccessState::ActiveOptimized);
+    let now = lun.scsi.port_groups();
+    let fine = asks.iter().all(|&(g, s)| {
+        (g == me && s == AccessState::ActiveOptimized)
+            || (take && g != me && s != AccessState::ActiveOptimized)
+            || now.iter().any(|x| x.id == g && x.state == s)
+    });
+    let failed = || {
+        Answer::Now(completed(
+            lun.scsi.check_condition(&scsi::alua::STPG_FAILED),
+        ))
+    };
+    match &lun.arbiter {
+        _ if !fine => failed(),
+        Some(a) if take && !a.owns() => {
+            if a.is_fenced() {
+                return failed();
+            }
+            let (replier, deferred) = reply.defer();
+            a.take_over_for(replier);
+            Answer::Later(deferred)
+        }
+        _ => Answer::Now(completed(scsi::Completion::good())),
+    }
 }
 
 /// Writes the LUN's dirty blocks back and makes them durable, whether or not the LUN uses
@@ -187,9 +228,9 @@ mod tests {
                 group: 1,
                 relative_port: 10,
             }],
-            non_owner_state: config::NonOwnerState::Standby,
+            non_owner_state: Some(config::NonOwnerState::Standby),
         };
-        let g = port_groups(&a, 1);
+        let g = port_groups(&a, 1, false);
         assert_eq!(g.len(), 2);
         assert_eq!(
             (g[0].id, g[0].state, g[0].rel_ports[0]),

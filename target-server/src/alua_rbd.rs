@@ -114,6 +114,8 @@ pub struct Arbiter {
     owner: AtomicU16,
     since: Mutex<Instant>,
     last_failure: Mutex<Option<Instant>>,
+    /// SET TARGET PORT GROUPS commands waiting for a takeover to end.
+    waiting: Mutex<Vec<crate::backend::reply::Replier>>,
     /// (a takeover is wanted, stop) and the condition the thread waits on.
     wake: (Mutex<(bool, bool)>, Condvar),
     pub transitions: Transitions,
@@ -144,6 +146,7 @@ impl Arbiter {
             owner: AtomicU16::new(0),
             since: Mutex::new(Instant::now()),
             last_failure: Mutex::new(None),
+            waiting: Mutex::new(Vec::new()),
             wake: (Mutex::new((false, false)), Condvar::new()),
             transitions: Transitions::default(),
         }))
@@ -168,6 +171,7 @@ impl Arbiter {
     /// the lock when nobody holds it; everybody else follows the record.
     pub fn init(&self, lun: &Lun, configured: u16) {
         let me = self.alua.group;
+        lun.scsi.set_explicit_alua(true);
         let Some(image) = lun.store.rbd_image() else {
             return;
         };
@@ -240,6 +244,37 @@ impl Arbiter {
         cv.notify_all();
     }
 
+    /// SET TARGET PORT GROUPS asked for this gateway: take the LUN over, then answer
+    /// `reply`.
+    pub fn take_over_for(&self, reply: crate::backend::reply::Replier) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(reply);
+        self.want_ownership();
+    }
+
+    /// Answers the SET TARGET PORT GROUPS commands waiting for a takeover.
+    fn answer_waiting(&self, lun: &Lun, ok: bool) {
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        for r in waiting {
+            let c = if ok {
+                scsi::Completion::good()
+            } else {
+                lun.scsi.check_condition(&scsi::alua::STPG_FAILED)
+            };
+            r.send(crate::backend::reply::completed(c));
+        }
+    }
+
+    fn has_waiting(&self) -> bool {
+        !self
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     /// Ends the thread (the LUN is going away).
     pub fn stop(&self) {
         let (m, cv) = &self.wake;
@@ -262,13 +297,20 @@ impl Arbiter {
             };
             let lun = self.lun.lock().unwrap_or_else(|p| p.into_inner()).upgrade();
             let Some(lun) = lun else { return };
+            let want = want || self.has_waiting();
             if self.is_fenced() {
+                self.answer_waiting(&lun, false);
                 continue;
             }
             if self.owns() {
+                self.answer_waiting(&lun, true);
                 self.check_owner(&lun);
             } else if want && self.may_try() {
                 self.take_over(&lun);
+            } else if want {
+                // the last takeover failed a moment ago
+                self.answer_waiting(&lun, false);
+                self.follow(&lun);
             } else {
                 self.follow(&lun);
             }
@@ -355,7 +397,7 @@ impl Arbiter {
         let me = self.alua.group;
         let owner = self.other_group();
         self.owner.store(owner, Ordering::Release);
-        let mut groups = crate::alua::port_groups(&self.alua, owner);
+        let mut groups = crate::alua::port_groups(&self.alua, owner, true);
         for g in &mut groups {
             if g.id == me {
                 g.state = AccessState::Unavailable;
@@ -403,14 +445,29 @@ impl Arbiter {
             },
         );
         let start = Instant::now();
+        let mut asked = Instant::now();
         let mut fenced_other = false;
         loop {
             match image.lock_owners() {
                 Ok(o) if o.is_empty() => break,
                 Ok(owners) => {
-                    let acked = self.read_record(image).acked;
+                    let now = self.read_record(image);
+                    if now.request != Some(me) {
+                        // another gateway's write replaced the request (e.g. one that
+                        // just took the LUN): ask again, and give the owner its full time
+                        self.write_record(
+                            image,
+                            Record {
+                                request: Some(me),
+                                acked: false,
+                                ..now
+                            },
+                        );
+                        asked = Instant::now();
+                    }
+                    let acked = now.acked && now.request == Some(me);
                     let waited = start.elapsed();
-                    if (!acked && waited >= ACK_WAIT) || waited >= HANDOFF_MAX {
+                    if (!acked && asked.elapsed() >= ACK_WAIT) || waited >= HANDOFF_MAX {
                         for o in &owners {
                             tracing::warn!(lun = lun.number, owner = %o, acked,
                                 waited_ms = waited.as_millis() as u64,
@@ -438,14 +495,18 @@ impl Arbiter {
             *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
             let owner = self.owner_group();
             self.apply(lun, owner, false);
+            self.answer_waiting(lun, false);
             return;
         }
         self.became_owner();
+        // a request another gateway wrote meanwhile stays (it is answered after MIN_HOLD)
+        let pending = self.read_record(image).request.filter(|&g| g != me);
         self.write_record(
             image,
             Record {
                 owner: Some(me),
-                ..Record::default()
+                request: pending,
+                acked: false,
             },
         );
         if let Some(c) = self.cache.get() {
@@ -458,6 +519,7 @@ impl Arbiter {
                 .fetch_add(1, Ordering::Relaxed);
         }
         self.apply(lun, me, true);
+        self.answer_waiting(lun, true);
         tracing::info!(
             lun = lun.number,
             here = me,
@@ -478,7 +540,7 @@ impl Arbiter {
         lun.cache_on.store(cache && lun.cached, Ordering::Release);
         if let Err(e) = lun
             .scsi
-            .set_port_groups(crate::alua::port_groups(&self.alua, owner))
+            .set_port_groups(crate::alua::port_groups(&self.alua, owner, true))
         {
             tracing::warn!(lun = lun.number, "ALUA groups: {e}");
         }

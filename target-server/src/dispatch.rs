@@ -74,7 +74,7 @@ pub fn execute(
     // an RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
     // back), and the command is retried by the initiator meanwhile
     if let Some(a) = &lun.arbiter
-        && !matches!(action, Action::Complete(_))
+        && !matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_))
         && !a.owns()
     {
         if !a.is_fenced() {
@@ -158,6 +158,9 @@ pub fn execute(
         Action::SelfTest { lba, blocks } => selftest::run(lun, lba, blocks, ctx, reply),
         Action::Sanitize(op) => sanitize::start(lun, op, ctx.cache_for(lun).cloned(), reply),
         Action::Sync { lba, blocks: _ } => storage::synchronize_cache(lun, lba, ctx, reply),
+        Action::SetTargetPortGroups(asks) => {
+            crate::alua::set_target_port_groups(lun, target, &asks, reply)
+        }
     };
     (stamped(answer, stamp), kind)
 }

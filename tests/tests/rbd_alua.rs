@@ -2,9 +2,10 @@
 //! cluster: ownership follows the image's exclusive lock. Checked through raw iSCSI
 //! sessions on each gateway:
 //!
-//! 1. the first gateway owns the LUN and caches it; I/O sent to the second one makes the
-//!    owner hand it over — its dirty blocks, synchronized or not, are written back first,
-//!    so the second one reads every acknowledged write;
+//! 1. the first gateway owns the LUN and caches it; the other is standby; SET TARGET PORT
+//!    GROUPS sent to the second one (as Linux's ALUA handler does when multipath switches
+//!    paths) makes the owner hand it over — its dirty blocks, synchronized or not, are
+//!    written back first, so the second one reads every acknowledged write;
 //! 2. the owner is SIGKILLed during writes: the other gateway fences it (breaks its lock)
 //!    and takes over; every write acknowledged before a completed SYNCHRONIZE CACHE reads
 //!    back through it;
@@ -15,7 +16,7 @@
 
 use std::time::Duration;
 
-use tests::alua::{command_through_transition, rtpg};
+use tests::alua::{command_through_transition, rtpg, stpg_optimized};
 use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::ceph::Cluster;
 use tests::daemon::{require_numatgtd, send_signal};
@@ -27,14 +28,26 @@ const BS: usize = 512;
 const CHUNK: u16 = 16;
 const HANDOVER: Duration = Duration::from_secs(20);
 
-fn gateway_yaml(port: u16, c: &Cluster, group: u16, peer: u16) -> String {
+fn gateway_yaml(port: u16, c: &Cluster, group: u16, peer: u16, non_owner: &str) -> String {
     format!(
         "portals:\n  - address: 127.0.0.1:{port}\n\
-         targets:\n  - iqn: {TEST_IQN}\n    alua:\n      group: {group}\n      peers:\n        \
-         - group: {peer}\n    luns:\n      - lun: 1\n        bs_type: rbd\n        \
+         targets:\n  - iqn: {TEST_IQN}\n    alua:\n      group: {group}\n{non_owner}      \
+         peers:\n        - group: {peer}\n    luns:\n      - lun: 1\n        bs_type: rbd\n        \
          path: rbd/shared\n        bsopts: \"{}\"\n        write_cache: true\n",
         c.bsopts("rados_osd_op_timeout=10")
     )
+}
+
+/// SET TARGET PORT GROUPS for `group` through `s`: GOOD, and how long it took.
+fn take(s: &mut ScsiSession, group: u16, who: &str) -> Duration {
+    let (st, sense, took) = stpg_optimized(s, group);
+    assert_eq!(
+        st,
+        0,
+        "{who}: SET TARGET PORT GROUPS: sense {:?}",
+        sense_of(&sense)
+    );
+    took
 }
 
 fn pattern(seed: u32) -> Vec<u8> {
@@ -81,21 +94,36 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
     require_numatgtd("ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced");
     let c = Cluster::start();
     c.create_image("shared", 64 << 20);
-    let mut a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 1, 2));
-    let mut b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 2, 1));
+    let mut a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 1, 2, ""));
+    let mut b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 2, 1, ""));
     let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:rbd-alua-a");
     let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:rbd-alua-b");
-    let a_owns = vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])];
-    let b_owns = vec![(1, 0x1, vec![1]), (2, 0x0, vec![2])];
+    // an RBD LUN's non-owners are standby by default, and the LUN offers explicit ALUA
+    let a_owns = vec![(1, 0x0, vec![1]), (2, 0x2, vec![2])];
+    let b_owns = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
     assert_eq!(rtpg(&mut sa), a_owns, "A owns the LUN at start");
     assert_eq!(rtpg(&mut sb), a_owns, "B knows it from the record");
+    let (_, _, inq) = sb.command(&[0x12, 0, 0, 0, 96, 0], &[], 96);
+    assert_eq!(inq[5] & 0x30, 0x30, "TPGS = 11b: implicit and explicit");
+    // a probe of the standby path (the kernel's partition scan) moves nothing
+    let (st, sense, _) = sb.command(&cdb10(0x28, 0, CHUNK), &[], u32::from(CHUNK) * 512);
+    assert_eq!((st, sense_of(&sense)), (2, Some((2, 0x04, 0x0B))));
+    assert_eq!(rtpg(&mut sa), a_owns);
 
-    // 1. cooperative handover: A's dirty blocks (synchronized or not) reach B
+    // 1. cooperative handover on SET TARGET PORT GROUPS: A's dirty blocks (synchronized
+    //    or not) reach B
     write(&mut sa, lba(0), &pattern(1), "A");
     sync(&mut sa, "A");
     write(&mut sa, lba(1), &pattern(2), "A");
-    let (got0, took) = read(&mut sb, lba(0), "B");
+    let took = take(&mut sb, 2, "B");
     eprintln!("handover A -> B took {took:?}");
+    let (st, sense, _) = sb.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((6, 0x2A, 0x06))),
+        "B's session is told"
+    );
+    let (got0, _) = read(&mut sb, lba(0), "B");
     assert!(got0 == pattern(1), "B reads A's synchronized write");
     assert!(
         read(&mut sb, lba(1), "B").0 == pattern(2),
@@ -128,12 +156,12 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
         }
     }
     b.kill9();
+    let took = take(&mut sa, 1, "A after the kill");
+    eprintln!("takeover by A after B was killed took {took:?}");
     let mut latest = std::collections::BTreeMap::new();
     for (chunk, seed) in &synced {
         latest.insert(*chunk, *seed);
     }
-    let (_, took) = read(&mut sa, lba(0), "A after the kill");
-    eprintln!("takeover by A after B was killed took {took:?}");
     for (chunk, seed) in &latest {
         // a later unsynchronized write of the same chunk may or may not have landed
         let later: Vec<u32> = pending
@@ -157,6 +185,8 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
     //    and its late write-back cannot overwrite what A writes afterwards
     b.respawn();
     let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:rbd-alua-b2");
+    assert_eq!(rtpg(&mut sb), a_owns, "B restarts standby: A owns the LUN");
+    take(&mut sb, 2, "B again");
     write(&mut sb, lba(20), &pattern(7), "B again");
     assert_eq!(rtpg(&mut sb), b_owns);
     std::thread::sleep(Duration::from_millis(1200)); // past the owner's minimum hold
@@ -167,7 +197,7 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
         "B (dirty, never synchronized)",
     );
     send_signal(b.pid(), libc::SIGSTOP);
-    let (_, took) = read(&mut sa, lba(21), "A while B is frozen");
+    let took = take(&mut sa, 1, "A while B is frozen");
     eprintln!("takeover from the frozen B took {took:?}");
     write(&mut sa, lba(21), &pattern(9), "A");
     sync(&mut sa, "A");
@@ -213,4 +243,28 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
         "A fenced B twice (killed, then frozen)"
     );
     a.assert_alive("after the fencing");
+}
+
+/// With `non_owner_state: active-non-optimized` configured, an RBD LUN's other gateway
+/// serves I/O after taking the LUN over on the first command (implicit ALUA), the owner
+/// handing it over with its dirty blocks written back.
+#[test]
+fn active_non_optimized_rbd_gateways_take_over_on_io() {
+    require_numatgtd("active_non_optimized_rbd_gateways_take_over_on_io");
+    let c = Cluster::start();
+    c.create_image("shared", 16 << 20);
+    let ano = "      non_owner_state: active-non-optimized\n";
+    let a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 1, 2, ano));
+    let b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 2, 1, ano));
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:rbd-ano-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:rbd-ano-b");
+    assert_eq!(rtpg(&mut sb), vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])]);
+    write(&mut sa, lba(3), &pattern(33), "A");
+    let (got, took) = read(&mut sb, lba(3), "B");
+    eprintln!("implicit handover on I/O took {took:?}");
+    assert!(
+        got == pattern(33),
+        "B reads A's cached write after the handover"
+    );
+    assert_eq!(rtpg(&mut sb), vec![(1, 0x1, vec![1]), (2, 0x0, vec![2])]);
 }

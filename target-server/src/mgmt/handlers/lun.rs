@@ -391,7 +391,8 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             // the arbiter's view: the owner it knows, this gateway's state as it is
             Some(a) => {
                 a.rebind(&next);
-                let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1));
+                next.scsi.set_explicit_alua(true);
+                let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1), true);
                 for x in &mut g {
                     if x.id == t.alua.group {
                         x.state = lun.scsi.access_state();
@@ -399,7 +400,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
                 }
                 g
             }
-            None => crate::alua::port_groups(&t.alua, owner),
+            None => crate::alua::port_groups(&t.alua, owner, false),
         };
         if let Err(e) = next.scsi.set_port_groups(groups) {
             tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
