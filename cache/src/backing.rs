@@ -270,6 +270,15 @@ impl BackingStore {
         }
     }
 
+    /// The RBD image, for callers that start librbd's asynchronous calls themselves
+    /// ([`crate::rbd_aio`]); they keep to [`check_range`](Self::check_range).
+    pub(crate) fn rbd_image(&self) -> Option<&rbd::Image> {
+        match &self.medium {
+            Medium::Rbd(r) => Some(&r.image),
+            Medium::File(_) => None,
+        }
+    }
+
     /// Whether this store is a Ceph RBD image.
     pub fn is_rbd(&self) -> bool {
         matches!(self.medium, Medium::Rbd(_))
@@ -440,7 +449,7 @@ impl BackingStore {
         Ok(())
     }
 
-    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+    pub(crate) fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
         match end {
             Some(end) if end <= self.size() => Ok(()),
