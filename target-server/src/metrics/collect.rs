@@ -282,6 +282,10 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_lun_rbd_op_errors_total",
         "RBD image operations that failed (timeouts, a sick cluster, a lost lock).",
     );
+    let mut rbd_async = counter(
+        "numatgt_lun_rbd_op_async_total",
+        "RBD image operations started asynchronously from an event thread (librbd aio).",
+    );
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -344,13 +348,14 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                     let labels = [l[0], l[1], ("op", op.label())];
                     rbd_hist.add_histogram(&labels, &bounds, &h.buckets, h.sum_ns as f64 * NS);
                     rbd_errors.add(&labels, h.errors as f64);
+                    rbd_async.add(&labels, h.asynchronous as f64);
                 }
             }
         }
     }
     for f in [
         reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
-        cap, info, hist, rbd_hist, rbd_errors,
+        cap, info, hist, rbd_hist, rbd_errors, rbd_async,
     ] {
         push(out, f);
     }
