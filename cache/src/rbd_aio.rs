@@ -271,39 +271,8 @@ impl<J: RingJob> Drop for AioRing<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::uring::ReadOp;
+    use crate::uring::tests::Job;
     use std::sync::mpsc;
-
-    /// Reads into a heap buffer and reports the result of each read.
-    struct Job {
-        ranges: Vec<(u64, usize)>,
-        bufs: Vec<Box<[u8]>>,
-        done: mpsc::Sender<Vec<Option<i32>>>,
-    }
-
-    // SAFETY: each read goes into one of the job's boxed slices (heap memory that does not
-    // move with the job), touched by nothing else until finish.
-    unsafe impl RingJob for Job {
-        fn reads(&mut self, out: &mut Vec<ReadOp>) {
-            for &(offset, len) in &self.ranges {
-                let mut b = vec![0u8; len].into_boxed_slice();
-                out.push(ReadOp {
-                    fd: -1,
-                    buf: b.as_mut_ptr(),
-                    len,
-                    offset,
-                });
-                self.bufs.push(b);
-            }
-        }
-        fn finish(self, results: &[io::Result<()>]) {
-            let r = results
-                .iter()
-                .map(|r| r.as_ref().err().and_then(|e| e.raw_os_error()))
-                .collect();
-            let _ = self.done.send(r);
-        }
-    }
 
     /// Without a cluster: a store that is not an RBD image fails every read with EINVAL
     /// through the same arrival path (eventfd signalled, finished by reap on this thread),
@@ -316,18 +285,27 @@ mod tests {
         let store = Arc::new(BackingStore::open(&p, &Default::default()).expect("open"));
         let mut ring = AioRing::<Job>::new().expect("aio ring");
         let (tx, rx) = mpsc::channel();
-        let job = |ranges: Vec<(u64, usize)>| Job {
+        let job = |id: usize, ranges: Vec<(u64, usize)>| Job {
+            id,
+            fd: -1,
             ranges,
             bufs: Vec::new(),
             done: tx.clone(),
         };
-        ring.push(&store, job(Vec::new()));
+        // each job's errno per read, in order
+        let errnos = |d: crate::uring::tests::Done| -> (usize, Vec<Option<i32>>) {
+            let e =
+                d.2.iter()
+                    .map(|r| r.as_ref().err().and_then(|e| e.raw_os_error()));
+            (d.0, e.collect())
+        };
+        ring.push(&store, job(0, Vec::new()));
         assert_eq!(
-            rx.try_recv().expect("finished at once"),
-            Vec::<Option<i32>>::new()
+            errnos(rx.try_recv().expect("finished at once")),
+            (0, vec![])
         );
-        ring.push(&store, job(vec![(0, 4096), (8192, 4096)]));
-        ring.push(&store, job(vec![(1 << 20, 512)]));
+        ring.push(&store, job(1, vec![(0, 4096), (8192, 4096)]));
+        ring.push(&store, job(2, vec![(1 << 20, 512)]));
         assert_eq!(ring.jobs(), 2);
         let mut pfd = libc::pollfd {
             fd: ring.event_fd(),
@@ -341,12 +319,18 @@ mod tests {
         assert_eq!(ring.reap(), 2);
         assert_eq!(ring.jobs(), 0);
         let einval = Some(libc::EINVAL);
-        assert_eq!(rx.try_recv().expect("job 1"), vec![einval, einval]);
-        assert_eq!(rx.try_recv().expect("job 2"), vec![einval]);
+        assert_eq!(
+            errnos(rx.try_recv().expect("job 1")),
+            (1, vec![einval, einval])
+        );
+        assert_eq!(errnos(rx.try_recv().expect("job 2")), (2, vec![einval]));
         assert_eq!(ring.reap(), 0);
         // the slots are reused; a dropped ring finishes what it holds
-        ring.push(&store, job(vec![(0, 512)]));
+        ring.push(&store, job(3, vec![(0, 512)]));
         drop(ring);
-        assert_eq!(rx.try_recv().expect("finished by the drop"), vec![einval]);
+        assert_eq!(
+            errnos(rx.try_recv().expect("finished by the drop")),
+            (3, vec![einval])
+        );
     }
 }

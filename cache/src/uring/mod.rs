@@ -114,4 +114,4 @@ impl WriteRing {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,9 +1,9 @@
 //! Which engine runs a backend job. With io_uring, every event thread owns a read ring
-//! ([`ThreadRing`], thread-local): the cache fills and uncached reads of O_DIRECT stores that
+//! (`ThreadRing`, thread-local): the cache fills and uncached reads of O_DIRECT stores that
 //! the thread's commands need are queued in it, submitted together once per loop turn, and
 //! reaped by the same thread when the ring's eventfd fires; their results go to the
 //! connection's mailbox on that thread (no other thread, no wakeup per read). The same
-//! reads of RBD images go to the thread's librbd ring ([`ThreadAio`], unless `io_engine` is
+//! reads of RBD images go to the thread's librbd ring (`ThreadAio`, unless `io_engine` is
 //! `threads`): started at once with librbd's asynchronous reads, whose callbacks only queue
 //! the outcome and write that ring's eventfd, and finished the same way by the same thread.
 //! Everything else, reads from other threads, buffered stores, writes and flushes, and
@@ -16,6 +16,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::LocalKey;
 
 use cache::coherence::{self, CachedRead, FillRead, PieceList};
 use cache::rbd_aio::AioRing;
@@ -99,7 +100,7 @@ impl NodeWorkers {
                 AlignedBuf::recycle_on_this_thread();
                 let fd = ring.event_fd();
                 THREAD_RING.with(|r| {
-                    *r.borrow_mut() = Some(ThreadRing {
+                    *r.borrow_mut() = Some(Owned {
                         ring,
                         jobs: Arc::clone(jobs),
                     })
@@ -130,7 +131,7 @@ impl NodeWorkers {
                 }
                 let fd = ring.event_fd();
                 THREAD_AIO.with(|r| {
-                    *r.borrow_mut() = Some(ThreadAio {
+                    *r.borrow_mut() = Some(Owned {
                         ring,
                         jobs: Arc::clone(jobs),
                     })
@@ -157,17 +158,48 @@ impl NodeWorkers {
     }
 }
 
-/// An event thread's read ring and its node's in-flight count.
-struct ThreadRing {
-    ring: ReadRing<RingRead>,
+/// An event thread's ring (io_uring's or librbd's) and its node's in-flight count.
+struct Owned<R> {
+    ring: R,
     jobs: Arc<AtomicUsize>,
 }
 
-/// An event thread's librbd ring and its node's in-flight count.
-struct ThreadAio {
-    ring: AioRing<RingRead>,
-    jobs: Arc<AtomicUsize>,
+type ThreadRing = Owned<ReadRing<RingRead>>;
+type ThreadAio = Owned<AioRing<RingRead>>;
+
+/// What this module asks of either ring.
+trait LocalRing {
+    fn push_job(&mut self, job: RingRead);
+    fn reap_jobs(&mut self) -> usize;
+    fn jobs_left(&self) -> usize;
 }
+
+impl LocalRing for ReadRing<RingRead> {
+    fn push_job(&mut self, job: RingRead) {
+        self.push(job);
+    }
+    fn reap_jobs(&mut self) -> usize {
+        self.reap()
+    }
+    fn jobs_left(&self) -> usize {
+        self.jobs()
+    }
+}
+
+impl LocalRing for AioRing<RingRead> {
+    fn push_job(&mut self, job: RingRead) {
+        let store = Arc::clone(job.store());
+        self.push(&store, job);
+    }
+    fn reap_jobs(&mut self) -> usize {
+        self.reap()
+    }
+    fn jobs_left(&self) -> usize {
+        self.jobs()
+    }
+}
+
+type Slot<R> = LocalKey<RefCell<Option<Owned<R>>>>;
 
 thread_local! {
     static THREAD_RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
@@ -178,24 +210,18 @@ thread_local! {
 /// has none (or is inside that ring already, finishing a job).
 fn push_local(job: RingRead) -> Option<RingRead> {
     if job.store().is_rbd() {
-        return THREAD_AIO.with(|r| match r.try_borrow_mut() {
-            Ok(mut guard) => match guard.as_mut() {
-                Some(t) => {
-                    t.jobs.fetch_add(1, Ordering::Relaxed);
-                    let store = Arc::clone(job.store());
-                    t.ring.push(&store, job);
-                    None
-                }
-                None => Some(job),
-            },
-            Err(_) => Some(job),
-        });
+        push_to(&THREAD_AIO, job)
+    } else {
+        push_to(&THREAD_RING, job)
     }
-    THREAD_RING.with(|r| match r.try_borrow_mut() {
+}
+
+fn push_to<R: LocalRing>(slot: &'static Slot<R>, job: RingRead) -> Option<RingRead> {
+    slot.with(|r| match r.try_borrow_mut() {
         Ok(mut guard) => match guard.as_mut() {
             Some(t) => {
                 t.jobs.fetch_add(1, Ordering::Relaxed);
-                t.ring.push(job);
+                t.ring.push_job(job);
                 None
             }
             None => Some(job),
@@ -204,14 +230,19 @@ fn push_local(job: RingRead) -> Option<RingRead> {
     })
 }
 
+/// Whether the calling thread owns the ring of `slot`.
+fn has_local<R>(slot: &'static Slot<R>) -> bool {
+    slot.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+}
+
 /// Whether the calling thread owns a read ring.
 fn has_local_ring() -> bool {
-    THREAD_RING.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+    has_local(&THREAD_RING)
 }
 
 /// Whether the calling thread owns a librbd ring.
 fn has_local_aio() -> bool {
-    THREAD_AIO.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+    has_local(&THREAD_AIO)
 }
 
 /// The event thread's turn ends: submit what its commands queued (one system call).
@@ -228,21 +259,16 @@ pub fn submit_thread_ring() {
 /// Finish this thread's jobs whose reads completed, in its read ring and its librbd ring
 /// (no system call when none did).
 pub fn reap_thread_ring() {
-    THREAD_RING.with(|r| {
+    reap_on(&THREAD_RING);
+    reap_on(&THREAD_AIO);
+}
+
+fn reap_on<R: LocalRing>(slot: &'static Slot<R>) {
+    slot.with(|r| {
         if let Ok(mut g) = r.try_borrow_mut()
             && let Some(t) = g.as_mut()
         {
-            let n = t.ring.reap();
-            if n > 0 {
-                t.jobs.fetch_sub(n, Ordering::Relaxed);
-            }
-        }
-    });
-    THREAD_AIO.with(|r| {
-        if let Ok(mut g) = r.try_borrow_mut()
-            && let Some(t) = g.as_mut()
-        {
-            let n = t.ring.reap();
+            let n = t.ring.reap_jobs();
             if n > 0 {
                 t.jobs.fetch_sub(n, Ordering::Relaxed);
             }
@@ -253,21 +279,20 @@ pub fn reap_thread_ring() {
 /// The event thread stops (or cannot poll its read ring): wait for its reads still in the
 /// kernel and finish them.
 pub fn stop_thread_ring() {
-    let taken = THREAD_RING.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
-    if let Some(t) = taken {
-        let left = t.ring.jobs();
-        drop(t.ring);
-        t.jobs.fetch_sub(left, Ordering::Relaxed);
-    }
+    stop_on(&THREAD_RING);
 }
 
 /// The event thread stops (or cannot poll its librbd ring): wait for its reads still in
 /// librbd (they land in cache blocks) and finish them.
 pub fn stop_thread_aio() {
-    let taken = THREAD_AIO.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    stop_on(&THREAD_AIO);
+}
+
+fn stop_on<R: LocalRing>(slot: &'static Slot<R>) {
+    let taken = slot.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
     if let Some(t) = taken {
-        let left = t.ring.jobs();
-        drop(t.ring);
+        let left = t.ring.jobs_left();
+        drop(t.ring); // the drop waits for the reads in flight
         t.jobs.fetch_sub(left, Ordering::Relaxed);
     }
 }
