@@ -275,7 +275,9 @@ impl BackingStore {
         matches!(self.medium, Medium::Rbd(_))
     }
 
-    /// The RBD image (its exclusive lock and records beside it), `None` for a file.
+    /// The RBD image, `None` for a file: its exclusive lock and the records beside it, and
+    /// librbd's asynchronous calls ([`crate::rbd_aio`], which keeps to
+    /// [`check_range`](Self::check_range)).
     pub fn rbd_image(&self) -> Option<&rbd::Image> {
         match &self.medium {
             Medium::Rbd(r) => Some(&r.image),
@@ -448,7 +450,7 @@ impl BackingStore {
         Ok(())
     }
 
-    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+    pub(crate) fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
         match end {
             Some(end) if end <= self.size() => Ok(()),

@@ -15,6 +15,7 @@ pub mod geometry;
 pub mod io_pool;
 pub mod op_latency;
 pub mod partition;
+pub mod rbd_aio;
 pub mod router;
 pub mod topology;
 pub mod uring;

@@ -56,6 +56,9 @@ pub struct OpHistogram {
     pub buckets: [u64; LATENCY_BUCKETS],
     pub sum_ns: u64,
     pub errors: u64,
+    /// How many of them were asynchronous calls (librbd aio completed into an event
+    /// thread) rather than blocking ones on an I/O worker.
+    pub asynchronous: u64,
 }
 
 /// Per-operation latency histograms of one store.
@@ -64,6 +67,7 @@ pub struct OpLatency {
     buckets: [[AtomicU64; LATENCY_BUCKETS]; 4],
     sum_ns: [AtomicU64; 4],
     errors: [AtomicU64; 4],
+    asynchronous: [AtomicU64; 4],
 }
 
 impl OpLatency {
@@ -72,6 +76,18 @@ impl OpLatency {
         let t0 = Instant::now();
         let r = f();
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.record(op, ns, r.is_ok());
+        r
+    }
+
+    /// Records one asynchronous operation of `op` that took `ns` nanoseconds (timed by its
+    /// caller) and whether it succeeded.
+    pub fn record_async(&self, op: StoreOp, ns: u64, ok: bool) {
+        self.asynchronous[op as usize].fetch_add(1, Ordering::Relaxed);
+        self.record(op, ns, ok);
+    }
+
+    fn record(&self, op: StoreOp, ns: u64, ok: bool) {
         let i = op as usize;
         let b = LATENCY_BOUNDS_NS
             .iter()
@@ -79,10 +95,9 @@ impl OpLatency {
             .unwrap_or(LATENCY_BOUNDS_NS.len());
         self.buckets[i][b].fetch_add(1, Ordering::Relaxed);
         self.sum_ns[i].fetch_add(ns, Ordering::Relaxed);
-        if r.is_err() {
+        if !ok {
             self.errors[i].fetch_add(1, Ordering::Relaxed);
         }
-        r
     }
 
     /// The histogram of `op` now.
@@ -91,6 +106,7 @@ impl OpLatency {
         let mut h = OpHistogram {
             sum_ns: self.sum_ns[i].load(Ordering::Relaxed),
             errors: self.errors[i].load(Ordering::Relaxed),
+            asynchronous: self.asynchronous[i].load(Ordering::Relaxed),
             ..Default::default()
         };
         for (out, b) in h.buckets.iter_mut().zip(self.buckets[i].iter()) {
@@ -123,5 +139,15 @@ mod tests {
         // 2 ms lands in the 2.5 ms bucket (index 5) or, on a slow machine, a later one
         assert_eq!(f.buckets[..5].iter().sum::<u64>(), 0, "{:?}", f.buckets);
         assert_eq!(l.snapshot(StoreOp::Write), OpHistogram::default());
+        assert_eq!(f.asynchronous, 0);
+        // an asynchronous call is counted as one as well
+        l.record_async(StoreOp::Read, 60_000, false);
+        let r = l.snapshot(StoreOp::Read);
+        assert_eq!((r.asynchronous, r.errors), (1, 1));
+        assert_eq!(
+            r.buckets[1], 1,
+            "60 µs is in the 100 µs bucket: {:?}",
+            r.buckets
+        );
     }
 }

@@ -54,6 +54,18 @@ fn capacity(url: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// LUN 1's value of the rbd metric `name` (a counter, or a histogram's `_count`) for
+/// operation `op` (`read`, `write`, `zero`, `flush`); 0 when the series is missing.
+fn rbd_metric(d: &Daemon, name: &str, op: &str) -> f64 {
+    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200);
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| l.contains(&format!("op=\"{op}\"")) && l.contains("lun=\"1\""))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
 type Completion = (u64, std::io::Result<usize>, Vec<u8>);
 
 /// `n` completions from `rx`, each within 30 s.
@@ -242,22 +254,14 @@ fn image_served_through_tgtadm() {
         ceph[..pattern.len()] == pattern[..],
         "rbd export differs from what was written"
     );
-    // librbd's own latency, per operation, in the metrics
-    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
-    assert_eq!(code, 200);
+    // librbd's own latency, per operation, in the metrics; the cache fills were
+    // asynchronous reads completed into the event threads
     for op in ["read", "write", "flush"] {
-        let n = body
-            .lines()
-            .filter(|l| l.starts_with("numatgt_lun_rbd_op_duration_seconds_count{"))
-            .filter(|l| l.contains(&format!("op=\"{op}\"")))
-            .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
-        let rbd_lines: Vec<&str> = body.lines().filter(|l| l.contains("rbd_op")).collect();
-        assert!(
-            n.is_some_and(|n| n >= 1.0),
-            "rbd {op} latency count {n:?}\n{}",
-            rbd_lines.join("\n")
-        );
+        let n = rbd_metric(&d, "numatgt_lun_rbd_op_duration_seconds_count", op);
+        assert!(n >= 1.0, "rbd {op} latency count {n}");
     }
+    let aio = rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "read");
+    assert!(aio >= 1.0, "asynchronous rbd reads: {aio}");
 
     // the conformance suites, on a thin LUN
     update_lun1(&d, "thin_provisioning=1").check("thin_provisioning=1");
@@ -338,6 +342,8 @@ fn sick_cluster_gives_errors_not_hangs() {
         &c.bsopts("cache=off;rados_osd_op_timeout=4"),
     )
     .check("tgtadm --bstype rbd");
+    // the same image as a cached LUN (its fills land in cache blocks)
+    add_rbd_lun(&d, 4, "rbd/sick", &c.bsopts("rados_osd_op_timeout=4")).check("cached LUN");
     let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-sick");
     let data = vec![0x5au8; 4096];
     let (status, sense, _) = s.command(&cdb10(0x2a, 8, 8), &data, 0);
@@ -349,6 +355,8 @@ fn sick_cluster_gives_errors_not_hangs() {
     );
 
     c.kill_daemon("osd.0");
+    let aio_before = rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "read");
+    let errors_before = rbd_metric(&d, "numatgt_lun_rbd_op_errors_total", "read");
     let t0 = Instant::now();
     let (status, sense, _) = s.command(&cdb10(0x28, 1024, 8), &[], 4096);
     let took = t0.elapsed();
@@ -358,6 +366,28 @@ fn sick_cluster_gives_errors_not_hangs() {
     );
     assert_eq!(status, 0x02, "CHECK CONDITION expected");
     assert!(took < Duration::from_secs(20), "the error took {took:?}");
+    // it was an asynchronous read that librados timed out, completed into the event thread
+    assert_eq!(
+        rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "read") - aio_before,
+        1.0,
+        "the READ went through librbd aio"
+    );
+    assert_eq!(
+        rbd_metric(&d, "numatgt_lun_rbd_op_errors_total", "read") - errors_before,
+        1.0,
+        "and failed there"
+    );
+    // reads in flight when the daemon stops are waited for (they land in cache blocks):
+    // the cached LUN 4, with reads still in librbd at the stop below
+    let perf = tools::require_tool("iscsi-perf");
+    let mut reader = std::process::Command::new(perf)
+        .args(["-m", "8", "-b", "8", "-r", &d.url(4)])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn iscsi-perf");
+    std::thread::sleep(Duration::from_millis(1500));
     // the management socket answers meanwhile
     let t0 = Instant::now();
     d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"])
@@ -369,8 +399,90 @@ fn sick_cluster_gives_errors_not_hangs() {
     );
     drop(s);
     d.assert_alive("after the cluster went sick");
-    let (_, took) = d.terminate(Duration::from_secs(60));
-    eprintln!("numatgtd stopped in {took:?} with its cluster sick");
+    let (status, took) = d.terminate(Duration::from_secs(20));
+    eprintln!("numatgtd stopped in {took:?} with its cluster sick: {status:?}");
+    // the event threads waited for the reads in librbd (timed out by librados, answered
+    // as errors) before they ended and the cache went (its report is logged after)
+    let log = d.log();
+    let stop = log.find("SIGTERM: stopping").expect("the stop is logged");
+    let report = log[stop..]
+        .find("cache report:")
+        .map(|i| stop + i)
+        .unwrap_or_else(|| panic!("event threads never ended\n{}", d.log_tail(20)));
+    assert!(
+        log[stop..report].contains("lun=4"),
+        "no read of LUN 4 was in flight at the stop, or it was not waited for\n{}",
+        d.log_tail(30)
+    );
+    let _ = reader.kill();
+    let _ = reader.wait();
+}
+
+/// Cache fills and uncached reads of rbd LUNs are librbd aio completed into the event
+/// threads; `--io-engine threads` keeps them blocking calls on the I/O workers. Both give
+/// the same bytes (written by the other path), and the metrics tell the paths apart.
+#[test]
+fn rbd_reads_are_aio_unless_io_engine_threads() {
+    let c = Cluster::start();
+    c.create_image("paths", 32 * MIB);
+    let aio = daemon_with_target(&[]);
+    let blocking =
+        Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &["--io-engine", "threads"], &[]);
+    new_open_target(&blocking, "1", TEST_IQN);
+    // LUN 1 uncached (every read a DirectRead), LUN 2 cached (every miss a fill)
+    for d in [&aio, &blocking] {
+        add_rbd_lun(d, 1, "rbd/paths", &c.bsopts("cache=off")).check("uncached LUN");
+        add_rbd_lun(d, 2, "rbd/paths", &c.bsopts("")).check("cached LUN");
+    }
+    let pattern: Vec<u8> = (0..MIB as usize).map(|i| (i * 13 % 251) as u8).collect();
+    let mut w = ScsiSession::open(&blocking, "iqn.2026-01.test:rbd-writer");
+    for (k, chunk) in pattern.chunks(65536).enumerate() {
+        let lba = 4 * MIB / 512 + k as u64 * 128;
+        let (status, sense, _) = w.command(&cdb10(0x2a, lba, 128), chunk, 0);
+        assert_eq!(status, 0, "WRITE {k}: {:x?}", sense_of(&sense));
+    }
+    drop(w);
+    for (name, d, want_async) in [("aio", &aio, true), ("threads", &blocking, false)] {
+        let before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "read");
+        let reads_before = rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "read");
+        let mut s = ScsiSession::open(d, "iqn.2026-01.test:rbd-reader");
+        for lun in [1u16, 2] {
+            s.lun = lun;
+            // the LUN's power-on unit attention first
+            let _ = s.command(&[0; 6], &[], 0);
+            for (k, chunk) in pattern.chunks(65536).enumerate() {
+                let lba = 4 * MIB / 512 + k as u64 * 128;
+                let (status, sense, data) = s.command(&cdb10(0x28, lba, 128), &[], 65536);
+                assert_eq!(
+                    status,
+                    0,
+                    "{name} LUN {lun} READ {k}: {:x?}",
+                    sense_of(&sense)
+                );
+                assert!(data == chunk, "{name} LUN {lun} READ {k}: other bytes");
+            }
+        }
+        drop(s);
+        let reads =
+            rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "read") - reads_before;
+        let async_reads = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "read") - before;
+        eprintln!("{name}: {reads} librbd reads, {async_reads} of them asynchronous");
+        assert!(reads >= 16.0, "{name}: {reads} librbd reads");
+        if want_async {
+            assert_eq!(async_reads, reads, "{name}: every read asynchronous");
+        } else {
+            assert_eq!(async_reads, 0.0, "{name}: no asynchronous read");
+        }
+    }
+    for (name, mut d) in [("threads", blocking), ("aio", aio)] {
+        let (status, took) = d.terminate(Duration::from_secs(30));
+        eprintln!("{name}: stopped in {took:?}");
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{name}: {status:?}\n{}",
+            d.log_tail(20)
+        );
+    }
 }
 
 /// A host without librbd (played with NUMATGT_LIBRBD naming a library that does not

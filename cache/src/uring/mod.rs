@@ -11,6 +11,7 @@
 
 mod ring;
 
+pub(crate) use ring::Flights;
 pub use ring::{ReadOp, ReadRing, RingJob};
 
 use std::io;
@@ -113,4 +114,4 @@ impl WriteRing {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -41,11 +41,114 @@ pub unsafe trait RingJob: 'static {
 const MAX_READ: usize = 0x7fff_f000;
 
 /// A job with reads in flight.
-struct Flight<J> {
+pub(crate) struct Flight<J> {
     job: J,
-    ops: Vec<ReadOp>,
+    pub(crate) ops: Vec<ReadOp>,
     results: Vec<io::Result<()>>,
     left: usize,
+}
+
+/// The jobs of a ring (io_uring's or librbd's) with reads in flight, by slot; their
+/// emptied vectors are reused, so a warm ring allocates nothing per job.
+pub(crate) struct Flights<J> {
+    slots: Vec<Option<Flight<J>>>,
+    free: Vec<usize>,
+    /// Jobs inserted and not finished.
+    jobs: usize,
+    spare_ops: Vec<Vec<ReadOp>>,
+    spare_results: Vec<Vec<io::Result<()>>>,
+}
+
+impl<J: RingJob> Flights<J> {
+    pub(crate) fn new() -> Self {
+        Flights {
+            slots: Vec::new(),
+            free: Vec::new(),
+            jobs: 0,
+            spare_ops: Vec::new(),
+            spare_results: Vec::new(),
+        }
+    }
+
+    pub(crate) fn jobs(&self) -> usize {
+        self.jobs
+    }
+
+    /// Ask `job` for its reads and give it a slot: `Some((slot, reads))`, or `None` when it
+    /// has no reads (then it is finished at once).
+    pub(crate) fn insert(&mut self, mut job: J) -> Option<(usize, usize)> {
+        let mut ops = self.spare_ops.pop().unwrap_or_default();
+        job.reads(&mut ops);
+        if ops.is_empty() {
+            self.spare_ops.push(ops);
+            job.finish(&[]);
+            return None;
+        }
+        let n = ops.len();
+        let mut results = self.spare_results.pop().unwrap_or_default();
+        results.extend((0..n).map(|_| Ok(())));
+        let flight = Flight {
+            job,
+            ops,
+            results,
+            left: n,
+        };
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(flight);
+                i
+            }
+            None => {
+                self.slots.push(Some(flight));
+                self.slots.len() - 1
+            }
+        };
+        self.jobs += 1;
+        Some((slot, n))
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: usize) -> Option<&mut Flight<J>> {
+        self.slots.get_mut(slot).and_then(Option::as_mut)
+    }
+
+    /// Read `op` of `slot` ended with `result`; whether it was the job's last.
+    pub(crate) fn ended(&mut self, slot: usize, op: usize, result: io::Result<()>) -> bool {
+        let Some(flight) = self.get_mut(slot) else {
+            return false;
+        };
+        let Some(r) = flight.results.get_mut(op) else {
+            return false;
+        };
+        *r = result;
+        flight.left = flight.left.saturating_sub(1);
+        flight.left == 0
+    }
+
+    /// Finish the job of `slot` (every read ended) and free the slot.
+    pub(crate) fn finish(&mut self, slot: usize) {
+        if let Some(flight) = self.slots.get_mut(slot).and_then(Option::take) {
+            self.free.push(slot);
+            self.jobs -= 1;
+            let Flight {
+                job,
+                mut ops,
+                mut results,
+                ..
+            } = flight;
+            job.finish(&results);
+            ops.clear();
+            results.clear();
+            self.spare_ops.push(ops);
+            self.spare_results.push(results);
+        }
+    }
+
+    /// Finish every job left, with what its reads got so far (the drop of a drained ring).
+    pub(crate) fn finish_all(&mut self) {
+        for slot in 0..self.slots.len() {
+            self.finish(slot);
+        }
+    }
 }
 
 /// A thread's read ring (not shared: `!Send` through its jobs' raw pointers).
@@ -55,19 +158,13 @@ pub struct ReadRing<J: RingJob> {
     /// owner polls it edge-triggered and reaps the completion queue instead).
     event: OwnedFd,
     entries: usize,
-    flights: Vec<Option<Flight<J>>>,
-    free: Vec<usize>,
+    flights: Flights<J>,
     /// Reads (flight, op) waiting for room in the submission queue.
     backlog: VecDeque<(usize, usize)>,
     /// Entries submitted or queued and not completed.
     in_ring: usize,
     /// Entries queued since the last submit.
     unsubmitted: usize,
-    /// Jobs pushed and not finished.
-    jobs: usize,
-    /// Emptied vectors of finished flights, reused (no allocation per job once warm).
-    spare_ops: Vec<Vec<ReadOp>>,
-    spare_results: Vec<Vec<io::Result<()>>>,
     /// Flights completed in one reap (kept for its memory).
     done: Vec<usize>,
 }
@@ -98,14 +195,10 @@ impl<J: RingJob> ReadRing<J> {
             ring,
             event,
             entries: entries as usize,
-            flights: Vec::new(),
-            free: Vec::new(),
+            flights: Flights::new(),
             backlog: VecDeque::new(),
             in_ring: 0,
             unsubmitted: 0,
-            jobs: 0,
-            spare_ops: Vec::new(),
-            spare_results: Vec::new(),
             done: Vec::new(),
         })
     }
@@ -118,41 +211,16 @@ impl<J: RingJob> ReadRing<J> {
 
     /// Jobs pushed and not finished yet.
     pub fn jobs(&self) -> usize {
-        self.jobs
+        self.flights.jobs()
     }
 
     /// Queue `job`'s reads (submitted at the next [`submit`](Self::submit)); a job without
     /// reads is finished at once.
-    pub fn push(&mut self, mut job: J) {
-        let mut ops = self.spare_ops.pop().unwrap_or_default();
-        job.reads(&mut ops);
-        if ops.is_empty() {
-            self.spare_ops.push(ops);
-            job.finish(&[]);
-            return;
+    pub fn push(&mut self, job: J) {
+        if let Some((slot, n)) = self.flights.insert(job) {
+            self.backlog.extend((0..n).map(|op| (slot, op)));
+            self.fill_queue();
         }
-        let n = ops.len();
-        let mut results = self.spare_results.pop().unwrap_or_default();
-        results.extend((0..n).map(|_| Ok(())));
-        let flight = Flight {
-            job,
-            ops,
-            results,
-            left: n,
-        };
-        let idx = match self.free.pop() {
-            Some(i) => {
-                self.flights[i] = Some(flight);
-                i
-            }
-            None => {
-                self.flights.push(Some(flight));
-                self.flights.len() - 1
-            }
-        };
-        self.jobs += 1;
-        self.backlog.extend((0..n).map(|op| (idx, op)));
-        self.fill_queue();
     }
 
     /// Hand everything queued to the kernel (one system call; none when nothing is queued).
@@ -184,10 +252,7 @@ impl<J: RingJob> ReadRing<J> {
                 (cqe.user_data() >> 32) as usize,
                 cqe.user_data() as u32 as usize,
             );
-            let Some(flight) = self.flights.get_mut(f).and_then(|x| x.as_mut()) else {
-                continue;
-            };
-            let Some(op) = flight.ops.get_mut(i) else {
+            let Some(op) = self.flights.get_mut(f).and_then(|x| x.ops.get_mut(i)) else {
                 continue;
             };
             let r = cqe.result();
@@ -209,12 +274,10 @@ impl<J: RingJob> ReadRing<J> {
             } else {
                 Some(Ok(()))
             };
-            if let Some(res) = outcome {
-                flight.results[i] = res;
-                flight.left -= 1;
-                if flight.left == 0 {
-                    done.push(f);
-                }
+            if let Some(res) = outcome
+                && self.flights.ended(f, i, res)
+            {
+                done.push(f);
             }
         }
         if requeued || !self.backlog.is_empty() {
@@ -223,21 +286,7 @@ impl<J: RingJob> ReadRing<J> {
         }
         let n = done.len();
         for f in done.drain(..) {
-            if let Some(flight) = self.flights.get_mut(f).and_then(Option::take) {
-                self.free.push(f);
-                self.jobs -= 1;
-                let Flight {
-                    job,
-                    mut ops,
-                    mut results,
-                    ..
-                } = flight;
-                job.finish(&results);
-                ops.clear();
-                results.clear();
-                self.spare_ops.push(ops);
-                self.spare_results.push(results);
-            }
+            self.flights.finish(f);
         }
         self.done = done;
         n
@@ -266,12 +315,7 @@ impl<J: RingJob> ReadRing<J> {
             let Some(&(f, i)) = self.backlog.front() else {
                 return;
             };
-            let Some(op) = self
-                .flights
-                .get(f)
-                .and_then(|x| x.as_ref())
-                .and_then(|x| x.ops.get(i))
-            else {
+            let Some(op) = self.flights.get_mut(f).and_then(|x| x.ops.get(i)) else {
                 self.backlog.pop_front();
                 continue;
             };
@@ -302,10 +346,8 @@ impl<J: RingJob> Drop for ReadRing<J> {
     /// finish their jobs; backlog reads never issued end as ECANCELED.
     fn drop(&mut self) {
         for (f, i) in std::mem::take(&mut self.backlog) {
-            if let Some(fl) = self.flights.get_mut(f).and_then(|x| x.as_mut()) {
-                fl.results[i] = Err(io::Error::from_raw_os_error(libc::ECANCELED));
-                fl.left = fl.left.saturating_sub(1);
-            }
+            self.flights
+                .ended(f, i, Err(io::Error::from_raw_os_error(libc::ECANCELED)));
         }
         let mut turns = 0u32;
         while self.in_ring > 0 {
@@ -318,10 +360,6 @@ impl<J: RingJob> Drop for ReadRing<J> {
                 );
             }
         }
-        for f in 0..self.flights.len() {
-            if let Some(flight) = self.flights[f].take() {
-                flight.job.finish(&flight.results);
-            }
-        }
+        self.flights.finish_all();
     }
 }

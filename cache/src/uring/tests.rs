@@ -19,15 +19,16 @@ fn file_with(data: &[u8]) -> std::fs::File {
 }
 
 /// What a finished [`Job`] reports: its id, its buffers and the result of each read.
-type Done = (usize, Vec<Box<[u8]>>, Vec<io::Result<()>>);
+pub(crate) type Done = (usize, Vec<Box<[u8]>>, Vec<io::Result<()>>);
 
-/// Reads `ranges` of a file into a heap buffer each and reports them through a channel.
-struct Job {
-    id: usize,
-    fd: std::os::fd::RawFd,
-    ranges: Vec<(u64, usize)>,
-    bufs: Vec<Box<[u8]>>,
-    done: mpsc::Sender<Done>,
+/// Reads `ranges` of a file into a heap buffer each and reports them through a channel
+/// (also the librbd ring's test job).
+pub(crate) struct Job {
+    pub(crate) id: usize,
+    pub(crate) fd: std::os::fd::RawFd,
+    pub(crate) ranges: Vec<(u64, usize)>,
+    pub(crate) bufs: Vec<Box<[u8]>>,
+    pub(crate) done: mpsc::Sender<Done>,
 }
 
 // SAFETY: each read goes into one of the job's boxed slices (heap memory that does not move

@@ -1,22 +1,27 @@
 //! Which engine runs a backend job. With io_uring, every event thread owns a read ring
-//! ([`ThreadRing`], thread-local): the cache fills and uncached reads of O_DIRECT stores that
+//! (`ThreadRing`, thread-local): the cache fills and uncached reads of O_DIRECT stores that
 //! the thread's commands need are queued in it, submitted together once per loop turn, and
 //! reaped by the same thread when the ring's eventfd fires; their results go to the
-//! connection's mailbox on that thread (no other thread, no wakeup per read). Everything
-//! else, reads from other threads, buffered stores, and everything on a host without
-//! io_uring, goes to the node's I/O worker threads. A ring read that ends needing blocking
-//! work (read around the cache after a racing write, an alignment the file system refused)
-//! continues on the worker threads.
+//! connection's mailbox on that thread (no other thread, no wakeup per read). The same
+//! reads of RBD images go to the thread's librbd ring (`ThreadAio`, unless `io_engine` is
+//! `threads`): started at once with librbd's asynchronous reads, whose callbacks only queue
+//! the outcome and write that ring's eventfd, and finished the same way by the same thread.
+//! Everything else, reads from other threads, buffered stores, writes and flushes, and
+//! everything on a host without io_uring (RBD reads excepted), goes to the node's I/O worker
+//! threads. A ring read that ends needing blocking work (read around the cache after a
+//! racing write, an alignment the file system refused) continues on the worker threads.
 
 use std::cell::RefCell;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::LocalKey;
 
 use cache::coherence::{self, CachedRead, FillRead, PieceList};
+use cache::rbd_aio::AioRing;
 use cache::uring::{ReadOp, ReadRing, RingJob};
-use cache::{AlignedBuf, BlockCache, IoPool, Node};
+use cache::{AlignedBuf, BackingStore, BlockCache, IoPool, Node};
 use config::IoEngine;
 
 use super::Workers;
@@ -32,6 +37,9 @@ pub struct NodeWorkers {
     pools: Vec<Arc<IoPool<Job>>>,
     /// Event threads may own read rings (io_uring allowed and available).
     rings: bool,
+    /// Event threads read RBD images with librbd's asynchronous calls (`io_engine` is not
+    /// `threads`).
+    rbd_aio: bool,
     /// Ring jobs in flight per node (all its threads' rings), for the queue-depth metric.
     ring_jobs: Vec<Arc<AtomicUsize>>,
 }
@@ -68,6 +76,7 @@ impl NodeWorkers {
         Ok(NodeWorkers {
             pools,
             rings,
+            rbd_aio: engine != IoEngine::Threads,
             ring_jobs,
         })
     }
@@ -91,7 +100,7 @@ impl NodeWorkers {
                 AlignedBuf::recycle_on_this_thread();
                 let fd = ring.event_fd();
                 THREAD_RING.with(|r| {
-                    *r.borrow_mut() = Some(ThreadRing {
+                    *r.borrow_mut() = Some(Owned {
                         ring,
                         jobs: Arc::clone(jobs),
                     })
@@ -101,6 +110,37 @@ impl NodeWorkers {
             Err(e) => {
                 tracing::warn!(
                     "cannot make this thread's io_uring ({e}): its reads use the I/O threads"
+                );
+                None
+            }
+        }
+    }
+
+    /// Give the calling event thread (of node `node`) its librbd ring, unless `io_engine`
+    /// is `threads`; returns the eventfd to poll (edge-triggered) for arrived reads. A
+    /// thread whose ring cannot be made reads RBD images on the I/O threads (logged).
+    pub fn start_thread_aio(&self, node: usize) -> Option<RawFd> {
+        if !self.rbd_aio {
+            return None;
+        }
+        let jobs = self.ring_jobs.get(node).or(self.ring_jobs.first())?;
+        match AioRing::new() {
+            Ok(ring) => {
+                if !has_local_ring() {
+                    AlignedBuf::recycle_on_this_thread();
+                }
+                let fd = ring.event_fd();
+                THREAD_AIO.with(|r| {
+                    *r.borrow_mut() = Some(Owned {
+                        ring,
+                        jobs: Arc::clone(jobs),
+                    })
+                });
+                Some(fd)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot make this thread's librbd ring ({e}): its RBD reads use the I/O threads"
                 );
                 None
             }
@@ -118,24 +158,70 @@ impl NodeWorkers {
     }
 }
 
-/// An event thread's read ring and its node's in-flight count.
-struct ThreadRing {
-    ring: ReadRing<RingRead>,
+/// An event thread's ring (io_uring's or librbd's) and its node's in-flight count.
+struct Owned<R> {
+    ring: R,
     jobs: Arc<AtomicUsize>,
 }
 
-thread_local! {
-    static THREAD_RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
+type ThreadRing = Owned<ReadRing<RingRead>>;
+type ThreadAio = Owned<AioRing<RingRead>>;
+
+/// What this module asks of either ring.
+trait LocalRing {
+    fn push_job(&mut self, job: RingRead);
+    fn reap_jobs(&mut self) -> usize;
+    fn jobs_left(&self) -> usize;
 }
 
-/// Queue `job` in this thread's ring (`None`); gives it back when the thread has none (or
-/// is inside the ring already, finishing a job).
+impl LocalRing for ReadRing<RingRead> {
+    fn push_job(&mut self, job: RingRead) {
+        self.push(job);
+    }
+    fn reap_jobs(&mut self) -> usize {
+        self.reap()
+    }
+    fn jobs_left(&self) -> usize {
+        self.jobs()
+    }
+}
+
+impl LocalRing for AioRing<RingRead> {
+    fn push_job(&mut self, job: RingRead) {
+        let store = Arc::clone(job.store());
+        self.push(&store, job);
+    }
+    fn reap_jobs(&mut self) -> usize {
+        self.reap()
+    }
+    fn jobs_left(&self) -> usize {
+        self.jobs()
+    }
+}
+
+type Slot<R> = LocalKey<RefCell<Option<Owned<R>>>>;
+
+thread_local! {
+    static THREAD_RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
+    static THREAD_AIO: RefCell<Option<ThreadAio>> = const { RefCell::new(None) };
+}
+
+/// Queue `job` in this thread's ring for its store (`None`); gives it back when the thread
+/// has none (or is inside that ring already, finishing a job).
 fn push_local(job: RingRead) -> Option<RingRead> {
-    THREAD_RING.with(|r| match r.try_borrow_mut() {
+    if job.store().is_rbd() {
+        push_to(&THREAD_AIO, job)
+    } else {
+        push_to(&THREAD_RING, job)
+    }
+}
+
+fn push_to<R: LocalRing>(slot: &'static Slot<R>, job: RingRead) -> Option<RingRead> {
+    slot.with(|r| match r.try_borrow_mut() {
         Ok(mut guard) => match guard.as_mut() {
             Some(t) => {
                 t.jobs.fetch_add(1, Ordering::Relaxed);
-                t.ring.push(job);
+                t.ring.push_job(job);
                 None
             }
             None => Some(job),
@@ -144,9 +230,19 @@ fn push_local(job: RingRead) -> Option<RingRead> {
     })
 }
 
+/// Whether the calling thread owns the ring of `slot`.
+fn has_local<R>(slot: &'static Slot<R>) -> bool {
+    slot.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+}
+
 /// Whether the calling thread owns a read ring.
 fn has_local_ring() -> bool {
-    THREAD_RING.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
+    has_local(&THREAD_RING)
+}
+
+/// Whether the calling thread owns a librbd ring.
+fn has_local_aio() -> bool {
+    has_local(&THREAD_AIO)
 }
 
 /// The event thread's turn ends: submit what its commands queued (one system call).
@@ -160,13 +256,19 @@ pub fn submit_thread_ring() {
     });
 }
 
-/// Finish this thread's jobs whose reads completed (no system call when none did).
+/// Finish this thread's jobs whose reads completed, in its read ring and its librbd ring
+/// (no system call when none did).
 pub fn reap_thread_ring() {
-    THREAD_RING.with(|r| {
+    reap_on(&THREAD_RING);
+    reap_on(&THREAD_AIO);
+}
+
+fn reap_on<R: LocalRing>(slot: &'static Slot<R>) {
+    slot.with(|r| {
         if let Ok(mut g) = r.try_borrow_mut()
             && let Some(t) = g.as_mut()
         {
-            let n = t.ring.reap();
+            let n = t.ring.reap_jobs();
             if n > 0 {
                 t.jobs.fetch_sub(n, Ordering::Relaxed);
             }
@@ -174,12 +276,23 @@ pub fn reap_thread_ring() {
     });
 }
 
-/// The event thread stops: wait for its reads still in the kernel and finish them.
+/// The event thread stops (or cannot poll its read ring): wait for its reads still in the
+/// kernel and finish them.
 pub fn stop_thread_ring() {
-    let taken = THREAD_RING.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    stop_on(&THREAD_RING);
+}
+
+/// The event thread stops (or cannot poll its librbd ring): wait for its reads still in
+/// librbd (they land in cache blocks) and finish them.
+pub fn stop_thread_aio() {
+    stop_on(&THREAD_AIO);
+}
+
+fn stop_on<R: LocalRing>(slot: &'static Slot<R>) {
+    let taken = slot.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
     if let Some(t) = taken {
-        let left = t.ring.jobs();
-        drop(t.ring);
+        let left = t.ring.jobs_left();
+        drop(t.ring); // the drop waits for the reads in flight
         t.jobs.fetch_sub(left, Ordering::Relaxed);
     }
 }
@@ -193,8 +306,14 @@ impl Workers for NodeWorkers {
         // only O_DIRECT stores: a buffered read (tmpfs, a file system without O_DIRECT, the
         // page cache) completes inside the submitting call, so the event thread would do
         // the copy itself; the worker threads copy in parallel (measured: cold 64 KiB
-        // random fills from tmpfs, QD32, 40-54 K IOPS through a ring, 55-63 K on threads)
-        if !self.rings || !job_store_is_direct(&job) || !has_local_ring() {
+        // random fills from tmpfs, QD32, 40-54 K IOPS through a ring, 55-63 K on threads).
+        // RBD images: librbd's asynchronous reads never wait for the cluster
+        let local = match job_store(&job) {
+            Some(store) if store.is_rbd() => self.rbd_aio && has_local_aio(),
+            Some(store) => self.rings && store.is_direct() && has_local_ring(),
+            None => false,
+        };
+        if !local {
             pool.submit(job);
             return;
         }
@@ -245,14 +364,16 @@ impl Workers for NodeWorkers {
     }
 }
 
-fn job_store_is_direct(job: &Job) -> bool {
+/// The store a job a ring may run reads (`None` for every other job).
+fn job_store(job: &Job) -> Option<&Arc<BackingStore>> {
     match job {
-        Job::Fill { at, .. } | Job::DirectRead { at, .. } => at.lun.store.is_direct(),
-        _ => false,
+        Job::Fill { at, .. } | Job::DirectRead { at, .. } => Some(&at.lun.store),
+        _ => None,
     }
 }
 
-/// A read the ring runs.
+/// A read an event thread's ring runs (io_uring's for files and devices, librbd's for RBD
+/// images).
 pub enum RingRead {
     /// A cached read's missing blocks, read into the cache, then sent from it.
     Fill {
@@ -273,6 +394,13 @@ pub enum RingRead {
 }
 
 impl RingRead {
+    /// The store it reads.
+    fn store(&self) -> &Arc<BackingStore> {
+        match self {
+            RingRead::Fill { at, .. } | RingRead::Direct { at, .. } => &at.lun.store,
+        }
+    }
+
     /// Give the read to the worker threads after all (no ring on this thread).
     fn run_on(self, pool: &IoPool<Job>) {
         match self {
@@ -295,7 +423,7 @@ impl RingRead {
     }
 }
 
-// SAFETY: the reads point into (a) the reserved sectors of the fill's cache blocks, arena
+// SAFETY: the reads (by the kernel, or by librbd's threads) point into (a) the reserved sectors of the fill's cache blocks, arena
 // memory that never moves and that the reservations (owned by `pieces`, which lives until
 // `finish`) keep from every other reader and writer, or (b) the heap buffer of an AlignedBuf
 // owned by the job, which stays put when the job moves and is touched by no one else until

@@ -33,7 +33,7 @@ pub use inbox::{EventThreadSetup, Inbox, Msg};
 pub use shared::{Shared, ThreadStats};
 
 pub(super) const WAKER: Token = Token(usize::MAX);
-/// The eventfd of the thread's io_uring read ring (completions arrived).
+/// The eventfds of the thread's io_uring read ring and librbd ring (completions arrived).
 const RING: Token = Token(usize::MAX - 1);
 /// Tokens: a connection's socket (TCP) or completion channel (iSER) is `Token(slot)`; an
 /// iSER connection's CM channel is `ISER_CM_BASE + slot`; TCP listeners count from
@@ -182,16 +182,31 @@ impl EventThread {
         }
         #[cfg(feature = "iser")]
         self.register_iser_listeners();
-        if let Some(fd) = self.shared.workers.start_thread_ring(self.node)
-            && let Err(e) = self.poll.registry().register(
-                &mut mio::unix::SourceFd(&fd),
-                RING,
-                Interest::READABLE,
-            )
-        {
-            // without its eventfd the ring's completions would wait for the next event
-            tracing::error!("cannot poll the read ring, reads use the I/O threads: {e}");
-            crate::backend::workers::stop_thread_ring();
+        use crate::backend::workers::{stop_thread_aio, stop_thread_ring};
+        let rings = [
+            (
+                self.shared.workers.start_thread_ring(self.node),
+                "read ring",
+                stop_thread_ring as fn(),
+            ),
+            (
+                self.shared.workers.start_thread_aio(self.node),
+                "librbd ring",
+                stop_thread_aio,
+            ),
+        ];
+        for (fd, what, stop) in rings {
+            if let Some(fd) = fd
+                && let Err(e) = self.poll.registry().register(
+                    &mut mio::unix::SourceFd(&fd),
+                    RING,
+                    Interest::READABLE,
+                )
+            {
+                // without its eventfd the ring's completions would wait for the next event
+                tracing::error!("cannot poll the {what}, its reads use the I/O threads: {e}");
+                stop();
+            }
         }
         let mut events = Events::with_capacity(256);
         let mut last_tick = Instant::now();
@@ -288,8 +303,9 @@ impl EventThread {
             // what this turn's commands queued in the read ring goes to the kernel at once
             crate::backend::workers::submit_thread_ring();
         }
-        // reads still in the kernel write into cache blocks: wait for them
-        crate::backend::workers::stop_thread_ring();
+        // reads still in the kernel or in librbd write into cache blocks: wait for them
+        stop_thread_ring();
+        stop_thread_aio();
         self.inbox.stopped.store(true, Ordering::Release);
         // messages that raced with the stop (results of dropped connections) go now
         self.inbox

@@ -294,6 +294,10 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_lun_alua_transitions_total",
         "Ownership moves of an RBD LUN seen by this gateway: takeover (it took the LUN), fenced_other (… breaking a silent owner's lock), release (it handed the LUN over), fenced (its own lock was broken).",
     );
+    let mut rbd_async = counter(
+        "numatgt_lun_rbd_op_async_total",
+        "RBD image operations started asynchronously from an event thread (librbd aio).",
+    );
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -379,13 +383,14 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                     let labels = [l[0], l[1], ("op", op.label())];
                     rbd_hist.add_histogram(&labels, &bounds, &h.buckets, h.sum_ns as f64 * NS);
                     rbd_errors.add(&labels, h.errors as f64);
+                    rbd_async.add(&labels, h.asynchronous as f64);
                 }
             }
         }
     }
     for f in [
         reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
-        cap, info, hist, rbd_hist, rbd_errors, alua_state, alua_owner, alua_moves,
+        cap, info, hist, rbd_hist, rbd_errors, rbd_async, alua_state, alua_owner, alua_moves,
     ] {
         push(out, f);
     }

@@ -1,0 +1,336 @@
+//! Asynchronous reads of RBD images for one thread ([`AioRing`]), the librbd counterpart of
+//! [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes jobs — the same
+//! [`RingJob`]s, some reads into memory that stays put and a continuation — and each read
+//! is started at once with librbd's `rbd_aio_read2`, which queues it for librbd's own
+//! threads and does not wait for the cluster. librbd calls back on one of its threads; the
+//! callback only appends `(job, read, result)` to the ring's arrival list and, when the list
+//! was empty, writes the ring's eventfd. The owner polls that eventfd (edge-triggered, never
+//! read while running) in its own poll set, [`reap`](AioRing::reap)s the list, and
+//! finishes a job on its own thread once its last read has arrived. No thread waits per
+//! request; a read that librbd refuses, or one past the image's end, arrives as an error
+//! like any other. Dropping the ring waits for every read still in librbd (they write into
+//! the jobs' memory, cache blocks among it), which librados' op timeout bounds.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::backing::BackingStore;
+use crate::op_latency::StoreOp;
+use crate::uring::{Flights, RingJob};
+
+/// One read that librbd finished: the job's slot, the read's index in it, 0 or the errno,
+/// and how long librbd took.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    slot: u32,
+    op: u32,
+    errno: i32,
+    ns: u64,
+}
+
+/// What librbd's threads and the owner share: the reads finished and not reaped yet, and
+/// the eventfd that says there are some.
+struct Arrivals {
+    list: Mutex<Vec<Arrival>>,
+    event: OwnedFd,
+}
+
+impl Arrivals {
+    fn add(&self, a: Arrival) {
+        let first = {
+            let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+            list.push(a);
+            list.len() == 1
+        };
+        // a non-empty list was signalled by whoever made it non-empty, after its push; the
+        // owner takes the whole list, so this arrival goes with that wakeup's reap
+        if first {
+            let one = 1u64;
+            // SAFETY: writes 8 readable bytes to the eventfd, which `self` keeps open.
+            let r = unsafe { libc::write(self.event.as_raw_fd(), (&raw const one).cast(), 8) };
+            if r != 8 {
+                // only a counter at its maximum refuses (the owner has not reaped for
+                // 2^64 wakeups): it is readable then anyway
+                tracing::debug!("rbd aio: eventfd write: {}", io::Error::last_os_error());
+            }
+        }
+    }
+}
+
+/// Where one read lands and whom it reports to: handed to librbd with the read and back to
+/// [`Landing::arrived`] on a librbd thread.
+struct Landing {
+    buf: *mut u8,
+    len: usize,
+    arrivals: Arc<Arrivals>,
+    slot: u32,
+    op: u32,
+    started: Instant,
+}
+
+// SAFETY: the memory `buf` points to is the job's (RingJob's contract: it stays put and no
+// one else touches it until the job finishes, which happens only after this landing has
+// arrived); librbd's thread writes into it and hands the landing back, nothing else.
+unsafe impl Send for Landing {}
+
+impl AsMut<[u8]> for Landing {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `buf` is valid for writes of `len` bytes (RingJob's contract) and nothing
+        // else uses it while the read is in flight.
+        unsafe { std::slice::from_raw_parts_mut(self.buf, self.len) }
+    }
+}
+
+impl Landing {
+    fn arrived(self, result: io::Result<usize>) {
+        let errno = match result {
+            Ok(n) if n == self.len => 0,
+            // librbd reads holes as zeros: fewer bytes means the image shrank under us
+            Ok(_) => libc::EIO,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        };
+        let ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.arrivals.add(Arrival {
+            slot: self.slot,
+            op: self.op,
+            errno,
+            ns,
+        });
+    }
+}
+
+/// A thread's asynchronous RBD reads (not shared: `!Send` through its jobs' raw pointers).
+pub struct AioRing<J: RingJob> {
+    arrivals: Arc<Arrivals>,
+    flights: Flights<J>,
+    /// The store each slot's job reads (its latency histograms), by slot.
+    stores: Vec<Option<Arc<BackingStore>>>,
+    /// The arrival list taken by the last reap (kept for its memory).
+    taken: Vec<Arrival>,
+}
+
+impl<J: RingJob> AioRing<J> {
+    /// A ring with its eventfd.
+    pub fn new() -> io::Result<AioRing<J>> {
+        // SAFETY: plain eventfd creation; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let event = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(AioRing {
+            arrivals: Arc::new(Arrivals {
+                list: Mutex::new(Vec::new()),
+                event,
+            }),
+            flights: Flights::new(),
+            stores: Vec::new(),
+            taken: Vec::new(),
+        })
+    }
+
+    /// The eventfd written when reads arrive (poll it for readability, edge-triggered).
+    pub fn event_fd(&self) -> RawFd {
+        self.arrivals.event.as_raw_fd()
+    }
+
+    /// Jobs pushed and not finished yet.
+    pub fn jobs(&self) -> usize {
+        self.flights.jobs()
+    }
+
+    /// Start `job`'s reads of `store` (an RBD image; any other store fails them with
+    /// EINVAL, as does a read past its end); a job without reads is finished at once.
+    /// Never waits for the cluster.
+    pub fn push(&mut self, store: &Arc<BackingStore>, job: J) {
+        let Some((slot, n)) = self.flights.insert(job) else {
+            return;
+        };
+        if self.stores.len() <= slot {
+            self.stores.resize_with(slot + 1, || None);
+        }
+        self.stores[slot] = Some(Arc::clone(store));
+        for op in 0..n {
+            let Some(read) = self
+                .flights
+                .get_mut(slot)
+                .and_then(|f| f.ops.get(op).copied())
+            else {
+                continue;
+            };
+            let landing = Landing {
+                buf: read.buf,
+                len: read.len,
+                arrivals: Arc::clone(&self.arrivals),
+                slot: slot as u32,
+                op: op as u32,
+                started: Instant::now(),
+            };
+            let image = store
+                .rbd_image()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+                .and_then(|i| store.check_range(read.offset, read.len).map(|()| i));
+            match image {
+                // the closure captures nothing: boxing it allocates nothing
+                Ok(image) => {
+                    image.aio_read(landing, read.offset, Box::new(|r, l: Landing| l.arrived(r)))
+                }
+                Err(e) => landing.arrived(Err(e)),
+            }
+        }
+    }
+
+    /// Finish the jobs whose reads have all arrived; returns how many. No system call.
+    pub fn reap(&mut self) -> usize {
+        let mut taken = std::mem::take(&mut self.taken);
+        {
+            let mut list = self.arrivals.list.lock().unwrap_or_else(|p| p.into_inner());
+            if list.is_empty() {
+                drop(list);
+                self.taken = taken;
+                return 0;
+            }
+            std::mem::swap(&mut *list, &mut taken);
+        }
+        let mut finished = 0;
+        for a in taken.drain(..) {
+            let slot = a.slot as usize;
+            if let Some(lat) = self
+                .stores
+                .get(slot)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.op_latency())
+            {
+                lat.record_async(StoreOp::Read, a.ns, a.errno == 0);
+            }
+            let result = match a.errno {
+                0 => Ok(()),
+                e => Err(io::Error::from_raw_os_error(e)),
+            };
+            if self.flights.ended(slot, a.op as usize, result) {
+                if let Some(s) = self.stores.get_mut(slot) {
+                    *s = None;
+                }
+                self.flights.finish(slot);
+                finished += 1;
+            }
+        }
+        self.taken = taken;
+        finished
+    }
+
+    /// Wait up to `timeout` for reads to arrive, then reap (for owners with nothing else
+    /// to wait for: tests, the drain at the end).
+    pub fn wait(&mut self, timeout: Duration) -> usize {
+        let n = self.reap();
+        if n > 0 || self.jobs() == 0 {
+            return n;
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.event_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+        // reset the counter so the next poll sleeps until the next arrival (one that comes
+        // between this read and the reap below is reaped now, and signals again later)
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`; the eventfd is nonblocking.
+        unsafe { libc::read(self.event_fd(), (&raw mut v).cast(), 8) };
+        self.reap()
+    }
+}
+
+impl<J: RingJob> Drop for AioRing<J> {
+    /// Wait for every read still in librbd (they write into the jobs' memory) and finish
+    /// their jobs. librados' op timeout (`rados_osd_op_timeout`) ends reads a sick cluster
+    /// does not answer; until then this waits, and says so every 30 s.
+    fn drop(&mut self) {
+        let t0 = Instant::now();
+        let mut next_warning = Duration::from_secs(30);
+        while self.jobs() > 0 {
+            self.wait(Duration::from_millis(100));
+            if t0.elapsed() >= next_warning {
+                tracing::error!(
+                    "rbd aio: {} reads still in librbd after {:?}; waiting for them",
+                    self.jobs(),
+                    t0.elapsed()
+                );
+                next_warning += Duration::from_secs(30);
+            }
+        }
+        self.flights.finish_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uring::tests::Job;
+    use std::sync::mpsc;
+
+    /// Without a cluster: a store that is not an RBD image fails every read with EINVAL
+    /// through the same arrival path (eventfd signalled, finished by reap on this thread),
+    /// a job without reads finishes at once, and a drop finishes what is left.
+    #[test]
+    fn refused_reads_arrive_as_errors_and_signal_the_eventfd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("lun.img");
+        crate::backing::create_sparse(&p, 1 << 20).expect("create");
+        let store = Arc::new(BackingStore::open(&p, &Default::default()).expect("open"));
+        let mut ring = AioRing::<Job>::new().expect("aio ring");
+        let (tx, rx) = mpsc::channel();
+        let job = |id: usize, ranges: Vec<(u64, usize)>| Job {
+            id,
+            fd: -1,
+            ranges,
+            bufs: Vec::new(),
+            done: tx.clone(),
+        };
+        // each job's errno per read, in order
+        let errnos = |d: crate::uring::tests::Done| -> (usize, Vec<Option<i32>>) {
+            let e =
+                d.2.iter()
+                    .map(|r| r.as_ref().err().and_then(|e| e.raw_os_error()));
+            (d.0, e.collect())
+        };
+        ring.push(&store, job(0, Vec::new()));
+        assert_eq!(
+            errnos(rx.try_recv().expect("finished at once")),
+            (0, vec![])
+        );
+        ring.push(&store, job(1, vec![(0, 4096), (8192, 4096)]));
+        ring.push(&store, job(2, vec![(1 << 20, 512)]));
+        assert_eq!(ring.jobs(), 2);
+        let mut pfd = libc::pollfd {
+            fd: ring.event_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 1000) };
+        assert_eq!(ready, 1, "the eventfd was signalled");
+        assert!(rx.try_recv().is_err(), "nothing finishes before the reap");
+        assert_eq!(ring.reap(), 2);
+        assert_eq!(ring.jobs(), 0);
+        let einval = Some(libc::EINVAL);
+        assert_eq!(
+            errnos(rx.try_recv().expect("job 1")),
+            (1, vec![einval, einval])
+        );
+        assert_eq!(errnos(rx.try_recv().expect("job 2")), (2, vec![einval]));
+        assert_eq!(ring.reap(), 0);
+        // the slots are reused; a dropped ring finishes what it holds
+        ring.push(&store, job(3, vec![(0, 512)]));
+        drop(ring);
+        assert_eq!(
+            errnos(rx.try_recv().expect("finished by the drop")),
+            (3, vec![einval])
+        );
+    }
+}
