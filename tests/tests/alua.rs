@@ -68,8 +68,9 @@ fn vpd83(s: &mut ScsiSession) -> (Vec<u8>, u16, u16) {
     (naa, port, tpg)
 }
 
-fn set_owner(d: &Daemon, group: u16) {
-    let r = d.tgtadm(&[
+/// `tgtadm --op update --params alua_owner=GROUP` on LUN 1 of target 1.
+fn update_owner(d: &Daemon, group: u16) -> tests::tools::ToolRun {
+    d.tgtadm(&[
         "--lld",
         "iscsi",
         "--mode",
@@ -82,7 +83,11 @@ fn set_owner(d: &Daemon, group: u16) {
         "1",
         "--params",
         &format!("alua_owner={group}"),
-    ]);
+    ])
+}
+
+fn set_owner(d: &Daemon, group: u16) {
+    let r = update_owner(d, group);
     assert!(
         r.status.success(),
         "{}: {}{}",
@@ -172,20 +177,7 @@ fn standby_gateways_move_ownership_coherently() {
     sync(&mut sa);
 
     // a bad owner is refused and changes nothing
-    let r = a.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--mode",
-        "logicalunit",
-        "--op",
-        "update",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        "alua_owner=9",
-    ]);
+    let r = update_owner(&a, 9);
     assert!(!r.status.success(), "alua_owner=9 accepted: {}", r.stdout);
     assert_eq!(rtpg(&mut sa), both);
 
