@@ -76,6 +76,27 @@ struct RbdImage {
     changed: Arc<AtomicBool>,
     /// How long librbd takes, per operation.
     latency: OpLatency,
+    /// The longest a flush may take before it is reported failed (librados' OSD op
+    /// timeout and a margin): a flush to a sick cluster must not hang SYNCHRONIZE CACHE or
+    /// the daemon's stop.
+    flush_limit: std::time::Duration,
+}
+
+/// Margin over `rados_osd_op_timeout` before a flush is given up.
+const FLUSH_MARGIN_SECS: u64 = 5;
+
+/// The flush limit for cluster options `c`: their `rados_osd_op_timeout` (seconds; 0 means
+/// none, then 60 s) plus a margin.
+fn flush_limit(c: &rbd::ClusterOptions) -> std::time::Duration {
+    let op = c
+        .effective_settings()
+        .iter()
+        .find(|(k, _)| k == "rados_osd_op_timeout")
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(60.0)
+        .min(3600.0);
+    std::time::Duration::from_secs_f64(op) + std::time::Duration::from_secs(FLUSH_MARGIN_SECS)
 }
 
 impl std::fmt::Debug for RbdImage {
@@ -252,6 +273,7 @@ impl BackingStore {
                 image,
                 changed,
                 latency: OpLatency::default(),
+                flush_limit: flush_limit(&cluster),
             })),
             path,
             size: std::sync::atomic::AtomicU64::new(size),
@@ -693,7 +715,24 @@ impl BackingStore {
         }
         match &self.medium {
             Medium::File(f) => nix::unistd::fdatasync(f.as_raw_fd()).map_err(io::Error::from),
-            Medium::Rbd(r) => r.latency.time(StoreOp::Flush, || r.image.flush()),
+            Medium::Rbd(r) => r.latency.time(StoreOp::Flush, || bounded_flush(r)),
+        }
+    }
+}
+
+/// An image flush that reports ETIMEDOUT after the image's flush limit instead of waiting
+/// for a cluster that never answers (librbd finishes it later, or never; nothing waits).
+fn bounded_flush(r: &RbdImage) -> io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    r.image.aio_flush(Box::new(move |res, ()| {
+        let _ = tx.send(res);
+    }));
+    match rx.recv_timeout(r.flush_limit) {
+        Ok(res) => res.map(drop),
+        Err(_) => {
+            tracing::warn!(image = %r.image.spec(), limit = ?r.flush_limit,
+                "rbd flush did not finish in time: reported failed");
+            Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
         }
     }
 }
