@@ -88,9 +88,11 @@ const FLUSH_MARGIN_SECS: u64 = 5;
 /// The flush limit for cluster options `c`: their `rados_osd_op_timeout` (seconds; 0 means
 /// none, then 60 s) plus a margin.
 fn flush_limit(c: &rbd::ClusterOptions) -> std::time::Duration {
+    // the defaults come first in the list, the admin's values after them: the last wins
     let op = c
         .effective_settings()
         .iter()
+        .rev()
         .find(|(k, _)| k == "rados_osd_op_timeout")
         .and_then(|(_, v)| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
@@ -761,6 +763,30 @@ fn ioctl_u32(file: &File, req: libc::c_ulong) -> io::Result<u32> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn rbd_flush_limit_follows_the_admins_op_timeout() {
+        let secs = |bsopts: &str| {
+            let c = rbd::ClusterOptions::parse(bsopts, &[]).expect("bsopts");
+            flush_limit(&c).as_secs()
+        };
+        assert_eq!(
+            secs("id=admin;rados_osd_op_timeout=4"),
+            4 + FLUSH_MARGIN_SECS
+        );
+        assert_eq!(
+            secs("id=admin"),
+            30 + FLUSH_MARGIN_SECS,
+            "the default op timeout"
+        );
+        assert_eq!(
+            secs("rados_osd_op_timeout=0"),
+            60 + FLUSH_MARGIN_SECS,
+            "0 = none"
+        );
+        assert_eq!(secs("rados_osd_op_timeout=junk"), 60 + FLUSH_MARGIN_SECS);
+    }
+
     use super::*;
 
     fn store(size: u64, bs: u32) -> (tempfile::TempDir, BackingStore) {

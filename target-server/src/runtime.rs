@@ -886,11 +886,24 @@ fn start_metrics(
 }
 
 fn sync_all(registry: &Registry) {
-    for t in registry.targets() {
-        for lun in t.lun_set().map.values() {
-            if let Err(e) = lun.store.sync() {
-                tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
+    // every LUN at once: a sick cluster's flushes time out together, not one after another
+    let targets = registry.targets();
+    std::thread::scope(|s| {
+        for t in &targets {
+            for lun in t.lun_set().map.values() {
+                let lun = Arc::clone(lun);
+                let run = move || {
+                    if let Err(e) = lun.store.sync() {
+                        tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
+                    }
+                };
+                if let Err(e) = std::thread::Builder::new()
+                    .name("final-sync".into())
+                    .spawn_scoped(s, run)
+                {
+                    tracing::error!(target = %t.iqn, "final sync: cannot start a thread: {e}");
+                }
             }
         }
-    }
+    });
 }
