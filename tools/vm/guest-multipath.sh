@@ -47,10 +47,12 @@
 #                            path. Gateway 1 restarts as a standby non-owner (the record
 #                            and the lock stay with gateway 2): its path comes back prio
 #                            1 (ghost), its RTPG group 1 standby, group 2 active/optimized,
-#                            and there is no failback (dm-multipath may reinstate the path
-#                            in gateway 2's group and activate it with STPG: the LUN then
-#                            makes cooperative round trips to gateway 1 and back, counted
-#                            and reported; it must settle on gateway 2 within 15 s)
+#                            and no failback of its own. But multipathd keeps the failed
+#                            path in the live group, so dm-multipath reinstates it there
+#                            and scsi_dh_alua activates it with STPG: the LUN goes to
+#                            gateway 1 and either comes back (a round trip, counted) or
+#                            stays (a failback, reported); it must settle within 30 s on
+#                            one owner, the other standby, with the matching map
 # Prints VM_MPATH_OK mode=M backend=B stall=S files_before=N files_after=M verified=V fsck=clean on success,
 # VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) and $(verify) into "set --" is intended
@@ -471,7 +473,6 @@ if [ "$BACKEND" = rbd ]; then
   step "gateway 2's metrics: alua_state=$1 owner_group=$2 takeover=$3 fenced_other=$4 release=$5 fenced=$6"
   [ "${1:-} ${2:-}" = "0 2" ] && [ "${3:-0}" -ge 1 ] && [ "${4:-0}" -ge 1 ] \
     || fail "gateway 2's metrics: want state 0 owner 2 takeover >= 1 fenced_other >= 1, got '$*'"
-  takeovers2=$3
   d2=$(portal_dev "$P2")
   r2=$(rtpg_of "$d2")
   step "RTPG through gateway 2 (/dev/$d2): $r2"
@@ -506,15 +507,34 @@ if [ "$FAILBACK" = 1 ]; then
     sleep 0.2
   done
   while [ "$BACKEND" = rbd ]; do
-    # gateway 2 holds the lock: gateway 1 comes back a standby non-owner, its path prio 1
-    # and ghost; no failback
-    set -- $(pg_summary)
-    if [ "${1:-} ${2:-} ${3:-}" = "50 active $PRIO2" ] \
-      && multipath -ll "$MAP" | grep -A2 "prio=$PRIO2 " | grep -q 'ghost running'; then
-      case "$(pg_portal "$PRIO2")" in "$P1"*) break ;; esac
+    # gateway 1 comes back a standby non-owner (the record and the lock are gateway 2's).
+    # But multipathd 0.9.4 keeps the failed path, with its last priority (50), in the live
+    # path group (reload "... 1 1 service-time 0 2 1 8:0 1 8:16 1"), so dm-multipath
+    # reinstates it in the active group and scsi_dh_alua activates it with STPG: the LUN
+    # moves to gateway 1 and, depending on how multipathd then regroups, comes back to
+    # gateway 2 (a round trip) or stays (a failback). Both are cooperative handovers;
+    # wait (bounded by the clock: the writer slows every command) until it settles: one
+    # owner, the other standby, the prio-50 group the owner's path, prio 1 a ghost path
+    m1=$(alua_metrics 1 | cut -d' ' -f1-2)
+    m2=$(alua_metrics 2 | cut -d' ' -f1-2)
+    case "$m1/$m2" in
+      "2 2/0 2") OWNER_NOW=2 po=$P2 pst=$P1 ;;
+      "0 1/2 1") OWNER_NOW=1 po=$P1 pst=$P2 ;;
+      *) OWNER_NOW= ;;
+    esac
+    sm=$(pg_summary)
+    if [ -n "$OWNER_NOW" ]; then
+      case " $sm" in
+        *" 50 active "*)
+          if multipath -ll "$MAP" | grep -A2 "prio=$PRIO2 " | grep -q 'ghost running' \
+            && case "$(pg_portal 50)" in "$po"*) true ;; *) false ;; esac \
+            && case "$(pg_portal "$PRIO2")" in "$pst"*) true ;; *) false ;; esac; then
+            break
+          fi ;;
+      esac
     fi
-    i=$((i + 1))
-    [ $i -le 150 ] || { multipath -ll "$MAP"; fail "gateway 1's path not back as prio $PRIO2 (ghost) within 30 s of its restart: $*"; }
+    awk -v a="$t_restart" -v b="$(now)" 'BEGIN { exit !(b - a > 30) }' \
+      && { multipath -ll "$MAP"; fail "not settled 30 s after gateway 1's restart: gateway 1 $m1, gateway 2 $m2, map $sm"; }
     sleep 0.2
   done
   while [ "$MODE" = ano ] && [ "$BACKEND" = file ]; do
@@ -527,30 +547,25 @@ if [ "$FAILBACK" = 1 ]; then
   fb=$(awk -v a="$t_restart" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   failback="${fb}s"
   if [ "$BACKEND" = rbd ]; then
-    # multipathd keeps the failed path, with its last priority (50), in gateway 2's path
-    # group; when the path comes back dm-multipath reinstates it in the active group and
-    # scsi_dh_alua activates it with STPG: the LUN goes to gateway 1 and, once multipathd
-    # has read the new priorities and regrouped, back to gateway 2 (two cooperative
-    # handovers). Wait (bounded) for that to settle, then count the round trips.
-    i=0
-    until [ "$(alua_metrics 1 | cut -d' ' -f1-2) $(alua_metrics 2 | cut -d' ' -f1-2)" = "2 2 0 2" ]; do
-      i=$((i + 1))
-      [ $i -le 75 ] || fail "the LUN did not settle on gateway 2 15 s after gateway 1's restart: gateway 1 $(alua_metrics 1), gateway 2 $(alua_metrics 2)"
-      sleep 0.2
-    done
-    set -- $(alua_metrics 1)
-    trips=$3
-    failback="none (gateway 1 back as standby in ${fb}s; $trips transient round trip(s) to gateway 1)"
-    step "gateway 1's path back, prio $PRIO2 (ghost), ${fb} s after its restart; gateway 2 keeps the LUN"
     sed 's/\x1b\[[0-9;]*m//g' /tmp/gw1.log /tmp/gw2.log | grep -E 'RBD LUN (taken|handed) over' | sort | tail -n 4
+    set -- $(alua_metrics 1)
+    if [ "$OWNER_NOW" = 2 ]; then
+      failback="none (gateway 1 back as standby in ${fb}s; $3 transient round trip(s) to gateway 1)"
+      step "gateway 1's path back, prio $PRIO2 (ghost), ${fb} s after its restart; gateway 2 keeps the LUN ($3 round trip(s) to gateway 1)"
+      want1=0x02 want2=0x00 moved=0
+    else
+      failback="to gateway 1 by the kernel's STPG through its reinstated path, settled ${fb}s after its restart"
+      step "the LUN failed back to gateway 1 (STPG through its reinstated path), settled ${fb} s after its restart; gateway 2's path prio $PRIO2 (ghost)"
+      want1=0x00 want2=0x02 moved=1
+    fi
+    step "gateway 1's metrics: alua_state=$1 owner_group=$2 takeover=$3 fenced_other=$4 release=$5 fenced=$6"
+    [ "$4 $6 $(($3 - $5))" = "0 0 $moved" ] \
+      || fail "gateway 1's metrics: want nothing fenced and takeovers - releases = $moved, got '$*'"
     d1=$(portal_dev "$P1")
     r1=$(rtpg_of "$d1")
     step "RTPG through gateway 1 (/dev/$d1): $r1"
-    case "$r1" in *"0x1:0x02"*"0x2:0x00"*) ;; *) fail "gateway 1's RTPG: want group 1 standby, group 2 AO, got '$r1'" ;; esac
-    set -- $(alua_metrics 1)
-    step "gateway 1's metrics: alua_state=$1 owner_group=$2 takeover=$3 release=$5"
-    [ "$1 $2 $3 $4 $5 $6" = "2 2 $trips 0 $trips 0" ] \
-      || fail "gateway 1's metrics: want state 2 owner 2, as many takeovers as releases, nothing fenced, got '$*'"
+    case "$r1" in *"0x1:$want1"*) ;; *) fail "gateway 1's RTPG: want group 1 $want1, got '$r1'" ;; esac
+    case "$r1" in *"0x2:$want2"*) ;; *) fail "gateway 1's RTPG: want group 2 $want2, got '$r1'" ;; esac
   elif [ "$MODE" = ano ]; then
     step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
   else
@@ -561,12 +576,13 @@ if [ "$FAILBACK" = 1 ]; then
   n_fb=$(acked)
   wait_acked_over "$n_fb" 30 "after the failback"
   if [ "$BACKEND" = rbd ]; then
-    # still no move: I/O stays on gateway 2
+    # still no move: I/O stays with the owner
     sleep 2
-    [ "$(pg_portal 50 | cut -d, -f1)" = "$P2" ] || fail "the prio-50 path moved away from gateway 2: $(pg_summary)"
+    [ "$(pg_portal 50 | cut -d, -f1)" = "${po%,*}" ] || fail "the prio-50 path moved away from gateway $OWNER_NOW: $(pg_summary)"
     set -- $(alua_metrics 2)
-    [ "$1 $2 $3 $5 $6" = "0 2 $((takeovers2 + trips)) $trips 0" ] || fail "gateway 2's metrics after the restart: '$*'"
-    step "after gateway 1's restart the LUN stays with gateway 2 (its metrics: state $1 owner $2 release $5)"
+    [ "$4 $6" = "1 0" ] || fail "gateway 2's metrics after the restart: want fenced_other 1 fenced 0, got '$*'"
+    case "$OWNER_NOW/$1 $2" in "2/0 2"|"1/2 1") ;; *) fail "gateway 2's metrics after the restart: '$*' (owner $OWNER_NOW)" ;; esac
+    step "after gateway 1's restart the LUN stays with gateway $OWNER_NOW (gateway 2's metrics: state $1 owner $2 takeover $3 release $5)"
   fi
 fi
 
