@@ -13,7 +13,8 @@
 # - ibverbs-providers, ibverbs-utils, curl: the iSER guest test (rxe provider, ibv_devinfo;
 #   curl reads the metrics in the guest)
 # - multipath-tools: multipathd + multipath in the dm-multipath guest test (ALUA over two
-#   gateways); its service is not started on the host (policy-rc.d below)
+#   gateways); its service is not started on the host (policy-rc.d below); sg3-utils:
+#   sg_rtpg, the RBD variant's REPORT TARGET PORT GROUPS checks
 # - prometheus, python3: Prometheus 2.42 and promtool for the metrics tests (python3 -m
 #   http.server serves their static exposition fixture); the tests start their own server by
 #   PID on a free 127.0.0.1 port with a temp TSDB. The packaged service is not started
@@ -33,7 +34,7 @@ fi
 BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-dev busybox-static
   cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
   python3 ibverbs-providers ibverbs-utils curl ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc
-  tgt-rbd multipath-tools)
+  tgt-rbd multipath-tools sg3-utils)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

@@ -105,6 +105,16 @@ vm_multipath_test() {
   "$REPO/tools/vm/test-vm-multipath.sh"
 }
 
+vm_multipath_rbd_test() {
+  if [ "${SKIP_VM:-0}" = 1 ]; then
+    echo "SKIP_VM=1: VM RBD multipath test not run (counted as failed)"
+    return 1
+  fi
+  # the same over an RBD image on a mini Ceph cluster in the guest: explicit ALUA, the
+  # kernel's STPG makes gateway 2 fence the SIGKILLed owner and take the LUN over
+  MPATH_BACKEND=rbd "$REPO/tools/vm/test-vm-multipath.sh"
+}
+
 vm_rdma_echo_test() {
   if [ "${SKIP_VM:-0}" = 1 ]; then
     echo "SKIP_VM=1: VM RDMA echo test not run (counted as failed)"
@@ -143,6 +153,7 @@ stage vm-iscsi-tcp vm_test
 stage vm-crash vm_crash_test
 stage vm-numa vm_numa_test
 stage vm-multipath vm_multipath_test
+stage vm-multipath-rbd vm_multipath_rbd_test
 stage vm-rdma-echo vm_rdma_echo_test
 stage vm-iser vm_iser_test
 

@@ -34,13 +34,25 @@
 #      MPATH_BACKEND         file (default): one backing file, as above; rbd: the LUN is an
 #                            RBD image on a mini Ceph cluster started in the guest
 #                            (/vmtest/up.sh, tools/ceph/up.sh; OSD_BYTES its memstore
-#                            size), write_cache true, the owner caches write-back (only
-#                            MPATH_MODE=ano). After the kill, gateway 2 answers 02/04/0A
-#                            (transitioning), fences the dead owner (breaks its lock) and
-#                            takes the LUN over; its log, metrics and RTPG must show it
-#                            owns the LUN and the prio-50 path group must be its path.
-#                            Gateway 1 restarts as a non-owner (the lock stays with
-#                            gateway 2): its path comes back prio 10, without a failback
+#                            size), write_cache true, the owner caches write-back, and
+#                            explicit ALUA (MPATH_MODE is stpg then): no non_owner_state in
+#                            the YAML, so gateway 2 is standby (prio 1, ghost path) and
+#                            the kernel probes of its disk move nothing. After the kill,
+#                            dm-multipath switches to gateway 2's path group and
+#                            scsi_dh_alua activates it with SET TARGET PORT GROUPS; gateway
+#                            2 fences the dead owner (breaks its lock), takes the LUN over
+#                            and answers the STPG; the kernel log must show "port group 02
+#                            state A" after the kill, gateway 2's log, metrics and RTPG
+#                            that it owns the LUN, and the prio-50 path group must be its
+#                            path. Gateway 1 restarts as a standby non-owner (the record
+#                            and the lock stay with gateway 2): its path comes back prio
+#                            1 (ghost), its RTPG group 1 standby, group 2 active/optimized,
+#                            and no failback of its own. But multipathd keeps the failed
+#                            path in the live group, so dm-multipath reinstates it there
+#                            and scsi_dh_alua activates it with STPG: the LUN goes to
+#                            gateway 1 and either comes back (a round trip, counted) or
+#                            stays (a failback, reported); it must settle within 30 s on
+#                            one owner, the other standby, with the matching map
 # Prints VM_MPATH_OK mode=M backend=B stall=S files_before=N files_after=M verified=V fsck=clean on success,
 # VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) and $(verify) into "set --" is intended
@@ -64,14 +76,16 @@ BACKEND=${MPATH_BACKEND:-file}
 CEPH_DIR=
 IMAGE=mpath
 OWNER=1
+[ "$BACKEND" = rbd ] && MODE=${MPATH_MODE:-stpg}
 case "$MODE" in
+  stpg) NON_OWNER='' WCACHE=true PRIO2=1 STATE2=S ;;
   ano) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
   standby) NON_OWNER=standby WCACHE=false PRIO2=1 STATE2=S ;;
-  *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby"; exit 1 ;;
+  *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby (stpg with MPATH_BACKEND=rbd)"; exit 1 ;;
 esac
 case "$BACKEND/$MODE" in
-  file/*|rbd/ano) ;;
-  *) echo "VM_MPATH_FAIL: MPATH_BACKEND must be file, or rbd with MPATH_MODE=ano"; exit 1 ;;
+  file/ano|file/standby|rbd/stpg) ;;
+  *) echo "VM_MPATH_FAIL: MPATH_BACKEND must be file (MPATH_MODE ano or standby), or rbd (MPATH_MODE stpg)"; exit 1 ;;
 esac
 G1PID=
 G2PID=
@@ -121,7 +135,7 @@ targets:
   - iqn: $IQN
     alua:
       group: $1
-      non_owner_state: $NON_OWNER
+$([ -n "$NON_OWNER" ] && echo "      non_owner_state: $NON_OWNER")
       peers:
         - group: $2
     luns:
@@ -172,10 +186,11 @@ rtpg_of() { # DEV
     /asymmetric access state/ { for (i = 1; i <= NF; i++) if ($i ~ /^0x/) { printf "%s:%s ", g, $i; break } }'
 }
 
-# the portal of the path in the path group of priority PRIO
+# the portal of the usable path in the path group of priority PRIO (multipathd may keep a
+# failed path, whose priority it cannot read, in the same group: skipped)
 pg_portal() { # PRIO
   d=$(multipath -ll "$MAP" | awk -v p="prio=$1" '$0 ~ p" " { g = 1; next } /prio=/ { g = 0 }
-    g { for (i = 1; i < NF; i++) if ($i ~ /^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/) { print $(i + 1); exit } }')
+    g && / active / { for (i = 1; i < NF; i++) if ($i ~ /^[0-9]+:[0-9]+:[0-9]+:[0-9]+$/) { print $(i + 1); exit } }')
   [ -n "$d" ] && dev_portal "$d"
 }
 
@@ -338,13 +353,9 @@ for p in "$P1" "$P2"; do
   iscsiadm -m node -T "$IQN" -p "$p" -o update -n node.session.timeo.replacement_timeout -v "$REPL" \
     || fail "set replacement_timeout on $p"
 done
-LOGIN_ORDER="$P1 $P2"
-# rbd: the kernel reads every new disk (partition table, udev's blkid), and I/O reaching the
-# non-owner moves an RBD LUN; gateway 2's disk first, then the owner's, each probe done
-# before the next login, so the LUN ends with gateway 1 (after a cooperative handover to 2
-# and back) and nothing reads gateway 2's disk afterwards
-[ "$BACKEND" = rbd ] && LOGIN_ORDER="$P2 $P1"
-for p in $LOGIN_ORDER; do
+# rbd: the kernel reads every new disk (partition table, udev's blkid); gateway 2's standby
+# port answers those reads NOT READY and the LUN stays with gateway 1
+for p in "$P1" "$P2"; do
   timeout 60 iscsiadm -m node -T "$IQN" -p "$p" --login >/dev/null || fail "login to $p"
   timeout 30 udevadm settle || true
 done
@@ -387,7 +398,7 @@ done
 dmesg | grep -q 'alua: port group 01 state A' || fail "no 'alua: port group 01 state A' in the kernel log"
 dmesg | grep -q "alua: port group 02 state $STATE2" || fail "no 'alua: port group 02 state $STATE2' in the kernel log"
 i=0
-while [ "$BACKEND" = rbd ] && [ "$(pg_summary)" != "50 active 10 enabled " ]; do
+while [ "$BACKEND" = rbd ] && [ "$(pg_summary)" != "50 active $PRIO2 enabled " ]; do
   # multipathd reads the priorities every polling_interval
   i=$((i + 1)); [ $i -le 100 ] || break; sleep 0.2
 done
@@ -400,6 +411,12 @@ pg1_dev=$(multipath -ll "$MAP" | awk '/prio=50/ { g = 1; next } /prio=/ { g = 0 
 pg1_addr=$(dev_portal "$pg1_dev")
 step "active/optimized path group: /dev/$pg1_dev on portal ${pg1_addr:-unknown}"
 case "$pg1_addr" in "$P1"*) ;; *) fail "the prio-50 path /dev/$pg1_dev is not gateway 1's ($P1)" ;; esac
+if [ "$MODE" = stpg ]; then
+  # gateway 2's path: standby, multipath's tur checker calls it ghost
+  multipath -ll "$MAP" | grep -A2 "prio=$PRIO2 " | grep -q 'ghost' \
+    || fail "gateway 2's path is not a ghost path in the prio-$PRIO2 group"
+  step "gateway 2's path: standby (prio $PRIO2, ghost)"
+fi
 
 timeout 120 mkfs.ext4 -q -F "/dev/mapper/$MAP" || fail "mkfs.ext4"
 mount "/dev/mapper/$MAP" "$MNT" || fail "mount"
@@ -408,6 +425,7 @@ WPID=$!
 wait_acked_over 0 30 "before the kill"
 sleep "$BEFORE"
 kill -0 "$WPID" 2>/dev/null || fail "the writer ended before the kill: $(cat /tmp/writer.log)"
+dmesg_before=$(dmesg | wc -l)
 kill -9 "$G1PID"
 t_kill=$(now)
 wait "$G1PID" 2>/dev/null
@@ -441,9 +459,20 @@ if [ "$BACKEND" = rbd ]; then
   sed 's/\x1b\[[0-9;]*m//g' /tmp/gw2.log | grep 'breaking its lock' | tail -n 1
   echo "$line" | grep -q 'fenced_other=true' || fail "gateway 2 took the LUN over without fencing: $line"
   takeover="$(echo "$line" | sed -n 's/.* ms=\([0-9]*\).*/\1/p')ms"
+  # the kernel activated gateway 2's group with STPG (scsi_dh_alua logs the new state)
+  i=0
+  until dmesg | tail -n +"$((dmesg_before + 1))" | grep -q 'alua: port group 02 state A'; do
+    i=$((i + 1))
+    [ $i -le 100 ] || { dmesg | tail -n +"$((dmesg_before + 1))" | grep -iE 'alua|multipath|iscsi|sd ' | tail -n 30
+      fail "no 'alua: port group 02 state A' in the kernel log after the kill"; }
+    sleep 0.2
+  done
+  step "kernel log after the kill:"
+  dmesg | tail -n +"$((dmesg_before + 1))" | grep -iE 'alua|device-mapper: multipath' | tail -n 12
   set -- $(alua_metrics 2)
   step "gateway 2's metrics: alua_state=$1 owner_group=$2 takeover=$3 fenced_other=$4 release=$5 fenced=$6"
-  [ "$1 $2 $3 $4" = "0 2 1 1" ] || fail "gateway 2's metrics: want state 0 owner 2 takeover 1 fenced_other 1, got '$*'"
+  [ "${1:-} ${2:-}" = "0 2" ] && [ "${3:-0}" -ge 1 ] && [ "${4:-0}" -ge 1 ] \
+    || fail "gateway 2's metrics: want state 0 owner 2 takeover >= 1 fenced_other >= 1, got '$*'"
   d2=$(portal_dev "$P2")
   r2=$(rtpg_of "$d2")
   step "RTPG through gateway 2 (/dev/$d2): $r2"
@@ -478,15 +507,34 @@ if [ "$FAILBACK" = 1 ]; then
     sleep 0.2
   done
   while [ "$BACKEND" = rbd ]; do
-    # gateway 2 holds the lock: gateway 1 comes back a non-owner, its path prio 10 and
-    # active; no failback
-    set -- $(pg_summary)
-    if [ "${1:-} ${2:-} ${3:-}" = "50 active 10" ] \
-      && multipath -ll "$MAP" | grep -A2 'prio=10 ' | grep -q 'active ready running'; then
-      case "$(pg_portal 10)" in "$P1"*) break ;; esac
+    # gateway 1 comes back a standby non-owner (the record and the lock are gateway 2's).
+    # But multipathd 0.9.4 keeps the failed path, with its last priority (50), in the live
+    # path group (reload "... 1 1 service-time 0 2 1 8:0 1 8:16 1"), so dm-multipath
+    # reinstates it in the active group and scsi_dh_alua activates it with STPG: the LUN
+    # moves to gateway 1 and, depending on how multipathd then regroups, comes back to
+    # gateway 2 (a round trip) or stays (a failback). Both are cooperative handovers;
+    # wait (bounded by the clock: the writer slows every command) until it settles: one
+    # owner, the other standby, the prio-50 group the owner's path, prio 1 a ghost path
+    m1=$(alua_metrics 1 | cut -d' ' -f1-2)
+    m2=$(alua_metrics 2 | cut -d' ' -f1-2)
+    case "$m1/$m2" in
+      "2 2/0 2") OWNER_NOW=2 po=$P2 pst=$P1 ;;
+      "0 1/2 1") OWNER_NOW=1 po=$P1 pst=$P2 ;;
+      *) OWNER_NOW= ;;
+    esac
+    sm=$(pg_summary)
+    if [ -n "$OWNER_NOW" ]; then
+      case " $sm" in
+        *" 50 active "*)
+          if multipath -ll "$MAP" | grep -A2 "prio=$PRIO2 " | grep -q 'ghost running' \
+            && case "$(pg_portal 50)" in "$po"*) true ;; *) false ;; esac \
+            && case "$(pg_portal "$PRIO2")" in "$pst"*) true ;; *) false ;; esac; then
+            break
+          fi ;;
+      esac
     fi
-    i=$((i + 1))
-    [ $i -le 150 ] || { multipath -ll "$MAP"; fail "gateway 1's path not back as prio 10 within 30 s of its restart: $*"; }
+    awk -v a="$t_restart" -v b="$(now)" 'BEGIN { exit !(b - a > 30) }' \
+      && { multipath -ll "$MAP"; fail "not settled 30 s after gateway 1's restart: gateway 1 $m1, gateway 2 $m2, map $sm"; }
     sleep 0.2
   done
   while [ "$MODE" = ano ] && [ "$BACKEND" = file ]; do
@@ -499,15 +547,25 @@ if [ "$FAILBACK" = 1 ]; then
   fb=$(awk -v a="$t_restart" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
   failback="${fb}s"
   if [ "$BACKEND" = rbd ]; then
-    failback="none (gateway 1 back as active/non-optimized in ${fb}s)"
-    step "gateway 1's path back, prio 10, ${fb} s after its restart; gateway 2 keeps the LUN"
+    sed 's/\x1b\[[0-9;]*m//g' /tmp/gw1.log /tmp/gw2.log | grep -E 'RBD LUN (taken|handed) over' | sort | tail -n 4
+    set -- $(alua_metrics 1)
+    if [ "$OWNER_NOW" = 2 ]; then
+      failback="none (gateway 1 back as standby in ${fb}s; $3 transient round trip(s) to gateway 1)"
+      step "gateway 1's path back, prio $PRIO2 (ghost), ${fb} s after its restart; gateway 2 keeps the LUN ($3 round trip(s) to gateway 1)"
+      want1=0x02 want2=0x00 moved=0
+    else
+      failback="to gateway 1 by the kernel's STPG through its reinstated path, settled ${fb}s after its restart"
+      step "the LUN failed back to gateway 1 (STPG through its reinstated path), settled ${fb} s after its restart; gateway 2's path prio $PRIO2 (ghost)"
+      want1=0x00 want2=0x02 moved=1
+    fi
+    step "gateway 1's metrics: alua_state=$1 owner_group=$2 takeover=$3 fenced_other=$4 release=$5 fenced=$6"
+    [ "$4 $6 $(($3 - $5))" = "0 0 $moved" ] \
+      || fail "gateway 1's metrics: want nothing fenced and takeovers - releases = $moved, got '$*'"
     d1=$(portal_dev "$P1")
     r1=$(rtpg_of "$d1")
     step "RTPG through gateway 1 (/dev/$d1): $r1"
-    case "$r1" in *"0x1:0x01"*"0x2:0x00"*) ;; *) fail "gateway 1's RTPG: want group 1 ANO, group 2 AO, got '$r1'" ;; esac
-    set -- $(alua_metrics 1)
-    step "gateway 1's metrics: alua_state=$1 owner_group=$2 takeover=$3 release=$5"
-    [ "$1 $2 $3" = "1 2 0" ] || fail "gateway 1's metrics: want state 1 owner 2 takeover 0, got '$*'"
+    case "$r1" in *"0x1:$want1"*) ;; *) fail "gateway 1's RTPG: want group 1 $want1, got '$r1'" ;; esac
+    case "$r1" in *"0x2:$want2"*) ;; *) fail "gateway 1's RTPG: want group 2 $want2, got '$r1'" ;; esac
   elif [ "$MODE" = ano ]; then
     step "failback: group 1's path active again ${fb} s after gateway 1 restarted"
   else
@@ -518,13 +576,13 @@ if [ "$FAILBACK" = 1 ]; then
   n_fb=$(acked)
   wait_acked_over "$n_fb" 30 "after the failback"
   if [ "$BACKEND" = rbd ]; then
-    # still no move: I/O stays on gateway 2
+    # still no move: I/O stays with the owner
     sleep 2
-    [ "$(pg_portal 50 | cut -d, -f1)" = "$P2" ] || fail "the prio-50 path moved away from gateway 2: $(pg_summary)"
-    grep -q 'RBD LUN handed over' /tmp/gw2.log && fail "gateway 2 handed the LUN over after gateway 1's restart"
+    [ "$(pg_portal 50 | cut -d, -f1)" = "${po%,*}" ] || fail "the prio-50 path moved away from gateway $OWNER_NOW: $(pg_summary)"
     set -- $(alua_metrics 2)
-    [ "$1 $2 $3 $5" = "0 2 1 0" ] || fail "gateway 2's metrics after the restart: '$*'"
-    step "after gateway 1's restart the LUN stays with gateway 2 (its metrics: state $1 owner $2 release $5)"
+    [ "$4 $6" = "1 0" ] || fail "gateway 2's metrics after the restart: want fenced_other 1 fenced 0, got '$*'"
+    case "$OWNER_NOW/$1 $2" in "2/0 2"|"1/2 1") ;; *) fail "gateway 2's metrics after the restart: '$*' (owner $OWNER_NOW)" ;; esac
+    step "after gateway 1's restart the LUN stays with gateway $OWNER_NOW (gateway 2's metrics: state $1 owner $2 takeover $3 release $5)"
   fi
 fi
 

@@ -10,15 +10,18 @@
 #      MPATH_MODE (ano; standby: the owner dies, an admin moves ownership), MPATH_ADMIN (3):
 #      see guest-multipath.sh
 #      MPATH_BACKEND (file; rbd: an RBD image on a mini Ceph cluster started inside the guest
-#      with tools/ceph/up.sh; the dead owner is fenced and gateway 2 takes the LUN over;
-#      VM_MEM defaults to 3072 then), OSD_BYTES (the memstore size, up.sh's 1 GiB)
+#      with tools/ceph/up.sh, explicit ALUA with gateway 2 standby; after the kill the kernel
+#      activates gateway 2's group with STPG, gateway 2 fences the dead owner and takes the
+#      LUN over; VM_MEM defaults to 3072 and VM_TIMEOUT to 420 then), OSD_BYTES (the memstore
+#      size, up.sh's 1 GiB)
 #      VM_TIMEOUT (240) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon logs.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-export VM_TIMEOUT=${VM_TIMEOUT:-240}
 BACKEND=${MPATH_BACKEND:-file}
+# rbd: Ceph alone takes 70-100 s to come up in a TCG guest
+if [ "$BACKEND" = rbd ]; then export VM_TIMEOUT=${VM_TIMEOUT:-420}; else export VM_TIMEOUT=${VM_TIMEOUT:-240}; fi
 [ "$(id -u)" = 0 ] || { echo "test-vm-multipath: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 for t in multipath multipathd; do
   command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh installs multipath-tools)" >&2; exit 1; }
