@@ -486,11 +486,23 @@ impl LogicalUnit {
             nexus,
             effects: RefCell::new(None),
         };
-        let action = match ops::lookup(cmd.cdb).and_then(|(op, cdb)| {
-            self.check_access_state(cdb)?;
-            self.check_medium(cdb)?;
-            (op.handler)(self, cdb, &req)
-        }) {
+        // MAINTENANCE OUT (SET TARGET PORT GROUPS) exists only on an explicit-ALUA LU:
+        // elsewhere the whole operation code is unknown, as REPORT SUPPORTED OPERATION
+        // CODES says
+        let offered = |c: &[u8]| {
+            if c.first() == Some(&ops::opcode::MAINTENANCE_OUT) && !self.explicit_alua() {
+                Err(Sense::invalid_opcode())
+            } else {
+                Ok(())
+            }
+        };
+        let action = match offered(cmd.cdb)
+            .and_then(|()| ops::lookup(cmd.cdb))
+            .and_then(|(op, cdb)| {
+                self.check_access_state(cdb)?;
+                self.check_medium(cdb)?;
+                (op.handler)(self, cdb, &req)
+            }) {
             Ok(a) => sanitize::after_failure(self, a),
             Err(s) => Action::Complete(self.check_condition(&s)),
         };

@@ -238,6 +238,7 @@ mod tests {
     fn all_commands_layout() {
         let lu = lu();
         lu.set_thin_provisioning(true); // every table entry offered
+        lu.set_explicit_alua(true);
         let d = complete(&lu, &rsoc(false, 0, 0, 0, 65535)).data;
         let all = parse_all(&d);
         assert_eq!(all.len(), TABLE.len());
@@ -271,6 +272,7 @@ mod tests {
     fn all_commands_with_timeouts() {
         let lu = lu();
         lu.set_thin_provisioning(true); // every table entry offered
+        lu.set_explicit_alua(true);
         let d = complete(&lu, &rsoc(true, 0, 0, 0, 65535)).data;
         assert_eq!(d.len(), 4 + 20 * TABLE.len());
         let all = parse_all(&d);
@@ -297,6 +299,7 @@ mod tests {
     fn one_command_supported() {
         let lu = lu();
         lu.set_thin_provisioning(true); // every table entry offered
+        lu.set_explicit_alua(true);
         // WRITE(10): usage map with DPO and FUA, byte 0 the opcode
         let d = complete(&lu, &rsoc(false, 1, 0x2A, 0, 65535)).data;
         assert_eq!(

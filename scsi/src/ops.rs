@@ -759,15 +759,6 @@ pub(crate) static TABLE: &[OpInfo] = &[
         timeout: T_EMULATED,
     },
     OpInfo {
-        opcode: MAINTENANCE_OUT,
-        service_action: Some(SA_SET_TARGET_PORT_GROUPS),
-        name: "SET TARGET PORT GROUPS",
-        // PARAMETER LIST LENGTH
-        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
-        handler: alua::set_target_port_groups,
-        timeout: T_IO,
-    },
-    OpInfo {
         opcode: MAINTENANCE_IN,
         service_action: Some(SA_REPORT_SUPPORTED_OPCODES),
         name: "REPORT SUPPORTED OPERATION CODES",
@@ -786,6 +777,15 @@ pub(crate) static TABLE: &[OpInfo] = &[
         usage: &[0xFF, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
         handler: maintenance::report_supported_tmfs,
         timeout: T_EMULATED,
+    },
+    OpInfo {
+        opcode: MAINTENANCE_OUT,
+        service_action: Some(SA_SET_TARGET_PORT_GROUPS),
+        name: "SET TARGET PORT GROUPS",
+        // PARAMETER LIST LENGTH
+        usage: &[0xFF, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
+        handler: alua::set_target_port_groups,
+        timeout: T_IO,
     },
     OpInfo {
         opcode: READ_12,
