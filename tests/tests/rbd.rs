@@ -400,6 +400,9 @@ fn sick_cluster_gives_errors_not_hangs() {
     drop(s);
     d.assert_alive("after the cluster went sick");
     let (status, took) = d.terminate(Duration::from_secs(30));
+    // the reader goes before any assertion can fail (a failed test must not leave it)
+    let _ = reader.kill();
+    let _ = reader.wait();
     eprintln!("numatgtd stopped in {took:?} with its cluster sick: {status:?}");
     // reads in flight time out, then every LUN's final flush gives up together: no hang
     assert!(
@@ -420,8 +423,6 @@ fn sick_cluster_gives_errors_not_hangs() {
         "no read of LUN 4 was in flight at the stop, or it was not waited for\n{}",
         d.log_tail(30)
     );
-    let _ = reader.kill();
-    let _ = reader.wait();
 }
 
 /// Cache fills and uncached reads of rbd LUNs are librbd aio completed into the event
@@ -482,6 +483,9 @@ fn rbd_reads_are_aio_unless_io_engine_threads() {
     }
     for (name, mut d) in [("threads", blocking), ("aio", aio)] {
         let (status, took) = d.terminate(Duration::from_secs(30));
+    // the reader goes before any assertion can fail (a failed test must not leave it)
+    let _ = reader.kill();
+    let _ = reader.wait();
         eprintln!("{name}: stopped in {took:?}");
         assert!(
             status.is_some_and(|s| s.success()),
