@@ -5,7 +5,8 @@
 //! `data_out_len` and `verify_compare`.
 //!
 //! Input: byte 0 = LU shape (bit 0 4096-byte blocks, bit 1 read-only, bit 2 WCE,
-//! bits 3-5 capacity, bit 6 thin), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
+//! bits 3-5 capacity, bit 6 thin, bit 7 two ALUA groups with this one standby and explicit
+//! ALUA), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
 //! length, Data-Out.
 //!
 //! Checks: no panic; CHECK CONDITION carries parseable sense; block actions stay within
@@ -50,6 +51,21 @@ fuzz_target!(|data: &[u8]| {
         tpg: 7,
     });
     lu.set_thin_provisioning(shape & 0x40 != 0);
+    if shape & 0x80 != 0 {
+        // two gateways, this one standby, explicit ALUA: SET TARGET PORT GROUPS and the
+        // standby command filter are reachable
+        lu.set_explicit_alua(true);
+        let group = |id, state, port| scsi::PortGroup {
+            id,
+            state,
+            rel_ports: vec![port],
+            preferred: false,
+        };
+        let _ = lu.set_port_groups(vec![
+            group(7, scsi::AccessState::Standby, 1),
+            group(8, scsi::AccessState::ActiveOptimized, 2),
+        ]);
+    }
     let nexuses = [
         Nexus::iscsi(
             NexusId(1),
@@ -165,6 +181,13 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 within(lba, u64::from(blocks), num_blocks),
                 "sync {lba}+{blocks}"
             );
+        }
+        Action::SetTargetPortGroups(asks) => {
+            assert!(lu.explicit_alua(), "SET TARGET PORT GROUPS on an implicit-only LU");
+            let groups = lu.port_groups();
+            for (g, _) in asks {
+                assert!(groups.iter().any(|x| x.id == g), "unknown group {g}");
+            }
         }
         Action::Unmap { ranges } => {
             assert!(lu.thin_provisioning(), "UNMAP on a fully provisioned LU");
