@@ -423,7 +423,9 @@ fn with_session<R>(d: &Daemon, iqn: &str, f: impl FnOnce() -> R) -> R {
         std::thread::sleep(Duration::from_millis(100));
     }
     let r = f();
-    let _ = child.kill();
+    // SIGTERM to `timeout`, which passes it on to iscsi-perf: a SIGKILL would end `timeout`
+    // alone and leave iscsi-perf running for ever (it retries a vanished target)
+    tests::daemon::send_signal(child.id(), libc::SIGTERM);
     let _ = child.wait();
     assert!(ok, "no session appeared within 5 s");
     r
