@@ -109,21 +109,6 @@ bulk() { # ROUND
   done
 }
 
-verify() { # prints FILES LOST; a lost or changed file is listed
-  awk '{ print $1, $2 }' "$ACKED" | {
-    files=0 lost=0
-    while read -r name sum; do
-      files=$((files + 1))
-      got=$(sha256sum < "$MNT/$name" 2>/dev/null | cut -d' ' -f1)
-      if [ "$got" != "$sum" ]; then
-        lost=$((lost + 1))
-        echo "LOST: $name (want $sum, got ${got:-nothing})" >&2
-      fi
-    done
-    echo "$files $lost"
-  }
-}
-
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
 for t in mkfs.ext4 e2fsck iscsiadm iscsid tgtadm sha256sum; do
   command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace)"
@@ -191,17 +176,9 @@ while [ $r -lt "$ROUNDS" ]; do
   login
   # mounting replays the journal of the crashed filesystem
   mount "/dev/$DEV" "$MNT" || fail "round $r: mount after the crash"
-  set -- $(verify)
-  files=$1 lost=$2
-  step "round $r: $files files checked (all rounds), $lost lost or changed"
-  [ "$lost" = 0 ] || fail "round $r: $lost of $files acknowledged files lost or changed"
-  umount "$MNT" || fail "round $r: umount"
-  out=$(e2fsck -fn "/dev/$DEV" 2>&1)
-  rc=$?
-  echo "$out" | tail -n 3
-  [ "$rc" = 0 ] || { echo "$out"; fail "round $r: e2fsck -fn exit $rc after journal replay"; }
-  step "round $r: e2fsck -fn clean"
-  total_files=$files
+  # every file acknowledged in any round so far
+  check_acked_and_fsck "/dev/$DEV" "round $r: "
+  total_files=$FILES
   mount "/dev/$DEV" "$MNT" || fail "round $r: remount"
 done
 

@@ -52,3 +52,30 @@ stop_pid() {
   wait "$1"
   TRC=$?
 }
+
+# Every file whose fsync returned, as listed in $ACKED ("NAME SHA256 [more]" per line),
+# compared with its copy under $MNT (a lost or changed one is listed); then $MNT unmounted
+# and `e2fsck -fn DEVICE` required clean. Sets FILES (checked). CONTEXT starts the messages.
+check_acked_and_fsck() { # DEVICE CONTEXT
+  set -- "$1" "$2" $(
+    files=0 lost=0
+    while read -r name sum _; do
+      files=$((files + 1))
+      got=$(sha256sum < "$MNT/$name" 2>/dev/null | cut -d' ' -f1)
+      if [ "$got" != "$sum" ]; then
+        lost=$((lost + 1))
+        echo "LOST: $name (want $sum, got ${got:-nothing})" >&2
+      fi
+    done < "$ACKED"
+    echo "$files $lost"
+  )
+  FILES=$3
+  step "$2$3 acknowledged files checked, $4 lost or changed"
+  [ "$4" = 0 ] || fail "$2$4 of $3 acknowledged files lost or changed"
+  umount "$MNT" || fail "${2}umount"
+  out=$(e2fsck -fn "$1" 2>&1)
+  rc=$?
+  echo "$out" | tail -n 3
+  [ "$rc" = 0 ] || { echo "$out"; fail "${2}e2fsck -fn exit $rc"; }
+  step "${2}e2fsck -fn clean"
+}

@@ -55,7 +55,7 @@
 #                            one owner, the other standby, with the matching map
 # Prints VM_MPATH_OK mode=M backend=B stall=S files_before=N files_after=M verified=V fsck=clean on success,
 # VM_MPATH_FAIL: <why> otherwise.
-# word splitting of $(pg_summary) and $(verify) into "set --" is intended
+# word splitting of $(pg_summary) into "set --" is intended
 # shellcheck disable=SC2046
 set -u
 IQN=iqn.2026-11.org.numatgt:vmmpath
@@ -263,21 +263,6 @@ wait_acked_over() { # N SECONDS WHY
     kill -0 "$WPID" 2>/dev/null || fail "$3: the writer ended"
     sleep 0.1
   done
-}
-
-verify() { # prints FILES LOST; a lost or changed file is listed
-  {
-    files=0 lost=0
-    while read -r name sum _; do
-      files=$((files + 1))
-      got=$(sha256sum < "$MNT/$name" 2>/dev/null | cut -d' ' -f1)
-      if [ "$got" != "$sum" ]; then
-        lost=$((lost + 1))
-        echo "LOST: $name (want $sum, got ${got:-nothing})" >&2
-      fi
-    done
-    echo "$files $lost"
-  } < "$ACKED"
 }
 
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
@@ -591,16 +576,7 @@ wait "$WPID" 2>/dev/null
 WPID=
 n_total=$(acked)
 n_after=$((n_total - n_before))
-set -- $(verify)
-files=$1 lost=$2
-step "$files acknowledged files checked, $lost lost or changed"
-[ "$lost" = 0 ] || fail "$lost of $files acknowledged files lost or changed"
-umount "$MNT" || fail "umount"
-out=$(e2fsck -fn "/dev/mapper/$MAP" 2>&1)
-rc=$?
-echo "$out" | tail -n 3
-[ "$rc" = 0 ] || { echo "$out"; fail "e2fsck -fn exit $rc"; }
-step "e2fsck -fn clean"
+check_acked_and_fsck "/dev/mapper/$MAP" ""
 
 # tear down: the map, the sessions, the daemons
 kill "$MPID" 2>/dev/null; wait "$MPID" 2>/dev/null; MPID=
@@ -621,4 +597,4 @@ if [ -n "$CEPH_DIR" ]; then
 fi
 echo "---- kernel ALUA / multipath messages ----"
 dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
-echo "VM_MPATH_OK mode=$MODE backend=$BACKEND takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$files lost=0 failback=$failback fsck=clean"
+echo "VM_MPATH_OK mode=$MODE backend=$BACKEND takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$FILES lost=0 failback=$failback fsck=clean"
