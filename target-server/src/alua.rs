@@ -127,19 +127,11 @@ pub fn set_owner(
             }
         }
         lun.scsi.set_port_groups(transitioning)?;
-        if let Some(c) = cache {
-            // commands that passed the state check before still use the cache: write
-            // back, stop caching, write back what they left, then drop the blocks
-            let flushed = write_back(c, lun).and_then(|()| {
-                lun.cache_on.store(false, Ordering::Release);
-                write_back(c, lun)
-            });
-            if let Err(e) = flushed {
-                lun.cache_on.store(true, Ordering::Release);
-                lun.scsi.set_port_groups(port_groups(alua, me, false))?;
-                return Err(OwnerError::Flush(e));
-            }
-            c.invalidate_lun(lun.cache_id);
+        if let Some(c) = cache
+            && let Err(e) = stop_caching(c, lun)
+        {
+            lun.scsi.set_port_groups(port_groups(alua, me, false))?;
+            return Err(OwnerError::Flush(e));
         }
         lun.cache_on.store(false, Ordering::Release);
     } else if !was_owner && owner == me {
@@ -206,13 +198,30 @@ pub(crate) fn set_target_port_groups(
 
 /// Writes the LUN's dirty blocks back and makes them durable, whether or not the LUN uses
 /// the cache now.
-pub(crate) fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
+fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
     cache::coherence::flush_and_sync(
         c,
         lun.cache_id,
         &*lun.store,
         &mut cache::coherence::Backoff::flush_range(),
     )
+}
+
+/// A gateway giving `lun` up (its port already reports transitioning): commands that
+/// passed the state check before still use the cache, so write back, stop caching, write
+/// back what they left, then drop the LUN's blocks. On a failed write-back the LUN keeps
+/// caching (it stays owned here) and the error is returned.
+pub(crate) fn stop_caching(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
+    let flushed = write_back(c, lun).and_then(|()| {
+        lun.cache_on.store(false, Ordering::Release);
+        write_back(c, lun)
+    });
+    if let Err(e) = flushed {
+        lun.cache_on.store(true, Ordering::Release);
+        return Err(e);
+    }
+    c.invalidate_lun(lun.cache_id);
+    Ok(())
 }
 
 #[cfg(test)]

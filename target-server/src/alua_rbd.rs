@@ -354,23 +354,17 @@ impl Arbiter {
     fn release(&self, lun: &Lun, image: &rbd::Image, to: u16) {
         let me = self.alua.group;
         self.set_local(lun, AccessState::Transitioning);
-        if let Some(c) = self.cache.get().filter(|_| lun.cached) {
-            let flushed = crate::alua::write_back(c, lun).and_then(|()| {
-                lun.cache_on.store(false, Ordering::Release);
-                crate::alua::write_back(c, lun)
-            });
-            if let Err(e) = flushed {
-                // keep the LUN: the requester fences this gateway if it must
-                tracing::error!(
-                    lun = lun.number,
-                    to,
-                    "cannot write the LUN's dirty blocks back; not handing it over: {e}"
-                );
-                lun.cache_on.store(true, Ordering::Release);
-                self.apply(lun, me, true);
-                return;
-            }
-            c.invalidate_lun(lun.cache_id);
+        if let Some(c) = self.cache.get().filter(|_| lun.cached)
+            && let Err(e) = crate::alua::stop_caching(c, lun)
+        {
+            // keep the LUN: the requester fences this gateway if it must
+            tracing::error!(
+                lun = lun.number,
+                to,
+                "cannot write the LUN's dirty blocks back; not handing it over: {e}"
+            );
+            self.apply(lun, me, true);
+            return;
         }
         lun.cache_on.store(false, Ordering::Release);
         let released = image.flush().and_then(|()| image.lock_release());
