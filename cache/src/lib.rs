@@ -1,12 +1,11 @@
-//! The `cache` crate: NUMA topology, aligned node-local buffers, O_DIRECT backing stores,
-//! per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block
+//! The `cache` crate: NUMA topology, aligned node-local buffers, the backing stores (one
+//! template, one module per store: file/block device, RBD, null), per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block
 //! cache, its coherence with the backing stores (`coherence`) and the affinity router (seed
 //! 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
 
 pub mod admission;
 pub mod aligned;
 pub mod arena;
-pub mod backing;
 mod bits;
 pub mod block_cache;
 pub mod coherence;
@@ -15,16 +14,15 @@ pub mod geometry;
 pub mod io_pool;
 pub mod op_latency;
 pub mod partition;
-pub mod rbd_aio;
 pub mod router;
+pub mod store;
 pub mod topology;
 pub mod uring;
 
 pub use aligned::AlignedBuf;
 pub use arena::{ArenaError, ArenaOptions, BindPolicy, Binding, NodeArena, PageKind, placement};
-pub use backing::{BackingError, BackingStore, OpenOptions as BackingOptions};
 pub use block_cache::{BlockCache, CacheConfig, CacheError, DirtyScan};
-pub use coherence::{BlockList, Medium};
+pub use coherence::BlockList;
 pub use counters::{CounterSnapshot, NodeCounters};
 pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};
 pub use io_pool::{IoJob, IoPool, IoRequest};
@@ -34,4 +32,8 @@ pub use partition::{
     PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,
 };
 pub use router::{Affinity, Route, RouteReason, RouteRequest, Router, RouterPolicy};
+pub use store::{
+    BackingError, BackingStore, Caps, OpenOptions as BackingOptions, OpenRequest, ReadEngine,
+    Store, create_sparse,
+};
 pub use topology::{Node, Topology};

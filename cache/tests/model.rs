@@ -3,7 +3,7 @@
 //! through the production lookup/fill path), write-back writes, write-through writes, held
 //! and failed flushes, SYNCHRONIZE-CACHE-style range flushes and LUN invalidation, checked
 //! after every step against a plain `HashMap` model of the latest data. The disk is an
-//! in-memory [`Medium`], and writes, write-throughs, flushes and fills run the production
+//! in-memory [`Store`](cache::Store), and writes, write-throughs, flushes and fills run the production
 //! `cache::coherence` functions over it; where they wait for another thread's fill or flush,
 //! the test's waiter finishes the fills and flushes the test holds. Checked:
 //! - every read returns the latest data;
@@ -13,11 +13,11 @@
 //! - after a range flush the disk holds the latest data of the range, and after a final
 //!   flush the disk equals the latest data (no acknowledged write lost).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 
-use cache::coherence::{self, CachedRead, GaveUp, Medium, NoWait, Waiter};
+use cache::coherence::{self, CachedRead, GaveUp, NoWait, Waiter};
+use cache::{BackingStore, Store};
 use cache::{
     BlockCache, BlockRef, BlockSpan, CacheConfig, DirtyRange, Fill, Lookup, ReadAhead, Topology,
     WriteOutcome,
@@ -114,25 +114,35 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// A LUN's disk in memory: blocks created with their initial content when first touched.
+#[derive(Debug)]
 struct MemDisk {
     lun: u32,
-    blocks: RefCell<HashMap<u64, Vec<u8>>>,
+    blocks: std::sync::Mutex<HashMap<u64, Vec<u8>>>,
 }
 
 /// Blocks a LUN's disk has (requests may reach past the blocks the ops name).
 const DISK_BLOCKS: u64 = 16;
 
 impl MemDisk {
-    fn new(lun: u32) -> Self {
-        MemDisk {
+    /// LUN `lun`'s disk, behind the handle the production code takes.
+    fn store(lun: u32) -> BackingStore {
+        let disk = MemDisk {
             lun,
-            blocks: RefCell::new(HashMap::new()),
-        }
+            blocks: std::sync::Mutex::new(HashMap::new()),
+        };
+        BackingStore::from_store(std::path::Path::new("mem"), SECTOR as u32, Box::new(disk))
+            .unwrap()
+    }
+
+    /// The disk behind `store`.
+    fn of(store: &BackingStore) -> &MemDisk {
+        store.store_as::<MemDisk>().unwrap()
     }
 
     fn block(&self, b: u64) -> Vec<u8> {
         self.blocks
-            .borrow_mut()
+            .lock()
+            .unwrap()
             .entry(b)
             .or_insert_with(|| initial((self.lun, b)))
             .clone()
@@ -156,17 +166,20 @@ impl MemDisk {
     }
 
     fn check(&self, offset: u64, len: usize) -> io::Result<()> {
-        if offset + len as u64 > self.size() || offset % SECTOR as u64 != 0 {
+        if offset + len as u64 > DISK_BLOCKS * BS as u64 || offset % SECTOR as u64 != 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         Ok(())
     }
 }
 
-impl Medium for MemDisk {
+impl Store for MemDisk {
+    fn measure(&self) -> io::Result<u64> {
+        Ok(DISK_BLOCKS * BS as u64)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check(offset, buf.len())?;
-        let mut blocks = self.blocks.borrow_mut();
+        let mut blocks = self.blocks.lock().unwrap();
         for (b, o, at, n) in Self::pieces(offset, buf.len()) {
             let block = blocks.entry(b).or_insert_with(|| initial((self.lun, b)));
             buf[at..at + n].copy_from_slice(&block[o..o + n]);
@@ -175,17 +188,14 @@ impl Medium for MemDisk {
     }
     fn write_at(&self, data: &[u8], offset: u64, _durable: bool) -> io::Result<()> {
         self.check(offset, data.len())?;
-        let mut blocks = self.blocks.borrow_mut();
+        let mut blocks = self.blocks.lock().unwrap();
         for (b, o, at, n) in Self::pieces(offset, data.len()) {
             let block = blocks.entry(b).or_insert_with(|| initial((self.lun, b)));
             block[o..o + n].copy_from_slice(&data[at..at + n]);
         }
         Ok(())
     }
-    fn size(&self) -> u64 {
-        DISK_BLOCKS * BS as u64
-    }
-    fn sync(&self) -> io::Result<()> {
+    fn flush(&self) -> io::Result<()> {
         Ok(())
     }
 }
@@ -199,7 +209,7 @@ struct PlayOthers<'a> {
     lun: u32,
     first: u64,
     last: u64,
-    disk: &'a MemDisk,
+    disk: &'a BackingStore,
     fills: &'a mut Vec<(Fill, Key, usize, usize)>,
     flushes: &'a mut Vec<DirtyRange>,
     refs: &'a mut Vec<(BlockRef, Vec<u8>)>,
@@ -256,7 +266,7 @@ impl Waiter for PlayOthers<'_> {
 
 struct World {
     cache: BlockCache,
-    disks: [MemDisk; 2],
+    disks: [BackingStore; 2],
     latest: HashMap<Key, Vec<u8>>,
     refs: Vec<(BlockRef, Vec<u8>)>,
     fills: Vec<(Fill, Key, usize, usize)>,
@@ -285,7 +295,7 @@ impl World {
         };
         World {
             cache: BlockCache::new(cfg, &topo).unwrap(),
-            disks: [MemDisk::new(0), MemDisk::new(1)],
+            disks: [MemDisk::store(0), MemDisk::store(1)],
             latest: HashMap::new(),
             refs: Vec::new(),
             fills: Vec::new(),
@@ -294,7 +304,7 @@ impl World {
     }
 
     fn disk(&self, k: Key) -> Vec<u8> {
-        self.disks[k.0 as usize].block(k.1)
+        MemDisk::of(&self.disks[k.0 as usize]).block(k.1)
     }
     fn latest(&mut self, k: Key) -> &mut Vec<u8> {
         self.latest.entry(k).or_insert_with(|| initial(k))
@@ -314,7 +324,7 @@ impl World {
         lun: u32,
         first: u64,
         last: u64,
-    ) -> (&BlockCache, &MemDisk, PlayOthers<'_>) {
+    ) -> (&BlockCache, &BackingStore, PlayOthers<'_>) {
         let World {
             cache,
             disks,

@@ -7,7 +7,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use cache::coherence::{self, CachedRead, Looked, Medium, NoWait};
+use cache::coherence::{self, CachedRead, Looked, NoWait};
+use cache::{BackingStore, Store};
 use cache::{
     BlockCache, BlockSpan, CacheConfig, Lookup, ReadAhead, RouteRequest, Router, RouterPolicy,
     Topology,
@@ -118,10 +119,14 @@ fn steady_state_does_not_allocate() {
     cache.check_invariants().unwrap();
 }
 
-/// A medium that reads a pattern and drops writes (no allocation of its own).
+/// A store that reads a pattern and drops writes (no allocation of its own).
+#[derive(Debug)]
 struct Pattern;
 
-impl Medium for Pattern {
+impl Store for Pattern {
+    fn measure(&self) -> std::io::Result<u64> {
+        Ok(1 << 30)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         buf.fill(offset as u8);
         Ok(())
@@ -130,10 +135,7 @@ impl Medium for Pattern {
         std::hint::black_box(data);
         Ok(())
     }
-    fn size(&self) -> u64 {
-        1 << 30
-    }
-    fn sync(&self) -> std::io::Result<()> {
+    fn flush(&self) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -141,6 +143,8 @@ impl Medium for Pattern {
 #[test]
 fn coherence_requests_do_not_allocate_once_warm() {
     let cache = small_cache();
+    let store =
+        BackingStore::from_store(std::path::Path::new("pattern"), 512, Box::new(Pattern)).unwrap();
     let data = vec![9u8; 8192];
     let mut flushes = Vec::with_capacity(64);
     let (mut hits, mut fills) = (0u32, 0u32);
@@ -154,7 +158,7 @@ fn coherence_requests_do_not_allocate_once_warm() {
                     std::hint::black_box(refs.len());
                 }
                 Looked::Pieces(p) => {
-                    if let CachedRead::Blocks(refs) = coherence::fill(&Pattern, p) {
+                    if let CachedRead::Blocks(refs) = coherence::fill(&store, p) {
                         fills += 1;
                         std::hint::black_box(refs.len());
                     }
@@ -167,7 +171,7 @@ fn coherence_requests_do_not_allocate_once_warm() {
                 for n in 0..2 {
                     cache.collect_dirty(n, 32, &mut flushes);
                     for r in flushes.drain(..) {
-                        coherence::write_dirty(&Pattern, &r).unwrap();
+                        coherence::write_dirty(&store, &r).unwrap();
                         let _ = r.mark_clean();
                     }
                 }

@@ -87,7 +87,9 @@ impl SenseFormat {
 
 /// tgt's backing-store type of a LUN. `rdwr` and `aio` both mean a file or
 /// block device served by numatgt's own I/O path (the value is kept for
-/// `tgtadm` output); `rbd` is a Ceph RBD image (`path` = `[pool/]image[@snap]`).
+/// `tgtadm` output); `rbd` is a Ceph RBD image (`path` = `[pool/]image[@snap]`);
+/// `null` stores nothing (zeros read, writes dropped; `path` is only a name). Each
+/// names one store of the daemon's backing-store table (`cache::store::STORES`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum BsType {
     /// `rdwr` (default): pread/pwrite.
@@ -97,23 +99,34 @@ pub enum BsType {
     Aio,
     /// `rbd`: a Ceph RBD image through librbd (loaded at run time).
     Rbd,
+    /// `null`: no storage (tgtd's `--bstype null`, the benchmark floor).
+    Null,
 }
 
 impl BsType {
-    /// `rdwr` or `aio`.
+    /// Every type, in the order the documentation lists them.
+    pub const ALL: [BsType; 4] = [BsType::Rdwr, BsType::Aio, BsType::Rbd, BsType::Null];
+
+    /// `rdwr`, `aio`, `rbd` or `null`.
     pub fn as_str(self) -> &'static str {
         match self {
             BsType::Rdwr => "rdwr",
             BsType::Aio => "aio",
             BsType::Rbd => "rbd",
+            BsType::Null => "null",
         }
     }
 
-    /// Parses `rdwr` / `aio` / `rbd` (any case).
+    /// Parses `rdwr` / `aio` / `rbd` / `null` (any case).
     pub fn parse(text: &str) -> Option<BsType> {
-        [BsType::Rdwr, BsType::Aio, BsType::Rbd]
+        BsType::ALL
             .into_iter()
             .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+    }
+
+    /// The path is a file or block device (absolute; `size:` may create it).
+    pub fn is_file(self) -> bool {
+        matches!(self, BsType::Rdwr | BsType::Aio)
     }
 }
 
@@ -174,6 +187,10 @@ mod tests {
         assert_eq!(SenseFormat::parse("Fixed"), Some(SenseFormat::Fixed));
         assert_eq!(BsType::parse("AIO"), Some(BsType::Aio));
         assert_eq!(BsType::parse("rbd"), Some(BsType::Rbd));
+        assert_eq!(BsType::parse(" Null "), Some(BsType::Null));
+        for t in BsType::ALL {
+            assert_eq!(BsType::parse(t.as_str()), Some(t));
+        }
         assert_eq!(BsType::parse("glfs"), None);
         for t in ["", "direct", "sync", "sync:direct"] {
             assert_eq!(BsOflags::parse(t).map(|f| f.as_string()), Ok(t.to_string()));

@@ -919,9 +919,15 @@ impl LunConfig {
         }
     }
 
-    /// The cache mode this LUN runs with: its own `cache:` or the global mode.
+    /// The cache mode this LUN runs with: its own `cache:` or the global mode — except a
+    /// `null` LUN, uncached unless it asks (it holds nothing worth caching, and as the
+    /// benchmark floor it measures the path without storage, as tgtd's).
     pub fn cache_mode(&self, global: &CacheSettings) -> CacheMode {
-        self.cache.unwrap_or(global.mode)
+        match self.cache {
+            Some(mode) => mode,
+            None if self.bs_type == BsType::Null => CacheMode::Off,
+            None => global.mode,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use cache::backing::create_sparse;
+use cache::create_sparse;
 use cache::{
     BackingOptions, BackingStore, BindPolicy, BlockCache, CacheConfig, Router, RouterPolicy,
     Topology,
@@ -292,18 +292,24 @@ pub(crate) fn open_lun(
         // unless tgt's `direct` flag asks for O_DIRECT
         direct: mode != config::CacheMode::Page || l.bsoflags.direct,
     };
-    let store = if l.bs_type == config::BsType::Rbd {
-        let spec = l.path.to_string_lossy();
-        let bsopts = l.bsopts.as_deref().unwrap_or("");
-        let t0 = std::time::Instant::now();
-        let store = BackingStore::open_rbd(&spec, bsopts, &["cache"], &opts).map_err(lun_err)?;
-        tracing::info!(target = %iqn, lun = l.lun, image = %spec,
+    let bsopts = l.bsopts.as_deref().unwrap_or("");
+    let t0 = std::time::Instant::now();
+    let store = BackingStore::open_as(
+        l.bs_type.as_str(),
+        &cache::OpenRequest {
+            path: &l.path,
+            bsopts,
+            // the LUN's cache mode is the daemon's (`--bsopts cache=`)
+            skip: &["cache"],
+            options: &opts,
+        },
+    )
+    .map_err(lun_err)?;
+    if l.bs_type == config::BsType::Rbd {
+        tracing::info!(target = %iqn, lun = l.lun, image = %l.path.display(),
             bsopts = %rbd::redact(bsopts), ms = t0.elapsed().as_millis() as u64,
             "rbd image open");
-        store
-    } else {
-        BackingStore::open(&l.path, &opts).map_err(lun_err)?
-    };
+    }
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let params = scsi::LuParams {

@@ -1,22 +1,22 @@
 //! Cache coherence: every step that moves a LUN's bytes between the block cache and its
-//! medium, in the order that keeps them in agreement — reads looked up, filled and read
-//! ahead; writes kept dirty (write-back) or written through with the cached copy updated
-//! after; dirty blocks written back before anything reads or writes the medium around the
-//! cache. Functions take the cache, the LUN's cache id and its [`Medium`], and return typed
-//! outcomes; the caller (the daemon's backend) maps them to commands and runs them on the
-//! right thread: [`lookup`] and [`write_back`] with [`NoWait`] do no I/O and never wait
-//! (beyond a partition or pool lock: fit for event threads); the rest do I/O and wait
-//! ([`Backoff`]) on I/O workers only.
+//! backing store, in the order that keeps them in agreement — reads looked up, filled and
+//! read ahead; writes kept dirty (write-back) or written through with the cached copy
+//! updated after; dirty blocks written back before anything reads or writes the store around
+//! the cache. Functions take the cache, the LUN's cache id and its
+//! [`BackingStore`](crate::store::BackingStore) (or what holds it; any
+//! [`Store`](crate::store::Store) behind it: a file, an image, nothing, a disk in memory in
+//! tests), and return typed outcomes; the caller (the daemon's backend) maps them to
+//! commands and runs them on the right thread: [`lookup`] and [`write_back`] with
+//! [`NoWait`] do no I/O and never wait (beyond a partition or pool lock: fit for event
+//! threads); the rest do I/O and wait ([`Backoff`]) on I/O workers only.
 
 mod lists;
-mod medium;
 mod read;
 mod wait;
 mod write;
 
 pub(crate) use lists::PiecePool;
 pub use lists::{BlockList, Piece, PieceList};
-pub use medium::Medium;
 pub use read::{
     CachedRead, FillRead, Looked, fill, fill_done, fill_reads, lookup, read, read_ahead,
 };
@@ -28,35 +28,45 @@ pub use write::{
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
     use std::io;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
     use crate::partition::{Lookup, ReadAhead, WriteOutcome};
+    use crate::store::{BackingStore, Store};
     use crate::{BlockCache, BlockSpan, CacheConfig, Topology};
 
     const BS: usize = 4096;
 
-    /// A 16-block disk in memory.
-    struct Mem(RefCell<Vec<u8>>);
+    /// A disk in memory (the bytes shared with the test).
+    #[derive(Debug)]
+    struct Mem(Arc<Mutex<Vec<u8>>>);
 
-    impl Medium for Mem {
+    impl Store for Mem {
+        fn measure(&self) -> io::Result<u64> {
+            Ok(self.0.lock().expect("mem").len() as u64)
+        }
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
             let o = offset as usize;
-            buf.copy_from_slice(&self.0.borrow()[o..o + buf.len()]);
+            buf.copy_from_slice(&self.0.lock().expect("mem")[o..o + buf.len()]);
             Ok(())
         }
         fn write_at(&self, data: &[u8], offset: u64, _durable: bool) -> io::Result<()> {
             let o = offset as usize;
-            self.0.borrow_mut()[o..o + data.len()].copy_from_slice(data);
+            self.0.lock().expect("mem")[o..o + data.len()].copy_from_slice(data);
             Ok(())
         }
-        fn size(&self) -> u64 {
-            self.0.borrow().len() as u64
-        }
-        fn sync(&self) -> io::Result<()> {
+        fn flush(&self) -> io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A 16-block disk holding `bytes`, and its bytes.
+    fn disk(bytes: Vec<u8>) -> (Arc<Mutex<Vec<u8>>>, BackingStore) {
+        let bytes = Arc::new(Mutex::new(bytes));
+        let store = Box::new(Mem(Arc::clone(&bytes)));
+        let disk = BackingStore::from_store(std::path::Path::new("mem"), 512, store);
+        (bytes, disk.expect("disk"))
     }
 
     fn cache() -> BlockCache {
@@ -85,9 +95,9 @@ mod tests {
         fill.abort();
         assert_eq!(write_back(&c, 0, 3 * BS as u64, &data, &mut NoWait), Ok(()));
         // written back and read through the production read path
-        let disk = Mem(RefCell::new(vec![0; 16 * BS]));
+        let (bytes, disk) = disk(vec![0; 16 * BS]);
         flush_and_sync(&c, 0, &disk, &mut NoWait).expect("flush");
-        assert_eq!(&disk.0.borrow()[3 * BS..4 * BS], &data[..]);
+        assert_eq!(&bytes.lock().expect("mem")[3 * BS..4 * BS], &data[..]);
         let CachedRead::Blocks(refs) = read(&c, 0, &disk, 0, 3 * BS as u64, BS as u64) else {
             panic!("a dirty-then-clean block is cached");
         };
@@ -95,9 +105,9 @@ mod tests {
     }
 
     #[test]
-    fn write_through_updates_the_cached_copy_and_fills_read_the_medium() {
+    fn write_through_updates_the_cached_copy_and_fills_read_the_store() {
         let c = cache();
-        let disk = Mem(RefCell::new((0..16 * BS).map(|i| (i / BS) as u8).collect()));
+        let (bytes, disk) = disk((0..16 * BS).map(|i| (i / BS) as u8).collect());
         let Looked::Pieces(p) = lookup(&c, 0, 1, 0, 2 * BS as u64) else {
             panic!("cold blocks need a fill");
         };
@@ -114,6 +124,6 @@ mod tests {
         };
         let cached = refs.iter().next().map(|r| r.bytes().to_vec()).expect("one");
         assert_eq!(&cached[512..1024], &new[..]);
-        assert_eq!(&cached[..], &disk.0.borrow()[..BS]);
+        assert_eq!(&cached[..], &bytes.lock().expect("mem")[..BS]);
     }
 }

@@ -1,7 +1,8 @@
 //! The read side: look every block of a request up (pinning hits, reserving misses), fill
-//! the misses from the medium straight into the blocks' home-node memory, and read ahead of
-//! sequential readers. What cannot go through the cache is said by the outcome (read the
-//! medium directly, or around the cache after its dirty data); the caller does that I/O.
+//! the misses from the backing store straight into the blocks' home-node memory, and read
+//! ahead of sequential readers. What cannot go through the cache is said by the outcome
+//! (read the store directly, or around the cache after its dirty data); the caller does
+//! that I/O.
 
 use std::io;
 
@@ -10,7 +11,7 @@ use crate::geometry::BlockSpan;
 use crate::partition::{Lookup, ReadAhead};
 
 use super::lists::{BlockList, Piece, PieceList};
-use super::medium::Medium;
+use crate::store::BackingStore;
 
 /// What looking a request's blocks up found (on the event thread: no I/O, no wait).
 #[derive(Debug)]
@@ -20,7 +21,8 @@ pub enum Looked {
     /// Some blocks must be read first: [`fill`] them on an I/O worker.
     Pieces(PieceList),
     /// No block of the request is cached and none was admitted into its full partition:
-    /// read it from the medium, bypassing the cache (the medium holds the newest data).
+    /// read it from the backing store, bypassing the cache (the store holds the newest
+    /// data).
     NotAdmitted,
     /// Some block is busy or has no room: read around the cache, after [`flush_range`]
     /// (the pieces looked up so far were released).
@@ -34,12 +36,12 @@ pub enum Looked {
 pub enum CachedRead {
     /// Every block pinned, in request order.
     Blocks(BlockList),
-    /// Nothing of the range is cached: read the medium directly.
+    /// Nothing of the range is cached: read the backing store directly.
     NotAdmitted,
     /// The cache could not take the request (busy, no room, a racing write, an odd
     /// alignment): read around it, after [`flush_range`](super::flush_range).
     ReadAround,
-    /// Reading the medium failed (every reservation was released).
+    /// Reading the backing store failed (every reservation was released).
     Failed(io::Error),
 }
 
@@ -85,14 +87,15 @@ pub fn lookup(cache: &BlockCache, lun: u32, node: usize, offset: u64, len: u64) 
     }
 }
 
-/// On an I/O worker: read the missing sectors of every reserved block from `medium`
+/// On an I/O worker: read the missing sectors of every reserved block from `store`
 /// (straight into the block's home-node memory) and turn the reservations into pinned
 /// references.
-pub fn fill<M: Medium + ?Sized>(medium: &M, mut pieces: PieceList) -> CachedRead {
+pub fn fill<S: AsRef<BackingStore> + ?Sized>(store: &S, mut pieces: PieceList) -> CachedRead {
+    let store = store.as_ref();
     for p in pieces.iter_mut() {
         if let Piece::Miss(f) = p {
             for run in f.runs_mut() {
-                if let Err(e) = medium.read_at(run.buf, run.disk_offset) {
+                if let Err(e) = store.read_at(run.buf, run.disk_offset) {
                     return fill_done(pieces, Some(e));
                 }
             }
@@ -102,7 +105,7 @@ pub fn fill<M: Medium + ?Sized>(medium: &M, mut pieces: PieceList) -> CachedRead
 }
 
 /// One read a fill needs, for an I/O engine that issues it itself (io_uring): `len` bytes
-/// at byte `disk_offset` of the medium into `buf`, which is in the block's home-node memory.
+/// at byte `disk_offset` of the backing store into `buf`, which is in the block's home-node memory.
 #[derive(Debug, Clone, Copy)]
 pub struct FillRead {
     pub buf: *mut u8,
@@ -129,7 +132,7 @@ pub fn fill_reads(pieces: &mut PieceList, mut out: impl FnMut(FillRead)) {
 
 /// The reads of `pieces` ended, `failure` being the first error (`None`: every sector was
 /// read): turn the reservations into pinned references in request order, or release them.
-/// EINVAL (an alignment the medium refused) and a block invalidated during the read say
+/// EINVAL (an alignment the backing store refused) and a block invalidated during the read say
 /// read around the cache.
 pub fn fill_done(mut pieces: PieceList, failure: Option<io::Error>) -> CachedRead {
     if let Some(e) = failure {
@@ -154,17 +157,18 @@ pub fn fill_done(mut pieces: PieceList, failure: Option<io::Error>) -> CachedRea
 }
 
 /// On an I/O worker: look up and fill in one go (a forwarded read, EXTENDED COPY).
-pub fn read<M: Medium + ?Sized>(
+pub fn read<S: AsRef<BackingStore> + ?Sized>(
     cache: &BlockCache,
     lun: u32,
-    medium: &M,
+    store: &S,
     node: usize,
     offset: u64,
     len: u64,
 ) -> CachedRead {
+    let store = store.as_ref();
     match lookup(cache, lun, node, offset, len) {
         Looked::AllHits(refs) => CachedRead::Blocks(refs),
-        Looked::Pieces(pieces) => fill(medium, pieces),
+        Looked::Pieces(pieces) => fill(store, pieces),
         Looked::NotAdmitted => CachedRead::NotAdmitted,
         Looked::ReadAround => CachedRead::ReadAround,
     }
@@ -172,15 +176,16 @@ pub fn read<M: Medium + ?Sized>(
 
 /// On an I/O worker: load cache blocks `first..last` of `lun` whole, skipping cached ones;
 /// stops at the first busy block, full partition or read error.
-pub fn read_ahead<M: Medium + ?Sized>(
+pub fn read_ahead<S: AsRef<BackingStore> + ?Sized>(
     cache: &BlockCache,
     lun: u32,
-    medium: &M,
+    store: &S,
     first: u64,
     last: u64,
 ) {
+    let store = store.as_ref();
     let bs = cache.geometry().block_size() as u64;
-    let size = medium.size();
+    let size = store.size();
     for b in first..last {
         let start = b * bs;
         let Some(span) = BlockSpan::new(
@@ -196,7 +201,7 @@ pub fn read_ahead<M: Medium + ?Sized>(
             Lookup::Miss(mut f) => {
                 let ok = f
                     .runs_mut()
-                    .all(|run| medium.read_at(run.buf, run.disk_offset).is_ok());
+                    .all(|run| store.read_at(run.buf, run.disk_offset).is_ok());
                 if ok {
                     let _ = f.complete();
                 } else {

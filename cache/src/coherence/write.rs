@@ -1,7 +1,7 @@
-//! The write side: write-back into the cache, write-through to the medium with the cached
+//! The write side: write-back into the cache, write-through to the backing store with the cached
 //! copy brought up to date after it, and writing dirty blocks back (a node's flusher, or a
 //! range before SYNCHRONIZE CACHE, a read around the cache or a write-through). The order of
-//! these steps is what keeps the medium, the cache and every reader in agreement.
+//! these steps is what keeps the backing store, the cache and every reader in agreement.
 
 use std::io;
 
@@ -9,8 +9,8 @@ use crate::block_cache::BlockCache;
 use crate::geometry::BlockSpan;
 use crate::partition::{DirtyRange, UpdateOutcome, WriteOutcome};
 
-use super::medium::Medium;
 use super::wait::Waiter;
+use crate::store::BackingStore;
 
 /// `data` at byte `offset` cut at cache-block boundaries: each block's span and its bytes.
 /// `None`: the range maps onto no blocks (overflow).
@@ -55,8 +55,8 @@ pub fn write_back(
     Ok(())
 }
 
-/// The cached copy could not be brought up to date after a write reached the medium, so
-/// every cached block of the LUN was dropped (later reads go to the medium).
+/// The cached copy could not be brought up to date after a write reached the backing store, so
+/// every cached block of the LUN was dropped (later reads go to the backing store).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("cannot update cached block {block} after a write ({last:?}); the LUN's cache was dropped")]
 pub struct Invalidated {
@@ -64,7 +64,7 @@ pub struct Invalidated {
     pub last: UpdateOutcome,
 }
 
-/// After `data` reached the medium at `offset`: make every cached block of the range agree
+/// After `data` reached the backing store at `offset`: make every cached block of the range agree
 /// with it (or drop it), waiting on fills and flushes in the way as `waiter` says. A fill
 /// racing with the write never validates what it read.
 pub fn update_cached_copy(
@@ -99,26 +99,27 @@ pub fn update_cached_copy(
 /// How a write-through ended.
 #[derive(Debug)]
 pub struct WrittenThrough {
-    /// The medium write.
+    /// The backing-store write.
     pub written: io::Result<()>,
     /// The cached copy (`Ok` also without a cache).
     pub cached: Result<(), Invalidated>,
 }
 
-/// Write `data` to the medium at `offset` (durable first when `durable`), then bring
-/// `lun`'s cached copy up to date — even after a failed write, for the medium may hold part
+/// Write `data` to the backing store at `offset` (durable first when `durable`), then bring
+/// `lun`'s cached copy up to date — even after a failed write, for the store may hold part
 /// of the data and no cached copy may keep the old bytes. The caller flushed the range's
 /// dirty blocks first ([`flush_range`]) and holds the range's write lock.
-pub fn write_through<M: Medium + ?Sized>(
+pub fn write_through<S: AsRef<BackingStore> + ?Sized>(
     cache: Option<&BlockCache>,
     lun: u32,
-    medium: &M,
+    store: &S,
     offset: u64,
     data: &[u8],
     durable: bool,
     waiter: &mut impl Waiter,
 ) -> WrittenThrough {
-    let written = medium.write_at(data, offset, durable);
+    let store = store.as_ref();
+    let written = store.write_at(data, offset, durable);
     let cached = match cache {
         Some(c) => update_cached_copy(c, lun, offset, data, waiter),
         None => Ok(()),
@@ -126,25 +127,27 @@ pub fn write_through<M: Medium + ?Sized>(
     WrittenThrough { written, cached }
 }
 
-/// Write one dirty block's runs to the medium (the medium aligns the buffers).
-pub fn write_dirty<M: Medium + ?Sized>(medium: &M, r: &DirtyRange) -> io::Result<()> {
+/// Write one dirty block's runs to the backing store (which aligns the buffers).
+pub fn write_dirty<S: AsRef<BackingStore> + ?Sized>(store: &S, r: &DirtyRange) -> io::Result<()> {
+    let store = store.as_ref();
     for (off, bytes) in r.runs() {
-        medium.write_at(bytes, off, false)?;
+        store.write_at(bytes, off, false)?;
     }
     Ok(())
 }
 
-/// Write every dirty cached block of `lun`'s range back to the medium (no sync: the caller
-/// syncs when it promises durability), waiting as `waiter` says for flushes of the range
+/// Write every dirty cached block of `lun`'s range back to the backing store (no sync: the
+/// caller syncs when it promises durability), waiting as `waiter` says for flushes of the range
 /// already running elsewhere (given up: ETIMEDOUT). On error the blocks stay dirty.
-pub fn flush_range<M: Medium + ?Sized>(
+pub fn flush_range<S: AsRef<BackingStore> + ?Sized>(
     cache: &BlockCache,
     lun: u32,
-    medium: &M,
+    store: &S,
     offset: u64,
     len: u64,
     waiter: &mut impl Waiter,
 ) -> io::Result<()> {
+    let store = store.as_ref();
     let mut ranges = Vec::new();
     loop {
         ranges.clear();
@@ -152,7 +155,7 @@ pub fn flush_range<M: Medium + ?Sized>(
             .dirty_ranges(lun, offset, len, &mut ranges)
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         for r in ranges.drain(..) {
-            write_dirty(medium, &r)?;
+            write_dirty(store, &r)?;
             // false: written again meanwhile; the next round takes it again
             let _ = r.mark_clean();
         }
@@ -166,13 +169,14 @@ pub fn flush_range<M: Medium + ?Sized>(
     }
 }
 
-/// Write `lun`'s dirty blocks back, then make the medium durable (SYNCHRONIZE CACHE).
-pub fn flush_and_sync<M: Medium + ?Sized>(
+/// Write `lun`'s dirty blocks back, then make the backing store durable (SYNCHRONIZE CACHE).
+pub fn flush_and_sync<S: AsRef<BackingStore> + ?Sized>(
     cache: &BlockCache,
     lun: u32,
-    medium: &M,
+    store: &S,
     waiter: &mut impl Waiter,
 ) -> io::Result<()> {
-    flush_range(cache, lun, medium, 0, medium.size(), waiter)?;
-    medium.sync()
+    let store = store.as_ref();
+    flush_range(cache, lun, store, 0, store.size(), waiter)?;
+    store.sync()
 }

@@ -173,7 +173,7 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 &format!("{p}.bs_type"),
                 format!(
                     "backing-store type {:?} is not supported; numatgt serves files and \
-                     block devices (rdwr or aio) and Ceph RBD images (rbd)",
+                     block devices (rdwr or aio), Ceph RBD images (rbd) and no storage (null)",
                     w.0
                 ),
             )
@@ -199,6 +199,13 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             &format!("{p}.bsopts"),
             "bsopts is for bs_type: rbd (a file's cache mode is `cache:`)",
         ));
+    } else if !bs_type.is_file() {
+        if rl.size.is_some() {
+            return Err(ctx.err(
+                &format!("{p}.size"),
+                format!("a {} LUN has no file to create", bs_type.as_str()),
+            ));
+        }
     } else if !path.is_absolute() {
         return Err(ctx.err(
             &format!("{p}.path"),

@@ -339,6 +339,14 @@ pub fn write(
         return Answer::Now(too_large(lun, true, lba));
     };
     let cache = ctx.cache_for(lun);
+    // a store that never blocks (null) takes an uncached write right here
+    if cache.is_none()
+        && lun.store.read_engine() == cache::ReadEngine::Immediate
+        && let Some(_hold) = lun.locks.try_write(offset, len)
+    {
+        let payload = &data[data_offset..end];
+        return Answer::Now(write_through(None, lun, lba, offset, payload, durable));
+    }
     if let Some(cache) = cache {
         // small write-back writes complete right here: a copy into the cache under a
         // partition lock costs less than the hand-off to an I/O worker and back (unless a

@@ -1,27 +1,27 @@
-//! Which engine runs a backend job. With io_uring, every event thread owns a read ring
-//! (`ThreadRing`, thread-local): the cache fills and uncached reads of O_DIRECT stores that
-//! the thread's commands need are queued in it, submitted together once per loop turn, and
-//! reaped by the same thread when the ring's eventfd fires; their results go to the
-//! connection's mailbox on that thread (no other thread, no wakeup per read). The same
-//! reads of RBD images go to the thread's librbd ring (`ThreadAio`, unless `io_engine` is
-//! `threads`): started at once with librbd's asynchronous reads, whose callbacks only queue
-//! the outcome and write that ring's eventfd, and finished the same way by the same thread.
-//! Everything else, reads from other threads, buffered stores, writes and flushes, and
-//! everything on a host without io_uring (RBD reads excepted), goes to the node's I/O worker
-//! threads. A ring read that ends needing blocking work (read around the cache after a
-//! racing write, an alignment the file system refused) continues on the worker threads.
+//! Which engine runs a backend job. Every event thread owns its store reads
+//! ([`ThreadReads`], thread-local): a read that one of its commands needs (a cache fill, an
+//! uncached read) goes to the engine its store names ([`cache::ReadEngine`]) — the thread's
+//! io_uring ring for O_DIRECT files and devices (submitted together once per loop turn,
+//! reaped when the ring's eventfd fires), its ring of librbd's asynchronous reads for RBD
+//! images (unless `io_engine` is `threads`; their callbacks only queue the outcome and write
+//! that ring's eventfd), or at once for stores that never block (null) — and its result
+//! goes to the connection's mailbox on that thread (no other thread, no wakeup per read).
+//! A write without the cache to a store that never blocks completes at once too. Everything
+//! else, reads from other threads, buffered stores, writes and flushes, and everything on a
+//! host without io_uring (RBD reads excepted), goes to the node's I/O worker threads. A
+//! ring read that ends needing blocking work (read around the cache after a racing write,
+//! an alignment the file system refused) continues on the worker threads.
 
 use std::cell::RefCell;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::LocalKey;
 
 use cache::coherence::{self, CachedRead, FillRead, PieceList};
-use cache::rbd_aio::AioRing;
+use cache::store::ThreadReads;
 use cache::uring::{ReadOp, ReadRing, RingJob};
-use cache::{AlignedBuf, BackingStore, BlockCache, IoPool, Node};
+use cache::{AlignedBuf, BackingStore, BlockCache, IoPool, Node, ReadEngine};
 use config::IoEngine;
 
 use super::Workers;
@@ -86,65 +86,59 @@ impl NodeWorkers {
         self.pools.len()
     }
 
-    /// Give the calling event thread (of node `node`) its read ring, when rings are on;
-    /// returns the eventfd to poll, readable (edge-triggered) when completions arrived.
-    /// A thread whose ring cannot be made uses the I/O threads (logged).
+    /// Give the calling event thread (of node `node`) its store reads, with its io_uring
+    /// read ring when rings are on; returns the ring's eventfd to poll, readable
+    /// (edge-triggered) when completions arrived. A thread whose ring cannot be made uses
+    /// the I/O threads for those reads (logged).
     pub fn start_thread_ring(&self, node: usize) -> Option<RawFd> {
-        if !self.rings {
-            return None;
-        }
-        let jobs = self.ring_jobs.get(node).or(self.ring_jobs.first())?;
-        match ReadRing::new(RING_ENTRIES) {
-            Ok(ring) => {
-                // uncached reads land in buffers this thread drops once they are sent
-                AlignedBuf::recycle_on_this_thread();
-                let fd = ring.event_fd();
-                THREAD_RING.with(|r| {
-                    *r.borrow_mut() = Some(Owned {
-                        ring,
-                        jobs: Arc::clone(jobs),
-                    })
-                });
-                Some(fd)
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "cannot make this thread's io_uring ({e}): its reads use the I/O threads"
-                );
-                None
-            }
-        }
+        self.start_engine(node, "io_uring", self.rings, |r| {
+            r.start_uring(RING_ENTRIES)
+        })
     }
 
-    /// Give the calling event thread (of node `node`) its librbd ring, unless `io_engine`
-    /// is `threads`; returns the eventfd to poll (edge-triggered) for arrived reads. A
-    /// thread whose ring cannot be made reads RBD images on the I/O threads (logged).
+    /// Give the calling event thread (of node `node`) its ring of librbd's asynchronous
+    /// reads, unless `io_engine` is `threads`; returns the eventfd to poll (edge-triggered)
+    /// for arrived reads. A thread whose ring cannot be made reads RBD images on the I/O
+    /// threads (logged).
     pub fn start_thread_aio(&self, node: usize) -> Option<RawFd> {
-        if !self.rbd_aio {
-            return None;
-        }
+        self.start_engine(node, "librbd", self.rbd_aio, ThreadReads::start_callback)
+    }
+
+    /// This thread's store reads (made on the first call), and the engine `start` makes
+    /// in them when `on`.
+    fn start_engine(
+        &self,
+        node: usize,
+        what: &str,
+        on: bool,
+        start: impl FnOnce(&mut ThreadReads<RingRead>) -> io::Result<RawFd>,
+    ) -> Option<RawFd> {
         let jobs = self.ring_jobs.get(node).or(self.ring_jobs.first())?;
-        match AioRing::new() {
-            Ok(ring) => {
-                if !has_local_ring() {
-                    AlignedBuf::recycle_on_this_thread();
+        THREAD_READS.with(|r| {
+            let mut guard = r.try_borrow_mut().ok()?;
+            let t = guard.get_or_insert_with(|| Owned {
+                reads: ThreadReads::new(),
+                jobs: Arc::clone(jobs),
+                counted: 0,
+                recycling: false,
+            });
+            if !on {
+                return None;
+            }
+            match start(&mut t.reads) {
+                Ok(fd) => {
+                    // uncached reads land in buffers this thread drops once they are sent
+                    t.recycle();
+                    Some(fd)
                 }
-                let fd = ring.event_fd();
-                THREAD_AIO.with(|r| {
-                    *r.borrow_mut() = Some(Owned {
-                        ring,
-                        jobs: Arc::clone(jobs),
-                    })
-                });
-                Some(fd)
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot make this thread's {what} ring ({e}): its reads use the I/O threads"
+                    );
+                    None
+                }
             }
-            Err(e) => {
-                tracing::warn!(
-                    "cannot make this thread's librbd ring ({e}): its RBD reads use the I/O threads"
-                );
-                None
-            }
-        }
+        })
     }
 
     /// Let the threads finish what is queued.
@@ -158,120 +152,92 @@ impl NodeWorkers {
     }
 }
 
-/// An event thread's ring (io_uring's or librbd's) and its node's in-flight count.
-struct Owned<R> {
-    ring: R,
+/// An event thread's store reads and its node's in-flight count.
+struct Owned {
+    reads: ThreadReads<RingRead>,
     jobs: Arc<AtomicUsize>,
+    /// The jobs of `reads` counted in `jobs` now.
+    counted: usize,
+    /// This thread's recycle bin of read buffers is on.
+    recycling: bool,
 }
 
-type ThreadRing = Owned<ReadRing<RingRead>>;
-type ThreadAio = Owned<AioRing<RingRead>>;
-
-/// What this module asks of either ring.
-trait LocalRing {
-    fn push_job(&mut self, job: RingRead);
-    fn reap_jobs(&mut self) -> usize;
-    fn jobs_left(&self) -> usize;
-}
-
-impl LocalRing for ReadRing<RingRead> {
-    fn push_job(&mut self, job: RingRead) {
-        self.push(job);
+impl Owned {
+    /// Bring the node's count up to date with this thread's jobs in flight.
+    fn recount(&mut self) {
+        let now = self.reads.jobs();
+        if now > self.counted {
+            self.jobs.fetch_add(now - self.counted, Ordering::Relaxed);
+        } else if now < self.counted {
+            self.jobs.fetch_sub(self.counted - now, Ordering::Relaxed);
+        }
+        self.counted = now;
     }
-    fn reap_jobs(&mut self) -> usize {
-        self.reap()
-    }
-    fn jobs_left(&self) -> usize {
-        self.jobs()
+
+    fn recycle(&mut self) {
+        if !self.recycling {
+            AlignedBuf::recycle_on_this_thread();
+            self.recycling = true;
+        }
     }
 }
-
-impl LocalRing for AioRing<RingRead> {
-    fn push_job(&mut self, job: RingRead) {
-        let store = Arc::clone(job.store());
-        self.push(&store, job);
-    }
-    fn reap_jobs(&mut self) -> usize {
-        self.reap()
-    }
-    fn jobs_left(&self) -> usize {
-        self.jobs()
-    }
-}
-
-type Slot<R> = LocalKey<RefCell<Option<Owned<R>>>>;
 
 thread_local! {
-    static THREAD_RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
-    static THREAD_AIO: RefCell<Option<ThreadAio>> = const { RefCell::new(None) };
+    static THREAD_READS: RefCell<Option<Owned>> = const { RefCell::new(None) };
 }
 
-/// Queue `job` in this thread's ring for its store (`None`); gives it back when the thread
-/// has none (or is inside that ring already, finishing a job).
-fn push_local(job: RingRead) -> Option<RingRead> {
-    if job.store().is_rbd() {
-        push_to(&THREAD_AIO, job)
-    } else {
-        push_to(&THREAD_RING, job)
-    }
+/// Run `f` on this thread's store reads, when it has them and is not inside them already
+/// (finishing a job).
+fn with_reads(f: impl FnOnce(&mut Owned)) {
+    THREAD_READS.with(|r| {
+        if let Ok(mut g) = r.try_borrow_mut()
+            && let Some(t) = g.as_mut()
+        {
+            f(t);
+        }
+    });
 }
 
-fn push_to<R: LocalRing>(slot: &'static Slot<R>, job: RingRead) -> Option<RingRead> {
-    slot.with(|r| match r.try_borrow_mut() {
-        Ok(mut guard) => match guard.as_mut() {
-            Some(t) => {
-                t.jobs.fetch_add(1, Ordering::Relaxed);
-                t.ring.push_job(job);
-                None
-            }
-            None => Some(job),
-        },
-        Err(_) => Some(job),
+/// Whether this thread reads `store` through one of its engines.
+fn takes_local(store: &BackingStore) -> bool {
+    THREAD_READS.with(|r| {
+        r.try_borrow()
+            .is_ok_and(|g| g.as_ref().is_some_and(|t| t.reads.takes(store)))
     })
 }
 
-/// Whether the calling thread owns the ring of `slot`.
-fn has_local<R>(slot: &'static Slot<R>) -> bool {
-    slot.with(|r| r.try_borrow().is_ok_and(|g| g.is_some()))
-}
-
-/// Whether the calling thread owns a read ring.
-fn has_local_ring() -> bool {
-    has_local(&THREAD_RING)
-}
-
-/// Whether the calling thread owns a librbd ring.
-fn has_local_aio() -> bool {
-    has_local(&THREAD_AIO)
+/// Run `job` through this thread's engine for its store (`None`); gives it back when the
+/// thread has none (or is inside its reads already, finishing a job).
+fn push_local(job: RingRead) -> Option<RingRead> {
+    THREAD_READS.with(|r| {
+        let Ok(mut guard) = r.try_borrow_mut() else {
+            return Some(job);
+        };
+        let Some(t) = guard.as_mut() else {
+            return Some(job);
+        };
+        let store = Arc::clone(job.store());
+        if store.read_engine() == ReadEngine::Immediate {
+            // the read's buffer is dropped on this thread once sent
+            t.recycle();
+        }
+        let back = t.reads.push(&store, job).err();
+        t.recount();
+        back
+    })
 }
 
 /// The event thread's turn ends: submit what its commands queued (one system call).
 pub fn submit_thread_ring() {
-    THREAD_RING.with(|r| {
-        if let Ok(mut g) = r.try_borrow_mut()
-            && let Some(t) = g.as_mut()
-        {
-            t.ring.submit();
-        }
-    });
+    with_reads(|t| t.reads.submit());
 }
 
 /// Finish this thread's jobs whose reads completed, in its read ring and its librbd ring
 /// (no system call when none did).
 pub fn reap_thread_ring() {
-    reap_on(&THREAD_RING);
-    reap_on(&THREAD_AIO);
-}
-
-fn reap_on<R: LocalRing>(slot: &'static Slot<R>) {
-    slot.with(|r| {
-        if let Ok(mut g) = r.try_borrow_mut()
-            && let Some(t) = g.as_mut()
-        {
-            let n = t.ring.reap_jobs();
-            if n > 0 {
-                t.jobs.fetch_sub(n, Ordering::Relaxed);
-            }
+    with_reads(|t| {
+        if t.reads.reap() > 0 {
+            t.recount();
         }
     });
 }
@@ -279,21 +245,27 @@ fn reap_on<R: LocalRing>(slot: &'static Slot<R>) {
 /// The event thread stops (or cannot poll its read ring): wait for its reads still in the
 /// kernel and finish them.
 pub fn stop_thread_ring() {
-    stop_on(&THREAD_RING);
+    stop_on(ThreadReads::stop_uring);
 }
 
 /// The event thread stops (or cannot poll its librbd ring): wait for its reads still in
 /// librbd (they land in cache blocks) and finish them.
 pub fn stop_thread_aio() {
-    stop_on(&THREAD_AIO);
+    stop_on(ThreadReads::stop_callback);
 }
 
-fn stop_on<R: LocalRing>(slot: &'static Slot<R>) {
-    let taken = slot.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
-    if let Some(t) = taken {
-        let left = t.ring.jobs_left();
-        drop(t.ring); // the drop waits for the reads in flight
-        t.jobs.fetch_sub(left, Ordering::Relaxed);
+/// Stop one engine of this thread's reads (the drop waits for the reads in flight; their
+/// jobs finish outside the thread-local, so they may queue more work).
+fn stop_on(stop: fn(&mut ThreadReads<RingRead>)) {
+    let taken = THREAD_READS.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
+    if let Some(mut t) = taken {
+        stop(&mut t.reads);
+        t.recount();
+        THREAD_READS.with(|r| {
+            if let Ok(mut g) = r.try_borrow_mut() {
+                *g = Some(t);
+            }
+        });
     }
 }
 
@@ -303,20 +275,9 @@ impl Workers for NodeWorkers {
         let Some(pool) = self.pools.get(n) else {
             return;
         };
-        // only O_DIRECT stores: a buffered read (tmpfs, a file system without O_DIRECT, the
-        // page cache) completes inside the submitting call, so the event thread would do
-        // the copy itself; the worker threads copy in parallel (measured: cold 64 KiB
-        // random fills from tmpfs, QD32, 40-54 K IOPS through a ring, 55-63 K on threads).
-        // RBD images: librbd's asynchronous reads never wait for the cluster
-        let local = match job_store(&job) {
-            Some(store) if store.is_rbd() => self.rbd_aio && has_local_aio(),
-            Some(store) => self.rings && store.is_direct() && has_local_ring(),
-            None => false,
-        };
-        if !local {
-            pool.submit(job);
-            return;
-        }
+        // the store names the engine its reads complete through without blocking this
+        // thread (cache::ReadEngine); everything else, and a store this thread has no
+        // engine for, goes to the worker threads
         let ring_job = match job {
             Job::Fill {
                 cache,
@@ -324,7 +285,7 @@ impl Workers for NodeWorkers {
                 pieces,
                 node,
                 reply,
-            } => RingRead::Fill {
+            } if takes_local(&at.lun.store) => RingRead::Fill {
                 cache,
                 at,
                 pieces,
@@ -337,7 +298,8 @@ impl Workers for NodeWorkers {
                 if at
                     .offset
                     .checked_add(at.len)
-                    .is_some_and(|e| e <= at.lun.store.size()) =>
+                    .is_some_and(|e| e <= at.lun.store.size())
+                    && takes_local(&at.lun.store) =>
             {
                 RingRead::Direct {
                     at,
@@ -364,16 +326,8 @@ impl Workers for NodeWorkers {
     }
 }
 
-/// The store a job a ring may run reads (`None` for every other job).
-fn job_store(job: &Job) -> Option<&Arc<BackingStore>> {
-    match job {
-        Job::Fill { at, .. } | Job::DirectRead { at, .. } => Some(&at.lun.store),
-        _ => None,
-    }
-}
-
-/// A read an event thread's ring runs (io_uring's for files and devices, librbd's for RBD
-/// images).
+/// A read an event thread's engine runs (io_uring's for files and devices, librbd's for RBD
+/// images, at once for null stores).
 pub enum RingRead {
     /// A cached read's missing blocks, read into the cache, then sent from it.
     Fill {
@@ -401,7 +355,7 @@ impl RingRead {
         }
     }
 
-    /// Give the read to the worker threads after all (no ring on this thread).
+    /// Give the read to the worker threads after all (no engine for it on this thread).
     fn run_on(self, pool: &IoPool<Job>) {
         match self {
             RingRead::Fill {
@@ -423,11 +377,11 @@ impl RingRead {
     }
 }
 
-// SAFETY: the reads (by the kernel, or by librbd's threads) point into (a) the reserved sectors of the fill's cache blocks, arena
-// memory that never moves and that the reservations (owned by `pieces`, which lives until
-// `finish`) keep from every other reader and writer, or (b) the heap buffer of an AlignedBuf
-// owned by the job, which stays put when the job moves and is touched by no one else until
-// `finish` takes it back.
+// SAFETY: the reads (by the kernel, by librbd's threads, or by this thread at once) point
+// into (a) the reserved sectors of the fill's cache blocks, arena memory that never moves
+// and that the reservations (owned by `pieces`, which lives until `finish`) keep from every
+// other reader and writer, or (b) the heap buffer of an AlignedBuf owned by the job, which
+// stays put when the job moves and is touched by no one else until `finish` takes it back.
 unsafe impl RingJob for RingRead {
     fn reads(&mut self, out: &mut Vec<ReadOp>) {
         match self {

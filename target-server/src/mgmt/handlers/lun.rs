@@ -1,4 +1,5 @@
-//! `--mode logicalunit`: new (a file or block device, `rdwr`/`aio`, opened like every other
+//! `--mode logicalunit`: new (any backing-store type of `config::BsType` — a file or block
+//! device, `rdwr`/`aio`; an RBD image, `rbd`; no storage, `null` — opened like every other
 //! LUN by `runtime::open_lun`: the configured default cache mode or `--bsopts cache=MODE`;
 //! `--bsoflags direct` = O_DIRECT, `sync` = every write durable before it completes),
 //! delete, update `--params` (identity, flags), stat. A changed LUN replaces the old one in
@@ -15,7 +16,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 8] = ["null", "sg", "bsg", "ssc", "smc", "mmc", "glfs", "sheepdog"];
+const OTHER_BSTYPES: [&str; 7] = ["sg", "bsg", "ssc", "smc", "mmc", "glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -49,11 +50,11 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     }
     let bstype = p.get("bstype").unwrap_or("");
     let bs_type = match bstype {
-        "" | "rdwr" => config::BsType::Rdwr,
-        "aio" => config::BsType::Aio,
-        "rbd" => config::BsType::Rbd,
+        "" => config::BsType::Rdwr,
         b if OTHER_BSTYPES.contains(&b) => return Err(ErrCode::UnsupportedOperation),
-        _ => return Err(ErrCode::InvalidRequest),
+        b => config::BsType::parse(b)
+            .filter(|t| t.as_str() == b)
+            .ok_or(ErrCode::InvalidRequest)?,
     };
     let bsopts_text = p.get("bsopts").unwrap_or("");
     let (cache, rbd_opts) = parse_bsopts(bsopts_text, bs_type)?;
@@ -61,6 +62,8 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let (mut direct, mut sync) = (false, false);
     for f in flags.split(':').filter(|f| !f.is_empty()) {
         match f {
+            // tgtd: "bsoflags direct not supported by backing store null"
+            _ if bs_type == config::BsType::Null => return Err(ErrCode::InvalidRequest),
             "direct" => direct = true,
             "sync" => sync = true,
             _ => return Err(ErrCode::InvalidRequest),
@@ -160,7 +163,8 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
 /// tgt's `--bsopts`: `key=value` pairs separated by `;`. numatgt reads `cache` (`numa`,
 /// `off` or `page`: this LUN's cache mode; without it, the configured default); an `rbd`
 /// LUN's other pairs are its cluster options (tgt's `conf`, `id`, `cluster`, and librados
-/// settings), returned as given. Other types know only `cache`.
+/// settings), returned as given; a `null` LUN ignores them (as tgtd). Files know only
+/// `cache`.
 fn parse_bsopts(
     text: &str,
     bs_type: config::BsType,
@@ -176,6 +180,7 @@ fn parse_bsopts(
                 })?);
             }
             _ if bs_type == config::BsType::Rbd => rest.push(pair),
+            _ if bs_type == config::BsType::Null => {}
             _ => {
                 tracing::warn!(
                     "--bsopts {pair}: unknown option (numatgt knows cache=numa|off|page, \

@@ -1,27 +1,29 @@
-//! Asynchronous reads of RBD images for one thread ([`AioRing`]), the librbd counterpart of
-//! [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes jobs — the same
-//! [`RingJob`]s, some reads into memory that stays put and a continuation — and each read
-//! is started at once with librbd's `rbd_aio_read2`, which queues it for librbd's own
-//! threads and does not wait for the cluster. librbd calls back on one of its threads; the
-//! callback only appends `(job, read, result)` to the ring's arrival list and, when the list
-//! was empty, writes the ring's eventfd. The owner polls that eventfd (edge-triggered, never
-//! read while running) in its own poll set, [`reap`](AioRing::reap)s the list, and
-//! finishes a job on its own thread once its last read has arrived. No thread waits per
-//! request; a read that librbd refuses, or one past the image's end, arrives as an error
-//! like any other. Dropping the ring waits for every read still in librbd (they write into
-//! the jobs' memory, cache blocks among it), which librados' op timeout bounds.
+//! Asynchronous reads for one thread through a store's own engine ([`AioRing`]; librbd's
+//! `rbd_aio_read2` for RBD images, [`ReadEngine::Callback`](super::ReadEngine) stores), the
+//! counterpart of [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes
+//! jobs — the same [`RingJob`]s, some reads into memory that stays put and a continuation —
+//! and each read is started at once with [`Store::start_read`](super::Store::start_read),
+//! which queues it for the store's own threads and does not wait. The store calls back on
+//! one of its threads; the callback ([`PendingRead::done`]) only appends `(job, read,
+//! result)` to the ring's arrival list and, when the list was empty, writes the ring's
+//! eventfd. The owner polls that eventfd (edge-triggered, never read while running) in its
+//! own poll set, [`reap`](AioRing::reap)s the list, and finishes a job on its own thread
+//! once its last read has arrived. No thread waits per request; a read that the store
+//! refuses, or one past its end, arrives as an error like any other. Dropping the ring
+//! waits for every read still in the store (they write into the jobs' memory, cache blocks
+//! among it), which librados' op timeout bounds for librbd.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::backing::BackingStore;
+use super::BackingStore;
 use crate::op_latency::StoreOp;
 use crate::uring::{Flights, RingJob};
 
-/// One read that librbd finished: the job's slot, the read's index in it, 0 or the errno,
-/// and how long librbd took.
+/// One read that the store finished: the job's slot, the read's index in it, 0 or the errno,
+/// and how long the store took.
 #[derive(Debug, Clone, Copy)]
 struct Arrival {
     slot: u32,
@@ -30,7 +32,7 @@ struct Arrival {
     ns: u64,
 }
 
-/// What librbd's threads and the owner share: the reads finished and not reaped yet, and
+/// What the store's threads and the owner share: the reads finished and not reaped yet, and
 /// the eventfd that says there are some.
 struct Arrivals {
     list: Mutex<Vec<Arrival>>,
@@ -53,15 +55,17 @@ impl Arrivals {
             if r != 8 {
                 // only a counter at its maximum refuses (the owner has not reaped for
                 // 2^64 wakeups): it is readable then anyway
-                tracing::debug!("rbd aio: eventfd write: {}", io::Error::last_os_error());
+                tracing::debug!("aio ring: eventfd write: {}", io::Error::last_os_error());
             }
         }
     }
 }
 
-/// Where one read lands and whom it reports to: handed to librbd with the read and back to
-/// [`Landing::arrived`] on a librbd thread.
-struct Landing {
+/// One read handed to a store's asynchronous engine: where it lands (`as_mut`, memory that
+/// stays put until it is done) and whom it reports to. The store calls
+/// [`done`](PendingRead::done) exactly once, on any thread, after its last write into the
+/// memory.
+pub struct PendingRead {
     buf: *mut u8,
     len: usize,
     arrivals: Arc<Arrivals>,
@@ -71,11 +75,11 @@ struct Landing {
 }
 
 // SAFETY: the memory `buf` points to is the job's (RingJob's contract: it stays put and no
-// one else touches it until the job finishes, which happens only after this landing has
-// arrived); librbd's thread writes into it and hands the landing back, nothing else.
-unsafe impl Send for Landing {}
+// one else touches it until the job finishes, which happens only after this read is
+// done); the store's thread writes into it and hands the read back, nothing else.
+unsafe impl Send for PendingRead {}
 
-impl AsMut<[u8]> for Landing {
+impl AsMut<[u8]> for PendingRead {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: `buf` is valid for writes of `len` bytes (RingJob's contract) and nothing
         // else uses it while the read is in flight.
@@ -83,11 +87,23 @@ impl AsMut<[u8]> for Landing {
     }
 }
 
-impl Landing {
-    fn arrived(self, result: io::Result<usize>) {
+impl PendingRead {
+    /// Bytes to read.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is nothing to read.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The read ended with `result` (bytes read, or the error); fewer bytes than asked is
+    /// EIO (the store shrank under us).
+    pub fn done(self, result: io::Result<usize>) {
         let errno = match result {
             Ok(n) if n == self.len => 0,
-            // librbd reads holes as zeros: fewer bytes means the image shrank under us
+            // librbd reads holes as zeros: fewer bytes means the store shrank under us
             Ok(_) => libc::EIO,
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
         };
@@ -101,7 +117,8 @@ impl Landing {
     }
 }
 
-/// A thread's asynchronous RBD reads (not shared: `!Send` through its jobs' raw pointers).
+/// A thread's asynchronous reads of callback stores (not shared: `!Send` through its jobs'
+/// raw pointers).
 pub struct AioRing<J: RingJob> {
     arrivals: Arc<Arrivals>,
     flights: Flights<J>,
@@ -142,9 +159,9 @@ impl<J: RingJob> AioRing<J> {
         self.flights.jobs()
     }
 
-    /// Start `job`'s reads of `store` (an RBD image; any other store fails them with
-    /// EINVAL, as does a read past its end); a job without reads is finished at once.
-    /// Never waits for the cluster.
+    /// Start `job`'s reads of `store` (a [`ReadEngine::Callback`](super::ReadEngine) store;
+    /// any other fails them with EINVAL, as does a read past its end); a job without reads
+    /// is finished at once. Never waits for the store.
     pub fn push(&mut self, store: &Arc<BackingStore>, job: J) {
         let Some((slot, n)) = self.flights.insert(job) else {
             return;
@@ -161,7 +178,7 @@ impl<J: RingJob> AioRing<J> {
             else {
                 continue;
             };
-            let landing = Landing {
+            let pending = PendingRead {
                 buf: read.buf,
                 len: read.len,
                 arrivals: Arc::clone(&self.arrivals),
@@ -169,17 +186,7 @@ impl<J: RingJob> AioRing<J> {
                 op: op as u32,
                 started: Instant::now(),
             };
-            let image = store
-                .rbd_image()
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
-                .and_then(|i| store.check_range(read.offset, read.len).map(|()| i));
-            match image {
-                // the closure captures nothing: boxing it allocates nothing
-                Ok(image) => {
-                    image.aio_read(landing, read.offset, Box::new(|r, l: Landing| l.arrived(r)))
-                }
-                Err(e) => landing.arrived(Err(e)),
-            }
+            store.start_read(read.offset, pending);
         }
     }
 
@@ -247,8 +254,8 @@ impl<J: RingJob> AioRing<J> {
 }
 
 impl<J: RingJob> Drop for AioRing<J> {
-    /// Wait for every read still in librbd (they write into the jobs' memory) and finish
-    /// their jobs. librados' op timeout (`rados_osd_op_timeout`) ends reads a sick cluster
+    /// Wait for every read still in the store (they write into the jobs' memory) and
+    /// finish their jobs. librados' op timeout (`rados_osd_op_timeout`) ends reads a sick cluster
     /// does not answer; until then this waits, and says so every 30 s.
     fn drop(&mut self) {
         let t0 = Instant::now();
@@ -257,7 +264,7 @@ impl<J: RingJob> Drop for AioRing<J> {
             self.wait(Duration::from_millis(100));
             if t0.elapsed() >= next_warning {
                 tracing::error!(
-                    "rbd aio: {} reads still in librbd after {:?}; waiting for them",
+                    "aio ring: {} reads still in the store after {:?}; waiting for them",
                     self.jobs(),
                     t0.elapsed()
                 );
@@ -274,14 +281,14 @@ mod tests {
     use crate::uring::tests::Job;
     use std::sync::mpsc;
 
-    /// Without a cluster: a store that is not an RBD image fails every read with EINVAL
+    /// Without a cluster: a store without its own asynchronous reads fails every read with EINVAL
     /// through the same arrival path (eventfd signalled, finished by reap on this thread),
     /// a job without reads finishes at once, and a drop finishes what is left.
     #[test]
     fn refused_reads_arrive_as_errors_and_signal_the_eventfd() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("lun.img");
-        crate::backing::create_sparse(&p, 1 << 20).expect("create");
+        super::super::create_sparse(&p, 1 << 20).expect("create");
         let store = Arc::new(BackingStore::open(&p, &Default::default()).expect("open"));
         let mut ring = AioRing::<Job>::new().expect("aio ring");
         let (tx, rx) = mpsc::channel();

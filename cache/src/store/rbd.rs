@@ -1,0 +1,196 @@
+//! The RBD store (tgt's `rbd`): a Ceph RBD image through librbd (loaded at run time by the
+//! `rbd` crate), `path` = `[pool/]image[@snap]` (a snapshot is read-only) on the cluster
+//! that `--bsopts` names. Every write is acknowledged by the cluster (no librbd cache), so
+//! durable already; a discard zeroes (librbd skips partial-object discards, which would
+//! leave old data where zeros were promised; whole objects are still deallocated); a flush
+//! gives up after librados' op timeout and a margin. The image's update watch is the
+//! resize watch. An event thread reads through librbd's asynchronous reads
+//! ([`ReadEngine::Callback`], [`super::AioRing`]). Each operation's latency is kept.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::{BackingError, Caps, OpenRequest, PendingRead, ReadEngine, Store};
+use crate::op_latency::{OpLatency, StoreOp};
+
+/// An open RBD image and whether its header changed since the size was last looked at.
+pub struct RbdStore {
+    image: rbd::Image,
+    /// Set by the image's update watch (a librbd thread), taken by
+    /// [`Store::take_changed`].
+    changed: Arc<AtomicBool>,
+    /// How long librbd takes, per operation.
+    latency: OpLatency,
+    /// The longest a flush may take before it is reported failed (librados' OSD op
+    /// timeout and a margin): a flush to a sick cluster must not hang SYNCHRONIZE CACHE or
+    /// the daemon's stop.
+    flush_limit: Duration,
+}
+
+impl std::fmt::Debug for RbdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RbdStore({})", self.image.spec())
+    }
+}
+
+/// Margin over `rados_osd_op_timeout` before a flush is given up.
+const FLUSH_MARGIN_SECS: u64 = 5;
+
+/// The flush limit for cluster options `c`: their `rados_osd_op_timeout` (seconds; 0 means
+/// none, then 60 s) plus a margin.
+fn flush_limit(c: &rbd::ClusterOptions) -> Duration {
+    // the defaults come first in the list, the admin's values after them: the last wins
+    let op = c
+        .effective_settings()
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "rados_osd_op_timeout")
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(60.0)
+        .min(3600.0);
+    Duration::from_secs_f64(op) + Duration::from_secs(FLUSH_MARGIN_SECS)
+}
+
+/// Open the image `req.path` on the cluster `req.bsopts` names (tgt's
+/// `conf=…;id=…;cluster=…` and librados settings; keys in `req.skip` are the caller's),
+/// with its update watch set.
+pub fn open(req: &OpenRequest<'_>) -> Result<Box<dyn Store>, BackingError> {
+    let spec = req.path.to_string_lossy();
+    let err = |source| BackingError::Rbd {
+        path: req.path.to_owned(),
+        source,
+    };
+    let invalid = |m: String| err(io::Error::new(io::ErrorKind::InvalidInput, m));
+    let image_spec = rbd::ImageSpec::parse(&spec).map_err(invalid)?;
+    let cluster = rbd::ClusterOptions::parse(req.bsopts, req.skip).map_err(invalid)?;
+    let image = rbd::open(&image_spec, &cluster, req.options.readonly).map_err(err)?;
+    let changed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&changed);
+    image
+        .update_watch(move || flag.store(true, Ordering::Release))
+        .map_err(err)?;
+    Ok(Box::new(RbdStore {
+        image,
+        changed,
+        latency: OpLatency::default(),
+        flush_limit: flush_limit(&cluster),
+    }))
+}
+
+impl RbdStore {
+    /// The open image (its exclusive lock and the records beside it belong to the caller).
+    pub fn image(&self) -> &rbd::Image {
+        &self.image
+    }
+
+    /// An image flush that reports ETIMEDOUT after the flush limit instead of waiting for
+    /// a cluster that never answers (librbd finishes it later, or never; nothing waits).
+    fn bounded_flush(&self) -> io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.image.aio_flush(Box::new(move |res, ()| {
+            let _ = tx.send(res);
+        }));
+        match rx.recv_timeout(self.flush_limit) {
+            Ok(res) => res.map(drop),
+            Err(_) => {
+                tracing::warn!(image = %self.image.spec(), limit = ?self.flush_limit,
+                    "rbd flush did not finish in time: reported failed");
+                Err(io::Error::from_raw_os_error(libc::ETIMEDOUT))
+            }
+        }
+    }
+}
+
+impl Store for RbdStore {
+    fn caps(&self) -> Caps {
+        Caps {
+            direct: false,
+            discard: true,
+            readonly: self.image.is_read_only(),
+            resizable: true,
+        }
+    }
+
+    fn measure(&self) -> io::Result<u64> {
+        self.image.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.latency
+            .time(StoreOp::Read, || self.image.read_at(buf, offset))
+    }
+
+    /// Acknowledged = in the cluster (no librbd cache): durable already.
+    fn write_at(&self, data: &[u8], offset: u64, _durable: bool) -> io::Result<()> {
+        self.latency
+            .time(StoreOp::Write, || self.image.write_at(data, offset))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.latency.time(StoreOp::Flush, || self.bounded_flush())
+    }
+
+    /// `write_zeroes`, not discard: see the module docs.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.latency
+            .time(StoreOp::Zero, || self.image.write_zeroes(offset, len))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.discard(offset, len)
+    }
+
+    fn grow(&self, size: u64) -> io::Result<()> {
+        self.image.resize(size)
+    }
+
+    fn take_changed(&self) -> bool {
+        self.changed.load(Ordering::Acquire) && self.changed.swap(false, Ordering::AcqRel)
+    }
+
+    fn read_engine(&self) -> ReadEngine {
+        ReadEngine::Callback
+    }
+
+    fn start_read(&self, offset: u64, read: PendingRead) {
+        // the closure captures nothing: boxing it allocates nothing
+        self.image
+            .aio_read(read, offset, Box::new(|r, read: PendingRead| read.done(r)));
+    }
+
+    fn latency(&self) -> Option<&OpLatency> {
+        Some(&self.latency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_limit_follows_the_admins_op_timeout() {
+        let secs = |bsopts: &str| {
+            let c = rbd::ClusterOptions::parse(bsopts, &[]).expect("bsopts");
+            flush_limit(&c).as_secs()
+        };
+        assert_eq!(
+            secs("id=admin;rados_osd_op_timeout=4"),
+            4 + FLUSH_MARGIN_SECS
+        );
+        assert_eq!(
+            secs("id=admin"),
+            30 + FLUSH_MARGIN_SECS,
+            "the default op timeout"
+        );
+        assert_eq!(
+            secs("rados_osd_op_timeout=0"),
+            60 + FLUSH_MARGIN_SECS,
+            "0 = none"
+        );
+        assert_eq!(secs("rados_osd_op_timeout=junk"), 60 + FLUSH_MARGIN_SECS);
+    }
+}
