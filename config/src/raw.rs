@@ -333,7 +333,11 @@ pub(crate) struct RawLun {
     /// Only `disk` is accepted; not stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_type: Option<Word>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "null_store_word",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bs_type: Option<Word>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bsoflags: Option<Word>,
@@ -433,6 +437,13 @@ impl Serialize for Word {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.0)
     }
+}
+
+/// `bs_type: null` names tgt's null store, not YAML's "nothing": the key given with YAML's
+/// null (`null`, `~`, or no value) is the word `null`. A missing key stays `None` (rdwr).
+fn null_store_word<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Word>, D::Error> {
+    let w = Option::<Word>::deserialize(d)?;
+    Ok(Some(w.unwrap_or_else(|| Word("null".into()))))
 }
 
 /// A boolean that also accepts tgtd's `Yes`/`No` (and `on`/`off`), any case.

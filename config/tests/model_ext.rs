@@ -317,3 +317,37 @@ fn rbd_luns() {
         err(&text, &format!("{p}.{field}"), words);
     }
 }
+
+#[test]
+fn null_luns() {
+    // YAML's null is tgt's null store here (quoted, any case, or `~`, the same)
+    let yaml = target(
+        "luns:\n  - lun: 1\n    path: floor\n    bs_type: null\n  \
+         - lun: 2\n    path: nothing\n    bs_type: \"NULL\"\n    cache: numa\n  \
+         - lun: 3\n    path: x\n    bs_type: ~\n  \
+         - lun: 4\n    path: /d/a.img",
+    );
+    let c = ok(&yaml);
+    let luns = &c.targets[0].luns;
+    let types: Vec<BsType> = luns.iter().map(|l| l.bs_type).collect();
+    assert_eq!(
+        types,
+        [BsType::Null, BsType::Null, BsType::Null, BsType::Rdwr]
+    );
+    assert_eq!(luns[0].path, std::path::Path::new("floor"), "only a name");
+    // uncached unless asked: the global mode (numa) is for the file
+    let modes: Vec<config::CacheMode> = luns.iter().map(|l| l.cache_mode(&c.cache)).collect();
+    use config::CacheMode::{Numa, Off};
+    assert_eq!(modes, [Off, Numa, Off, c.cache.mode]);
+    assert!(c.to_yaml().contains("bs_type: 'null'") || c.to_yaml().contains("bs_type: \"null\""));
+    let p = "targets[0].luns[0]";
+    for (fields, field, words) in [
+        ("size: 1G", "size", "a null LUN has no file to create"),
+        ("bsopts: conf=/c", "bsopts", "bsopts is for bs_type: rbd"),
+    ] {
+        let text = target(&format!(
+            "luns:\n  - lun: 1\n    path: floor\n    bs_type: null\n    {fields}"
+        ));
+        err(&text, &format!("{p}.{field}"), words);
+    }
+}

@@ -869,3 +869,29 @@ ignore-errors yes
     assert!(w.contains(":9: target: duplicate target"), "{w}");
     assert_eq!(i.config.targets.len(), 1);
 }
+
+#[test]
+fn null_backing_stores_as_tgt_admin_spells_them() {
+    let i = imp("\
+<target iqn.2026-11.org.example:n>
+    <backing-store /dev/null>
+        bs-type null
+    </backing-store>
+    <backing-store floor>
+        bs-type null
+        bsopts cache=numa
+    </backing-store>
+</target>
+");
+    let t = &i.config.targets[0];
+    let by_path = |p: &str| {
+        t.luns
+            .iter()
+            .find(|l| l.path == Path::new(p))
+            .unwrap_or_else(|| panic!("{p}"))
+    };
+    let (a, b) = (by_path("/dev/null"), by_path("floor"));
+    assert_eq!((a.bs_type, b.bs_type), (BsType::Null, BsType::Null));
+    assert_eq!((a.cache, b.cache), (None, Some(config::CacheMode::Numa)));
+    round_trips(&i.config);
+}

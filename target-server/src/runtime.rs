@@ -345,7 +345,7 @@ pub(crate) fn open_lun(
         meta.bsoflags = flags.to_string();
     }
     tracing::info!(target = %iqn, lun = l.lun, path = %l.path.display(),
-        blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
+        bstype = l.bs_type.as_str(), blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
         cache = mode.as_str(), write_cache = l.write_cache && !sync_writes, sync = sync_writes,
         "LUN ready");
     let owner = alua.owner_of(l.alua_owner);
