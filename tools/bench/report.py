@@ -19,11 +19,12 @@ import statistics
 import sys
 import time
 
-FILE_TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null"]  # file LUNs, column order
+FILE_TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null", "numatgtd-null"]  # column order
+CHART_TARGETS = FILE_TARGETS[:4]  # chart.dat's first groups (numatgtd-null's columns come last)
 RBD_TARGETS = ["numatgtd", "numatgtd-nocache", "tgtd-rbd"]  # RBD=1 (issue 16)
 TARGETS = FILE_TARGETS + ["numatgtd-nocache", "tgtd-rbd"]  # all known
 SHORT = {"numatgtd": "numatgtd", "numatgtd-poll": "poll", "tgtd": "tgtd", "tgtd-null": "null",
-         "numatgtd-nocache": "nocache", "tgtd-rbd": "tgtd-rbd"}
+         "numatgtd-null": "numatgtd-null", "numatgtd-nocache": "nocache", "tgtd-rbd": "tgtd-rbd"}
 KEYS = ("iops", "mbps", "p50", "p99", "cpu", "fio_cpu", "fio_pct", "osd")
 BOUND_PCT = 90  # fio at or above this % of one CPU per session: the initiator is the limit
 LABELS = {
@@ -170,6 +171,7 @@ def report(raw, out, meta_path):
     if meta.get("rbd") == "1":
         return report_rbd(runs, order, targets, out, meta)
     poll = "numatgtd-poll" in targets
+    nnull = "numatgtd-null" in targets
     fio = not meta.get("engine", "").startswith("iscsi-perf")
     tcp_gbs = [num(meta.get("tcp_before")), num(meta.get("tcp_after"))]
     tcp_mbs = max(x for x in tcp_gbs if x) * 1000 if any(tcp_gbs) else None  # the ceiling
@@ -187,6 +189,8 @@ def report(raw, out, meta_path):
         r["poll_vs_tgtd"] = ratio(r["numatgtd-poll_iops"], r["tgtd_iops"])
         r["poll_vs_null"] = ratio(r["numatgtd-poll_iops"], r["tgtd-null_iops"])
         r["poll_vs_numatgtd"] = ratio(r["numatgtd-poll_iops"], r["numatgtd_iops"])
+        r["null_vs_null"] = ratio(r["numatgtd-null_iops"], r["tgtd-null_iops"])
+        r["vs_own_null"] = ratio(r["numatgtd_iops"], r["numatgtd-null_iops"])
         r["tcp_share"] = ratio(r["numatgtd_mbps"], tcp_mbs) if point.startswith("sr") else None
         rows.append(r)
 
@@ -198,6 +202,10 @@ def report(raw, out, meta_path):
         md.append("- numatgtd-poll (column poll): the same numatgtd binary started the same way plus "
                   "`--busy-poll %s` (event threads poll %s µs after their last event before "
                   "sleeping)" % (meta.get("busy_poll"), meta.get("busy_poll")))
+    if nnull:
+        md.append("- numatgtd-null: the same numatgtd binary started the same way, LUN made with "
+                  "`tgtadm ... --bstype null -b /dev/null` (no storage, uncached: numatgtd's own "
+                  "floor, beside tgtd's)")
     md.append("- load: %s; %s s per point, median of %s alternated rounds (%s, %s, ...); %s MiB "
               "LUN on tmpfs (random data, warmed), LUNs made with tgtadm, default settings" % (
                   meta.get("engine"), meta.get("secs"), meta.get("rounds"), ", ".join(targets),
@@ -212,6 +220,7 @@ def report(raw, out, meta_path):
     names = [SHORT[t] for t in cols]
     head = ["sess", "workload"] + [(t if t != "tgtd-null" else "null") + " IOPS" for t in cols]
     head += ["numatgtd/tgtd", "numatgtd/null"] + (["poll/tgtd", "poll/null"] if poll else [])
+    head += ["numatgtd-null/null", "numatgtd/numatgtd-null"] if nnull else []
     head.append("MB/s " + " · ".join(names))
     head += ["p50/p99 µs " + n for n in names]
     head += ["CPU µs/IO " + n for n in names]
@@ -224,19 +233,24 @@ def report(raw, out, meta_path):
         cells += ["**%s**" % fmt(r["vs_tgtd"], 2), fmt(r["vs_null"], 2)]
         if poll:
             cells += ["**%s**" % fmt(r["poll_vs_tgtd"], 2), fmt(r["poll_vs_null"], 2)]
+        if nnull:
+            cells += [fmt(r["null_vs_null"], 2), fmt(r["vs_own_null"], 2)]
         cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in cols))
         cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in cols]
         cells += [fmt(r[t + "_cpu"], 1) for t in cols]
         cells += [fmt(r[t + "_fio_cpu"], 1) for t in cols]
         md.append("| " + " | ".join(cells) + " |")
     md.append("")
-    md.append("null = tgtd with `--bstype null` (no storage at all: the floor)%s. Ratios are of "
+    md.append("null = tgtd with `--bstype null` (no storage at all: the floor)%s%s. Ratios are of "
               "median IOPS; CPU µs/IO = the target's utime+stime (/proc/PID/stat) over the point "
               "/ I/Os done; fio CPU µs/IO = the initiator's: fio's usr+sys CPU time of all its "
               "sessions (JSON usr_cpu+sys_cpu × job_runtime) / I/Os done%s. Per-round IOPS are in "
               "results.csv." % (
                   "; poll = numatgtd-poll, numatgtd with `--busy-poll %s`" % meta.get("busy_poll")
                   if poll else "",
+                  "; numatgtd-null = numatgtd with `--bstype null` (numatgtd-null/null compares "
+                  "the two floors: the iSCSI path alone; numatgtd/numatgtd-null is how close a "
+                  "real LUN comes to numatgtd's own floor)" if nnull else "",
                   "" if fio else " (n/a: iscsi-perf reports no CPU)"))
     for r in rows:
         bound = [(t, r[t + "_fio_pct"]) for t in cols
@@ -267,6 +281,8 @@ def report(raw, out, meta_path):
     csv_cols += ["vs_tgtd", "vs_null"]
     if poll:
         csv_cols += ["poll_vs_tgtd", "poll_vs_null", "poll_vs_numatgtd"]
+    if nnull:
+        csv_cols += ["null_vs_null", "vs_own_null"]
     csv_cols.append("tcp_share")
 
     def csv_name(c):
@@ -284,13 +300,16 @@ def report(raw, out, meta_path):
     multi = len({r["sessions"] for r in rows}) > 1
     # chart.dat, fixed columns (NaN when a target is not in the run): 1 label, 2-4 IOPS /
     # tgtd of numatgtd, numatgtd-poll, tgtd-null, 5-8 CPU µs/IO of numatgtd, numatgtd-poll,
-    # tgtd, tgtd-null, 9-12 fio's CPU µs/IO with each, 13-16 fio's % of one CPU per session
+    # tgtd, tgtd-null, 9-12 fio's CPU µs/IO with each, 13-16 fio's % of one CPU per session,
+    # 17-20 numatgtd-null's IOPS / tgtd, CPU µs/IO, fio CPU µs/IO, fio % of a CPU
     with open(os.path.join(out, "chart.dat"), "w") as f:
         for r in rows:
             label = r["label"] + (", %d sess" % r["sessions"] if multi else "")
             vals = [r["vs_tgtd"], r["poll_vs_tgtd"], ratio(r["tgtd-null_iops"], r["tgtd_iops"])]
             for k in ("cpu", "fio_cpu", "fio_pct"):
-                vals += [r[t + "_" + k] for t in FILE_TARGETS]
+                vals += [r[t + "_" + k] for t in CHART_TARGETS]
+            vals.append(ratio(r["numatgtd-null_iops"], r["tgtd_iops"]))
+            vals += [r["numatgtd-null_" + k] for k in ("cpu", "fio_cpu", "fio_pct")]
             f.write('"%s"\t%s\n' % (label, "\t".join("NaN" if v is None else "%.3f" % v for v in vals)))
 
 

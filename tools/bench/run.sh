@@ -8,16 +8,18 @@
 #              BUSY_POLL µs after their last event before sleeping); BUSY_POLL=0: left out
 #   tgtd       Debian's tgtd, rdwr LUN (the reference)
 #   tgtd-null  Debian's tgtd, LUN with `--bstype null` (no storage at all: the floor)
+#   numatgtd-null  numatgtd started like tgtd, LUN with `--bstype null` made by tgtadm
+#              (numatgtd's own floor); NUMATGTD_NULL=0: left out (a numatgtd without null)
 #
 # Each on its own free 127.0.0.1 port and tgtd control port (never 3260 nor the default
 # control port), the same LUN size (LUN_MB) of the same random data on tmpfs, each LUN read
 # once sequentially (warm). Then every point of the matrix runs in alternation (numatgtd,
-# numatgtd-poll, tgtd, tgtd-null, numatgtd, ... ROUNDS rounds of SECS s each). Load: fio with
+# numatgtd-poll, tgtd, tgtd-null, numatgtd-null, numatgtd, ... ROUNDS rounds of SECS s each). Load: fio with
 # the libiscsi engine (target/tools/fio; built by tools/build-fio-libiscsi.sh when missing;
 # numjobs = sessions), else iscsi-perf for the read points of 1 session (no percentiles).
 #
 # Per point: median IOPS and MB/s of each target, numatgtd/tgtd and numatgtd/tgtd-null (and
-# the same for numatgtd-poll), p50/p99 completion latency (fio), each target's CPU µs per I/O
+# the same for numatgtd-poll), numatgtd-null/tgtd-null and numatgtd/numatgtd-null, p50/p99 completion latency (fio), each target's CPU µs per I/O
 # (utime+stime of /proc/PID/stat over the point / I/Os done), the initiator's (fio's) CPU µs
 # per I/O, and a note where fio used >= 90 % of a CPU per session (initiator-bound). Per run:
 # one-stream loopback TCP throughput (before and after), /proc/loadavg before and after, a
@@ -44,7 +46,8 @@
 #   sr512k-qd8 sr512k-qd32 sw128k-qd8), LUN_MB (512), NUMATGTD_BIN (default: cargo build
 #   --release, target/release/numatgtd), FIO (target/tools/fio), ENGINE (fio|iscsi-perf),
 #   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
-#   numatgtd-poll column), RBD (0; 1: the RBD mode above, no numatgtd-poll column).
+#   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), RBD (0; 1: the RBD
+#   mode above, no numatgtd-poll or numatgtd-null column).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -86,11 +89,15 @@ BUSY_POLL=$((10#$BUSY_POLL))
 HZ=$(getconf CLK_TCK)
 NCPU=$(nproc)
 IQN=iqn.2026-11.org.numatgt:bench
+NUMATGTD_NULL=${NUMATGTD_NULL:-1}
+case $NUMATGTD_NULL in 0 | 1) ;; *) say "NUMATGTD_NULL: 0 or 1, not $NUMATGTD_NULL"; exit 1 ;; esac
+[ "$RBD" = 0 ] || NUMATGTD_NULL=0 # no numatgtd-null column on RBD
 TARGETS=(numatgtd tgtd tgtd-null)
 [ "$BUSY_POLL" = 0 ] || TARGETS=(numatgtd numatgtd-poll tgtd tgtd-null)
+[ "$NUMATGTD_NULL" = 0 ] || TARGETS+=(numatgtd-null)
 [ "$RBD" = 0 ] || TARGETS=(numatgtd numatgtd-nocache tgtd-rbd)
-FILE_TARGETS=() # the targets with a LUN file on tmpfs (all but tgtd-null; none with RBD=1)
-for t in "${TARGETS[@]}"; do [ "$t" = tgtd-null ] || [ "$RBD" = 1 ] || FILE_TARGETS+=("$t"); done
+FILE_TARGETS=() # the targets with a LUN file on tmpfs (not the null ones; none with RBD=1)
+for t in "${TARGETS[@]}"; do [[ "$t" == *-null ]] || [ "$RBD" = 1 ] || FILE_TARGETS+=("$t"); done
 
 point_spec() { # POINT -> "rw bs_bytes qd"
   case $1 in
@@ -169,7 +176,7 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   port=$(free_port "${NEXT_PORT:-$PORT_BASE}")
   ctl=$(free_ctl "${NEXT_CTL:-$CTL_BASE}")
   NEXT_PORT=$((port + 1)) NEXT_CTL=$((ctl + 1))
-  if [ "$t" = numatgtd ] || [ "$t" = numatgtd-nocache ]; then
+  if [ "$t" = numatgtd ] || [ "$t" = numatgtd-nocache ] || [ "$t" = numatgtd-null ]; then
     mkdir -p "$LUN_DIR/state-$t"
     "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" > "$RUN_DIR/$t.log" 2>&1 &
   elif [ "$t" = numatgtd-poll ]; then # the same, plus busy polling (its own state directory)
@@ -183,14 +190,15 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   wait_port "$port" "${PID[$t]}" || { tail -n 20 "$RUN_DIR/$t.log" >&2; exit 1; }
   case $t in
     numatgtd | numatgtd-poll | tgtd) lun_opts=(-b "$LUN_DIR/$t.img") ;;
-    tgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
+    tgtd-null | numatgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
     numatgtd-nocache) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin;cache=off") ;;
     tgtd-rbd) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin") ;;
   esac
   # RBD=1: numatgtd's LUN is the image too, with its default cache mode (numa)
   [ "$RBD" = 0 ] || [ "$t" != numatgtd ] || lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin")
   tgtadm -C "$ctl" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
-  tgtadm -C "$ctl" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 "${lun_opts[@]}"
+  tgtadm -C "$ctl" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 "${lun_opts[@]}" ||
+    { say "$t: tgtadm refused the LUN (${lun_opts[*]}); a numatgtd without --bstype null: NUMATGTD_NULL=0"; exit 1; }
   tgtadm -C "$ctl" --lld iscsi --op bind --mode target --tid 1 -I ALL
   say "$t: pid ${PID[$t]}, 127.0.0.1:$port, control port $ctl"
 }
@@ -326,7 +334,7 @@ TCP1=-
 [ "$RBD" = 1 ] || TCP1=$(python3 "$HERE/report.py" tcp 1 3)
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
-rbd_env="BUSY_POLL=$BUSY_POLL "; [ "$RBD" = 0 ] || rbd_env=
+rbd_env="BUSY_POLL=$BUSY_POLL NUMATGTD_NULL=$NUMATGTD_NULL "; [ "$RBD" = 0 ] || rbd_env=
 rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB ${rbd_env}tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
@@ -347,6 +355,7 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}${rbd_env:-RBD=1 }R
   echo "lun_mb=$LUN_MB"
   echo "targets=${TARGETS[*]}"
   echo "busy_poll=$BUSY_POLL"
+  echo "numatgtd_null=$NUMATGTD_NULL"
   echo "tcp_before=$TCP0"
   echo "tcp_after=$TCP1"
   echo "load_before=$LOAD0"
@@ -360,7 +369,7 @@ if command -v gnuplot >/dev/null; then
   if [ "$RBD" = 1 ]; then
     gp=(-e "dir='$RUN_DIR'; title='numatgtd vs tgtd (tgt-rbd) on RBD: 1 memstore OSD on loopback, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds'" "$HERE/chart-rbd.gp")
   else
-    gp=(-e "dir='$RUN_DIR'; poll=$BUSY_POLL; fio=$fio_panel; title='numatgtd vs tgtd, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds, loopback TCP $TCP0 GB/s'" "$HERE/chart.gp")
+    gp=(-e "dir='$RUN_DIR'; poll=$BUSY_POLL; nnull=$NUMATGTD_NULL; fio=$fio_panel; title='numatgtd vs tgtd, $(date -u +%F), $NCPU CPUs, ${SECS} s x $ROUNDS rounds, loopback TCP $TCP0 GB/s'" "$HERE/chart.gp")
   fi
   if gnuplot "${gp[@]}" 2> "$RUN_DIR/gnuplot.err"; then
     say "chart: $RUN_DIR/chart.png"
