@@ -6,9 +6,12 @@
 //! for a bounded time and reports IOPS; YAML `bs_type: null` LUNs survive a
 //! `numatgtadm --dump` and a restart from the dump.
 
+use std::path::Path;
 use std::time::Duration;
 
-use tests::mgmt::{IQN1, first_difference, normalise, numatgtadm_bin, step};
+use tests::mgmt::{
+    IQN1, first_difference, new_lun, new_open_target, normalise, numatgtadm_bin, step,
+};
 use tests::pdu::ScsiSession;
 use tests::tools;
 use tests::{Daemon, TargetKind};
@@ -16,88 +19,28 @@ use tests::{Daemon, TargetKind};
 /// Every null LUN's size: tgtd's 1 TiB.
 const NULL_BYTES: u64 = 1 << 40;
 
-fn lun(tid: &str, lun: &str, rest: &[&'static str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--op",
-        "new",
-        "--mode",
-        "logicalunit",
-        "--tid",
-        tid,
-        "--lun",
-        lun,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(rest.iter().map(|s| s.to_string()));
-    v
-}
+/// tgtadm's steps, one command line each (no argument has a space).
+const STEPS: &[&str] = &[
+    "--lld iscsi --op new --mode target --tid 1 -T iqn.2026-11.org.numatgt:mgmt1",
+    "--op new --mode logicalunit --tid 1 --lun 1 --bstype null -b X",
+    "--op new --mode logicalunit --tid 1 --lun 1 --bstype null -b X",
+    "--op new --mode logicalunit --tid 1 --lun 2 -E null -b /tmp/whatever --blocksize 4096",
+    "--op new --mode logicalunit --tid 1 --lun 3 -E null -b Y --bsoflags direct",
+    "--op new --mode logicalunit --tid 1 --lun 3 -E null -b Y --bsoflags sync",
+    "--op new --mode logicalunit --tid 1 --lun 4 -E null -b Z --bsopts foo=1",
+    "--op new --mode logicalunit --tid 1 --lun 5 -E null -b /dev/null --blocksize 1024",
+    "--op new --mode logicalunit --tid 1 --lun 6 -E NULL -b W",
+    "--op show --mode target",
+    "--op update --mode logicalunit --tid 1 --lun 1 --params readonly=1,thin_provisioning=1",
+    "--op delete --mode logicalunit --tid 1 --lun 2",
+    "--op show --mode target",
+];
 
 fn sequence(d: &Daemon) -> String {
-    let steps: Vec<Vec<String>> = vec![
-        [
-            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        lun("1", "1", &["--bstype", "null", "-b", "X"]),
-        lun("1", "1", &["--bstype", "null", "-b", "X"]),
-        lun(
-            "1",
-            "2",
-            &["-E", "null", "-b", "/tmp/whatever", "--blocksize", "4096"],
-        ),
-        lun("1", "3", &["-E", "null", "-b", "Y", "--bsoflags", "direct"]),
-        lun("1", "3", &["-E", "null", "-b", "Y", "--bsoflags", "sync"]),
-        lun("1", "4", &["-E", "null", "-b", "Z", "--bsopts", "foo=1"]),
-        lun(
-            "1",
-            "5",
-            &["-E", "null", "-b", "/dev/null", "--blocksize", "1024"],
-        ),
-        lun("1", "6", &["-E", "NULL", "-b", "W"]),
-        ["--op", "show", "--mode", "target"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        [
-            "--op",
-            "update",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "--params",
-            "readonly=1,thin_provisioning=1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        [
-            "--op",
-            "delete",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "2",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        ["--op", "show", "--mode", "target"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    ];
+    assert!(STEPS[0].ends_with(IQN1));
     let mut out = String::new();
-    for s in &steps {
-        let args: Vec<&str> = s.iter().map(String::as_str).collect();
+    for s in STEPS {
+        let args: Vec<&str> = s.split_whitespace().collect();
         out.push_str(&normalise(&step(d, &args), d));
     }
     out
@@ -142,28 +85,8 @@ fn cdb16(op: u8, lba: u64, blocks: u32) -> [u8; 16] {
 #[test]
 fn null_lun_serves_zeros_and_iscsi_perf_runs() {
     let d = Daemon::start_bare(TargetKind::Numatgtd);
-    for s in [
-        vec!["--op", "new", "--mode", "target", "--tid", "1", "-T", IQN1],
-        vec![
-            "--op",
-            "new",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-            "--bstype",
-            "null",
-            "-b",
-            "nothing",
-        ],
-        vec![
-            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
-        ],
-    ] {
-        d.tgtadm(&s).check("setup");
-    }
+    new_open_target(&d, "1", IQN1);
+    new_lun(&d, "1", "1", Path::new("nothing"), &["--bstype", "null"]).check("a null LUN");
     assert!(
         d.log().contains("cache=\"off\"") || d.log().contains("cache=off"),
         "a null LUN is uncached unless asked:\n{}",

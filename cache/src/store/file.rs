@@ -134,30 +134,16 @@ impl FileStore {
     fn pwrite_all(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         let flags = if durable { libc::RWF_DSYNC } else { 0 };
         let fd = self.file.as_raw_fd();
-        let mut done = 0usize;
-        while done < data.len() {
+        // nothing written: the device or file system is full
+        all_of(data.len(), libc::ENOSPC, |done| {
             let rest = &data[done..];
             let iov = libc::iovec {
                 iov_base: rest.as_ptr() as *mut libc::c_void,
                 iov_len: rest.len(),
             };
             // SAFETY: iov points to rest.len() readable bytes that outlive the call; one iovec.
-            let n = unsafe {
-                libc::pwritev2(fd, &iov, 1, (offset + done as u64) as libc::off_t, flags)
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            done += n as usize;
-        }
-        Ok(())
+            unsafe { libc::pwritev2(fd, &iov, 1, (offset + done as u64) as libc::off_t, flags) }
+        })
     }
 
     fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
@@ -197,32 +183,20 @@ impl Store for FileStore {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let mut done = 0usize;
-        while done < buf.len() {
+        let fd = self.file.as_raw_fd();
+        // nothing read: the file shrank under us (zeros would hide it)
+        all_of(buf.len(), libc::EIO, |done| {
             let rest = &mut buf[done..];
             // SAFETY: rest is a valid writable slice of rest.len() bytes; the fd is open.
-            let n = unsafe {
+            unsafe {
                 libc::pread(
-                    self.file.as_raw_fd(),
+                    fd,
                     rest.as_mut_ptr().cast(),
                     rest.len(),
                     (offset + done as u64) as libc::off_t,
                 )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
             }
-            if n == 0 {
-                // file shrank under us: the rest reads as zeroes would hide it; report EIO
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            done += n as usize;
-        }
-        Ok(())
+        })
     }
 
     /// RWF_DSYNC when `durable`. The one O_DIRECT alignment path for every caller: a buffer
@@ -336,6 +310,28 @@ impl Store for FileStore {
             ReadEngine::Threads
         }
     }
+}
+
+/// Call `call(done)` (one positional read or write, `done` bytes in) until `len` bytes are
+/// done: an interrupted call is made again, a failed one is the error, one that moved
+/// nothing is `nothing` (an errno).
+fn all_of(len: usize, nothing: i32, mut call: impl FnMut(usize) -> isize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let n = call(done);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(nothing));
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 fn ioctl_u64(file: &File, req: libc::c_ulong) -> io::Result<u64> {
