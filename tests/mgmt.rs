@@ -229,6 +229,14 @@ pub fn data_in(
     panic!("no SCSI Response");
 }
 
+/// Stops `d` and starts numatgtd from `dump` (the YAML `numatgtadm --dump` wrote of `d`),
+/// on a portal of its own.
+pub fn restart_from_dump(d: Daemon, dump: &str) -> Daemon {
+    let old = format!("127.0.0.1:{}", d.port);
+    drop(d);
+    Daemon::start_numatgtd_yaml(&|port| dump.replace(&old, &format!("127.0.0.1:{port}")))
+}
+
 /// Through tgtadm: target `tid` named `iqn` with `path` as LUN 1, open to every initiator
 /// (`-I ALL`). Each step must succeed.
 pub fn export_lun(d: &Daemon, tid: &str, iqn: &str, path: &str) {

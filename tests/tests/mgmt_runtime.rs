@@ -11,8 +11,8 @@ use std::time::Duration;
 use tests::daemon::create_sparse;
 use tests::mgmt::{
     INVALID_REQUEST, IQN1, IQN2, assert_serving, data_in, exchange, export_lun, first_difference,
-    inq, normalise, numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns, step,
-    update_lun1,
+    inq, normalise, numatgtadm_bin, raw_request, read_past_end_sense_code, report_luns,
+    restart_from_dump, step, update_lun1,
 };
 use tests::pdu;
 use tests::tools;
@@ -461,10 +461,7 @@ fn dump_recreates_the_running_targets() {
     };
     let before = show(&a);
     // a daemon started from the dump (on a portal of its own) serves the same targets
-    let old = format!("127.0.0.1:{}", a.port);
-    drop(a);
-    let text = dumped.stdout.clone();
-    let c = Daemon::start_numatgtd_yaml(&|port| text.replace(&old, &format!("127.0.0.1:{port}")));
+    let c = restart_from_dump(a, &dumped.stdout);
     let after = show(&c);
     assert!(
         before == after,

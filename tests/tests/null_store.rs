@@ -10,7 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use tests::mgmt::{
-    IQN1, first_difference, new_lun, new_open_target, normalise, numatgtadm_bin, step,
+    IQN1, first_difference, new_lun, new_open_target, normalise, numatgtadm_bin, restart_from_dump,
+    step,
 };
 use tests::pdu::ScsiSession;
 use tests::tools;
@@ -137,17 +138,11 @@ fn null_lun_serves_zeros_and_iscsi_perf_runs() {
         args.push(&url);
         let run = tools::run(20, "timeout", args);
         let out = format!("{}{}", run.stdout, run.stderr).replace('\r', "\n");
+        // "00:00:01 - lba N, iops current N (N MB/s), iops average N (N MB/s), ..."
         let iops: Vec<u64> = out
-            .lines()
-            .filter_map(|l| {
-                let l = l.trim();
-                let at = l.find("iops")?;
-                l[..at].split_whitespace().last()?.parse().ok().or_else(|| {
-                    l[at..]
-                        .split_whitespace()
-                        .find_map(|w| w.parse::<u64>().ok())
-                })
-            })
+            .split("iops average ")
+            .skip(1)
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
             .collect();
         assert!(
             iops.iter().any(|&n| n > 0),
@@ -206,10 +201,7 @@ fn yaml_null_lun_survives_dump_and_restart() {
         null_type.iter().any(|t| dumped.stdout.contains(t)),
         "{dumped}"
     );
-    let old = format!("127.0.0.1:{}", a.port);
-    drop(a);
-    let text = dumped.stdout.clone();
-    let c = Daemon::start_numatgtd_yaml(&|port| text.replace(&old, &format!("127.0.0.1:{port}")));
+    let c = restart_from_dump(a, &dumped.stdout);
     let after = show(&c);
     assert!(
         before == after,

@@ -335,7 +335,7 @@ TCP1=-
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
 rbd_env="BUSY_POLL=$BUSY_POLL NUMATGTD_NULL=$NUMATGTD_NULL "; [ "$RBD" = 0 ] || rbd_env=
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB ${rbd_env}tools/bench/run.sh"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "cpus=$NCPU"

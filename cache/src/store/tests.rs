@@ -12,19 +12,27 @@ use crate::aligned::AlignedBuf;
 use crate::uring::tests::{Done, Job};
 
 fn file_store(size: u64, bs: u32) -> (tempfile::TempDir, BackingStore) {
+    let opts = OpenOptions {
+        block_size: bs,
+        ..Default::default()
+    };
+    file_store_with(size, &opts)
+}
+
+/// Buffered I/O through the page cache.
+const BUFFERED: OpenOptions = OpenOptions {
+    block_size: 512,
+    readonly: false,
+    direct: false,
+};
+
+/// A new sparse file of `size` bytes opened with `opts`.
+fn file_store_with(size: u64, opts: &OpenOptions) -> (tempfile::TempDir, BackingStore) {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("lun.img");
     assert!(create_sparse(&p, size).expect("create"));
     assert!(!create_sparse(&p, size).expect("exists"));
-    let s = BackingStore::open(
-        &p,
-        &OpenOptions {
-            block_size: bs,
-            ..Default::default()
-        },
-    )
-    .expect("open");
-    (dir, s)
+    (dir, BackingStore::open(&p, opts).expect("open"))
 }
 
 fn open_as(bstype: &str, path: &str, opts: &OpenOptions) -> Result<BackingStore, BackingError> {
@@ -176,14 +184,7 @@ fn file_engine_follows_its_io_mode() {
             assert_eq!(s.raw_fd(), -1);
         }
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("b.img");
-    create_sparse(&p, 1 << 20).expect("create");
-    let opts = OpenOptions {
-        direct: false,
-        ..Default::default()
-    };
-    let buffered = BackingStore::open(&p, &opts).expect("open");
+    let (_b, buffered) = file_store_with(1 << 20, &BUFFERED);
     assert_eq!(buffered.read_engine(), ReadEngine::Threads);
     assert!(!buffered.is_direct());
 }
@@ -306,17 +307,11 @@ fn every_store_keeps_the_contract() {
 
 #[test]
 fn file_readonly_refuses_writes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("ro.img");
-    create_sparse(&p, 4096).expect("create");
-    let s = BackingStore::open(
-        &p,
-        &OpenOptions {
-            readonly: true,
-            ..Default::default()
-        },
-    )
-    .expect("open");
+    let opts = OpenOptions {
+        readonly: true,
+        ..Default::default()
+    };
+    let (_d, s) = file_store_with(4096, &opts);
     let b = AlignedBuf::new(512);
     let e = s.write_at(b.as_slice(), 0, false).expect_err("ro");
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
@@ -382,14 +377,8 @@ fn thread_reads_finish_immediate_stores_at_once() {
 
 #[test]
 fn thread_reads_give_back_what_this_thread_cannot_read() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = dir.path().join("b.img");
-    create_sparse(&p, 1 << 20).expect("create");
-    let buffered = OpenOptions {
-        direct: false,
-        ..Default::default()
-    };
-    let buffered = Arc::new(BackingStore::open(&p, &buffered).expect("open"));
+    let (_b, buffered) = file_store_with(1 << 20, &BUFFERED);
+    let buffered = Arc::new(buffered);
     let mut reads = ThreadReads::<Job>::new();
     let (tx, rx) = mpsc::channel();
     assert!(
