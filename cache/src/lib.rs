@@ -1,7 +1,8 @@
 //! The `cache` crate: NUMA topology, aligned node-local buffers, the backing stores (one
-//! template, one module per store: file/block device, RBD, null), per-node I/O worker pools, node-bound memory arenas, the partitioned NUMA-aware block
-//! cache, its coherence with the backing stores (`coherence`) and the affinity router (seed
-//! 004 chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
+//! template, one module per store: file/block device, RBD, null; `store`), per-node I/O
+//! worker pools, node-bound memory arenas, the partitioned NUMA-aware block cache, its
+//! coherence with the backing stores (`coherence`) and the affinity router (seed 004
+//! chapter 5.2). It knows blocks and bytes, never iSCSI or SCSI.
 
 pub mod admission;
 pub mod aligned;

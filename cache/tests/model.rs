@@ -3,9 +3,10 @@
 //! through the production lookup/fill path), write-back writes, write-through writes, held
 //! and failed flushes, SYNCHRONIZE-CACHE-style range flushes and LUN invalidation, checked
 //! after every step against a plain `HashMap` model of the latest data. The disk is an
-//! in-memory [`Store`](cache::Store), and writes, write-throughs, flushes and fills run the production
-//! `cache::coherence` functions over it; where they wait for another thread's fill or flush,
-//! the test's waiter finishes the fills and flushes the test holds. Checked:
+//! in-memory [`Store`](cache::Store) behind the production handle, and writes,
+//! write-throughs, flushes and fills run the production `cache::coherence` functions over
+//! it; where they wait for another thread's fill or flush, the test's waiter finishes the
+//! fills and flushes the test holds. Checked:
 //! - every read returns the latest data;
 //! - a held `BlockRef` never sees its bytes change;
 //! - a fill that raced with a write-through never validates what it read;
