@@ -8,7 +8,7 @@ the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`
      backend modules (rank 1) <- dispatch (rank 2) <- event_loop and iser_link, the transports
      (rank 3). A module names
      only modules of its own rank or lower ones, never the transport above it;
-  2. the base modules every layer may use (registry, atomic, alloc_count) name none of the
+  2. the base modules every layer may use (registry, range_locks, alloc_count) name none of the
      data-path modules;
   3. no import circle goes through the event loop or dispatch (Tarjan's strongly connected
      components over the whole module graph).
@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
 RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3, "iser_link": 3}
-BASE = {"registry", "atomic", "alloc_count", "io_stats", "proto_stats"}
+BASE = {"registry", "range_locks", "alloc_count", "io_stats", "proto_stats"}
 
 
 def module_of(path):

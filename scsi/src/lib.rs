@@ -24,7 +24,8 @@
 //! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, [`task_mgmt`] task management plans, `diagnostic` SEND
 //! DIAGNOSTIC / RECEIVE DIAGNOSTIC RESULTS, [`xcopy`] EXTENDED COPY / RECEIVE COPY RESULTS,
 //! [`copy_access`] the copy manager's per-nexus access checks, `tpc_vpd` the Third-party
-//! Copy VPD page, [`sanitize`] SANITIZE.
+//! Copy VPD page, [`sanitize`] SANITIZE, `op_class` the statistics class of an operation
+//! code.
 
 #![forbid(unsafe_code)]
 
@@ -39,6 +40,7 @@ mod maintenance;
 mod medium;
 mod mode;
 mod nexus;
+mod op_class;
 pub mod ops;
 pub mod pr;
 pub mod removable;
@@ -61,6 +63,7 @@ pub use caw::{compare_and_write_data, or_write_data};
 pub use diagnostic::self_test_failed;
 pub use inquiry::{NAA_COMPANY_ID, naa6};
 pub use nexus::{Nexus, NexusId};
+pub use op_class::{OpClass, op_class};
 pub use pr::{PrStateError, PrType};
 pub use report_luns::encode_lun;
 pub use rw::{data_out_len, verify_compare};

@@ -5,6 +5,8 @@
 //! requests too: `scsi::task_mgmt` plans them, [`task_management`] carries out the logical
 //! units' side, the transport ends its own connection's tasks and answers.
 
+use std::sync::Arc;
+
 use iscsi_proto::ScsiCommand;
 use scsi::task_mgmt::{self, ResetKind, TaskFunction, TaskScope, TmfPlan, TmfVerdict};
 use scsi::{Action, CmdCtx};
@@ -13,7 +15,7 @@ use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
 use crate::io_stats::{IoClass, IoKind};
-use crate::registry::{ConnId, LunSet, Target};
+use crate::registry::{ConnId, Lun, LunSet, Target};
 
 /// Run `cmd` against `target`: [`Answer::Now`] with the result, or [`Answer::Later`] when it
 /// continues on an I/O worker (the result then arrives through the deferred `reply`), and
@@ -21,6 +23,11 @@ use crate::registry::{ConnId, LunSet, Target};
 /// Results of commands with a write part carry the CDB's transfer length, for the write
 /// residuals. A write buffer the command no longer needs is left in `cmd.data_out` (to be
 /// recycled); one an I/O worker still uses is taken out.
+///
+/// The steps: the LUN (or the answer of a LUN without a logical unit); its capacity
+/// brought up to date; what `scsi` makes of the command (or a PERSISTENT RESERVE OUT to
+/// carry out); its statistics class; the refusal of a LUN another gateway owns; the
+/// action started.
 pub fn execute(
     cmd: &mut ScsiCommand,
     target: &Target,
@@ -31,38 +38,14 @@ pub fn execute(
 ) -> (Answer, IoKind) {
     let lun = luns.map.get(&cmd.lun);
     let block_size = lun.map_or(512, |l| l.store.block_size());
-    let stamp = if cmd.write {
-        scsi::data_out_len(&cmd.cdb, block_size).map(|n| n.min(u64::from(u32::MAX)) as u32)
-    } else {
-        None
-    };
+    let stamp = write_transfer_len(cmd, block_size);
     reply.set_write_transfer_len(stamp);
     let Some(lun) = lun else {
-        let mut r = completed(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
-        r.write_transfer_len = stamp;
-        return (Answer::Now(r), IoKind::OTHER);
+        let r = completed(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
+        return (stamped(Answer::Now(r), stamp), IoKind::OTHER);
     };
-    // an RBD image resized outside the daemon (its update watch noticed): the LU's
-    // capacity follows, and every I_T nexus gets CAPACITY DATA HAS CHANGED
-    if let Some(blocks) = lun.store.take_size_change() {
-        tracing::info!(
-            lun = lun.number,
-            blocks,
-            "backing store resized outside: LUN follows"
-        );
-        lun.scsi.set_capacity(blocks);
-    }
-    let cmd_ctx = CmdCtx {
-        cdb: &cmd.cdb,
-        data_out: &cmd.data_out,
-        luns: &luns.numbers,
-    };
-    // reservations and unit attentions are per I_T nexus: every session has one
-    let outcome = match nexus {
-        Some(n) => lun.scsi.execute_nexus(n, &cmd_ctx),
-        None => scsi::Outcome::Action(lun.scsi.execute(&cmd_ctx)),
-    };
-    let action = match outcome {
+    follow_outside_resize(lun);
+    let action = match scsi_outcome(cmd, lun, luns, nexus) {
         scsi::Outcome::Action(a) => a,
         scsi::Outcome::PersistentReserveOut(po) => {
             let answer = pr::reserve_out(po, lun, target, ctx, reply);
@@ -71,8 +54,60 @@ pub fn execute(
     };
     let kind = io_kind(&action, &cmd.cdb, u64::from(block_size));
     reply.set_kind(kind);
-    // an RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
-    // back), and the command is retried by the initiator meanwhile
+    if let Some(refusal) = refusal_if_owned_elsewhere(lun, &action) {
+        return (stamped(Answer::Now(completed(refusal)), stamp), kind);
+    }
+    let answer = start(action, cmd, lun, target, luns, ctx, reply);
+    (stamped(answer, stamp), kind)
+}
+
+/// The Data-Out length the CDB of a write announces (`None` for a command without a write
+/// part), saturated to 32 bits: the write residuals are computed against it.
+fn write_transfer_len(cmd: &ScsiCommand, block_size: u32) -> Option<u32> {
+    if cmd.write {
+        scsi::data_out_len(&cmd.cdb, block_size).map(|n| n.min(u64::from(u32::MAX)) as u32)
+    } else {
+        None
+    }
+}
+
+/// An RBD image resized outside the daemon (its update watch noticed): the LU's capacity
+/// follows, and every I_T nexus gets CAPACITY DATA HAS CHANGED.
+fn follow_outside_resize(lun: &Lun) {
+    if let Some(blocks) = lun.store.take_size_change() {
+        tracing::info!(
+            lun = lun.number,
+            blocks,
+            "backing store resized outside: LUN follows"
+        );
+        lun.scsi.set_capacity(blocks);
+    }
+}
+
+/// What the LU's emulation makes of the command. Reservations and unit attentions are per
+/// I_T nexus: every session has one (without one, an anonymous nexus).
+fn scsi_outcome(
+    cmd: &ScsiCommand,
+    lun: &Lun,
+    luns: &LunSet,
+    nexus: Option<&scsi::Nexus>,
+) -> scsi::Outcome {
+    let cmd_ctx = CmdCtx {
+        cdb: &cmd.cdb,
+        data_out: &cmd.data_out,
+        luns: &luns.numbers,
+    };
+    match nexus {
+        Some(n) => lun.scsi.execute_nexus(n, &cmd_ctx),
+        None => scsi::Outcome::Action(lun.scsi.execute(&cmd_ctx)),
+    }
+}
+
+/// An RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
+/// back), and the command is refused — transitioning, for the initiator to retry meanwhile,
+/// or unavailable when this gateway was fenced. `None`: the command may run here (this
+/// gateway owns the LUN, the LUN has no owner to ask, or the action touches no medium).
+fn refusal_if_owned_elsewhere(lun: &Lun, action: &Action) -> Option<scsi::Completion> {
     if let Some(a) = &lun.arbiter
         && !matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_))
         && !a.owns()
@@ -85,10 +120,22 @@ pub fn execute(
         } else {
             scsi::alua::TRANSITIONING
         };
-        let mut r = completed(lun.scsi.check_condition(&sense));
-        r.write_transfer_len = stamp;
-        return (Answer::Now(r), kind);
+        return Some(lun.scsi.check_condition(&sense));
     }
+    None
+}
+
+/// Starts `action` on the backend: the one place where an action meets the store, the
+/// cache and the I/O workers. Emulated results are answered at once.
+fn start(
+    action: Action,
+    cmd: &mut ScsiCommand,
+    lun: &Arc<Lun>,
+    target: &Target,
+    luns: &LunSet,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
     // COMPARE AND WRITE, ORWRITE, WRITE ATOMIC: one path, the range held exclusively
     let mut locked_write = |op, (lba, count, durable), reply| {
         let data = std::mem::take(&mut cmd.data_out);
@@ -99,7 +146,7 @@ pub fn execute(
         };
         locked::start(w, lun, data, ctx, reply)
     };
-    let answer = match action {
+    match action {
         Action::Complete(c) => Answer::Now(completed(c)),
         Action::Read {
             lba,
@@ -161,8 +208,7 @@ pub fn execute(
         Action::SetTargetPortGroups(asks) => {
             crate::alua::set_target_port_groups(lun, target, &asks, reply)
         }
-    };
-    (stamped(answer, stamp), kind)
+    }
 }
 
 /// What an action counts as in the LUN's statistics, and the bytes it moves. A command
@@ -189,22 +235,22 @@ fn io_kind(action: &Action, cdb: &[u8], block_size: u64) -> IoKind {
             ranges.iter().fold(0u64, |a, r| a.saturating_add(r.1)),
         ),
         Action::Sync { .. } => kind(IoClass::Flush, 0),
-        Action::Complete(_) => kind(opcode_class(cdb.first().copied().unwrap_or(0)), 0),
+        Action::Complete(_) => kind(
+            io_class(scsi::op_class(cdb.first().copied().unwrap_or(0))),
+            0,
+        ),
         _ => IoKind::OTHER,
     }
 }
 
-/// The class of a command by its operation code (SBC-4): READ and WRITE of every size,
-/// SYNCHRONIZE CACHE, UNMAP.
-fn opcode_class(op: u8) -> IoClass {
-    match op {
-        0x08 | 0x28 | 0xA8 | 0x88 => IoClass::Read,
-        0x0A | 0x2A | 0xAA | 0x8A | 0x89 | 0x8B | 0x9C | 0x41 | 0x93 | 0x2E | 0x8E => {
-            IoClass::Write
-        }
-        0x35 | 0x91 => IoClass::Flush,
-        0x42 => IoClass::Discard,
-        _ => IoClass::Other,
+/// The statistics class of a command's operation class (`scsi::op_class`).
+fn io_class(class: scsi::OpClass) -> IoClass {
+    match class {
+        scsi::OpClass::Read => IoClass::Read,
+        scsi::OpClass::Write => IoClass::Write,
+        scsi::OpClass::Flush => IoClass::Flush,
+        scsi::OpClass::Discard => IoClass::Discard,
+        scsi::OpClass::Other => IoClass::Other,
     }
 }
 

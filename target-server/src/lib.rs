@@ -10,7 +10,6 @@
 pub mod alloc_count;
 pub(crate) mod alua;
 pub(crate) mod alua_rbd;
-pub(crate) mod atomic;
 pub(crate) mod backend;
 pub mod cli;
 pub(crate) mod dispatch;
@@ -27,6 +26,7 @@ pub mod logging;
 pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod proto_stats;
+pub(crate) mod range_locks;
 pub mod rdma_probe;
 pub(crate) mod registry;
 pub mod reload;

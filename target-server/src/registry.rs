@@ -53,7 +53,7 @@ pub struct Lun {
     /// What tgtadm shows and updates about the LUN.
     pub meta: Mutex<LunMeta>,
     /// Write atomicity for COMPARE AND WRITE.
-    pub locks: crate::atomic::RangeLocks,
+    pub locks: crate::range_locks::RangeLocks,
     /// I/O statistics (kept when the LUN is rebuilt by `--op update`).
     pub stats: Arc<crate::io_stats::LunStats>,
 }

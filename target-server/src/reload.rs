@@ -41,13 +41,49 @@ const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Applies `path` (or the file the daemon was started with). Returns a summary for the log
 /// and for `numatgtadm --reload`, or why nothing was changed.
+///
+/// The steps: read the file into the next configuration; compare it with the running one;
+/// open the added and changed targets (any failure leaves the daemon as it was); retire the
+/// removed and changed ones; put the new ones in service; replace the accounts and limits;
+/// bind and close portals; report.
 pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     let mut loaded = ctx.loaded.lock().unwrap_or_else(|p| p.into_inner());
     let path = match path.map(Path::to_path_buf).or_else(|| loaded.path.clone()) {
         Some(p) => p,
         None => return Err("no configuration file to reload (started without --config)".into()),
     };
-    let imported = config::load(&path).map_err(|e| e.to_string())?;
+    let next = next_config(&loaded, &path)?;
+    let diff = config::diff(&loaded.config, &next);
+    if diff.is_empty() {
+        loaded.path = Some(path);
+        return Ok("configuration unchanged".into());
+    }
+    for what in &diff.needs_restart {
+        tracing::warn!("reload: {what} changed; it takes effect at the next start");
+    }
+    // open everything new first: a target that cannot be opened leaves the daemon as it was
+    let opened = open_new_targets(ctx, &diff, &next)?;
+    // now replace: the old versions go first (sessions closed, dirty data written back)
+    let closed = retire_replaced(ctx, &diff);
+    crate::alua_rbd::start_all(&opened, ctx.cache.as_ref());
+    ctx.registry.update_targets(|ts| ts.extend(opened));
+    apply_accounts(ctx, &diff, &next);
+    if diff.limits_changed {
+        // in force at once: new connections, logins and management clients see them
+        ctx.registry.limits.apply(&next.limits);
+    }
+    let portal_errors = apply_portals(ctx, &diff);
+    let summary = summary(&path, &diff, closed, &portal_errors);
+    loaded.config = next;
+    loaded.path = Some(path);
+    Ok(summary)
+}
+
+/// The configuration `path` holds (its warnings logged), with what does not come from the
+/// file kept as it runs: the `--demo` targets, and the portals and metrics settings given
+/// on the command line.
+fn next_config(loaded: &Loaded, path: &Path) -> Result<config::Config, String> {
+    let imported = config::load(path).map_err(|e| e.to_string())?;
     for w in &imported.warnings {
         tracing::warn!("{}: {w}", path.display());
     }
@@ -62,15 +98,16 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     if loaded.metrics_from_cli {
         next.metrics = loaded.config.metrics;
     }
-    let diff = config::diff(&loaded.config, &next);
-    if diff.is_empty() {
-        loaded.path = Some(path);
-        return Ok("configuration unchanged".into());
-    }
-    for what in &diff.needs_restart {
-        tracing::warn!("reload: {what} changed; it takes effect at the next start");
-    }
-    // open everything new first: a target that cannot be opened leaves the daemon as it was
+    Ok(next)
+}
+
+/// Opens the added and changed targets of `next`, not yet in service: the first that
+/// cannot be opened (or asks for a tid another target keeps) is the error.
+fn open_new_targets(
+    ctx: &Ctx,
+    diff: &config::ConfigDiff,
+    next: &config::Config,
+) -> Result<Vec<Arc<Target>>, String> {
     let rebuild: Vec<&str> = diff
         .added
         .iter()
@@ -83,6 +120,7 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let mut opened: Vec<Arc<Target>> = Vec::new();
+    // the tids of the targets that stay, then of those opened so far
     let mut used: Vec<u32> = ctx
         .registry
         .targets()
@@ -98,26 +136,35 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
         else {
             continue;
         };
-        let tid = match tc.tid {
-            Some(t) if used.contains(&t) => {
-                return Err(format!("{iqn}: tid {t} is in use by another target"));
-            }
-            Some(t) => t,
-            None => ctx
-                .registry
-                .target(iqn)
-                .map(|t| t.tid)
-                .filter(|t| !used.contains(t))
-                .unwrap_or_else(|| (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX)),
-        };
+        let tid = pick_tid(ctx, iqn, tc.tid, &used)?;
         used.push(tid);
         let reg = Arc::clone(&ctx.registry);
         let mut ids = move || reg.alloc_cache_id();
-        let t = crate::runtime::open_target(&next, tc, tid, &mut ids, &state_dir)
+        let t = crate::runtime::open_target(next, tc, tid, &mut ids, &state_dir)
             .map_err(|e| format!("{e}"))?;
         opened.push(Arc::new(t));
     }
-    // now replace: the old versions go first (sessions closed, dirty data written back)
+    Ok(opened)
+}
+
+/// The tid of target `iqn`: the one the file gives (refused when `used`), else the one it
+/// runs with (if free), else the lowest free one.
+fn pick_tid(ctx: &Ctx, iqn: &str, asked: Option<u32>, used: &[u32]) -> Result<u32, String> {
+    match asked {
+        Some(t) if used.contains(&t) => Err(format!("{iqn}: tid {t} is in use by another target")),
+        Some(t) => Ok(t),
+        None => Ok(ctx
+            .registry
+            .target(iqn)
+            .map(|t| t.tid)
+            .filter(|t| !used.contains(t))
+            .unwrap_or_else(|| (1..).find(|n| !used.contains(n)).unwrap_or(u32::MAX))),
+    }
+}
+
+/// Retires the removed and the changed targets (see [`retire`]). Returns the number of
+/// sessions closed.
+fn retire_replaced(ctx: &Ctx, diff: &config::ConfigDiff) -> usize {
     let mut closed = 0usize;
     for iqn in diff
         .removed
@@ -126,8 +173,11 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     {
         closed += retire(ctx, iqn);
     }
-    crate::alua_rbd::start_all(&opened, ctx.cache.as_ref());
-    ctx.registry.update_targets(|ts| ts.extend(opened));
+    closed
+}
+
+/// CHAP accounts and discovery authentication replaced from `next` when they changed.
+fn apply_accounts(ctx: &Ctx, diff: &config::ConfigDiff, next: &config::Config) {
     if !diff.accounts_changed.is_empty() || diff.discovery_auth_changed {
         *ctx.registry.accounts() = Accounts {
             users: next
@@ -142,10 +192,11 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
             },
         };
     }
-    if diff.limits_changed {
-        // in force at once: new connections, logins and management clients see them
-        ctx.registry.limits.apply(&next.limits);
-    }
+}
+
+/// iSCSI portals closed and bound as the file says; iSER portals are bound at start only
+/// (tgtadm cannot add them either, yet). Returns what could not be done (also logged).
+fn apply_portals(ctx: &Ctx, diff: &config::ConfigDiff) -> Vec<String> {
     let mut portal_errors = Vec::new();
     if let Some(acceptor) = &ctx.portals {
         for a in &diff.portals_removed {
@@ -159,7 +210,6 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
             }
         }
     }
-    // iSER portals are bound at start only (tgtadm cannot add them either, yet)
     for (what, list) in [
         ("added", &diff.iser_portals_added),
         ("removed", &diff.iser_portals_removed),
@@ -174,7 +224,17 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     for e in &portal_errors {
         tracing::warn!("reload: {e}");
     }
-    let summary = format!(
+    portal_errors
+}
+
+/// The one-line summary of an applied reload.
+fn summary(
+    path: &Path,
+    diff: &config::ConfigDiff,
+    closed: usize,
+    portal_errors: &[String],
+) -> String {
+    format!(
         "reloaded {}: {} added, {} changed, {} removed, {} unchanged targets; {} sessions closed{}{}",
         path.display(),
         diff.added.len(),
@@ -192,10 +252,7 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
         } else {
             format!("; {}", portal_errors.join("; "))
         },
-    );
-    loaded.config = next;
-    loaded.path = Some(path);
-    Ok(summary)
+    )
 }
 
 /// Takes target `iqn` out of service: no new logins, its sessions closed (waited for), its

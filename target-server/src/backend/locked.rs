@@ -115,7 +115,7 @@ struct LockedWrite<'a> {
 }
 
 /// A read-modify-write, atomic against every other writer of the blocks (the LUN's range
-/// locks, `atomic.rs`, held exclusively throughout): the medium is read (after dirty cached
+/// locks, `range_locks.rs`, held exclusively throughout): the medium is read (after dirty cached
 /// data of the range reached it), `modify` turns it into the new content (or a SCSI error
 /// that ends the command), which is written through — durable when asked — with the cached
 /// copy updated.

@@ -135,7 +135,7 @@ pub fn unmap(
 ) -> CommandResult<Payload> {
     let bs = u64::from(lun.store.block_size());
     for &(lba, blocks) in ranges {
-        // exclusive on a cached LUN: see `atomic.rs` (write-through and cached copy)
+        // exclusive on a cached LUN: see `range_locks.rs` (write-through and cached copy)
         let _hold = hold(cache.is_some(), lun, lba * bs, blocks * bs);
         if let Err(e) = deallocate(cache, lun, lba * bs, blocks * bs) {
             return io_failure(lun, &e, true, lba);
@@ -145,10 +145,12 @@ pub fn unmap(
 }
 
 /// The range hold of a write to the backing store: shared, or exclusive when a cached copy
-/// must be brought up to date too (`atomic.rs` says why).
+/// must be brought up to date too (`range_locks.rs` says why).
 enum Hold<'a> {
-    Shared(#[allow(dead_code, reason = "held, never read")] crate::atomic::SharedHold<'a>),
-    Exclusive(#[allow(dead_code, reason = "held, never read")] crate::atomic::ExclusiveHold<'a>),
+    Shared(#[allow(dead_code, reason = "held, never read")] crate::range_locks::SharedHold<'a>),
+    Exclusive(
+        #[allow(dead_code, reason = "held, never read")] crate::range_locks::ExclusiveHold<'a>,
+    ),
 }
 
 fn hold(cached: bool, lun: &Lun, offset: u64, len: u64) -> Hold<'_> {

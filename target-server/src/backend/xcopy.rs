@@ -4,7 +4,7 @@
 //! daemon), and each block → block segment is copied in bounded chunks through the same
 //! paths a READ and a WRITE take: the source read through the block cache (or around it,
 //! after its dirty data), the destination written as a WRITE is — holding the LUN's write
-//! range locks (`atomic.rs`), kept dirty in the write-back cache when WCE=1, durable before
+//! range locks (`range_locks.rs`), kept dirty in the write-back cache when WCE=1, durable before
 //! status when WCE=0. The outcome is recorded for RECEIVE COPY RESULTS by
 //! `LogicalUnit::copy_finished`.
 //!

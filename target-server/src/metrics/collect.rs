@@ -9,7 +9,8 @@ use prometheus::proto::MetricFamily;
 use super::family::Family;
 use crate::backend::Workers;
 use crate::event_loop::Shared;
-use crate::io_stats::{BUCKET_BOUNDS_NS, ERROR_KINDS, IoClass, c};
+use crate::io_stats::{BUCKET_BOUNDS_NS, ERROR_KINDS, IoClass, IoTotals, c};
+use crate::registry::Lun;
 
 /// What the metrics thread reads.
 pub struct Source {
@@ -211,93 +212,15 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
     }
 }
 
+/// The per-LUN families: every LUN of every target (by tid) adds its I/O counters, its
+/// identity (capacity, what backs it), its latency histogram, its ALUA state and its RBD
+/// image's own operations.
 fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
-    let counter = |name: &str, help: &str| Family::counter(name, help);
-    let mut reads = counter(
-        "numatgt_lun_reads_completed_total",
-        "READ commands completed (any status).",
-    );
-    let mut writes = counter(
-        "numatgt_lun_writes_completed_total",
-        "WRITE-type commands completed (any status).",
-    );
-    let mut rbytes = counter(
-        "numatgt_lun_read_bytes_total",
-        "Bytes read by successful READ commands.",
-    );
-    let mut wbytes = counter(
-        "numatgt_lun_written_bytes_total",
-        "Bytes written by successful WRITE-type commands.",
-    );
-    let mut rtime = counter(
-        "numatgt_lun_read_time_seconds_total",
-        "Sum of READ latencies (command received to response queued).",
-    );
-    let mut wtime = counter(
-        "numatgt_lun_write_time_seconds_total",
-        "Sum of WRITE-type latencies.",
-    );
-    let mut now = Family::gauge(
-        "numatgt_lun_io_now",
-        "Reads, writes, discards and flushes in flight.",
-    );
-    let mut iot = counter(
-        "numatgt_lun_io_time_seconds_total",
-        "Time with I/O in flight, summed over connections.",
-    );
-    let mut iow = counter(
-        "numatgt_lun_io_time_weighted_seconds_total",
-        "I/O in flight integrated over time.",
-    );
-    let mut flush = counter(
-        "numatgt_lun_flush_requests_total",
-        "SYNCHRONIZE CACHE commands completed.",
-    );
-    let mut disc = counter(
-        "numatgt_lun_discards_completed_total",
-        "UNMAP and WRITE SAME with UNMAP commands completed.",
-    );
-    let mut dbytes = counter(
-        "numatgt_lun_discarded_bytes_total",
-        "Bytes deallocated by successful discards.",
-    );
-    let mut errors = counter(
-        "numatgt_lun_errors_total",
-        "Commands that did not end GOOD, by sense key (or status without sense data).",
-    );
-    let mut cap = Family::gauge("numatgt_lun_capacity_bytes", "Size of the logical unit.");
-    let mut info = Family::gauge(
-        "numatgt_lun_info",
-        "What backs the logical unit and its cache mode (always 1).",
-    );
-    let mut hist = Family::histogram(
-        "numatgt_lun_io_duration_seconds",
-        "Command latency, command received to response queued.",
-    );
-    let mut rbd_hist = Family::histogram(
-        "numatgt_lun_rbd_op_duration_seconds",
-        "Latency of the RBD image's own operations as librbd answers them (rbd LUNs only).",
-    );
-    let mut rbd_errors = counter(
-        "numatgt_lun_rbd_op_errors_total",
-        "RBD image operations that failed (timeouts, a sick cluster, a lost lock).",
-    );
-    let mut alua_state = Family::gauge(
-        "numatgt_lun_alua_state",
-        "Asymmetric access state of this gateway's port group for the LUN (0 active/optimized, 1 active/non-optimized, 2 standby, 3 unavailable, 15 transitioning).",
-    );
-    let mut alua_owner = Family::gauge(
-        "numatgt_lun_alua_owner_group",
-        "Target port group that owns the LUN, as this gateway knows it.",
-    );
-    let mut alua_moves = counter(
-        "numatgt_lun_alua_transitions_total",
-        "Ownership moves of an RBD LUN seen by this gateway: takeover (it took the LUN), fenced_other (… breaking a silent owner's lock), release (it handed the LUN over), fenced (its own lock was broken).",
-    );
-    let mut rbd_async = counter(
-        "numatgt_lun_rbd_op_async_total",
-        "RBD image operations started asynchronously from an event thread (librbd aio).",
-    );
+    let mut io = LunIo::new();
+    let mut id = LunIdentity::new();
+    let mut latency = LunLatency::new();
+    let mut rbd = RbdOps::new();
+    let mut alua = LunAlua::new();
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -306,97 +229,349 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
             let n = n.to_string();
             let l = [("target", t.iqn.as_str()), ("lun", n.as_str())];
             let s = lun.stats.totals();
-            reads.add(&l, s.c[c::RD_DONE] as f64);
-            writes.add(&l, s.c[c::WR_DONE] as f64);
-            rbytes.add(&l, s.c[c::RD_BYTES] as f64);
-            wbytes.add(&l, s.c[c::WR_BYTES] as f64);
-            rtime.add(&l, s.c[c::RD_NS] as f64 * NS);
-            wtime.add(&l, s.c[c::WR_NS] as f64 * NS);
-            now.add(&l, s.c[c::INFLIGHT] as f64);
-            iot.add(&l, s.c[c::IO_NS] as f64 * NS);
-            iow.add(&l, s.c[c::WEIGHTED_NS] as f64 * NS);
-            flush.add(&l, s.c[c::FLUSH_DONE] as f64);
-            disc.add(&l, s.c[c::DISCARD_DONE] as f64);
-            dbytes.add(&l, s.c[c::DISCARD_BYTES] as f64);
-            for (k, name) in ERROR_KINDS.iter().enumerate() {
-                let v = s.errors[k];
-                if v > 0 {
-                    errors.add(&[l[0], l[1], ("sense_key", name)], v as f64);
-                }
-            }
-            cap.add(&l, lun.store.size() as f64);
-            {
-                let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
-                let mode = if lun.cached {
-                    "numa"
-                } else if lun.store.is_direct() {
-                    "off"
-                } else {
-                    "page"
-                };
-                info.add(
-                    &[
-                        l[0],
-                        l[1],
-                        ("backing_store", meta.path.as_str()),
-                        ("bs_type", meta.bstype.as_str()),
-                        ("cache", mode),
-                    ],
-                    1.0,
-                );
-            }
-            for k in IoClass::ALL {
-                let i = k as usize;
-                hist.add_histogram(
-                    &[l[0], l[1], ("op", k.label())],
-                    &bounds,
-                    &s.hist[i],
-                    s.hist_ns[i] as f64 * NS,
-                );
-            }
-            alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
-            let owner = match &lun.arbiter {
-                Some(a) => a.owner_group(),
-                None => {
-                    lun.meta
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .alua_owner
-                }
-            };
-            alua_owner.add(&l, f64::from(owner));
-            if let Some(a) = &lun.arbiter {
-                let m = &a.transitions;
-                for (kind, v) in [
-                    ("takeover", &m.takeovers),
-                    ("fenced_other", &m.fenced_others),
-                    ("release", &m.releases),
-                    ("fenced", &m.fenced),
-                ] {
-                    let v = v.load(std::sync::atomic::Ordering::Relaxed);
-                    alua_moves.add(&[l[0], l[1], ("kind", kind)], v as f64);
-                }
-            }
-            if let Some(lat) = lun.store.op_latency() {
-                for op in cache::StoreOp::ALL {
-                    let h = lat.snapshot(op);
-                    let labels = [l[0], l[1], ("op", op.label())];
-                    rbd_hist.add_histogram(&labels, &bounds, &h.buckets, h.sum_ns as f64 * NS);
-                    rbd_errors.add(&labels, h.errors as f64);
-                    rbd_async.add(&labels, h.asynchronous as f64);
-                }
+            io.add(l, &s);
+            id.add(l, lun);
+            latency.add(l, &s, &bounds);
+            rbd.add(l, lun, &bounds);
+            alua.add(l, lun);
+        }
+    }
+    io.push(out);
+    id.push(out);
+    latency.push(out);
+    rbd.push(out);
+    alua.push(out);
+}
+
+/// A LUN's labels: target and LUN number.
+type LunLabels<'a> = [(&'static str, &'a str); 2];
+
+/// The I/O a LUN served, as node_exporter's disk statistics count it, and its errors.
+struct LunIo {
+    reads: Family,
+    writes: Family,
+    rbytes: Family,
+    wbytes: Family,
+    rtime: Family,
+    wtime: Family,
+    now: Family,
+    iot: Family,
+    iow: Family,
+    flush: Family,
+    disc: Family,
+    dbytes: Family,
+    errors: Family,
+}
+
+impl LunIo {
+    fn new() -> LunIo {
+        let counter = |name: &str, help: &str| Family::counter(name, help);
+        LunIo {
+            reads: counter(
+                "numatgt_lun_reads_completed_total",
+                "READ commands completed (any status).",
+            ),
+            writes: counter(
+                "numatgt_lun_writes_completed_total",
+                "WRITE-type commands completed (any status).",
+            ),
+            rbytes: counter(
+                "numatgt_lun_read_bytes_total",
+                "Bytes read by successful READ commands.",
+            ),
+            wbytes: counter(
+                "numatgt_lun_written_bytes_total",
+                "Bytes written by successful WRITE-type commands.",
+            ),
+            rtime: counter(
+                "numatgt_lun_read_time_seconds_total",
+                "Sum of READ latencies (command received to response queued).",
+            ),
+            wtime: counter(
+                "numatgt_lun_write_time_seconds_total",
+                "Sum of WRITE-type latencies.",
+            ),
+            now: Family::gauge(
+                "numatgt_lun_io_now",
+                "Reads, writes, discards and flushes in flight.",
+            ),
+            iot: counter(
+                "numatgt_lun_io_time_seconds_total",
+                "Time with I/O in flight, summed over connections.",
+            ),
+            iow: counter(
+                "numatgt_lun_io_time_weighted_seconds_total",
+                "I/O in flight integrated over time.",
+            ),
+            flush: counter(
+                "numatgt_lun_flush_requests_total",
+                "SYNCHRONIZE CACHE commands completed.",
+            ),
+            disc: counter(
+                "numatgt_lun_discards_completed_total",
+                "UNMAP and WRITE SAME with UNMAP commands completed.",
+            ),
+            dbytes: counter(
+                "numatgt_lun_discarded_bytes_total",
+                "Bytes deallocated by successful discards.",
+            ),
+            errors: counter(
+                "numatgt_lun_errors_total",
+                "Commands that did not end GOOD, by sense key (or status without sense data).",
+            ),
+        }
+    }
+
+    /// The LUN's counters, and its errors by sense key (only the kinds that happened).
+    fn add(&mut self, l: LunLabels<'_>, s: &IoTotals) {
+        self.reads.add(&l, s.c[c::RD_DONE] as f64);
+        self.writes.add(&l, s.c[c::WR_DONE] as f64);
+        self.rbytes.add(&l, s.c[c::RD_BYTES] as f64);
+        self.wbytes.add(&l, s.c[c::WR_BYTES] as f64);
+        self.rtime.add(&l, s.c[c::RD_NS] as f64 * NS);
+        self.wtime.add(&l, s.c[c::WR_NS] as f64 * NS);
+        self.now.add(&l, s.c[c::INFLIGHT] as f64);
+        self.iot.add(&l, s.c[c::IO_NS] as f64 * NS);
+        self.iow.add(&l, s.c[c::WEIGHTED_NS] as f64 * NS);
+        self.flush.add(&l, s.c[c::FLUSH_DONE] as f64);
+        self.disc.add(&l, s.c[c::DISCARD_DONE] as f64);
+        self.dbytes.add(&l, s.c[c::DISCARD_BYTES] as f64);
+        for (k, name) in ERROR_KINDS.iter().enumerate() {
+            let v = s.errors[k];
+            if v > 0 {
+                self.errors
+                    .add(&[l[0], l[1], ("sense_key", name)], v as f64);
             }
         }
     }
-    for f in [
-        reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
-        cap, info, hist, rbd_hist, rbd_errors, rbd_async, alua_state, alua_owner, alua_moves,
-    ] {
-        push(out, f);
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        let LunIo {
+            reads,
+            writes,
+            rbytes,
+            wbytes,
+            rtime,
+            wtime,
+            now,
+            iot,
+            iow,
+            flush,
+            disc,
+            dbytes,
+            errors,
+        } = self;
+        for f in [
+            reads, writes, rbytes, wbytes, rtime, wtime, now, iot, iow, flush, disc, dbytes, errors,
+        ] {
+            push(out, f);
+        }
     }
 }
 
+/// A LUN's command latency, one histogram per command class.
+struct LunLatency {
+    hist: Family,
+}
+
+impl LunLatency {
+    fn new() -> LunLatency {
+        LunLatency {
+            hist: Family::histogram(
+                "numatgt_lun_io_duration_seconds",
+                "Command latency, command received to response queued.",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, s: &IoTotals, bounds: &[f64]) {
+        for k in IoClass::ALL {
+            let i = k as usize;
+            self.hist.add_histogram(
+                &[l[0], l[1], ("op", k.label())],
+                bounds,
+                &s.hist[i],
+                s.hist_ns[i] as f64 * NS,
+            );
+        }
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.hist);
+    }
+}
+
+/// What a LUN is: its size, and what backs it with which cache mode.
+struct LunIdentity {
+    cap: Family,
+    info: Family,
+}
+
+impl LunIdentity {
+    fn new() -> LunIdentity {
+        LunIdentity {
+            cap: Family::gauge("numatgt_lun_capacity_bytes", "Size of the logical unit."),
+            info: Family::gauge(
+                "numatgt_lun_info",
+                "What backs the logical unit and its cache mode (always 1).",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun) {
+        let LunIdentity { cap, info } = self;
+        cap.add(&l, lun.store.size() as f64);
+        {
+            let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
+            let mode = if lun.cached {
+                "numa"
+            } else if lun.store.is_direct() {
+                "off"
+            } else {
+                "page"
+            };
+            info.add(
+                &[
+                    l[0],
+                    l[1],
+                    ("backing_store", meta.path.as_str()),
+                    ("bs_type", meta.bstype.as_str()),
+                    ("cache", mode),
+                ],
+                1.0,
+            );
+        }
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.cap);
+        push(out, self.info);
+    }
+}
+
+/// A LUN's asymmetric access: this gateway's state, the owner group, ownership moves.
+struct LunAlua {
+    alua_state: Family,
+    alua_owner: Family,
+    alua_moves: Family,
+}
+
+impl LunAlua {
+    fn new() -> LunAlua {
+        LunAlua {
+            alua_state: Family::gauge(
+                "numatgt_lun_alua_state",
+                "Asymmetric access state of this gateway's port group for the LUN (0 active/optimized, 1 active/non-optimized, 2 standby, 3 unavailable, 15 transitioning).",
+            ),
+            alua_owner: Family::gauge(
+                "numatgt_lun_alua_owner_group",
+                "Target port group that owns the LUN, as this gateway knows it.",
+            ),
+            alua_moves: Family::counter(
+                "numatgt_lun_alua_transitions_total",
+                "Ownership moves of an RBD LUN seen by this gateway: takeover (it took the LUN), fenced_other (… breaking a silent owner's lock), release (it handed the LUN over), fenced (its own lock was broken).",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun) {
+        let LunAlua {
+            alua_state,
+            alua_owner,
+            alua_moves,
+        } = self;
+        alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
+        let owner = match &lun.arbiter {
+            Some(a) => a.owner_group(),
+            None => {
+                lun.meta
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .alua_owner
+            }
+        };
+        alua_owner.add(&l, f64::from(owner));
+        if let Some(a) = &lun.arbiter {
+            let m = &a.transitions;
+            for (kind, v) in [
+                ("takeover", &m.takeovers),
+                ("fenced_other", &m.fenced_others),
+                ("release", &m.releases),
+                ("fenced", &m.fenced),
+            ] {
+                let v = v.load(std::sync::atomic::Ordering::Relaxed);
+                alua_moves.add(&[l[0], l[1], ("kind", kind)], v as f64);
+            }
+        }
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.alua_state);
+        push(out, self.alua_owner);
+        push(out, self.alua_moves);
+    }
+}
+
+/// The RBD image's own operations as librbd answers them (RBD LUNs only): latency, errors,
+/// how many were started asynchronously.
+struct RbdOps {
+    rbd_hist: Family,
+    rbd_errors: Family,
+    rbd_async: Family,
+}
+
+impl RbdOps {
+    fn new() -> RbdOps {
+        RbdOps {
+            rbd_hist: Family::histogram(
+                "numatgt_lun_rbd_op_duration_seconds",
+                "Latency of the RBD image's own operations as librbd answers them (rbd LUNs only).",
+            ),
+            rbd_errors: Family::counter(
+                "numatgt_lun_rbd_op_errors_total",
+                "RBD image operations that failed (timeouts, a sick cluster, a lost lock).",
+            ),
+            rbd_async: Family::counter(
+                "numatgt_lun_rbd_op_async_total",
+                "RBD image operations started asynchronously from an event thread (librbd aio).",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun, bounds: &[f64]) {
+        let RbdOps {
+            rbd_hist,
+            rbd_errors,
+            rbd_async,
+        } = self;
+        if let Some(lat) = lun.store.op_latency() {
+            for op in cache::StoreOp::ALL {
+                let h = lat.snapshot(op);
+                let labels = [l[0], l[1], ("op", op.label())];
+                rbd_hist.add_histogram(&labels, bounds, &h.buckets, h.sum_ns as f64 * NS);
+                rbd_errors.add(&labels, h.errors as f64);
+                rbd_async.add(&labels, h.asynchronous as f64);
+            }
+        }
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.rbd_hist);
+        push(out, self.rbd_errors);
+        push(out, self.rbd_async);
+    }
+}
+
+/// The per-node families: the NUMA cache of each node, then the event threads and the I/O
+/// workers.
 fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
+    cache_nodes(src, out);
+    threads(src, out);
+}
+
+/// Each node's cache: lookups, evictions, bytes held, write-back, locality of what it
+/// served, and the requests the router forwarded from it.
+fn cache_nodes(src: &Source, out: &mut Vec<MetricFamily>) {
     let sh = &src.shared;
     let mut hits = Family::counter(
         "numatgt_cache_hits_total",
@@ -429,14 +604,6 @@ fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
     let mut fwd = Family::counter(
         "numatgt_router_forwards_total",
         "Requests the affinity router sent from one node to another.",
-    );
-    let mut busy = Family::counter(
-        "numatgt_event_thread_busy_seconds_total",
-        "Time each event thread spent working (not waiting for events).",
-    );
-    let mut depth = Family::gauge(
-        "numatgt_io_worker_queue_depth",
-        "Jobs queued for the node's backing-store I/O workers.",
     );
     if let Some(cache) = sh.cache.as_ref() {
         let block = cache.config().block_size as f64;
@@ -473,6 +640,22 @@ fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
             }
         }
     }
+    for f in [hits, misses, evictions, bytes, capacity, wb, served, fwd] {
+        push(out, f);
+    }
+}
+
+/// How busy each event thread was, and how many jobs wait for each node's I/O workers.
+fn threads(src: &Source, out: &mut Vec<MetricFamily>) {
+    let sh = &src.shared;
+    let mut busy = Family::counter(
+        "numatgt_event_thread_busy_seconds_total",
+        "Time each event thread spent working (not waiting for events).",
+    );
+    let mut depth = Family::gauge(
+        "numatgt_io_worker_queue_depth",
+        "Jobs queued for the node's backing-store I/O workers.",
+    );
     for (i, t) in sh.thread_stats.iter().enumerate() {
         let n = t.node.to_string();
         let i = i.to_string();
@@ -488,9 +671,7 @@ fn nodes(src: &Source, out: &mut Vec<MetricFamily>) {
             Workers::pending(&sh.workers, node) as f64,
         );
     }
-    for f in [
-        hits, misses, evictions, bytes, capacity, wb, served, fwd, busy, depth,
-    ] {
+    for f in [busy, depth] {
         push(out, f);
     }
 }

@@ -255,6 +255,9 @@ fn fixed_len(v: &str, max: usize) -> Result<String, ErrCode> {
     Ok(v.to_string())
 }
 
+/// `--op update --params k=v,…`: every key is checked before anything changes. Then the
+/// store is resized, the ALUA owner moved, and the LUN either rebuilt (INQUIRY data or
+/// `readonly` changed: a new SCSI logical unit on the same store) or changed in place.
 fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
@@ -263,44 +266,104 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         return Err(ErrCode::InvalidRequest);
     }
     // validate everything first, then apply: a bad key changes nothing
-    let mut params = lun.scsi.params().clone();
-    params.write_cache = lun.scsi.write_cache_enabled();
-    params.num_blocks = lun.scsi.num_blocks();
-    let mut meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut rebuild = false;
-    let mut resize: Option<Option<u64>> = None;
-    let mut owner: Option<u16> = None;
+    let mut asked = Update::of(&lun);
     for (k, v) in pairs {
-        match k.as_str() {
+        asked.set(&t, &lun, k, v)?;
+    }
+    let Update {
+        mut params,
+        mut meta,
+        rebuild,
+        resize,
+        owner,
+    } = asked;
+    if let Some(to) = resize {
+        params.num_blocks = resize_store(&t, &lun, to)?;
+    }
+    if let Some(g) = owner {
+        crate::alua::set_owner(&lun, &t.alua, g, ctx.cache.as_ref()).map_err(|e| {
+            tracing::warn!(lun = lun.number, "ALUA owner not changed: {e}");
+            ErrCode::InvalidRequest
+        })?;
+        meta.alua_owner = g;
+    }
+    if rebuild {
+        replace_lun(&t, &lun, params, meta);
+    } else {
+        change_in_place(&lun, meta);
+    }
+    Ok(String::new())
+}
+
+/// What an update asks for, checked key by key before anything is applied.
+struct Update {
+    /// The SCSI logical unit's parameters, as they will be.
+    params: scsi::LuParams,
+    /// The LUN's description, as it will be.
+    meta: LunMeta,
+    /// INQUIRY data or `readonly` changed: the SCSI logical unit is rebuilt.
+    rebuild: bool,
+    /// `size=`: grow the store to this many bytes, or re-measure it (`None`).
+    resize: Option<Option<u64>>,
+    /// `alua_owner=`: the target port group that is to own the LUN.
+    owner: Option<u16>,
+}
+
+impl Update {
+    /// Nothing asked yet: the LUN as it is.
+    fn of(lun: &Lun) -> Update {
+        let mut params = lun.scsi.params().clone();
+        params.write_cache = lun.scsi.write_cache_enabled();
+        params.num_blocks = lun.scsi.num_blocks();
+        Update {
+            params,
+            meta: lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            rebuild: false,
+            resize: None,
+            owner: None,
+        }
+    }
+
+    /// Key `k` set to `v` (tgtd's `--params` keys, and numatgt's `size` and `alua_owner`);
+    /// an unknown key or a bad value is the error.
+    fn set(&mut self, t: &Target, lun: &Lun, k: &str, v: &str) -> Result<(), ErrCode> {
+        let Update {
+            params,
+            meta,
+            rebuild,
+            resize,
+            owner,
+        } = self;
+        match k {
             // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
             // device is re-measured after it was grown (`size=rescan`). Shrinking is refused.
-            "size" if v == "rescan" => resize = Some(None),
+            "size" if v == "rescan" => *resize = Some(None),
             "size" => {
-                resize = Some(Some(
+                *resize = Some(Some(
                     config::parse_size(v).map_err(|_| ErrCode::InvalidRequest)?,
                 ));
             }
             "vendor_id" => {
                 params.vendor_id = fixed_len(v, 8)?;
-                rebuild = true;
+                *rebuild = true;
             }
             "product_id" => {
                 params.product_id = fixed_len(v, 16)?;
-                rebuild = true;
+                *rebuild = true;
             }
             "product_rev" => {
                 params.product_rev = fixed_len(v, 4)?;
-                rebuild = true;
+                *rebuild = true;
             }
             "scsi_sn" => {
                 params.serial = fixed_len(v, 36)?;
                 meta.scsi_sn = params.serial.clone();
-                rebuild = true;
+                *rebuild = true;
             }
             "scsi_id" => meta.scsi_id = fixed_len(v, 64)?,
             "readonly" => {
                 params.readonly = parse_bool(v)?;
-                rebuild = true;
+                *rebuild = true;
             }
             "removable" => meta.removable = parse_bool(v)?,
             // numatgt: ALUA, the target port group that owns the LUN (active/optimized)
@@ -314,12 +377,12 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
                     );
                     return Err(ErrCode::InvalidRequest);
                 }
-                owner = Some(g);
+                *owner = Some(g);
             }
             "online" => meta.online = parse_bool(v)?,
             "thin_provisioning" => meta.thin_provisioning = parse_bool(v)?,
             "sense_format" => {
-                meta.sense_format = match v.as_str() {
+                meta.sense_format = match v {
                     "0" => 0,
                     "1" => 1,
                     _ => return Err(ErrCode::InvalidRequest),
@@ -329,7 +392,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
                 tracing::warn!(
                     lun = lun.number,
                     "the cache mode is chosen when a LUN is \
-                    created (--bsopts cache=numa|off|page); delete and re-create the LUN"
+                        created (--bsopts cache=numa|off|page); delete and re-create the LUN"
                 );
                 return Err(ErrCode::UnsupportedOperation);
             }
@@ -338,93 +401,105 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             }
             _ => return Err(ErrCode::InvalidRequest),
         }
+        Ok(())
     }
-    if let Some(to) = resize {
-        let bytes = lun.store.resize(to).map_err(|e| {
-            tracing::warn!(lun = lun.number, "resize refused: {e}");
-            ErrCode::InvalidRequest
-        })?;
-        let blocks = bytes / u64::from(lun.store.block_size().max(1));
-        if blocks != lun.scsi.num_blocks() {
-            tracing::info!(target = %t.iqn, lun = lun.number, bytes, blocks, "LUN resized");
-        }
-        // every I_T nexus gets CAPACITY DATA HAS CHANGED
-        lun.scsi.set_capacity(blocks);
-        params.num_blocks = blocks;
+}
+
+/// Resizes the backing store (`to`: bytes, or `None` to re-measure a grown device); every
+/// I_T nexus gets CAPACITY DATA HAS CHANGED. Returns the capacity in blocks.
+fn resize_store(t: &Target, lun: &Lun, to: Option<u64>) -> Result<u64, ErrCode> {
+    let bytes = lun.store.resize(to).map_err(|e| {
+        tracing::warn!(lun = lun.number, "resize refused: {e}");
+        ErrCode::InvalidRequest
+    })?;
+    let blocks = bytes / u64::from(lun.store.block_size().max(1));
+    if blocks != lun.scsi.num_blocks() {
+        tracing::info!(target = %t.iqn, lun = lun.number, bytes, blocks, "LUN resized");
     }
-    if let Some(g) = owner {
-        crate::alua::set_owner(&lun, &t.alua, g, ctx.cache.as_ref()).map_err(|e| {
-            tracing::warn!(lun = lun.number, "ALUA owner not changed: {e}");
-            ErrCode::InvalidRequest
-        })?;
-        meta.alua_owner = g;
-    }
+    // every I_T nexus gets CAPACITY DATA HAS CHANGED
+    lun.scsi.set_capacity(blocks);
+    Ok(blocks)
+}
+
+/// LUN `lun` replaced by one with a new SCSI logical unit made of `params`, on the same
+/// store, cache and statistics; its reservations with APTPL and its ALUA state carried
+/// over.
+fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta) {
     let descriptor = meta.sense_format == 1;
-    if rebuild {
-        // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
-        // on the same store (its reservations, unit attentions and mode pages start afresh,
-        // as after a power-on)
-        let scsi = scsi::LogicalUnit::new(params);
-        scsi.set_descriptor_sense(descriptor);
-        scsi.set_thin_provisioning(meta.thin_provisioning);
-        scsi.set_removable(meta.removable);
-        // persistent reservations with APTPL carry over to the rebuilt LU
-        if let Err(e) = scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes) {
-            tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
-        }
-        let next = Arc::new(Lun {
-            number: lun.number,
-            scsi,
-            store: Arc::clone(&lun.store),
-            cache_id: lun.cache_id,
-            cached: lun.cached,
-            cache_on: AtomicBool::new(lun.uses_cache()),
-            arbiter: lun.arbiter.clone(),
-            sync_writes: lun.sync_writes,
-            read_ahead: lun.read_ahead,
-            last_read_end: AtomicU64::new(u64::MAX),
-            locks: Default::default(),
-            meta: std::sync::Mutex::new(meta),
-            stats: Arc::clone(&lun.stats),
-        });
-        let owner = next
-            .meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .alua_owner;
-        let groups = match &lun.arbiter {
-            // the arbiter's view: the owner it knows, this gateway's state as it is
-            Some(a) => {
-                a.rebind(&next);
-                next.scsi.set_explicit_alua(true);
-                let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1), true);
-                for x in &mut g {
-                    if x.id == t.alua.group {
-                        x.state = lun.scsi.access_state();
-                    }
-                }
-                g
-            }
-            None => crate::alua::port_groups(&t.alua, owner, false),
-        };
-        if let Err(e) = next.scsi.set_port_groups(groups) {
-            tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
-        }
-        t.update_luns(|m| {
-            m.insert(next.number, next);
-        });
-    } else {
-        let before = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if descriptor != (before.sense_format == 1) {
-            lun.scsi.set_descriptor_sense(descriptor);
-        }
-        if meta.thin_provisioning != before.thin_provisioning {
-            lun.scsi.set_thin_provisioning(meta.thin_provisioning);
-        }
-        if meta.removable != before.removable {
-            lun.scsi.set_removable(meta.removable);
-        }
-        *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
+    // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
+    // on the same store (its reservations, unit attentions and mode pages start afresh,
+    // as after a power-on)
+    let scsi = scsi::LogicalUnit::new(params);
+    scsi.set_descriptor_sense(descriptor);
+    scsi.set_thin_provisioning(meta.thin_provisioning);
+    scsi.set_removable(meta.removable);
+    // persistent reservations with APTPL carry over to the rebuilt LU
+    if let Err(e) = scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes) {
+        tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
     }
-    Ok(String::new())
+    let next = Arc::new(Lun {
+        number: lun.number,
+        scsi,
+        store: Arc::clone(&lun.store),
+        cache_id: lun.cache_id,
+        cached: lun.cached,
+        cache_on: AtomicBool::new(lun.uses_cache()),
+        arbiter: lun.arbiter.clone(),
+        sync_writes: lun.sync_writes,
+        read_ahead: lun.read_ahead,
+        last_read_end: AtomicU64::new(u64::MAX),
+        locks: Default::default(),
+        meta: std::sync::Mutex::new(meta),
+        stats: Arc::clone(&lun.stats),
+    });
+    carry_alua_over(t, lun, &next);
+    t.update_luns(|m| {
+        m.insert(next.number, next);
+    });
+}
+
+/// `next`, the rebuilt `lun`, takes over its ALUA port groups: an RBD LUN's arbiter now
+/// serves `next` and keeps its view (the owner it knows, this gateway's state as it is);
+/// otherwise the groups follow the owner in `next`'s description.
+fn carry_alua_over(t: &Target, lun: &Lun, next: &Arc<Lun>) {
+    let owner = next
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .alua_owner;
+    let groups = match &lun.arbiter {
+        // the arbiter's view: the owner it knows, this gateway's state as it is
+        Some(a) => {
+            a.rebind(next);
+            next.scsi.set_explicit_alua(true);
+            let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1), true);
+            for x in &mut g {
+                if x.id == t.alua.group {
+                    x.state = lun.scsi.access_state();
+                }
+            }
+            g
+        }
+        None => crate::alua::port_groups(&t.alua, owner, false),
+    };
+    if let Err(e) = next.scsi.set_port_groups(groups) {
+        tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
+    }
+}
+
+/// The flags that need no new logical unit (sense format, thin provisioning, removable),
+/// applied to the running one where they changed; the description replaced.
+fn change_in_place(lun: &Lun, meta: LunMeta) {
+    let descriptor = meta.sense_format == 1;
+    let before = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if descriptor != (before.sense_format == 1) {
+        lun.scsi.set_descriptor_sense(descriptor);
+    }
+    if meta.thin_provisioning != before.thin_provisioning {
+        lun.scsi.set_thin_provisioning(meta.thin_provisioning);
+    }
+    if meta.removable != before.removable {
+        lun.scsi.set_removable(meta.removable);
+    }
+    *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
 }

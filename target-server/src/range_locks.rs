@@ -1,15 +1,16 @@
-//! Write atomicity per LUN for COMPARE AND WRITE: byte ranges map to 64 lock stripes (64 KiB
-//! each, modulo 64). Every writer of a LUN — WRITE on an event thread or an I/O worker,
-//! WRITE SAME, UNMAP — holds the stripes it touches shared; a COMPARE AND WRITE holds its
-//! stripes exclusive from the read of the compared data to the end of its write. Writers
-//! never wait for each other, and no write can slip between a COMPARE AND WRITE's compare
-//! and its write, whichever node's thread serves either (the table is one per LUN, in shared
-//! memory). WRITE ATOMIC(16) holds its stripes exclusive in the same way for its whole
-//! write, and so does every write-through to a LUN in the NUMA cache (WCE=0, FUA, WRITE
-//! SAME, UNMAP, a write the cache could not take): its backing-store write and the update of
-//! the cached copy must not interleave with another writer's, or two overlapping writes
-//! could leave the disk holding one and the cache the other. Event threads only try the lock: when a COMPARE AND WRITE holds it, the write is
-//! handed to an I/O worker, so an event thread never waits.
+//! Range locks, for write atomicity per LUN (COMPARE AND WRITE): byte ranges map to 64 lock
+//! stripes (64 KiB each, modulo 64). Every writer of a LUN — WRITE on an event thread or an
+//! I/O worker, WRITE SAME, UNMAP — holds the stripes it touches shared; a COMPARE AND WRITE
+//! holds its stripes exclusive from the read of the compared data to the end of its write.
+//! Writers never wait for each other, and no write can slip between a COMPARE AND WRITE's
+//! compare and its write, whichever node's thread serves either (the table is one per LUN,
+//! in shared memory). WRITE ATOMIC(16) holds its stripes exclusive in the same way for its
+//! whole write, and so does every write-through to a LUN in the NUMA cache (WCE=0, FUA,
+//! WRITE SAME, UNMAP, a write the cache could not take): its backing-store write and the
+//! update of the cached copy must not interleave with another writer's, or two overlapping
+//! writes could leave the disk holding one and the cache the other. Event threads only try
+//! the lock: when a COMPARE AND WRITE holds it, the write is handed to an I/O worker, so an
+//! event thread never waits.
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
