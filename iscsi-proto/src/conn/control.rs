@@ -108,18 +108,65 @@ pub(crate) struct PendingText {
     rest: Vec<u8>,
 }
 
-/// Task management requests waiting for the server or for the tasks they aborted, by ITT.
-pub(crate) type TmfTable = HashMap<u32, PendingTmf>;
+/// Task management requests waiting for the server's verdict or for the tasks they aborted,
+/// by ITT.
+#[derive(Debug, Default)]
+pub(crate) struct TmfTable(HashMap<u32, PendingTmf>);
 
 /// A task management request waiting for the server's verdict and for the tasks it aborted.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingTmf {
+struct PendingTmf {
     /// The connection already removed an undelivered task this request aimed at.
     cleaned: bool,
     /// Aborted tasks the server is still running: the response waits for them.
     waiting: usize,
     /// The server's answer, once given.
     verdict: Option<TmfResponse>,
+}
+
+impl TmfTable {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Request `itt` waits for the server and for `waiting` aborted tasks; `cleaned`: it
+    /// already removed a task the server never saw.
+    fn wait(&mut self, itt: u32, cleaned: bool, waiting: usize) {
+        let pending = PendingTmf {
+            cleaned,
+            waiting,
+            verdict: None,
+        };
+        self.0.insert(itt, pending);
+    }
+
+    /// The server's verdict on request `itt`: the response to send, once its aborted tasks
+    /// have ended.
+    fn verdict(&mut self, itt: u32, resp: TmfResponse) -> Option<TmfResponse> {
+        self.0.get_mut(&itt)?.verdict = Some(resp);
+        self.answer(itt)
+    }
+
+    /// A task aborted by request `itt` ended: the response to send, if that was the last
+    /// one and the verdict came.
+    fn task_ended(&mut self, itt: u32) -> Option<TmfResponse> {
+        let p = self.0.get_mut(&itt)?;
+        p.waiting = p.waiting.saturating_sub(1);
+        self.answer(itt)
+    }
+
+    /// Removes request `itt` when it can be answered, with its response.
+    fn answer(&mut self, itt: u32) -> Option<TmfResponse> {
+        let p = self.0.get(&itt)?;
+        let verdict = p.verdict.filter(|_| p.waiting == 0)?;
+        let cleaned = p.cleaned;
+        self.0.remove(&itt);
+        Some(match verdict {
+            // the task was never handed to the server: this request ended it
+            TmfResponse::TaskNotExist if cleaned => TmfResponse::Complete,
+            r => r,
+        })
+    }
 }
 
 impl<B: DataBuf> Connection<B> {
@@ -427,14 +474,7 @@ impl<B: DataBuf> Connection<B> {
         let State::FullFeature(ff) = &mut self.state else {
             return;
         };
-        ff.tmfs.insert(
-            t.itt,
-            PendingTmf {
-                cleaned,
-                waiting,
-                verdict: None,
-            },
-        );
+        ff.tmfs.wait(t.itt, cleaned, waiting);
         self.events.push_back(Event::TaskMgmt(req));
     }
 
@@ -458,11 +498,9 @@ impl<B: DataBuf> Connection<B> {
         let State::FullFeature(ff) = &mut self.state else {
             return;
         };
-        let Some(p) = ff.tmfs.get_mut(&itt) else {
-            return;
-        };
-        p.verdict = Some(resp);
-        self.try_finish_tmf(itt);
+        if let Some(resp) = ff.tmfs.verdict(itt, resp) {
+            self.answer_tmf(itt, resp);
+        }
     }
 
     /// An aborted task finished in the server: its TMF may be answered now.
@@ -470,31 +508,12 @@ impl<B: DataBuf> Connection<B> {
         let State::FullFeature(ff) = &mut self.state else {
             return;
         };
-        if let Some(p) = ff.tmfs.get_mut(&tmf_itt) {
-            p.waiting = p.waiting.saturating_sub(1);
-            self.try_finish_tmf(tmf_itt);
+        if let Some(resp) = ff.tmfs.task_ended(tmf_itt) {
+            self.answer_tmf(tmf_itt, resp);
         }
     }
 
-    fn try_finish_tmf(&mut self, itt: u32) {
-        let State::FullFeature(ff) = &mut self.state else {
-            return;
-        };
-        let ready = ff
-            .tmfs
-            .get(&itt)
-            .is_some_and(|p| p.waiting == 0 && p.verdict.is_some());
-        if !ready {
-            return;
-        }
-        let Some(p) = ff.tmfs.remove(&itt) else {
-            return;
-        };
-        let resp = match p.verdict {
-            Some(TmfResponse::TaskNotExist) if p.cleaned => TmfResponse::Complete,
-            Some(r) => r,
-            None => TmfResponse::Complete,
-        };
+    fn answer_tmf(&mut self, itt: u32, resp: TmfResponse) {
         self.send_tmf_response(itt, resp.code());
         self.maybe_finish_logout();
     }
