@@ -3,9 +3,10 @@
 //! (after pending tasks finish), task management (with cleanup of tasks still waiting
 //! for Data-Out), and Reject generation.
 
+use super::state::State;
 use super::tx::TxData;
 use super::{
-    ConnError, Connection, Directory, Event, SessionType, State, TmfFunction, TmfRequest,
+    ConnError, Connection, Directory, Event, SessionInfo, SessionType, TmfFunction, TmfRequest,
     TmfResponse,
 };
 use crate::DataBuf;
@@ -14,13 +15,91 @@ use crate::pdu::{
     Bhs, LogoutRequest, LogoutResponse, NopIn, NopOut, RESERVED_TAG, Reject, TaskMgmtRequest,
     TaskMgmtResponse, TextRequest, TextResponse,
 };
-use crate::text::kv;
-use crate::text::negotiate::{Phase, REJECT};
+use crate::text::kv::{self, Accumulator};
+use crate::text::negotiate::{Negotiator, Phase, REJECT};
+use std::collections::HashMap;
+use std::net::SocketAddr;
 
 use crate::pdu::RejectReason;
 
 /// Bound on task management requests waiting for the server.
 const MAX_PENDING_TMFS: usize = 64;
+/// Bound on the text of one Text request (all its PDUs).
+const MAX_TEXT: usize = 64 * 1024;
+
+/// NOP-In pings of the full feature phase (`ConnConfig::nop_interval_ms`, `nop_count`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pings {
+    /// No pings (`nop_interval_ms` 0).
+    Off,
+    /// The next ping goes out at `next_at`; every earlier one was answered.
+    Idle { next_at: u64 },
+    /// Ping `ttt` is unanswered, and `missed` pings before it were not answered either;
+    /// the next goes out at `next_at`.
+    Waiting { ttt: u32, missed: u32, next_at: u64 },
+}
+
+impl Pings {
+    /// Pings every `interval` ms from `now` (none for 0).
+    pub(crate) fn start(interval: u64, now: u64) -> Self {
+        if interval == 0 {
+            Pings::Off
+        } else {
+            Pings::Idle {
+                next_at: now.saturating_add(interval),
+            }
+        }
+    }
+
+    /// When the next ping is due.
+    pub(crate) fn next_at(&self) -> Option<u64> {
+        match *self {
+            Pings::Off => None,
+            Pings::Idle { next_at } | Pings::Waiting { next_at, .. } => Some(next_at),
+        }
+    }
+
+    /// A ping is due at `now`: how many before it went unanswered.
+    fn due(&self, now: u64) -> Option<u32> {
+        match *self {
+            Pings::Off => None,
+            Pings::Idle { next_at } => (now >= next_at).then_some(0),
+            Pings::Waiting {
+                missed, next_at, ..
+            } => (now >= next_at).then_some(missed.saturating_add(1)),
+        }
+    }
+
+    /// A NOP-Out with `ttt` came: it answers the ping waiting for it.
+    fn answered(&mut self, ttt: u32) {
+        if let Pings::Waiting {
+            ttt: t, next_at, ..
+        } = *self
+            && ttt != RESERVED_TAG
+            && ttt == t
+        {
+            *self = Pings::Idle { next_at };
+        }
+    }
+}
+
+/// Text requests of the full feature phase: the negotiation of the keys allowed there, the
+/// initiator's text being reassembled, and our long answer being sent.
+pub(crate) struct TextExchange {
+    neg: Negotiator,
+    acc: Accumulator,
+    pending: Option<PendingText>,
+}
+
+impl TextExchange {
+    pub(crate) fn new(neg: Negotiator) -> Self {
+        TextExchange {
+            neg,
+            acc: Accumulator::new(MAX_TEXT),
+            pending: None,
+        }
+    }
+}
 
 /// A long Text answer still being sent.
 #[derive(Debug)]
@@ -29,15 +108,65 @@ pub(crate) struct PendingText {
     rest: Vec<u8>,
 }
 
+/// Task management requests waiting for the server's verdict or for the tasks they aborted,
+/// by ITT.
+#[derive(Debug, Default)]
+pub(crate) struct TmfTable(HashMap<u32, PendingTmf>);
+
 /// A task management request waiting for the server's verdict and for the tasks it aborted.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingTmf {
+struct PendingTmf {
     /// The connection already removed an undelivered task this request aimed at.
     cleaned: bool,
     /// Aborted tasks the server is still running: the response waits for them.
     waiting: usize,
     /// The server's answer, once given.
     verdict: Option<TmfResponse>,
+}
+
+impl TmfTable {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Request `itt` waits for the server and for `waiting` aborted tasks; `cleaned`: it
+    /// already removed a task the server never saw.
+    fn wait(&mut self, itt: u32, cleaned: bool, waiting: usize) {
+        let pending = PendingTmf {
+            cleaned,
+            waiting,
+            verdict: None,
+        };
+        self.0.insert(itt, pending);
+    }
+
+    /// The server's verdict on request `itt`: the response to send, once its aborted tasks
+    /// have ended.
+    fn verdict(&mut self, itt: u32, resp: TmfResponse) -> Option<TmfResponse> {
+        self.0.get_mut(&itt)?.verdict = Some(resp);
+        self.answer(itt)
+    }
+
+    /// A task aborted by request `itt` ended: the response to send, if that was the last
+    /// one and the verdict came.
+    fn task_ended(&mut self, itt: u32) -> Option<TmfResponse> {
+        let p = self.0.get_mut(&itt)?;
+        p.waiting = p.waiting.saturating_sub(1);
+        self.answer(itt)
+    }
+
+    /// Removes request `itt` when it can be answered, with its response.
+    fn answer(&mut self, itt: u32) -> Option<TmfResponse> {
+        let p = self.0.get(&itt)?;
+        let verdict = p.verdict.filter(|_| p.waiting == 0)?;
+        let cleaned = p.cleaned;
+        self.0.remove(&itt);
+        Some(match verdict {
+            // the task was never handed to the server: this request ended it
+            TmfResponse::TaskNotExist if cleaned => TmfResponse::Complete,
+            r => r,
+        })
+    }
 }
 
 impl<B: DataBuf> Connection<B> {
@@ -56,19 +185,19 @@ impl<B: DataBuf> Connection<B> {
     }
 
     pub(crate) fn handle_nop_out(&mut self, n: &NopOut, data: &[u8]) {
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
         if n.itt == RESERVED_TAG {
             // Answer to our ping (or a ping that wants no answer).
-            if n.ttt != RESERVED_TAG && self.ping_ttt == Some(n.ttt) {
-                self.ping_ttt = None;
-                self.missed_pings = 0;
-            }
+            ff.pings.answered(n.ttt);
             return;
         }
+        let max = ff.max_send_data();
         if !self.accept_cmd_sn(n.cmd_sn, n.immediate, None) {
             return;
         }
         self.pump_window();
-        let max = self.max_send_data();
         let echo = &data[..data.len().min(max)];
         let r = NopIn {
             lun: n.lun,
@@ -87,26 +216,17 @@ impl<B: DataBuf> Connection<B> {
     }
 
     pub(crate) fn nop_tick(&mut self, now: u64) {
-        let interval = self.cfg.nop_interval_ms;
-        if interval == 0 {
-            return;
-        }
-        let Some(at) = self.next_ping_at else {
-            self.next_ping_at = Some(now.saturating_add(interval));
+        let State::FullFeature(ff) = &self.state else {
             return;
         };
-        if now < at {
+        let Some(missed) = ff.pings.due(now) else {
+            return;
+        };
+        if missed > 0 && self.cfg.nop_count > 0 && missed >= self.cfg.nop_count {
+            self.close(ConnError::NopTimeout(missed));
             return;
         }
-        if self.ping_ttt.is_some() {
-            self.missed_pings += 1;
-            if self.cfg.nop_count > 0 && self.missed_pings >= self.cfg.nop_count {
-                self.close(ConnError::NopTimeout(self.missed_pings));
-                return;
-            }
-        }
         let ttt = self.alloc_ttt();
-        self.ping_ttt = Some(ttt);
         let p = NopIn {
             lun: 0,
             itt: RESERVED_TAG,
@@ -116,11 +236,21 @@ impl<B: DataBuf> Connection<B> {
             max_cmd_sn: self.window.max_cmd_sn(),
         };
         self.push(&Bhs::NopIn(p), TxData::None);
-        self.next_ping_at = Some(now.saturating_add(interval));
+        let next_at = now.saturating_add(self.cfg.nop_interval_ms);
+        if let State::FullFeature(ff) = &mut self.state {
+            ff.pings = Pings::Waiting {
+                ttt,
+                missed,
+                next_at,
+            };
+        }
     }
 
     fn send_text_chunk(&mut self, itt: u32, lun: u64, mut text: Vec<u8>) {
-        let max = self.max_send_data();
+        let State::FullFeature(ff) = &self.state else {
+            return;
+        };
+        let max = ff.max_send_data();
         let (chunk, pending) = if text.len() > max {
             let rest = text.split_off(max);
             let ttt = self.alloc_ttt();
@@ -138,7 +268,9 @@ impl<B: DataBuf> Connection<B> {
             exp_cmd_sn: self.window.exp_cmd_sn(),
             max_cmd_sn: self.window.max_cmd_sn(),
         };
-        self.text_pending = pending;
+        if let State::FullFeature(ff) = &mut self.state {
+            ff.text.pending = pending;
+        }
         let d = if chunk.is_empty() {
             TxData::None
         } else {
@@ -158,16 +290,19 @@ impl<B: DataBuf> Connection<B> {
             return;
         }
         self.pump_window();
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
         if t.ttt != RESERVED_TAG {
             // Continuation of a long answer of ours.
-            match self.text_pending.take() {
+            match ff.text.pending.take() {
                 Some(p) if p.ttt == t.ttt => self.send_text_chunk(t.itt, t.lun, p.rest),
                 _ => self.reject(RejectReason::InvalidPduField, hdr),
             }
             return;
         }
-        self.text_pending = None;
-        let text = match self.text_acc.push(data, t.cont) {
+        ff.text.pending = None;
+        let text = match ff.text.acc.push(data, t.cont) {
             Ok(Some(x)) => x,
             Ok(None) => {
                 // Ask for the rest of the initiator's text.
@@ -195,19 +330,13 @@ impl<B: DataBuf> Connection<B> {
             return;
         };
         let mut out = Vec::new();
-        if let Some(n) = self.text_neg.as_mut() {
-            n.begin_exchange();
-        }
+        ff.text.neg.begin_exchange();
         for (k, v) in &pairs {
             if k == "SendTargets" {
-                self.send_targets(v, dir, &mut out);
+                send_targets(&ff.session.info, self.peer, self.local, v, dir, &mut out);
                 continue;
             }
-            let ans = match self.text_neg.as_mut() {
-                Some(n) => n.respond(k, v, Phase::FullFeature),
-                None => Ok(Some(REJECT.to_string())),
-            };
-            match ans {
+            match ff.text.neg.respond(k, v, Phase::FullFeature) {
                 Ok(Some(a)) => kv::push(&mut out, k, &a),
                 Ok(None) => {}
                 Err(_) => {
@@ -216,34 +345,10 @@ impl<B: DataBuf> Connection<B> {
                 }
             }
         }
-        if let Some(n) = self.text_neg.as_ref() {
-            // Declarative MaxRecvDataSegmentLength may change in full feature phase.
-            self.params.initiator_max_recv_data_segment_length =
-                n.params.initiator_max_recv_data_segment_length;
-        }
+        // Declarative MaxRecvDataSegmentLength may change in full feature phase.
+        ff.params.initiator_max_recv_data_segment_length =
+            ff.text.neg.params.initiator_max_recv_data_segment_length;
         self.send_text_chunk(t.itt, t.lun, out);
-    }
-
-    fn send_targets(&mut self, value: &str, dir: &dyn Directory, out: &mut Vec<u8>) {
-        let Some(s) = self.session.as_ref() else {
-            return;
-        };
-        let scope = match (s.session_type, value) {
-            (SessionType::Discovery, "All") => None,
-            (SessionType::Discovery, "") => {
-                kv::push(out, "SendTargets", REJECT);
-                return;
-            }
-            (SessionType::Normal, "" | "All") => s.target_name.clone(),
-            (_, name) => Some(name.to_string()),
-        };
-        let recs = dir.send_targets(&s.initiator_name, self.peer, self.local, scope.as_deref());
-        for r in recs {
-            kv::push(out, "TargetName", &r.name);
-            for a in &r.addresses {
-                kv::push(out, "TargetAddress", a);
-            }
-        }
     }
 
     pub(crate) fn handle_logout(&mut self, l: &LogoutRequest) {
@@ -251,9 +356,12 @@ impl<B: DataBuf> Connection<B> {
             return;
         }
         self.pump_window();
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
         let code = match l.reason {
             0 => None,
-            1 if l.cid == self.cid => None,
+            1 if l.cid == ff.cid => None,
             1 => Some(1), // CID not found
             2 => Some(2), // connection recovery not supported at ERL 0
             _ => Some(3),
@@ -262,31 +370,38 @@ impl<B: DataBuf> Connection<B> {
             self.send_logout_response(l.itt, code);
             return;
         }
-        self.logout_itt = Some(l.itt);
+        ff.logout = Some(l.itt);
         self.maybe_finish_logout();
     }
 
     fn send_logout_response(&mut self, itt: u32, response: u8) {
+        let State::FullFeature(ff) = &self.state else {
+            return;
+        };
+        let (time2wait, time2retain) = (ff.params.default_time2wait, ff.params.default_time2retain);
         let r = LogoutResponse {
             response,
             itt,
             stat_sn: self.stat_sn.advance(),
             exp_cmd_sn: self.window.exp_cmd_sn(),
             max_cmd_sn: self.window.max_cmd_sn(),
-            time2wait: self.params.default_time2wait,
-            time2retain: self.params.default_time2retain,
+            time2wait,
+            time2retain,
         };
         self.push(&Bhs::LogoutResponse(r), TxData::None);
     }
 
     /// Sends the logout response once every task is done.
     pub(crate) fn maybe_finish_logout(&mut self) {
-        if self.state != State::FullFeature || !self.tasks.is_empty() {
+        if !self.tasks.is_empty() {
             return;
         }
-        if let Some(itt) = self.logout_itt.take() {
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
+        if let Some(itt) = ff.logout.take() {
             self.send_logout_response(itt, 0);
-            self.state = State::LoggedOut;
+            self.state.step(State::logged_out);
             self.events.push_back(Event::LoggedOut);
         }
     }
@@ -303,7 +418,10 @@ impl<B: DataBuf> Connection<B> {
             referenced_itt: t.rtt,
             ref_cmd_sn: t.ref_cmd_sn,
         };
-        if self.tmfs.len() >= MAX_PENDING_TMFS {
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
+        if ff.tmfs.len() >= MAX_PENDING_TMFS {
             self.send_tmf_response(t.itt, TmfResponse::Rejected.code());
             return;
         }
@@ -353,14 +471,10 @@ impl<B: DataBuf> Connection<B> {
         if cleaned {
             self.window.update_max(self.active);
         }
-        self.tmfs.insert(
-            t.itt,
-            PendingTmf {
-                cleaned,
-                waiting,
-                verdict: None,
-            },
-        );
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
+        ff.tmfs.wait(t.itt, cleaned, waiting);
         self.events.push_back(Event::TaskMgmt(req));
     }
 
@@ -381,40 +495,25 @@ impl<B: DataBuf> Connection<B> {
     /// swallowed by `complete_command`, so an initiator never sees status for an aborted
     /// task and may reuse its tag as soon as it has the TMF response.
     pub fn complete_tmf(&mut self, itt: u32, resp: TmfResponse) {
-        if self.state != State::FullFeature {
-            return;
-        }
-        let Some(p) = self.tmfs.get_mut(&itt) else {
+        let State::FullFeature(ff) = &mut self.state else {
             return;
         };
-        p.verdict = Some(resp);
-        self.try_finish_tmf(itt);
+        if let Some(resp) = ff.tmfs.verdict(itt, resp) {
+            self.answer_tmf(itt, resp);
+        }
     }
 
     /// An aborted task finished in the server: its TMF may be answered now.
     pub(crate) fn aborted_task_done(&mut self, tmf_itt: u32) {
-        if let Some(p) = self.tmfs.get_mut(&tmf_itt) {
-            p.waiting = p.waiting.saturating_sub(1);
-            self.try_finish_tmf(tmf_itt);
+        let State::FullFeature(ff) = &mut self.state else {
+            return;
+        };
+        if let Some(resp) = ff.tmfs.task_ended(tmf_itt) {
+            self.answer_tmf(tmf_itt, resp);
         }
     }
 
-    fn try_finish_tmf(&mut self, itt: u32) {
-        let ready = self
-            .tmfs
-            .get(&itt)
-            .is_some_and(|p| p.waiting == 0 && p.verdict.is_some());
-        if !ready {
-            return;
-        }
-        let Some(p) = self.tmfs.remove(&itt) else {
-            return;
-        };
-        let resp = match p.verdict {
-            Some(TmfResponse::TaskNotExist) if p.cleaned => TmfResponse::Complete,
-            Some(r) => r,
-            None => TmfResponse::Complete,
-        };
+    fn answer_tmf(&mut self, itt: u32, resp: TmfResponse) {
         self.send_tmf_response(itt, resp.code());
         self.maybe_finish_logout();
     }
@@ -427,7 +526,11 @@ impl<B: DataBuf> Connection<B> {
 
     /// Task management requests not answered yet.
     pub fn tmfs_pending(&self) -> usize {
-        self.tmfs.len()
+        match &self.state {
+            State::FullFeature(ff) => ff.tmfs.len(),
+            // none is answered once the full feature phase is over
+            State::Login(_) | State::LoggedOut(_) | State::Closed(_) => 0,
+        }
     }
 
     /// Tasks of this session ended by another I_T nexus's task management (LOGICAL UNIT
@@ -436,7 +539,7 @@ impl<B: DataBuf> Connection<B> {
     /// data or their CmdSN turn are removed now; running ones are marked so that their
     /// completion sends nothing. Returns how many tasks were ended.
     pub fn abort_tasks(&mut self, lun: Option<u64>) -> usize {
-        if self.state != State::FullFeature {
+        if !matches!(self.state, State::FullFeature(_)) {
             return 0;
         }
         let mut victims: Vec<u32> = Vec::new();
@@ -473,5 +576,32 @@ fn tmf_hits(r: &TmfRequest, itt: u32, lun: u64) -> bool {
         F::AbortTaskSet | F::ClearTaskSet | F::LogicalUnitReset => lun == r.lun,
         F::TargetWarmReset | F::TargetColdReset => true,
         _ => false,
+    }
+}
+
+/// The answer to `SendTargets=value` in session `s` (RFC 7143 Appendix C).
+fn send_targets(
+    s: &SessionInfo,
+    peer: SocketAddr,
+    local: SocketAddr,
+    value: &str,
+    dir: &dyn Directory,
+    out: &mut Vec<u8>,
+) {
+    let scope = match (s.session_type, value) {
+        (SessionType::Discovery, "All") => None,
+        (SessionType::Discovery, "") => {
+            kv::push(out, "SendTargets", REJECT);
+            return;
+        }
+        (SessionType::Normal, "" | "All") => s.target_name.clone(),
+        (_, name) => Some(name.to_string()),
+    };
+    let recs = dir.send_targets(&s.initiator_name, peer, local, scope.as_deref());
+    for r in recs {
+        kv::push(out, "TargetName", &r.name);
+        for a in &r.addresses {
+            kv::push(out, "TargetAddress", a);
+        }
     }
 }

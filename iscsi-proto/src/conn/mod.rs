@@ -1,12 +1,15 @@
-//! The connection state machine (ERL 0, one connection per session): receive buffer and
-//! PDU framing, login, dispatch of full-feature PDUs, events to the server, and the
-//! transmit queue. SCSI command / Data-Out / Data-In handling lives in `scsi`;
-//! NOP, Text, Logout, task management and rejects in `control`.
+//! The connection state machine (ERL 0, one connection per session): the public API,
+//! PDU intake, login, dispatch of full-feature PDUs and events to the server. The phases
+//! and what each holds are in `state`, the transport's framing (byte stream or RDMA
+//! Sends) in `framing`; SCSI command / Data-Out / Data-In handling lives in `scsi`; NOP,
+//! Text, Logout, task management and rejects in `control`.
 
 mod control;
 mod error;
+mod framing;
 mod rdma;
 mod scsi;
+mod state;
 mod tx;
 mod types;
 
@@ -26,31 +29,21 @@ pub use types::{
 
 use crate::DataBuf;
 use crate::Digest;
-use crate::login::{LoginConfig, LoginMachine, LoginStep};
+use crate::login::LoginStep;
 use crate::pdu::{Bhs, Decoded, Digests, Frame, PduError, RejectReason, check_frame};
 use crate::seq::{CmdWindow, StatSn};
-use crate::text::kv::Accumulator;
-use crate::text::negotiate::{Negotiator, SessionParams};
+use framing::Framing;
+use state::{Login, State};
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use tx::{TxData, TxQueue};
+use tx::TxData;
 
 /// How long a login may take before `on_tick` drops the connection, unless the
 /// configuration says otherwise ([`ConnConfig::login_timeout_ms`]).
 pub const LOGIN_TIMEOUT_MS: u64 = 30_000;
-/// Receive buffer size to start with (grows up to one maximum-size PDU).
-const RX_INITIAL: usize = 64 * 1024;
 /// MaxRecvDataSegmentLength in force during login (RFC 7143 §13.12).
 const LOGIN_MAX_DATA: u32 = 8192;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Login,
-    FullFeature,
-    LoggedOut,
-    Closed,
-}
 
 /// Counters of silently handled conditions (for logs/metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,34 +61,22 @@ pub struct Connection<B: DataBuf> {
     cfg: ConnConfig,
     peer: SocketAddr,
     local: SocketAddr,
+    /// The phase, holding what exists only in it.
     state: State,
-    login: Option<LoginMachine>,
-    cid: u16,
-    session: Option<SessionInfo>,
-    params: SessionParams,
-    dg: Digests,
-    rx: Vec<u8>,
-    rx_start: usize,
-    rx_end: usize,
-    rx_need: usize,
+    /// Byte stream or RDMA Sends: receive buffer, transmit queue, digests.
+    framing: Framing<B>,
     events: VecDeque<Event>,
-    tx: TxQueue<B>,
     stat_sn: StatSn,
     window: CmdWindow<Option<u32>>,
+    /// Cap on the command window set by the transport (`set_window_limit`, in any phase),
+    /// kept for the window the login starts.
+    window_cap: Option<u32>,
+    /// Tasks received and not completed; they outlive a close (`task_wanted`).
     tasks: HashMap<u32, scsi::Task>,
     /// Tasks whose CmdSN turn came (or immediate) and that are not completed.
     active: usize,
     next_ttt: u32,
     now: u64,
-    login_deadline: Option<u64>,
-    next_ping_at: Option<u64>,
-    ping_ttt: Option<u32>,
-    missed_pings: u32,
-    logout_itt: Option<u32>,
-    text_acc: Accumulator,
-    text_pending: Option<control::PendingText>,
-    text_neg: Option<Negotiator>,
-    tmfs: HashMap<u32, control::PendingTmf>,
     last_drop: Option<String>,
     stats: ConnStats,
     /// Write buffers handed back by the server, for the next commands.
@@ -103,18 +84,13 @@ pub struct Connection<B: DataBuf> {
     spare_bytes: usize,
     /// R2T queues of finished tasks, for the next ones.
     spare_r2ts: Vec<VecDeque<scsi::R2tState>>,
-    /// Set for an RDMA transport (iSER): PDU-at-a-time framing and, once logged in, the
-    /// RDMA datamover.
-    rdma: Option<rdma::RdmaState<B>>,
-    /// Cap on the command window set by the transport (`set_window_limit`).
-    window_cap: Option<u32>,
 }
 
 impl<B: DataBuf> std::fmt::Debug for Connection<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
             .field("peer", &self.peer)
-            .field("state", &self.state)
+            .field("state", &self.state.name())
             .field("tasks", &self.tasks.len())
             .finish_non_exhaustive()
     }
@@ -123,121 +99,89 @@ impl<B: DataBuf> std::fmt::Debug for Connection<B> {
 impl<B: DataBuf> Connection<B> {
     /// A new connection in the login phase.
     pub fn new(cfg: ConnConfig, peer: SocketAddr, local: SocketAddr) -> Self {
-        let login = LoginMachine::new(LoginConfig {
-            offer: cfg.offer(),
-            max_login_pdus: cfg.max_login_pdus.max(1),
-        });
         let depth = cfg.max_queued_commands.max(1);
         Connection {
+            state: State::Login(Box::new(Login::new(&cfg))),
             cfg,
             peer,
             local,
-            state: State::Login,
-            login: Some(login),
-            cid: 0,
-            session: None,
-            params: SessionParams::default(),
-            dg: Digests::default(),
-            rx: vec![0; RX_INITIAL],
-            rx_start: 0,
-            rx_end: 0,
-            rx_need: 48,
+            framing: Framing::stream(),
             events: VecDeque::new(),
-            tx: TxQueue::new(),
             stat_sn: StatSn::new(0),
             window: CmdWindow::new(0, depth),
+            window_cap: None,
             tasks: HashMap::new(),
             active: 0,
             next_ttt: 1,
             now: 0,
-            login_deadline: None,
-            next_ping_at: None,
-            ping_ttt: None,
-            missed_pings: 0,
-            logout_itt: None,
-            text_acc: Accumulator::new(64 * 1024),
-            text_pending: None,
-            text_neg: None,
-            tmfs: HashMap::new(),
             last_drop: None,
             stats: ConnStats::default(),
             spare_bufs: Vec::new(),
             spare_bytes: 0,
             spare_r2ts: Vec::new(),
-            rdma: None,
-            window_cap: None,
         }
     }
 
     /// Spare room to read socket bytes into (at least 48 bytes; grows to the PDU being
-    /// received).
+    /// received). Empty for an RDMA transport, whose PDUs come with [`Self::rx_pdu`].
     pub fn rx_space(&mut self) -> &mut [u8] {
-        if self.rx_start == self.rx_end {
-            self.rx_start = 0;
-            self.rx_end = 0;
+        match &mut self.framing {
+            Framing::Stream(s) => s.rx.space(),
+            Framing::Rdma(_) => &mut [],
         }
-        let need = self.rx_need.max(48);
-        if self.rx.len() - self.rx_start < need || self.rx.len() - self.rx_end < 48 {
-            self.rx.copy_within(self.rx_start..self.rx_end, 0);
-            self.rx_end -= self.rx_start;
-            self.rx_start = 0;
-            if self.rx.len() < need {
-                self.rx.resize(need, 0);
-            }
-            if self.rx.len() - self.rx_end < 48 {
-                let l = self.rx.len();
-                self.rx.resize(l + 48, 0);
-            }
-        }
-        &mut self.rx[self.rx_end..]
     }
 
     /// The source of CHAP identifiers and challenges for this connection's login (e.g.
     /// `getrandom`). Without one, a login that the [`Directory`] subjects to CHAP fails
     /// with a target error. No effect after the login phase.
     pub fn set_random_source(&mut self, rng: Box<dyn crate::login::RandomSource>) {
-        if let Some(lm) = self.login.as_mut() {
-            lm.set_random_source(rng);
+        if let State::Login(login) = &mut self.state {
+            login.machine.set_random_source(rng);
         }
     }
 
     /// `n` bytes were read into `rx_space()`: parse and process every complete PDU.
     pub fn rx_commit(&mut self, n: usize, dir: &dyn Directory, now_ms: u64) {
         self.now = now_ms;
-        if self.login_deadline.is_none() && self.state == State::Login {
-            self.login_deadline = Some(now_ms.saturating_add(self.cfg.login_timeout_ms));
-        }
-        self.rx_end = (self.rx_end + n).min(self.rx.len());
-        let rx = std::mem::take(&mut self.rx);
-        while self.accepting() {
-            let buf = &rx[self.rx_start..self.rx_end];
+        self.start_login_clock(now_ms);
+        let Framing::Stream(s) = &mut self.framing else {
+            return;
+        };
+        // out of the connection while its PDUs are dispatched (nothing else reads it)
+        let mut rx = std::mem::take(&mut s.rx);
+        rx.end = (rx.end + n).min(rx.buf.len());
+        while self.state.takes_input() && rx.start < rx.end {
+            let buf = &rx.buf[rx.start..rx.end];
             let max = self.max_rx_data();
-            match check_frame(buf, max, self.dg) {
+            let dg = self.framing.digests();
+            match check_frame(buf, max, dg) {
                 Ok(Decoded::Incomplete(need)) => {
-                    self.rx_need = need;
+                    rx.need = need;
                     break;
                 }
                 Ok(Decoded::Complete(f)) => {
-                    self.rx_need = 48;
-                    self.rx_start += f.total;
+                    rx.need = 48;
+                    rx.start += f.total;
                     self.stats.pdus_rx += 1;
                     self.dispatch(&f, buf, dir);
                 }
                 Err(e) => {
                     let hdr = frame_header(buf);
-                    let f = Frame::from_header(&hdr, self.dg);
+                    let f = Frame::from_header(&hdr, dg);
                     self.frame_error(e, &hdr, f, buf.len());
-                    if self.accepting() {
-                        self.rx_start += f.total.min(buf.len());
+                    if self.state.takes_input() {
+                        rx.start += f.total.min(buf.len());
                     }
                 }
             }
         }
-        if !self.accepting() {
-            self.rx_start = 0;
-            self.rx_end = 0;
+        if !self.state.takes_input() || rx.start >= rx.end {
+            rx.start = 0;
+            rx.end = 0;
         }
-        self.rx = rx;
+        if let Framing::Stream(s) = &mut self.framing {
+            s.rx = rx;
+        }
     }
 
     /// Next event for the server.
@@ -247,48 +191,50 @@ impl<B: DataBuf> Connection<B> {
 
     /// Bytes ready to send, as slices for one writev (at most `max` slices).
     pub fn gather_tx<'a>(&'a self, out: &mut Vec<IoSlice<'a>>, max: usize) {
-        self.tx.gather(out, max);
+        if let Framing::Stream(s) = &self.framing {
+            s.tx.gather(out, max);
+        }
     }
 
     /// `n` bytes from `gather_tx` were written.
     pub fn tx_consumed(&mut self, n: usize) {
-        self.tx.consumed(n);
+        if let Framing::Stream(s) = &mut self.framing {
+            s.tx.consumed(n);
+        }
     }
 
-    /// True when bytes are waiting to be sent.
+    /// True when bytes (or, for an RDMA transport, Sends and RDMA operations) are waiting
+    /// to be sent.
     pub fn has_tx(&self) -> bool {
-        !self.tx.is_empty() || self.rdma.as_ref().is_some_and(|r| !r.tx.is_empty())
+        self.framing.has_tx()
     }
 
     /// NOP-In pings, NOP timeout and login timeout.
     pub fn on_tick(&mut self, now_ms: u64) {
         self.now = now_ms;
-        match self.state {
-            State::Login => {
-                let dl = *self
-                    .login_deadline
-                    .get_or_insert(now_ms.saturating_add(self.cfg.login_timeout_ms));
-                if now_ms >= dl {
+        match &mut self.state {
+            State::Login(login) => {
+                if now_ms >= login.start_clock(now_ms, &self.cfg) {
                     self.close(ConnError::LoginTimeout);
                 }
             }
-            State::FullFeature => self.nop_tick(now_ms),
-            _ => {}
+            State::FullFeature(_) => self.nop_tick(now_ms),
+            State::LoggedOut(_) | State::Closed(_) => {}
         }
     }
 
     /// When `on_tick` should be called next.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        match self.state {
-            State::Login => self.login_deadline,
-            State::FullFeature => self.next_ping_at,
-            _ => None,
+        match &self.state {
+            State::Login(login) => login.deadline,
+            State::FullFeature(ff) => ff.pings.next_at(),
+            State::LoggedOut(_) | State::Closed(_) => None,
         }
     }
 
-    /// The session, once logged in.
+    /// The session, once logged in (also after a logout or close).
     pub fn session(&self) -> Option<&SessionInfo> {
-        self.session.as_ref()
+        self.state.session().map(|s| &s.info)
     }
 
     /// Tasks received and not yet completed (including ones waiting for data or turn).
@@ -298,7 +244,7 @@ impl<B: DataBuf> Connection<B> {
 
     /// True after a Close or logout: no more input is processed.
     pub fn is_closing(&self) -> bool {
-        matches!(self.state, State::Closed | State::LoggedOut)
+        self.state.is_ended()
     }
 
     /// Counters of silently handled conditions.
@@ -313,17 +259,19 @@ impl<B: DataBuf> Connection<B> {
 
     // ---- internals ----
 
-    fn accepting(&self) -> bool {
-        matches!(self.state, State::Login | State::FullFeature) && self.rx_start < self.rx_end
+    /// Starts the login timeout at the first input (or tick).
+    fn start_login_clock(&mut self, now_ms: u64) {
+        if let State::Login(login) = &mut self.state {
+            login.start_clock(now_ms, &self.cfg);
+        }
     }
 
+    /// Most data bytes in one received PDU.
     fn max_rx_data(&self) -> u32 {
-        match self.state {
-            State::Login => LOGIN_MAX_DATA,
-            _ => match self.rdma_limits() {
-                Some(l) => l.max_recv_data,
-                None => self.params.target_max_recv_data_segment_length,
-            },
+        match &self.state {
+            State::FullFeature(ff) => ff.max_recv_data(),
+            // no input is processed after the full feature phase
+            State::Login(_) | State::LoggedOut(_) | State::Closed(_) => LOGIN_MAX_DATA,
         }
     }
 
@@ -337,24 +285,15 @@ impl<B: DataBuf> Connection<B> {
     }
 
     pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData) {
-        if let Some(r) = self.rdma.as_mut() {
-            // one whole PDU per Send; payloads here are small and owned (no Data-In)
-            let data = match data {
-                TxData::Owned(v) => v,
-                TxData::None | TxData::Shared { .. } => Vec::new(),
-            };
-            let bhs = bhs.encode(0, data.len() as u32);
-            r.tx.push_back(rdma::RdmaTx::Pdu { bhs, data });
-            return;
-        }
-        self.tx.push(bhs, data, self.dg);
+        self.framing.push(bhs, data);
     }
 
+    /// Ends the connection (`Event::Close`), unless it has ended already.
     pub(crate) fn close(&mut self, e: ConnError) {
-        if matches!(self.state, State::Closed | State::LoggedOut) {
+        if self.state.is_ended() {
             return;
         }
-        self.state = State::Closed;
+        self.state.step(State::closed);
         self.events.push_back(Event::Close(e));
     }
 
@@ -374,7 +313,7 @@ impl<B: DataBuf> Connection<B> {
                 }
             }
             PduError::DataSegmentTooLong { len, max } => {
-                if self.state == State::FullFeature {
+                if matches!(self.state, State::FullFeature(_)) {
                     self.reject(RejectReason::ProtocolError, hdr);
                 }
                 self.close(ProtocolError::DataSegmentTooLong { len, max }.into());
@@ -392,10 +331,11 @@ impl<B: DataBuf> Connection<B> {
     fn dispatch(&mut self, f: &Frame, buf: &[u8], dir: &dyn Directory) {
         let hdr = f.header(buf);
         let data = f.data(buf);
+        let login = matches!(self.state, State::Login(_));
         let bhs = match Bhs::decode(hdr) {
             Ok(b) => b,
             Err(_) => {
-                if self.state == State::Login {
+                if login {
                     self.close(ProtocolError::UnknownOpcodeDuringLogin.into());
                 } else {
                     self.reject(RejectReason::CommandNotSupported, hdr);
@@ -403,17 +343,17 @@ impl<B: DataBuf> Connection<B> {
                 return;
             }
         };
-        if self.state == State::Login {
+        if login {
             match bhs {
                 Bhs::LoginRequest(req) => self.handle_login(&req, data, dir),
                 _ => self.close(ProtocolError::OpcodeDuringLogin(bhs.opcode()).into()),
             }
             return;
         }
-        let discovery = self
-            .session
-            .as_ref()
-            .is_some_and(|s| s.session_type == SessionType::Discovery);
+        let discovery = match &self.state {
+            State::FullFeature(ff) => ff.discovery(),
+            _ => false,
+        };
         if discovery
             && matches!(
                 bhs,
@@ -441,23 +381,30 @@ impl<B: DataBuf> Connection<B> {
     }
 
     fn handle_login(&mut self, req: &crate::pdu::LoginRequest, data: &[u8], dir: &dyn Directory) {
-        let Some(mut lm) = self.login.take() else {
+        let State::Login(login) = &mut self.state else {
             return;
         };
-        let first = !lm.started();
-        let step = lm.handle(req, data, dir, self.peer, self.local);
+        let first = !login.machine.started();
+        let step = login.machine.handle(req, data, dir, self.peer, self.local);
         if first {
-            self.stat_sn = StatSn::new(lm.initial_exp_stat_sn);
-            self.window = CmdWindow::new(lm.initial_cmd_sn, self.cfg.max_queued_commands.max(1))
-                .with_cap(self.window_cap);
-            self.cid = req.cid;
+            self.stat_sn = StatSn::new(login.machine.initial_exp_stat_sn);
+            self.window = CmdWindow::new(
+                login.machine.initial_cmd_sn,
+                self.cfg.max_queued_commands.max(1),
+            )
+            .with_cap(self.window_cap);
+            login.cid = req.cid;
         }
-        if let Some(c) = lm.granted_config() {
+        if let Some(c) = login.machine.granted_config() {
             // the target's own limits from now on (window depth, NOP-In pings, offers)
             self.window = CmdWindow::new(self.window.exp_cmd_sn(), c.max_queued_commands.max(1))
                 .with_cap(self.window_cap);
             self.cfg = c.clone();
         }
+        let target_name = match &step {
+            LoginStep::Fail(..) => login.machine.target_name().map(str::to_owned),
+            LoginStep::Continue(..) | LoginStep::Complete(..) => None,
+        };
         let fill = |me: &mut Self, r: &mut crate::pdu::LoginResponse| {
             r.stat_sn = me.stat_sn.advance();
             r.exp_cmd_sn = me.window.exp_cmd_sn();
@@ -467,29 +414,11 @@ impl<B: DataBuf> Connection<B> {
             LoginStep::Continue(mut r, out) => {
                 fill(self, &mut r);
                 self.push(&Bhs::LoginResponse(r), owned(out));
-                self.login = Some(lm);
             }
             LoginStep::Complete(mut r, out, info) => {
                 fill(self, &mut r);
                 self.push(&Bhs::LoginResponse(r), owned(out));
-                self.params = info.params.clone();
-                self.dg = Digests {
-                    header: info.params.header_digest == Digest::Crc32c,
-                    data: info.params.data_digest == Digest::Crc32c,
-                };
-                let mut neg = Negotiator::new(self.cfg.offer());
-                neg.params = info.params.clone();
-                neg.discovery = info.session_type == SessionType::Discovery;
-                self.text_neg = Some(neg);
-                if let Some(r) = self.rdma.as_mut() {
-                    r.limits = lm.transport_limits();
-                    self.dg = Digests::default();
-                }
-                self.session = Some(info.clone());
-                self.state = State::FullFeature;
-                if self.cfg.nop_interval_ms > 0 {
-                    self.next_ping_at = Some(self.now.saturating_add(self.cfg.nop_interval_ms));
-                }
+                self.enter_full_feature(info.clone());
                 self.events.push_back(Event::LoggedIn(info));
             }
             LoginStep::Fail(mut r, text, why, auth) => {
@@ -499,7 +428,7 @@ impl<B: DataBuf> Connection<B> {
                 // the login machine is dropped here: one failed response, one event
                 if let Some(failure) = crate::login::LoginFailure::from_status(class, detail) {
                     self.events.push_back(Event::LoginFailed {
-                        target_name: lm.target_name().map(str::to_owned),
+                        target_name,
                         failure,
                     });
                 }
@@ -511,6 +440,28 @@ impl<B: DataBuf> Connection<B> {
                 });
             }
         }
+    }
+
+    /// The login completed: the login machine gives way to the full feature phase, with
+    /// the negotiated digests (byte stream) or the RDMA datamover's limits.
+    fn enter_full_feature(&mut self, info: SessionInfo) {
+        let (cfg, now, framing) = (&self.cfg, self.now, &mut self.framing);
+        self.state.step(|state| match state {
+            State::Login(login) => {
+                let rdma = match framing {
+                    Framing::Stream(s) => {
+                        s.dg = Digests {
+                            header: info.params.header_digest == Digest::Crc32c,
+                            data: info.params.data_digest == Digest::Crc32c,
+                        };
+                        None
+                    }
+                    Framing::Rdma(_) => login.machine.transport_limits(),
+                };
+                State::FullFeature(Box::new(login.complete(info, rdma, cfg, now)))
+            }
+            other => other,
+        });
     }
 
     /// Checks a non-immediate CmdSN and records it. Returns false (after noting the

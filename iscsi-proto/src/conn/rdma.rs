@@ -8,10 +8,13 @@
 //! through [`TransportKeys`] (the `iser` crate implements it for its negotiator) and
 //! hands over the buffers the iSER header announced as opaque [`RemoteBuf`]s.
 
+use super::framing::Framing;
 use super::scsi::Task;
-use super::{Connection, Directory, ProtocolError, State};
+use super::state::State;
+use super::tx::TxData;
+use super::{Connection, Directory, ProtocolError};
 use crate::DataBuf;
-use crate::pdu::{Digests, Frame, check_frame};
+use crate::pdu::{Bhs, Digests, Frame, check_frame};
 use std::collections::VecDeque;
 
 /// The login keys a transport owns (iSER's `RDMAExtensions`, `TargetRecvDataSegmentLength`
@@ -85,23 +88,30 @@ pub enum RdmaTx<B> {
     },
 }
 
-/// RDMA state of a connection: the datamover limits (once logged in) and the transmit
-/// queue.
-pub(crate) struct RdmaState<B> {
-    /// Set when the login completed: the datamover is active.
-    pub(crate) limits: Option<RdmaLimits>,
+/// The framing of an RDMA transport: one whole PDU per Send, in one ordered queue with the
+/// RDMA operations.
+pub(crate) struct RdmaFraming<B> {
     pub(crate) tx: VecDeque<RdmaTx<B>>,
     /// Buffers announced with the PDU being dispatched.
     pub(crate) rx_bufs: RemoteBufs,
 }
 
-impl<B> RdmaState<B> {
+impl<B> RdmaFraming<B> {
     pub(crate) fn new() -> Self {
-        RdmaState {
-            limits: None,
+        RdmaFraming {
             tx: VecDeque::new(),
             rx_bufs: RemoteBufs::default(),
         }
+    }
+
+    /// Queues one PDU as a Send; payloads here are small and owned (no Data-In).
+    pub(crate) fn push(&mut self, bhs: &Bhs, data: TxData) {
+        let data = match data {
+            TxData::Owned(v) => v,
+            TxData::None | TxData::Shared { .. } => Vec::new(),
+        };
+        let bhs = bhs.encode(0, data.len() as u32);
+        self.tx.push_back(RdmaTx::Pdu { bhs, data });
     }
 }
 
@@ -118,22 +128,24 @@ impl<B: DataBuf> Connection<B> {
     /// From now on PDUs come in with [`Self::rx_pdu`] and go out with
     /// [`Self::pop_rdma_tx`] (not `rx_space`/`gather_tx`), digests are never negotiated
     /// (`None` only), and `keys` answers the transport's login keys. When the login
-    /// completes, [`TransportKeys::finish`] switches on the RDMA datamover.
+    /// completes, [`TransportKeys::finish`] switches on the RDMA datamover. No effect after
+    /// the login phase.
     pub fn set_rdma_transport(&mut self, keys: Box<dyn TransportKeys>) {
-        if let Some(lm) = self.login.as_mut() {
-            lm.set_transport_keys(keys);
-        }
-        self.rdma = Some(RdmaState::new());
+        let State::Login(login) = &mut self.state else {
+            return;
+        };
+        login.machine.set_transport_keys(keys);
+        self.framing = Framing::Rdma(RdmaFraming::new());
     }
 
     /// True once logged in over an RDMA transport (no Data-In / R2T; Put / Get instead).
     pub fn is_rdma(&self) -> bool {
-        self.rdma.as_ref().is_some_and(|r| r.limits.is_some())
+        self.rdma_limits().is_some()
     }
 
     /// The datamover limits, once logged in over an RDMA transport.
     pub fn rdma_limits(&self) -> Option<RdmaLimits> {
-        self.rdma.as_ref().and_then(|r| r.limits)
+        self.state.session().and_then(|s| s.rdma)
     }
 
     /// One received PDU (the payload of one RDMA Send after the transport's header:
@@ -141,13 +153,11 @@ impl<B: DataBuf> Connection<B> {
     /// with it. A Send whose length does not match its BHS closes the connection.
     pub fn rx_pdu(&mut self, pdu: &[u8], bufs: RemoteBufs, dir: &dyn Directory, now_ms: u64) {
         self.now = now_ms;
-        if self.login_deadline.is_none() && self.state == State::Login {
-            self.login_deadline = Some(now_ms.saturating_add(self.cfg.login_timeout_ms));
-        }
-        if !matches!(self.state, State::Login | State::FullFeature) {
+        self.start_login_clock(now_ms);
+        if !self.state.takes_input() {
             return;
         }
-        let Some(r) = self.rdma.as_mut() else {
+        let Framing::Rdma(r) = &mut self.framing else {
             return;
         };
         r.rx_bufs = bufs;
@@ -174,14 +184,17 @@ impl<B: DataBuf> Connection<B> {
             }
             Err(e) => self.frame_error(e, &hdr, f, f.total),
         }
-        if let Some(r) = self.rdma.as_mut() {
+        if let Framing::Rdma(r) = &mut self.framing {
             r.rx_bufs = RemoteBufs::default();
         }
     }
 
     /// The next PDU to Send, or RDMA operation to post, in order (RDMA transport only).
     pub fn pop_rdma_tx(&mut self) -> Option<RdmaTx<B>> {
-        self.rdma.as_mut()?.tx.pop_front()
+        match &mut self.framing {
+            Framing::Rdma(r) => r.tx.pop_front(),
+            Framing::Stream(_) => None,
+        }
     }
 
     /// Caps the command window (MaxCmdSN − ExpCmdSN + 1) at `n`, e.g. the window the
@@ -198,7 +211,7 @@ impl<B: DataBuf> Connection<B> {
     /// (aborted: drop the data) or does not expect it. Once all write data is in, the
     /// command goes to the server (`Event::Command`) in CmdSN order.
     pub fn data_arrived(&mut self, itt: u32, xfer: u32, data: &[u8]) -> bool {
-        if self.state != State::FullFeature {
+        if !matches!(self.state, State::FullFeature(_)) {
             return false;
         }
         let Some(t) = self.tasks.get_mut(&itt) else {
@@ -212,15 +225,6 @@ impl<B: DataBuf> Connection<B> {
         }
         self.try_deliver(itt);
         true
-    }
-
-    /// Most data bytes in one PDU the target sends.
-    pub(crate) fn max_send_data(&self) -> usize {
-        let p = self.params.initiator_max_recv_data_segment_length.max(512);
-        match self.rdma_limits() {
-            Some(l) => p.min(l.max_send_data) as usize,
-            None => p as usize,
-        }
     }
 
     /// Queues an RDMA READ for the rest of a task's write data (instead of R2Ts).
@@ -239,7 +243,7 @@ impl<B: DataBuf> Connection<B> {
         self.next_ttt = super::scsi::next_tag(xfer);
         t.rdma.get = Some(xfer);
         t.mark_solicited(offset + len);
-        if let Some(r) = self.rdma.as_mut() {
+        if let Framing::Rdma(r) = &mut self.framing {
             r.tx.push_back(RdmaTx::Get {
                 itt,
                 xfer,
@@ -252,7 +256,10 @@ impl<B: DataBuf> Connection<B> {
 
     /// The buffers announced with the PDU being dispatched (RDMA transport).
     pub(crate) fn rx_bufs(&self) -> RemoteBufs {
-        self.rdma.as_ref().map(|r| r.rx_bufs).unwrap_or_default()
+        match &self.framing {
+            Framing::Rdma(r) => r.rx_bufs,
+            Framing::Stream(_) => RemoteBufs::default(),
+        }
     }
 }
 

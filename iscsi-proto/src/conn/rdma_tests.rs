@@ -102,7 +102,7 @@ impl Rdma {
 
     fn recv(&mut self) -> Vec<Out> {
         assert!(
-            !self.i.c.has_tx() || self.i.c.tx.is_empty(),
+            matches!(self.i.c.framing, framing::Framing::Rdma(_)),
             "byte stream used"
         );
         let mut out = Vec::new();

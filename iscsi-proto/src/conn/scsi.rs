@@ -3,6 +3,8 @@
 //! MaxOutstandingR2T, Data-Out validation, delivery in CmdSN order once the write data
 //! is complete, and Data-In / SCSI Response generation for completed commands.
 
+use super::framing::Framing;
+use super::state::State;
 use super::tx::TxData;
 use super::{Cdb, CommandResult, Connection, Event, ProtocolError, ScsiCommand};
 use crate::DataBuf;
@@ -96,10 +98,18 @@ impl<B: DataBuf> Connection<B> {
         ahs: &[u8],
         data: &[u8],
     ) {
-        if self.logout_itt.is_some() {
+        let State::FullFeature(ff) = &self.state else {
+            return;
+        };
+        if ff.logout.is_some() {
+            // a Logout waits for the tasks to end
             self.reject(RejectReason::ProtocolError, hdr);
             return;
         }
+        let p = &ff.params;
+        let (immediate_data, initial_r2t, first_burst_length) =
+            (p.immediate_data, p.initial_r2t, p.first_burst_length);
+        let rdma = ff.session.rdma.is_some();
         if !c.immediate
             && let Err(r) = self.window.check(c.cmd_sn)
         {
@@ -151,7 +161,6 @@ impl<B: DataBuf> Connection<B> {
                 }
             }
         }
-        let p = &self.params;
         let edtl_write = if c.write { c.edtl } else { 0 };
         let expected_read_len = match (c.read, c.write) {
             (true, true) => bidi_len.unwrap_or(0),
@@ -160,18 +169,18 @@ impl<B: DataBuf> Connection<B> {
         };
         let dlen = data.len() as u32;
         if dlen > 0
-            && (!c.write || !p.immediate_data || dlen > edtl_write || dlen > p.first_burst_length)
+            && (!c.write || !immediate_data || dlen > edtl_write || dlen > first_burst_length)
         {
             reject_consume(self, RejectReason::ProtocolError);
             return;
         }
-        let unsol_limit = if p.initial_r2t || c.final_ {
+        let unsol_limit = if initial_r2t || c.final_ {
             dlen
         } else {
-            edtl_write.min(p.first_burst_length).max(dlen)
+            edtl_write.min(first_burst_length).max(dlen)
         };
         let bufs = self.rx_bufs();
-        if self.is_rdma()
+        if rdma
             && ((expected_read_len > 0 && bufs.read.is_none())
                 || (edtl_write > unsol_limit && bufs.write.is_none()))
         {
@@ -231,11 +240,14 @@ impl<B: DataBuf> Connection<B> {
     /// Sends R2Ts for a task whose unsolicited phase is over, within MaxOutstandingR2T
     /// and MaxBurstLength.
     pub(crate) fn issue_r2ts(&mut self, itt: u32) {
-        if self.is_rdma() {
+        let State::FullFeature(ff) = &self.state else {
+            return;
+        };
+        if ff.session.rdma.is_some() {
             return self.issue_get(itt);
         }
-        let mbl = self.params.max_burst_length.max(512);
-        let max_out = self.params.max_outstanding_r2t.max(1) as usize;
+        let mbl = ff.params.max_burst_length.max(512);
+        let max_out = ff.params.max_outstanding_r2t.max(1) as usize;
         loop {
             let ttt = self.next_ttt;
             let Some(t) = self.tasks.get_mut(&itt) else {
@@ -454,9 +466,13 @@ impl<B: DataBuf> Connection<B> {
     /// MaxRecvDataSegmentLength and MaxBurstLength), then status (phase-collapsed into
     /// the last Data-In when there is no sense) with residuals.
     pub fn complete_command(&mut self, itt: u32, result: CommandResult<B>) {
-        if self.state != super::State::FullFeature {
+        let State::FullFeature(ff) = &self.state else {
             return;
-        }
+        };
+        let rdma = ff.session.rdma.is_some();
+        let max_send_data = ff.max_send_data();
+        let mrdsl = ff.params.initiator_max_recv_data_segment_length.max(512) as usize;
+        let mbl = ff.params.max_burst_length.max(512) as usize;
         match self.tasks.get(&itt) {
             Some(t) if t.delivered => {}
             _ => return,
@@ -497,17 +513,14 @@ impl<B: DataBuf> Connection<B> {
             Some(spdtl) if t.write && spdtl < t.edtl_write => (false, true, t.edtl_write - spdtl),
             _ => (false, false, 0),
         };
-        let rdma = self.is_rdma();
         let collapse = result.sense.is_empty() && send > 0 && !t.write && !rdma;
-        let mrdsl = self.params.initiator_max_recv_data_segment_length.max(512) as usize;
-        let mbl = self.params.max_burst_length.max(512) as usize;
         let mut data_sn = 0u32;
         let status = result.status;
         let data = result.data.filter(|_| send > 0);
         if rdma {
             // RDMA datamover: the data goes by RDMA WRITE before the response
             if let (Some(buf), Some(remote)) = (data, t.rdma.bufs.read)
-                && let Some(r) = self.rdma.as_mut()
+                && let Framing::Rdma(r) = &mut self.framing
             {
                 r.tx.push_back(super::rdma::RdmaTx::Put {
                     itt,
@@ -516,9 +529,11 @@ impl<B: DataBuf> Connection<B> {
                     len: send,
                 });
             }
-        } else if let Some(buf) = data {
+        } else if let Some(buf) = data
+            && let Framing::Stream(s) = &mut self.framing
+        {
             // held once for all of its Data-In PDUs, dropped when the last is written
-            let id = self.tx.add_buf(buf);
+            let id = s.tx.add_buf(buf);
             let mut off = 0usize;
             let mut burst = 0usize;
             while off < send {
@@ -562,7 +577,7 @@ impl<B: DataBuf> Connection<B> {
             } else {
                 // within what the initiator can receive in one PDU (iSER: 128 bytes)
                 let room = if rdma {
-                    self.max_send_data().saturating_sub(2)
+                    max_send_data.saturating_sub(2)
                 } else {
                     0xffff
                 };
