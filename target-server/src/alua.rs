@@ -49,8 +49,8 @@ pub fn may_cache(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> bool {
     // serve it
     let others_write = !alua.peers.is_empty()
         && alua.non_owner_for(false) == config::NonOwnerState::ActiveNonOptimized
-        && lun.arbiter.is_none();
-    lun.cached && owner == alua.group && !others_write
+        && lun.rbd_ownership.is_none();
+    lun.cache_configured && owner == alua.group && !others_write
 }
 
 /// Why an ownership change did not happen.
@@ -75,7 +75,7 @@ pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), Owne
     if !alua.has_group(owner) {
         return Err(OwnerError::UnknownGroup(owner));
     }
-    if let Some(a) = &lun.arbiter {
+    if let Some(a) = &lun.rbd_ownership {
         // an RBD LUN: the image's lock decides
         a.init(lun, owner);
         return Ok(());
@@ -84,7 +84,7 @@ pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), Owne
     // the state change above raised ASYMMETRIC ACCESS STATE CHANGED for no nexus: a new
     // LU has none yet
     let on = may_cache(lun, alua, owner);
-    if lun.cached && !on && owner == alua.group {
+    if lun.cache_configured && !on && owner == alua.group {
         tracing::warn!(
             lun = lun.number,
             "the NUMA cache is off for this LUN: other gateways (alua.peers) can write it while \
@@ -92,7 +92,7 @@ pub fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(), Owne
              alua.non_owner_state: standby to cache on the owner"
         );
     }
-    lun.cache_on.store(on, Ordering::Release);
+    lun.cache_in_use.store(on, Ordering::Release);
     Ok(())
 }
 
@@ -110,7 +110,7 @@ pub fn set_owner(
         return Err(OwnerError::UnknownGroup(owner));
     }
     let me = alua.group;
-    if let Some(a) = &lun.arbiter {
+    if let Some(a) = &lun.rbd_ownership {
         if owner != me {
             return Err(OwnerError::TakenNotGiven(owner));
         }
@@ -118,7 +118,7 @@ pub fn set_owner(
         return Ok(!a.owns());
     }
     let was_owner = lun.scsi.access_state() == AccessState::ActiveOptimized;
-    let cache = cache.filter(|_| lun.cached);
+    let cache = cache.filter(|_| lun.cache_configured);
     if was_owner && owner != me {
         let mut transitioning = lun.scsi.port_groups();
         for g in &mut transitioning {
@@ -133,13 +133,13 @@ pub fn set_owner(
             lun.scsi.set_port_groups(port_groups(alua, me, false))?;
             return Err(OwnerError::Flush(e));
         }
-        lun.cache_on.store(false, Ordering::Release);
+        lun.cache_in_use.store(false, Ordering::Release);
     } else if !was_owner && owner == me {
         if let Some(c) = cache {
             // nothing of this LUN should be cached here; drop anything stale
             c.invalidate_lun(lun.cache_id);
         }
-        lun.cache_on
+        lun.cache_in_use
             .store(may_cache(lun, alua, owner), Ordering::Release);
     }
     let changed = lun.scsi.set_port_groups(port_groups(alua, owner, false))?;
@@ -182,7 +182,7 @@ pub(crate) fn set_target_port_groups(
             lun.scsi.check_condition(&scsi::alua::STPG_FAILED),
         ))
     };
-    match &lun.arbiter {
+    match &lun.rbd_ownership {
         _ if !fine => failed(),
         Some(a) if take && !a.owns() => {
             if a.is_fenced() {
@@ -213,11 +213,11 @@ fn write_back(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
 /// caching (it stays owned here) and the error is returned.
 pub(crate) fn stop_caching(c: &BlockCache, lun: &Lun) -> std::io::Result<()> {
     let flushed = write_back(c, lun).and_then(|()| {
-        lun.cache_on.store(false, Ordering::Release);
+        lun.cache_in_use.store(false, Ordering::Release);
         write_back(c, lun)
     });
     if let Err(e) = flushed {
-        lun.cache_on.store(true, Ordering::Release);
+        lun.cache_in_use.store(true, Ordering::Release);
         return Err(e);
     }
     c.invalidate_lun(lun.cache_id);

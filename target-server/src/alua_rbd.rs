@@ -49,7 +49,7 @@ const RECORD_MAX: usize = 256;
 pub fn start_all(targets: &[Arc<crate::registry::Target>], cache: Option<&Arc<BlockCache>>) {
     for t in targets {
         for lun in t.lun_set().map.values() {
-            if let Some(a) = &lun.arbiter {
+            if let Some(a) = &lun.rbd_ownership {
                 a.start(lun, cache);
             }
         }
@@ -354,7 +354,7 @@ impl Arbiter {
     fn release(&self, lun: &Lun, image: &rbd::Image, to: u16) {
         let me = self.alua.group;
         self.set_local(lun, AccessState::Transitioning);
-        if let Some(c) = self.cache.get().filter(|_| lun.cached)
+        if let Some(c) = self.cache.get().filter(|_| lun.cache_configured)
             && let Err(e) = crate::alua::stop_caching(c, lun)
         {
             // keep the LUN: the requester fences this gateway if it must
@@ -366,7 +366,7 @@ impl Arbiter {
             self.apply(lun, me, true);
             return;
         }
-        lun.cache_on.store(false, Ordering::Release);
+        lun.cache_in_use.store(false, Ordering::Release);
         let released = image.flush().and_then(|()| image.lock_release());
         if let Err(e) = released {
             tracing::warn!(lun = lun.number, "releasing the exclusive lock: {e}");
@@ -383,7 +383,7 @@ impl Arbiter {
     fn was_fenced(&self, lun: &Lun, why: &str) {
         self.owns.store(false, Ordering::Release);
         self.fenced.store(true, Ordering::Release);
-        lun.cache_on.store(false, Ordering::Release);
+        lun.cache_in_use.store(false, Ordering::Release);
         if let Some(c) = self.cache.get() {
             c.invalidate_lun(lun.cache_id);
         }
@@ -531,7 +531,8 @@ impl Arbiter {
 
     /// Groups and cache for owner `owner` (`cache`: this gateway owns and may cache).
     fn apply(&self, lun: &Lun, owner: u16, cache: bool) {
-        lun.cache_on.store(cache && lun.cached, Ordering::Release);
+        lun.cache_in_use
+            .store(cache && lun.cache_configured, Ordering::Release);
         if let Err(e) = lun
             .scsi
             .set_port_groups(crate::alua::port_groups(&self.alua, owner, true))

@@ -12,8 +12,9 @@ use scsi::{Action, CmdCtx};
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
+use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
-use crate::registry::{ConnId, LunSet, Target};
+use crate::registry::{LunSet, Target};
 
 /// Run `cmd` against `target`: [`Answer::Now`] with the result, or [`Answer::Later`] when it
 /// continues on an I/O worker (the result then arrives through the deferred `reply`), and
@@ -73,7 +74,7 @@ pub fn execute(
     reply.set_kind(kind);
     // an RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
     // back), and the command is retried by the initiator meanwhile
-    if let Some(a) = &lun.arbiter
+    if let Some(a) = &lun.rbd_ownership
         && !matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_))
         && !a.owns()
     {

@@ -13,6 +13,7 @@ pub(crate) mod alua_rbd;
 pub(crate) mod atomic;
 pub(crate) mod backend;
 pub mod cli;
+pub(crate) mod conn_id;
 pub(crate) mod dispatch;
 pub(crate) mod event_loop;
 /// Entry points of the fuzz targets (`fuzz/`): not an API.

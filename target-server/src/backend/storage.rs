@@ -469,7 +469,7 @@ pub fn flush_range(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> std:
 
 /// SYNCHRONIZE CACHE: write the LUN's dirty blocks back, then make the backing store durable.
 pub fn sync(cache: Option<&Arc<BlockCache>>, lun: &Lun) -> std::io::Result<()> {
-    match cache.filter(|_| lun.uses_cache()) {
+    match cache.filter(|_| lun.caches_now()) {
         Some(cache) => coherence::flush_and_sync(
             cache,
             lun.cache_id,

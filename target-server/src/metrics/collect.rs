@@ -327,7 +327,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
             cap.add(&l, lun.store.size() as f64);
             {
                 let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
-                let mode = if lun.cached {
+                let mode = if lun.cache_configured {
                     "numa"
                 } else if lun.store.is_direct() {
                     "off"
@@ -355,7 +355,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                 );
             }
             alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
-            let owner = match &lun.arbiter {
+            let owner = match &lun.rbd_ownership {
                 Some(a) => a.owner_group(),
                 None => {
                     lun.meta
@@ -365,7 +365,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
                 }
             };
             alua_owner.add(&l, f64::from(owner));
-            if let Some(a) = &lun.arbiter {
+            if let Some(a) = &lun.rbd_ownership {
                 let m = &a.transitions;
                 for (kind, v) in [
                     ("takeover", &m.takeovers),

@@ -135,9 +135,9 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         );
         ErrCode::InvalidRequest
     })?;
-    let (cached, direct) = (lun.cached, lun.store.is_direct());
+    let (cached, direct) = (lun.cache_configured, lun.store.is_direct());
     let lun = Arc::new(lun);
-    let arbiter = lun.arbiter.clone().map(|a| (a, Arc::clone(&lun)));
+    let arbiter = lun.rbd_ownership.clone().map(|a| (a, Arc::clone(&lun)));
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
@@ -210,7 +210,7 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
-    if let Some(a) = &lun.arbiter {
+    if let Some(a) = &lun.rbd_ownership {
         a.stop();
     }
     luns_changed(&t);
@@ -372,9 +372,9 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             scsi,
             store: Arc::clone(&lun.store),
             cache_id: lun.cache_id,
-            cached: lun.cached,
-            cache_on: AtomicBool::new(lun.uses_cache()),
-            arbiter: lun.arbiter.clone(),
+            cache_configured: lun.cache_configured,
+            cache_in_use: AtomicBool::new(lun.caches_now()),
+            rbd_ownership: lun.rbd_ownership.clone(),
             sync_writes: lun.sync_writes,
             read_ahead: lun.read_ahead,
             last_read_end: AtomicU64::new(u64::MAX),
@@ -387,7 +387,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .alua_owner;
-        let groups = match &lun.arbiter {
+        let groups = match &lun.rbd_ownership {
             // the arbiter's view: the owner it knows, this gateway's state as it is
             Some(a) => {
                 a.rebind(&next);
