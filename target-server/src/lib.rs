@@ -9,7 +9,6 @@
 
 pub mod alloc_count;
 pub(crate) mod alua;
-pub(crate) mod alua_rbd;
 pub(crate) mod atomic;
 pub(crate) mod backend;
 pub mod cli;

@@ -35,10 +35,10 @@ pub struct Lun {
     pub cache_configured: bool,
     /// The cache is in use now: configured, and this gateway owns the LUN (ALUA
     /// active/optimized; see [`crate::alua`]).
-    pub cache_in_use: std::sync::atomic::AtomicBool,
+    pub cache_in_use: crate::alua::shared::CacheInUse,
     /// The ownership of an RBD LUN exported by several gateways, moved through the image's
     /// exclusive lock (`None`: other LUNs, whose owner the administrator sets).
-    pub rbd_ownership: Option<Arc<crate::alua_rbd::Arbiter>>,
+    pub rbd_ownership: Option<Arc<crate::alua::shared::RbdOwnership>>,
     /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
     /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
     pub sync_writes: bool,
@@ -97,7 +97,7 @@ impl LunMeta {
 impl Lun {
     /// Whether commands use the block cache now (see [`Lun::cache_in_use`]).
     pub fn caches_now(&self) -> bool {
-        self.cache_in_use.load(std::sync::atomic::Ordering::Acquire)
+        self.cache_in_use.get()
     }
 }
 

@@ -126,7 +126,7 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     {
         closed += retire(ctx, iqn);
     }
-    crate::alua_rbd::start_all(&opened, ctx.cache.as_ref());
+    crate::alua::start_all(&opened, ctx.cache.as_ref());
     ctx.registry.update_targets(|ts| ts.extend(opened));
     if !diff.accounts_changed.is_empty() || diff.discovery_auth_changed {
         *ctx.registry.accounts() = Accounts {

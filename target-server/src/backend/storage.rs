@@ -547,3 +547,50 @@ pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: 
     });
     Answer::Later(later)
 }
+
+/// A job handed to an I/O worker runs here.
+impl cache::IoJob for Job {
+    fn run(self) {
+        match self {
+            Job::DirectRead { at, reply } => {
+                reply.send(direct_read(&at.lun, at.lba, at.offset, at.len))
+            }
+            Job::Fill {
+                cache,
+                at,
+                pieces,
+                node,
+                reply,
+            } => reply.send(fill_and_serve(&cache, &at, pieces, node)),
+            Job::ReadAround { cache, at, reply } => {
+                reply.send(read_around(&cache, &at.lun, at.lba, at.offset, at.len))
+            }
+            Job::Gather {
+                cache,
+                at,
+                node,
+                reply,
+            } => reply.send(gather_read(
+                &cache, &at.lun, at.lba, at.offset, at.len, node,
+            )),
+            Job::ReadAhead {
+                cache,
+                lun,
+                first,
+                last,
+            } => read_ahead(&cache, &lun, first, last),
+            Job::Write {
+                cache,
+                at,
+                durable,
+                data,
+                data_offset,
+                reply,
+            } => {
+                let result = write_job(cache.as_ref(), &at, durable, &data, data_offset);
+                reply.send_with_buffer(result, data);
+            }
+            Job::Other(f) => f(),
+        }
+    }
+}

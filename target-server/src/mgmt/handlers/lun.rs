@@ -5,7 +5,7 @@
 //! the target's LUN table; sessions see it at their next command.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use super::parse_bool;
 use super::target::lookup;
@@ -137,20 +137,18 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     })?;
     let (cached, direct) = (lun.cache_configured, lun.store.is_direct());
     let lun = Arc::new(lun);
-    let arbiter = lun.rbd_ownership.clone().map(|a| (a, Arc::clone(&lun)));
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert(lun);
+            v.insert(Arc::clone(&lun));
             true
         }
     });
     if !added {
         return Err(ErrCode::LunExist);
     }
-    if let Some((a, lun)) = arbiter {
-        a.start(&lun, ctx.cache.as_ref());
-    }
+    // an RBD LUN of several gateways: its ownership thread
+    crate::alua::start(&t, &lun, ctx.cache.as_ref());
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
         cache = if cached { "numa" } else if direct { "off" } else { "page" }, "LUN created");
@@ -210,8 +208,8 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
-    if let Some(a) = &lun.rbd_ownership {
-        a.stop();
+    if let Some(o) = &lun.rbd_ownership {
+        o.stop();
     }
     luns_changed(&t);
     match ctx.sync_lun(&lun) {
@@ -373,7 +371,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             store: Arc::clone(&lun.store),
             cache_id: lun.cache_id,
             cache_configured: lun.cache_configured,
-            cache_in_use: AtomicBool::new(lun.caches_now()),
+            cache_in_use: crate::alua::shared::CacheInUse::off(),
             rbd_ownership: lun.rbd_ownership.clone(),
             sync_writes: lun.sync_writes,
             read_ahead: lun.read_ahead,
@@ -382,27 +380,9 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             meta: std::sync::Mutex::new(meta),
             stats: Arc::clone(&lun.stats),
         });
-        let owner = next
-            .meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .alua_owner;
-        let groups = match &lun.rbd_ownership {
-            // the arbiter's view: the owner it knows, this gateway's state as it is
-            Some(a) => {
-                a.rebind(&next);
-                next.scsi.set_explicit_alua(true);
-                let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1), true);
-                for x in &mut g {
-                    if x.id == t.alua.group {
-                        x.state = lun.scsi.access_state();
-                    }
-                }
-                g
-            }
-            None => crate::alua::port_groups(&t.alua, owner, false),
-        };
-        if let Err(e) = next.scsi.set_port_groups(groups) {
+        // the ALUA state and caching mode as they are (an RBD LUN's ownership thread serves
+        // the new LUN from now on: it holds the same ownership)
+        if let Err(e) = crate::alua::carry_over(&lun, &next) {
             tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
         }
         t.update_luns(|m| {
