@@ -11,7 +11,7 @@ use std::time::Instant;
 use cache::BlockCache;
 
 use super::local::set_local_state;
-use super::machine::{Action, Event, LocalState, LockOwners, Machine, POLL};
+use super::machine::{Action, Event, Holder, LocalState, LockOwners, Machine, POLL};
 use super::record::{self, Record};
 use super::shared::RbdOwnership;
 use crate::registry::{Lun, Target};
@@ -175,8 +175,10 @@ impl<'a> Driver<'a> {
                 let owners = match image.lock_owners() {
                     Ok(o) if o.is_empty() => LockOwners::Free,
                     Ok(o) => {
+                        let mut h = std::hash::DefaultHasher::new();
+                        std::hash::Hash::hash(&o, &mut h);
                         self.owners = o;
-                        LockOwners::Held
+                        LockOwners::Held(Holder(std::hash::Hasher::finish(&h)))
                     }
                     Err(e) => {
                         tracing::warn!(lun = lun.number, "cannot read the lock owners: {e}");

@@ -13,21 +13,32 @@
 //! (`record.rs`), which it reads every [`POLL`]:
 //!
 //! 1. a gateway wanting the LUN (I/O on its active/non-optimized path, or STPG) reports
-//!    transitioning and writes `request=<its group>` into the record;
-//! 2. a live owner, having held the LUN at least [`MIN_HOLD`], sees the request within
+//!    transitioning and writes `request=<its group>` into the record (again whenever
+//!    another requester's write replaced it);
+//! 2. a live owner, having held the LUN at least [`MIN_HOLD`], sees a request within
 //!    [`POLL`], writes `acked=1`, reports transitioning, writes its dirty blocks back, stops
 //!    caching, flushes the image and releases the lock; the requester, looking at the lock
-//!    every [`LOCK_POLL`], waits up to [`HANDOFF_MAX`] for that;
-//! 3. an owner that does not acknowledge within [`ACK_WAIT`] of the request is taken for
-//!    dead: the requester breaks its lock, which blocklists its Ceph client, so a late write
-//!    from it (it was only frozen, or its network came back) cannot land;
+//!    every [`LOCK_POLL`], waits up to [`HANDOFF_MAX`] for that once it saw its ack;
+//! 3. a lock holder that does not acknowledge within [`ACK_WAIT`] of the request is taken
+//!    for dead: the requester breaks its lock, which blocklists its Ceph client, so a late
+//!    write from it (it was only frozen, or its network came back) cannot land. A new
+//!    holder (another requester took the LUN meanwhile) gets its full time. The record is
+//!    written whole, so a requester's write erases the holder's ack: rewriting the request
+//!    restarts the wait for the ack, two requesters facing a dead holder wait for each
+//!    other up to [`HANDOFF_MAX`], and a requester that erased an ack and then died leaves
+//!    the other one fencing the releasing holder after [`ACK_WAIT`] (safe: its unwritten
+//!    blocks are lost, as a volatile cache's). A conditional record write (RADOS
+//!    assert-version) would end both;
 //! 4. the requester takes the lock, writes `owner=<its group>` (keeping another gateway's
 //!    request that arrived meanwhile: it is answered after [`MIN_HOLD`]), and reports itself
-//!    active/optimized. A failed attempt is retried no sooner than [`RETRY_AFTER`].
+//!    active/optimized. A requester that finds the lock taken by another one meanwhile asks
+//!    that one in turn; a takeover that failed otherwise is retried no sooner than
+//!    [`RETRY_AFTER`].
 //!
 //! An owner that finds the lock no longer its own was fenced: it drops its cache (its dirty
 //! blocks cannot be written any more, as a volatile cache that lost power) and reports
-//! unavailable until it restarts. A file LUN ([`Machine::administered`]) has no lock and no
+//! unavailable until it restarts. An owner whose write-back failed looks at the lock before
+//! it serves the LUN again (the failure may be the fence). A file LUN ([`Machine::administered`]) has no lock and no
 //! record: the administrator moves it, with the same hand-over (transitioning, write back,
 //! stop caching) when it leaves this gateway.
 
@@ -74,10 +85,15 @@ pub enum LockOwners {
     /// Nobody.
     Free,
     /// Another client (the driver keeps who, for [`Action::BreakLocks`]).
-    Held,
+    Held(Holder),
     /// The owners could not be read.
     Unknown,
 }
+
+/// Which client holds the lock, as a token the driver makes from the owners' names: a
+/// different token is a different holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder(pub u64);
 
 /// A transition worth a log line and a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,8 +173,8 @@ enum State {
     Acquiring(Acquiring),
     /// This gateway holds the LUN: checking the lock and the record's requests.
     Owning(Owning),
-    /// Handing the LUN over: writing back, then releasing (on a failed write-back it
-    /// owns the LUN again).
+    /// Handing the LUN over: writing back (then releasing, or, on a failed write-back,
+    /// checking the lock before owning it again).
     Releasing(Releasing),
     /// The lock was broken by another gateway: unavailable until a restart.
     Fenced(Fenced),
@@ -181,13 +197,17 @@ struct Following {
 struct Requesting {
     /// The owner as known before the request (kept when the takeover fails).
     owner: u16,
-    /// When the request was written.
-    started: Instant,
-    /// When the request was last (re)written: the owner's time to acknowledge runs from
+    /// When the request was written (or the holder changed): [`HANDOFF_MAX`] runs from
     /// there.
+    started: Instant,
+    /// When the holder was first asked: its time to acknowledge runs from there.
     asked: Instant,
     /// The request is in the record (until then: transitioning, reading the record).
     requested: bool,
+    /// The lock holder seen last.
+    holder: Option<Holder>,
+    /// The lock could not be taken: unless another holder has it now, the takeover failed.
+    lost_race: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -195,6 +215,8 @@ struct Acquiring {
     owner: u16,
     started: Instant,
     fenced_other: bool,
+    /// The holder seen last (when the lock was not free).
+    holder: Option<Holder>,
     /// When the lock was taken (then the record is read, to keep a pending request).
     acquired: Option<Instant>,
 }
@@ -434,7 +456,14 @@ impl Machine {
         }
         match self.state {
             State::Owning(_) if held => self.ask(Action::ReadRecord, Await::Record),
-            State::Owning(_) => self.fence(now),
+            State::Releasing(r) if held => {
+                // the write-back failed, the lock is still this gateway's: keep the LUN
+                // (the requester fences this gateway if it must)
+                self.state = State::Owning(Owning { since: r.since });
+                self.push(Action::SetLocal(LocalState::Owner));
+                self.end_round(now);
+            }
+            State::Owning(_) | State::Releasing(_) => self.fence(now),
             _ => {}
         }
     }
@@ -445,15 +474,35 @@ impl Machine {
             return;
         }
         match self.state {
-            State::Starting(s) if owners == LockOwners::Free => {
-                self.state = State::Starting(s);
-                self.ask(Action::AcquireLock, Await::LockAcquired);
+            State::Starting(_) if owners == LockOwners::Free => {
+                self.ask(Action::AcquireLock, Await::LockAcquired)
             }
             State::Starting(s) => self.settle(now, s.configured, s.record, false),
-            State::Requesting(_) if owners == LockOwners::Held => {
-                self.ask(Action::ReadRecord, Await::Record)
-            }
-            State::Requesting(r) => self.acquire(r, false),
+            State::Requesting(r) => match owners {
+                LockOwners::Held(h) if r.lost_race && r.holder == Some(h) => {
+                    self.fail(now, r.owner)
+                }
+                LockOwners::Held(h) => {
+                    let r = if r.holder.is_some_and(|x| x != h) || r.lost_race {
+                        // a new holder (another requester took the LUN): its full time
+                        Requesting {
+                            started: now,
+                            asked: now,
+                            lost_race: false,
+                            ..r
+                        }
+                    } else {
+                        r
+                    };
+                    self.state = State::Requesting(Requesting {
+                        holder: Some(h),
+                        ..r
+                    });
+                    self.ask(Action::ReadRecord, Await::Record);
+                }
+                _ if r.lost_race => self.fail(now, r.owner),
+                _ => self.acquire(r, false),
+            },
             _ => {}
         }
     }
@@ -481,12 +530,16 @@ impl Machine {
                 self.ask(Action::ReadRecord, Await::Record);
             }
             State::Acquiring(a) => {
-                self.last_failure = Some(now);
-                self.push(Action::SetLocal(LocalState::NonOwner { owner: a.owner }));
-                self.answer_stpg(false);
-                self.push(Action::Report(Event::TakeoverFailed));
-                self.state = State::Following(Following { owner: a.owner });
-                self.end_round(now);
+                // another requester may have been faster: look who holds the lock
+                self.state = State::Requesting(Requesting {
+                    owner: a.owner,
+                    started: a.started,
+                    asked: now,
+                    requested: true,
+                    holder: a.holder,
+                    lost_race: true,
+                });
+                self.ask(Action::ReadLockOwners, Await::LockOwners);
             }
             _ => {}
         }
@@ -512,12 +565,15 @@ impl Machine {
                 self.state = State::Following(Following { owner: r.to });
                 self.end_round(now);
             }
-            State::Releasing(r) => {
-                // keep the LUN (the requester fences this gateway if it must)
-                self.state = State::Owning(Owning { since: r.since });
-                self.push(Action::SetLocal(LocalState::Owner));
-                self.end_round(now);
-            }
+            State::Releasing(r) => match self.arbitration {
+                // the lock may have been broken while the blocks were written (the
+                // write-back fails then): look before serving the LUN again
+                Arbitration::Lock => self.ask(Action::CheckLock, Await::LockCheck),
+                Arbitration::Admin => {
+                    self.state = State::Owning(Owning { since: r.since });
+                    self.push(Action::SetLocal(LocalState::Owner));
+                }
+            },
             _ => {}
         }
     }
@@ -534,6 +590,8 @@ impl Machine {
                         started: now,
                         asked: now,
                         requested: false,
+                        holder: None,
+                        lost_race: false,
                     });
                     self.ask(
                         Action::SetLocal(LocalState::Transitioning),
@@ -561,12 +619,12 @@ impl Machine {
         }
     }
 
-    /// Requesting, the lock held by the owner: the record says whether it acknowledged.
+    /// Requesting, the lock held: the record says whether the holder acknowledged.
     fn watch(&mut self, now: Instant, r: Requesting, rec: Record) {
         let mut asked = r.asked;
         if rec.request != Some(self.me) {
-            // another gateway's write replaced the request (e.g. one that just took the
-            // LUN): ask again, and give the owner its full time
+            // another requester's write replaced the request (erasing the holder's ack, if
+            // it gave one): ask again, and give the holder its full time
             self.push(Action::WriteRecord(Record {
                 request: Some(self.me),
                 acked: false,
@@ -590,9 +648,21 @@ impl Machine {
             owner: r.owner,
             started: r.started,
             fenced_other,
+            holder: r.holder,
             acquired: None,
         });
         self.ask(Action::AcquireLock, Await::LockAcquired);
+    }
+
+    /// The takeover failed: follow the owner known before; the next one waits
+    /// [`RETRY_AFTER`].
+    fn fail(&mut self, now: Instant, owner: u16) {
+        self.last_failure = Some(now);
+        self.push(Action::SetLocal(LocalState::NonOwner { owner }));
+        self.answer_stpg(false);
+        self.push(Action::Report(Event::TakeoverFailed));
+        self.state = State::Following(Following { owner });
+        self.end_round(now);
     }
 
     /// A new LUN's first state (`owns`: this gateway took the lock).
