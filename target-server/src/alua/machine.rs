@@ -38,9 +38,11 @@
 //! An owner that finds the lock no longer its own was fenced: it drops its cache (its dirty
 //! blocks cannot be written any more, as a volatile cache that lost power) and reports
 //! unavailable until it restarts. An owner whose write-back failed looks at the lock before
-//! it serves the LUN again (the failure may be the fence). A file LUN ([`Machine::administered`]) has no lock and no
-//! record: the administrator moves it, with the same hand-over (transitioning, write back,
-//! stop caching) when it leaves this gateway.
+//! it serves the LUN again (the failure may be the fence).
+//!
+//! A file LUN ([`Machine::administered`]) has no lock and no record: the administrator
+//! moves it, with the same hand-over (transitioning, write back, stop caching) when it
+//! leaves this gateway.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -1019,21 +1019,32 @@ proptest! {
         // an owner that died after acknowledging is waited for up to HANDOFF_MAX
         s.run_for(HANDOFF_MAX + ms(30_000));
         if !disturbed {
-            prop_assert!(s.live_fenced.is_empty(), "a live owner was fenced: {:?}", s.live_fenced.first());
+            prop_assert!(
+                s.live_fenced.is_empty(),
+                "a live owner was fenced: {:?}",
+                s.live_fenced.first()
+            );
         }
         for (i, g) in s.gws.iter().enumerate() {
             if g.life == Life::Running {
                 prop_assert_eq!(g.stpg_waiting, 0, "gateway {} has unanswered STPGs", i);
-                prop_assert!(!g.owner_while_blocklisted || disturbed, "gateway {} served while fenced", i);
+                prop_assert!(
+                    !g.owner_while_blocklisted || disturbed,
+                    "gateway {} served while fenced",
+                    i
+                );
             }
         }
         if let Some(h) = s.holder() {
             let g = &s.gws[h];
-            if g.life == Life::Running && g.client == s.cluster.lock.unwrap_or((9, 9)) {
+            if g.life == Life::Running && s.cluster.lock == Some(g.client) {
                 prop_assert_eq!(g.local, Some(LocalState::Owner));
                 prop_assert_eq!(s.cluster.record.owner, Some(g.group));
                 for (i, o) in s.gws.iter().enumerate() {
-                    if i != h && o.life == Life::Running && !s.cluster.blocklist.contains(&o.client) {
+                    let follows = i != h
+                        && o.life == Life::Running
+                        && !s.cluster.blocklist.contains(&o.client);
+                    if follows {
                         prop_assert_eq!(o.local, Some(LocalState::NonOwner { owner: g.group }));
                     }
                 }
