@@ -34,14 +34,19 @@ def module_of(path):
     return "::".join(rel)
 
 
+# top-level modules whose submodules are nodes of their own: backend's layers, and alua's
+# (the registry's `Lun` holds `alua::shared`, which names no LUN; the drivers name the LUN)
+SPLIT = ("backend", "alua")
+
+
 def unit(module):
-    """The node of the graph a module belongs to: backend's submodules are nodes of their
-    own, every other top-level module is one node with its children."""
+    """The node of the graph a module belongs to: the submodules of SPLIT's modules are
+    nodes of their own, every other top-level module is one node with its children."""
     parts = module.split("::")
     if not parts or parts[0] == "":
         return None
-    if parts[0] == "backend" and len(parts) > 1:
-        return "backend::" + parts[1]
+    if parts[0] in SPLIT and len(parts) > 1:
+        return parts[0] + "::" + parts[1]
     return parts[0]
 
 

@@ -14,8 +14,9 @@ use scsi::{Action, CmdCtx};
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
+use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
-use crate::registry::{ConnId, Lun, LunSet, Target};
+use crate::registry::{Lun, LunSet, Target};
 
 /// Run `cmd` against `target`: [`Answer::Now`] with the result, or [`Answer::Later`] when it
 /// continues on an I/O worker (the result then arrives through the deferred `reply`), and
@@ -108,7 +109,7 @@ fn scsi_outcome(
 /// or unavailable when this gateway was fenced. `None`: the command may run here (this
 /// gateway owns the LUN, the LUN has no owner to ask, or the action touches no medium).
 fn refusal_if_owned_elsewhere(lun: &Lun, action: &Action) -> Option<scsi::Completion> {
-    if let Some(a) = &lun.arbiter
+    if let Some(a) = &lun.rbd_ownership
         && !matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_))
         && !a.owns()
     {

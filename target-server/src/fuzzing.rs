@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex};
 use iscsi_proto::{ConnConfig, Directory};
 use tgtadm_wire::{ErrCode, Mode, Op, Payload, REQ_HEADER_LEN, ReqHeader};
 
+use crate::conn_id::ConnId;
 use crate::mgmt::{Ctx, handlers};
-use crate::registry::{Acl, ConnControl, ConnId, LoginContext, Portal, Registry, Target};
+use crate::registry::{Acl, ConnControl, LoginContext, Portal, Registry, Target};
 
 /// The open target every [`Daemon`] starts with (tid 1, ACL `ALL`, no LUN).
 pub const TARGET: &str = "iqn.2026-11.org.numatgt:fuzz";

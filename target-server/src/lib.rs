@@ -9,9 +9,9 @@
 
 pub mod alloc_count;
 pub(crate) mod alua;
-pub(crate) mod alua_rbd;
 pub(crate) mod backend;
 pub mod cli;
+pub(crate) mod conn_id;
 pub(crate) mod dispatch;
 pub(crate) mod event_loop;
 /// Entry points of the fuzz targets (`fuzz/`): not an API.

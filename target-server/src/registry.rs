@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use cache::BackingStore;
 use iscsi_proto::ConnConfig;
 
+use crate::conn_id::ConnId;
+
 mod access;
 mod login;
 #[cfg(test)]
@@ -21,14 +23,6 @@ mod tests;
 pub use access::{Accounts, Acl, AuthBinding, ChapCredentials, TargetState, os_random};
 pub use login::LoginContext;
 
-/// Identifies a connection: which event thread owns it, its slot, and the slot's generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ConnId {
-    pub thread: usize,
-    pub slot: usize,
-    pub generation: u64,
-}
-
 /// One exported logical unit.
 pub struct Lun {
     pub number: u64,
@@ -36,13 +30,15 @@ pub struct Lun {
     pub store: Arc<BackingStore>,
     /// The LUN's identity in the block cache (unique in the daemon).
     pub cache_id: u32,
-    /// Reads and writes go through the NUMA-aware block cache (`cache: numa`).
-    pub cached: bool,
-    /// The cache is in use now: `cached`, and this gateway owns the LUN (ALUA
+    /// The LUN is configured for the NUMA-aware block cache (`cache: numa`); it uses the
+    /// cache only while this gateway owns it ([`Lun::cache_in_use`]).
+    pub cache_configured: bool,
+    /// The cache is in use now: configured, and this gateway owns the LUN (ALUA
     /// active/optimized; see [`crate::alua`]).
-    pub cache_on: std::sync::atomic::AtomicBool,
-    /// The ownership of an RBD LUN exported by several gateways (`None`: other LUNs).
-    pub arbiter: Option<Arc<crate::alua_rbd::Arbiter>>,
+    pub cache_in_use: crate::alua::shared::CacheInUse,
+    /// The ownership of an RBD LUN exported by several gateways, moved through the image's
+    /// exclusive lock (`None`: other LUNs, whose owner the administrator sets).
+    pub rbd_ownership: Option<Arc<crate::alua::shared::RbdOwnership>>,
     /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
     /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
     pub sync_writes: bool,
@@ -99,9 +95,9 @@ impl LunMeta {
 }
 
 impl Lun {
-    /// Whether commands use the block cache now (see [`Lun::cache_on`]).
-    pub fn uses_cache(&self) -> bool {
-        self.cache_on.load(std::sync::atomic::Ordering::Acquire)
+    /// Whether commands use the block cache now (see [`Lun::cache_in_use`]).
+    pub fn caches_now(&self) -> bool {
+        self.cache_in_use.get()
     }
 }
 

@@ -65,7 +65,7 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     let opened = open_new_targets(ctx, &diff, &next)?;
     // now replace: the old versions go first (sessions closed, dirty data written back)
     let closed = retire_replaced(ctx, &diff);
-    crate::alua_rbd::start_all(&opened, ctx.cache.as_ref());
+    crate::alua::start_all(&opened, ctx.cache.as_ref());
     ctx.registry.update_targets(|ts| ts.extend(opened));
     apply_accounts(ctx, &diff, &next);
     if diff.limits_changed {

@@ -350,15 +350,15 @@ pub(crate) fn open_lun(
         "LUN ready");
     let owner = alua.owner_of(l.alua_owner);
     meta.alua_owner = owner;
-    let arbiter = crate::alua_rbd::Arbiter::for_lun(alua, &store);
+    let rbd_ownership = crate::alua::rbd_ownership_for(alua, &store);
     let lun = Lun {
         number: l.lun,
         scsi: lu,
-        arbiter,
+        rbd_ownership,
         store: Arc::new(store),
         cache_id,
-        cached: mode == config::CacheMode::Numa,
-        cache_on: std::sync::atomic::AtomicBool::new(false),
+        cache_configured: mode == config::CacheMode::Numa,
+        cache_in_use: crate::alua::shared::CacheInUse::off(),
         sync_writes,
         read_ahead: cache.read_ahead,
         last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
@@ -594,7 +594,7 @@ impl Daemon {
             conn_config(&rc.config.iscsi),
         ));
         registry.set_state_dir(rc.state_dir.clone());
-        crate::alua_rbd::start_all(&registry.targets(), block_cache.as_ref());
+        crate::alua::start_all(&registry.targets(), block_cache.as_ref());
         registry.limits.apply(&rc.config.limits);
         *registry.accounts() = Accounts {
             // newest first, as tgtd lists them

@@ -1,7 +1,7 @@
 //! The blocking work event threads hand to a node's I/O workers, as plain values: submitting
 //! one moves it into the pool's queue without a heap allocation (a boxed closure would need
-//! one per command). Each variant runs on a worker and reports through its `Replier`;
-//! rare commands (VERIFY, SYNCHRONIZE CACHE) still use a closure.
+//! one per command). Each variant runs on a worker (`storage.rs` runs them) and reports
+//! through its `Replier`; rare commands (VERIFY, SYNCHRONIZE CACHE) still use a closure.
 
 use std::sync::Arc;
 
@@ -9,7 +9,6 @@ use cache::coherence::PieceList;
 use cache::{BlockCache, IoRequest};
 
 use super::reply::Replier;
-use super::storage;
 use crate::registry::Lun;
 
 /// Where a request's bytes are: LUN, first LBA (for sense data), byte offset and length.
@@ -66,50 +65,4 @@ pub enum Job {
         reply: Replier,
     },
     Other(IoRequest),
-}
-
-impl cache::IoJob for Job {
-    fn run(self) {
-        match self {
-            Job::DirectRead { at, reply } => {
-                reply.send(storage::direct_read(&at.lun, at.lba, at.offset, at.len))
-            }
-            Job::Fill {
-                cache,
-                at,
-                pieces,
-                node,
-                reply,
-            } => reply.send(storage::fill_and_serve(&cache, &at, pieces, node)),
-            Job::ReadAround { cache, at, reply } => reply.send(storage::read_around(
-                &cache, &at.lun, at.lba, at.offset, at.len,
-            )),
-            Job::Gather {
-                cache,
-                at,
-                node,
-                reply,
-            } => reply.send(storage::gather_read(
-                &cache, &at.lun, at.lba, at.offset, at.len, node,
-            )),
-            Job::ReadAhead {
-                cache,
-                lun,
-                first,
-                last,
-            } => storage::read_ahead(&cache, &lun, first, last),
-            Job::Write {
-                cache,
-                at,
-                durable,
-                data,
-                data_offset,
-                reply,
-            } => {
-                let result = storage::write_job(cache.as_ref(), &at, durable, &data, data_offset);
-                reply.send_with_buffer(result, data);
-            }
-            Job::Other(f) => f(),
-        }
-    }
 }

@@ -72,6 +72,6 @@ impl<'a> StorageCtx<'a> {
 
     /// The cache `lun`'s I/O goes through (`cache: numa` LUNs of a daemon with a cache).
     pub fn cache_for(&self, lun: &Lun) -> Option<&'a Arc<BlockCache>> {
-        self.cache.filter(|_| lun.uses_cache())
+        self.cache.filter(|_| lun.caches_now())
     }
 }

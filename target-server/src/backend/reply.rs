@@ -17,8 +17,8 @@ use std::sync::Arc;
 use iscsi_proto::CommandResult;
 
 use super::payload::Payload;
+use crate::conn_id::ConnId;
 use crate::io_stats::{IoKind, IoTag};
-use crate::registry::ConnId;
 
 /// Where results of commands finished off the connection's thread go: the connection
 /// driver's mailbox. Called on I/O workers and background threads; must not block for long.

@@ -477,7 +477,7 @@ pub fn flush_range(cache: &BlockCache, lun: &Lun, offset: u64, len: u64) -> std:
 
 /// SYNCHRONIZE CACHE: write the LUN's dirty blocks back, then make the backing store durable.
 pub fn sync(cache: Option<&Arc<BlockCache>>, lun: &Lun) -> std::io::Result<()> {
-    match cache.filter(|_| lun.uses_cache()) {
+    match cache.filter(|_| lun.caches_now()) {
         Some(cache) => coherence::flush_and_sync(
             cache,
             lun.cache_id,
@@ -554,4 +554,51 @@ pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: 
         reply.send(result);
     });
     Answer::Later(later)
+}
+
+/// A job handed to an I/O worker runs here.
+impl cache::IoJob for Job {
+    fn run(self) {
+        match self {
+            Job::DirectRead { at, reply } => {
+                reply.send(direct_read(&at.lun, at.lba, at.offset, at.len))
+            }
+            Job::Fill {
+                cache,
+                at,
+                pieces,
+                node,
+                reply,
+            } => reply.send(fill_and_serve(&cache, &at, pieces, node)),
+            Job::ReadAround { cache, at, reply } => {
+                reply.send(read_around(&cache, &at.lun, at.lba, at.offset, at.len))
+            }
+            Job::Gather {
+                cache,
+                at,
+                node,
+                reply,
+            } => reply.send(gather_read(
+                &cache, &at.lun, at.lba, at.offset, at.len, node,
+            )),
+            Job::ReadAhead {
+                cache,
+                lun,
+                first,
+                last,
+            } => read_ahead(&cache, &lun, first, last),
+            Job::Write {
+                cache,
+                at,
+                durable,
+                data,
+                data_offset,
+                reply,
+            } => {
+                let result = write_job(cache.as_ref(), &at, durable, &data, data_offset);
+                reply.send_with_buffer(result, data);
+            }
+            Job::Other(f) => f(),
+        }
+    }
 }

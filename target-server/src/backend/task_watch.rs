@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use iscsi_proto::CommandResult;
 
 use super::reply::Replier;
-use crate::registry::ConnId;
+use crate::conn_id::ConnId;
 
 /// What ending a watched task does.
 pub enum OnEnd {

@@ -15,7 +15,8 @@ use super::locked::{self, Blocks, Locked, LockedOp};
 use super::payload::Payload;
 use super::reply::{Answer, CompletionSink, ReplyTo};
 use super::{StorageCtx, Workers, storage};
-use crate::registry::{ConnId, Lun};
+use crate::conn_id::ConnId;
+use crate::registry::Lun;
 
 const BS: usize = 512;
 const LUN_BLOCKS: u64 = 2048; // 1 MiB

@@ -28,7 +28,8 @@ use super::StorageCtx;
 use super::jobs::Extent;
 use super::reply::{Answer, ReplyTo, completed};
 use super::storage;
-use crate::registry::{ConnId, Lun, LunSet};
+use crate::conn_id::ConnId;
+use crate::registry::{Lun, LunSet};
 
 /// Bytes moved per read + write: bounds the memory one copy holds (a multiple of every
 /// supported block length).

@@ -16,8 +16,8 @@ use mio::{Poll, Waker};
 use super::{EventThread, WAKER};
 use crate::backend::payload::Payload;
 use crate::backend::reply::CompletionSink;
+use crate::conn_id::ConnId;
 use crate::io_stats::IoTag;
-use crate::registry::ConnId;
 
 /// Messages to an event thread.
 pub enum Msg {

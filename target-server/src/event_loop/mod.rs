@@ -21,7 +21,8 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::backend::payload::Payload;
 use crate::backend::reply::CompletionSink;
-use crate::registry::{ConnId, LoginContext, Target};
+use crate::conn_id::ConnId;
+use crate::registry::{LoginContext, Target};
 
 mod commands;
 mod inbox;

@@ -12,7 +12,8 @@ use cache::{BlockCache, Router};
 use super::{Inbox, Msg};
 use crate::backend::reply::TaskControl;
 use crate::backend::workers::NodeWorkers;
-use crate::registry::{ConnControl, ConnId, Registry};
+use crate::conn_id::ConnId;
+use crate::registry::{ConnControl, Registry};
 
 /// State every event thread shares.
 pub struct Shared {

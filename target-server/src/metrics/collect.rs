@@ -423,7 +423,7 @@ impl LunIdentity {
         cap.add(&l, lun.store.size() as f64);
         {
             let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
-            let mode = if lun.cached {
+            let mode = if lun.cache_configured {
                 "numa"
             } else if lun.store.is_direct() {
                 "off"
@@ -481,7 +481,7 @@ impl LunAlua {
             alua_moves,
         } = self;
         alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
-        let owner = match &lun.arbiter {
+        let owner = match &lun.rbd_ownership {
             Some(a) => a.owner_group(),
             None => {
                 lun.meta
@@ -491,7 +491,7 @@ impl LunAlua {
             }
         };
         alua_owner.add(&l, f64::from(owner));
-        if let Some(a) = &lun.arbiter {
+        if let Some(a) = &lun.rbd_ownership {
             let m = &a.transitions;
             for (kind, v) in [
                 ("takeover", &m.takeovers),

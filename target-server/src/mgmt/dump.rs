@@ -48,7 +48,7 @@ fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiPa
 fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
     let p = l.scsi.params();
     let meta = l.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mode = if l.cached {
+    let mode = if l.cache_configured {
         config::CacheMode::Numa
     } else if l.store.is_direct() {
         config::CacheMode::Off

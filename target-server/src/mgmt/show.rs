@@ -441,7 +441,7 @@ mod tests {
             alias: None,
             peer: "10.0.0.1:40000".parse().expect("addr"),
             cid: 0,
-            owner: crate::registry::ConnId {
+            owner: crate::conn_id::ConnId {
                 thread: 0,
                 slot: 0,
                 generation: 0,

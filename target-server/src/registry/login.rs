@@ -10,7 +10,8 @@ use iscsi_proto::{
     SessionType, TargetRecord,
 };
 
-use super::{ConnControl, ConnId, PORTAL_GROUP_TAG, Registry, SessionEntry, TargetState};
+use super::{ConnControl, PORTAL_GROUP_TAG, Registry, SessionEntry, TargetState};
+use crate::conn_id::ConnId;
 
 /// The registry as seen by one connection's login: implements `iscsi_proto::Directory`.
 pub struct LoginContext<'a> {

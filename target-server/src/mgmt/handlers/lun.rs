@@ -6,7 +6,7 @@
 //! the target's LUN table; sessions see it at their next command.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use super::parse_bool;
 use super::target::lookup;
@@ -138,22 +138,20 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         );
         ErrCode::InvalidRequest
     })?;
-    let (cached, direct) = (lun.cached, lun.store.is_direct());
+    let (cached, direct) = (lun.cache_configured, lun.store.is_direct());
     let lun = Arc::new(lun);
-    let arbiter = lun.arbiter.clone().map(|a| (a, Arc::clone(&lun)));
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert(lun);
+            v.insert(Arc::clone(&lun));
             true
         }
     });
     if !added {
         return Err(ErrCode::LunExist);
     }
-    if let Some((a, lun)) = arbiter {
-        a.start(&lun, ctx.cache.as_ref());
-    }
+    // an RBD LUN of several gateways: its ownership thread
+    crate::alua::start(&t, &lun, ctx.cache.as_ref());
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
         cache = if cached { "numa" } else if direct { "off" } else { "page" }, "LUN created");
@@ -215,8 +213,8 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
     t.update_luns(|m| m.remove(&lun.number));
-    if let Some(a) = &lun.arbiter {
-        a.stop();
+    if let Some(o) = &lun.rbd_ownership {
+        o.stop();
     }
     luns_changed(&t);
     match ctx.sync_lun(&lun) {
@@ -442,9 +440,9 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         scsi,
         store: Arc::clone(&lun.store),
         cache_id: lun.cache_id,
-        cached: lun.cached,
-        cache_on: AtomicBool::new(lun.uses_cache()),
-        arbiter: lun.arbiter.clone(),
+        cache_configured: lun.cache_configured,
+        cache_in_use: crate::alua::shared::CacheInUse::off(),
+        rbd_ownership: lun.rbd_ownership.clone(),
         sync_writes: lun.sync_writes,
         read_ahead: lun.read_ahead,
         last_read_end: AtomicU64::new(u64::MAX),
@@ -452,39 +450,14 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         meta: std::sync::Mutex::new(meta),
         stats: Arc::clone(&lun.stats),
     });
-    carry_alua_over(t, lun, &next);
+    // the ALUA state and caching mode as they are (an RBD LUN's ownership thread serves
+    // the new LUN from now on: it holds the same ownership)
+    if let Err(e) = crate::alua::carry_over(lun, &next) {
+        tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
+    }
     t.update_luns(|m| {
         m.insert(next.number, next);
     });
-}
-
-/// `next`, the rebuilt `lun`, takes over its ALUA port groups: an RBD LUN's arbiter now
-/// serves `next` and keeps its view (the owner it knows, this gateway's state as it is);
-/// otherwise the groups follow the owner in `next`'s description.
-fn carry_alua_over(t: &Target, lun: &Lun, next: &Arc<Lun>) {
-    let owner = next
-        .meta
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .alua_owner;
-    let groups = match &lun.arbiter {
-        // the arbiter's view: the owner it knows, this gateway's state as it is
-        Some(a) => {
-            a.rebind(next);
-            next.scsi.set_explicit_alua(true);
-            let mut g = crate::alua::port_groups(&t.alua, a.owner_group().max(1), true);
-            for x in &mut g {
-                if x.id == t.alua.group {
-                    x.state = lun.scsi.access_state();
-                }
-            }
-            g
-        }
-        None => crate::alua::port_groups(&t.alua, owner, false),
-    };
-    if let Err(e) = next.scsi.set_port_groups(groups) {
-        tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
-    }
 }
 
 /// The flags that need no new logical unit (sense format, thin provisioning, removable),
