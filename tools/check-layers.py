@@ -5,13 +5,18 @@ Reads every module of target-server/src (test-only files, `tests.rs`, are left o
 the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`), and checks:
 
   1. the layers of the data path: backend::reply and backend::payload (rank 0) <- the other
-     backend modules (rank 1) <- dispatch (rank 2) <- event_loop and iser_link, the transports
-     (rank 3). A module names
-     only modules of its own rank or lower ones, never the transport above it;
-  2. the base modules every layer may use (registry, range_locks, alloc_count) name none of the
-     data-path modules;
-  3. no import circle goes through the event loop or dispatch (Tarjan's strongly connected
-     components over the whole module graph).
+     backend modules (rank 1) <- dispatch (rank 2) <- transport, the transports behind their
+     seam (rank 3) <- event_loop (rank 4). A module names only modules of its own rank or
+     lower ones, never a layer above it;
+  2. the base modules every layer may use (registry, conn_id, range_locks, alloc_count, io_stats,
+     proto_stats) name none of the data-path modules;
+  3. no import circle goes through the event loop, dispatch or the transports (Tarjan's
+     strongly connected components over the whole module graph);
+  4. the transports are reached through their seam only: no module outside
+     `transport` (the event loop, the runtime, the management plane) names a transport's
+     internals, `transport::tcp::…`, `transport::iser::…` or any other submodule of
+     `transport/` — only the items of `transport/mod.rs` (the traits `Listener`,
+     `Accepted`, `Link`, their types, and the functions that open portals).
 
 Prints the graph's circles (there are some in the control plane: runtime, mgmt, reload) and
 every violation; exit status 1 when there is one. Run: python3 tools/check-layers.py
@@ -23,8 +28,10 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
-RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "event_loop": 3, "iser_link": 3}
-BASE = {"registry", "range_locks", "alloc_count", "io_stats", "proto_stats"}
+RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "transport": 3, "event_loop": 4}
+BASE = {"registry", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats"}
+# the seam: its submodules (one per transport) are internals
+SEAM = "transport"
 
 
 def module_of(path):
@@ -68,12 +75,12 @@ def references(module, text):
     out = set()
     for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
         out.add(m.group(1))
-    # `use crate::{a, b::c}` groups
-    for m in re.finditer(r"\bcrate::\{([^}]*)\}", text):
-        for item in m.group(1).split(","):
+    # `use crate::{a, b::c}` and `use crate::a::{b, c::d}` groups (one level of braces)
+    for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*)\{([^}]*)\}", text):
+        for item in m.group(2).split(","):
             item = item.strip().split(" ")[0]
-            if item:
-                out.add(item)
+            if item and item != "self":
+                out.add(m.group(1) + item)
     parent = module.split("::")[:-1]
     for m in re.finditer(r"\bsuper::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
         out.add("::".join(parent + [m.group(1)]))
@@ -85,24 +92,31 @@ def references(module, text):
     return out
 
 
-def build_graph():
+def source_modules():
     modules = {}
     for dirpath, _, files in os.walk(ROOT):
         for f in files:
             if f.endswith(".rs") and f != "tests.rs":
                 p = os.path.join(dirpath, f)
                 modules[module_of(p)] = p
+    return modules
+
+
+def module_text(path):
+    """A module's code: comments and its own `#[cfg(test)] mod tests { … }` cut off."""
+    with open(path, encoding="utf-8") as fh:
+        text = strip_comments(fh.read())
+    cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{", text)
+    return text[: cut.start()] if cut else text
+
+
+def build_graph(modules):
     graph = {}
     for module, path in modules.items():
         src = unit(module)
         if src is None or module == "main":
             continue
-        with open(path, encoding="utf-8") as fh:
-            text = strip_comments(fh.read())
-        # a file's own `#[cfg(test)] mod tests { … }` is test code: cut it off
-        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{", text)
-        if cut:
-            text = text[: cut.start()]
+        text = module_text(path)
         edges = graph.setdefault(src, set())
         for ref in references(module, text):
             dst = unit(ref)
@@ -143,8 +157,23 @@ def sccs(graph):
     return out
 
 
+def seam_violations(modules):
+    """Modules outside the seam that name a transport's internals (a submodule of it)."""
+    internals = {m.split("::")[1] for m in modules if m.startswith(SEAM + "::")}
+    bad = []
+    for module, path in sorted(modules.items()):
+        if module == SEAM or module.startswith(SEAM + "::") or module == "main":
+            continue
+        for ref in sorted(references(module, module_text(path))):
+            parts = ref.split("::")
+            if len(parts) > 1 and parts[0] == SEAM and parts[1] in internals:
+                bad.append(f"seam: {module} names {ref} (a transport's internals; use {SEAM}::…)")
+    return bad
+
+
 def main():
-    graph = build_graph()
+    modules = source_modules()
+    graph = build_graph(modules)
     bad = []
     for src, dsts in sorted(graph.items()):
         rs = rank(src)
@@ -157,9 +186,10 @@ def main():
     circles = [c for c in sccs(graph) if len(c) > 1]
     for c in circles:
         print("circle:", " <-> ".join(c))
-        for m in ("event_loop", "dispatch"):
+        for m in ("event_loop", "dispatch", SEAM):
             if m in c:
                 bad.append(f"circle through {m}: {' <-> '.join(c)}")
+    bad += seam_violations(modules)
     edges = sum(len(d) for d in graph.values())
     print(f"check-layers: {len(graph)} modules, {edges} imports, {len(circles)} circles")
     for b in bad:
@@ -167,7 +197,10 @@ def main():
     if bad:
         print(f"check-layers: {len(bad)} violations")
         return 1
-    print("check-layers: data path layers hold (reply <- backend <- dispatch <- event_loop)")
+    print(
+        "check-layers: data path layers hold (reply <- backend <- dispatch <- transport <- "
+        "event_loop), transports behind their seam"
+    )
     return 0
 
 

@@ -1,6 +1,6 @@
-//! iSER receive path, as numatgtd's driver (`target-server/src/iser_link`) runs it, without a
-//! device: the connect request's private data through `CmRequest::parse`, then every
-//! received Send through `IserMessage::split` and, for iSCSI control messages,
+//! iSER receive path, as numatgtd's iSER transport (`target-server/src/transport/iser`) runs
+//! it, without a device: the connect request's private data through `CmRequest::parse`,
+//! then every received Send through `IserMessage::split` and, for iSCSI control messages,
 //! `Connection::rx_pdu` of a connection in RDMA datamover mode (`set_rdma_transport` with the
 //! iSER login keys); a Hello ends the connection as the driver does. What the connection
 //! queues (`pop_rdma_tx`) is checked and answered: Gets with `data_arrived` (any length, in

@@ -18,10 +18,7 @@ pub(crate) mod event_loop;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod io_stats;
-#[cfg(feature = "iser")]
-pub(crate) mod iser_link;
 pub(crate) mod limits;
-pub(crate) mod listen;
 pub mod logging;
 pub(crate) mod metrics;
 pub mod mgmt;
@@ -32,6 +29,7 @@ pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
+pub(crate) mod transport;
 
 pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;
 pub use metrics::MetricsError;

@@ -14,12 +14,12 @@ use cache::{
     Topology,
 };
 use iscsi_proto::ConnConfig;
-use mio::net::TcpListener;
 
 use crate::backend::flusher::Flushers;
 use crate::backend::workers::NodeWorkers;
 use crate::event_loop::{EventThread, EventThreadSetup, Msg, Shared};
 use crate::registry::{Accounts, Acl, AuthBinding, Lun, LunMeta, Portal, Registry, Target};
+use crate::transport::Listener;
 
 /// Everything needed to start, already validated.
 #[derive(Debug, Clone)]
@@ -100,32 +100,19 @@ fn iser_portal_request(rc: &RuntimeConfig) -> Option<Vec<SocketAddr>> {
         .map(|l| l.iter().map(|p| p.addr).collect())
 }
 
-#[cfg(feature = "iser")]
-type IserListeners = Vec<crate::iser_link::IserListener>;
-#[cfg(not(feature = "iser"))]
-type IserListeners = Vec<std::convert::Infallible>;
-
 /// Binds the iSER portals (see [`iser_portal_request`]). The default portal is skipped
-/// with a log line when there is no RDMA device or it cannot be bound; a configured one
-/// that cannot be bound stops the start.
-#[cfg(feature = "iser")]
-fn bind_iser_portals(
-    req: Option<Vec<SocketAddr>>,
-) -> Result<(IserListeners, Vec<SocketAddr>), StartError> {
-    use crate::iser_link::IserListener;
+/// with a log line when there is no RDMA device (or no iSER in this build) or it cannot be
+/// bound; a configured one that cannot be bound stops the start.
+fn bind_iser_portals(req: Option<Vec<SocketAddr>>) -> Result<Vec<Box<dyn Listener>>, StartError> {
     let mut out = Vec::new();
-    let mut addrs = Vec::new();
     match req {
         None => {
             if crate::rdma_probe::iser_state() != "ready" {
-                return Ok((out, addrs));
+                return Ok(out);
             }
             let addr = SocketAddr::from(([0, 0, 0, 0], 3260));
-            match IserListener::bind(addr) {
-                Ok(l) => {
-                    out.push(l);
-                    addrs.push(addr);
-                }
+            match crate::transport::bind_iser(addr) {
+                Ok(l) => out.push(l),
                 Err(e) => tracing::warn!(
                     "iSER: cannot listen on the default {addr}: {e}; iSCSI over TCP only"
                 ),
@@ -133,29 +120,15 @@ fn bind_iser_portals(
         }
         Some(list) => {
             for addr in list {
-                let l = IserListener::bind(addr).map_err(|e| StartError::IserListen {
+                let l = crate::transport::bind_iser(addr).map_err(|e| StartError::IserListen {
                     addr,
                     reason: e.to_string(),
                 })?;
                 out.push(l);
-                addrs.push(addr);
             }
         }
     }
-    Ok((out, addrs))
-}
-
-#[cfg(not(feature = "iser"))]
-fn bind_iser_portals(
-    req: Option<Vec<SocketAddr>>,
-) -> Result<(IserListeners, Vec<SocketAddr>), StartError> {
-    match req.as_deref() {
-        Some([addr, ..]) => Err(StartError::IserListen {
-            addr: *addr,
-            reason: "this numatgtd is built without iSER (cargo feature `iser`)".into(),
-        }),
-        _ => Ok((Vec::new(), Vec::new())),
-    }
+    Ok(out)
 }
 
 /// A running daemon.
@@ -546,7 +519,7 @@ impl Daemon {
         let mut portals = Vec::new();
         for p in &rc.config.portals {
             let addr = p.addr;
-            let std_l = match crate::listen::bind_portal(addr) {
+            let std_l = match crate::transport::bind_portal(addr) {
                 Ok(l) => l,
                 // tgtd's default wildcards on a host without IPv6: serve IPv4 alone
                 Err(e)
@@ -572,10 +545,11 @@ impl Daemon {
                 nop_interval: p.nop_interval,
                 nop_count: p.nop_count,
             });
-            listeners.push(TcpListener::from_std(std_l));
+            listeners.push(crate::transport::tcp_listener(std_l));
         }
 
-        let (iser_listeners, iser_listening) = bind_iser_portals(iser_portal_request(&rc))?;
+        let iser_listeners = bind_iser_portals(iser_portal_request(&rc))?;
+        let iser_listening: Vec<SocketAddr> = iser_listeners.iter().map(|l| l.addr()).collect();
 
         // event threads: one per CPU by default, each bound to the CPUs of its node
         let placements: Vec<usize> = topology
@@ -661,11 +635,9 @@ impl Daemon {
             .set(setups.iter().map(|s| Arc::clone(&s.inbox)).collect());
 
         let mut threads = Vec::new();
+        // every startup portal, of every transport, is event thread 0's
+        listeners.extend(iser_listeners);
         let mut listeners = Some(listeners);
-        #[cfg(feature = "iser")]
-        let mut iser_listeners = Some(iser_listeners);
-        #[cfg(not(feature = "iser"))]
-        let _ = iser_listeners;
         for (i, setup) in setups.into_iter().enumerate() {
             let node = placements
                 .get(i % placements.len().max(1))
@@ -681,12 +653,7 @@ impl Daemon {
             } else {
                 Vec::new()
             };
-            #[cfg_attr(not(feature = "iser"), allow(unused_mut))]
-            let mut et = EventThread::new(i, node, setup, Arc::clone(&shared), mine);
-            #[cfg(feature = "iser")]
-            if i == 0 {
-                et.set_iser_listeners(iser_listeners.take().unwrap_or_default());
-            }
+            let et = EventThread::new(i, node, setup, Arc::clone(&shared), mine);
             let h = std::thread::Builder::new()
                 .name(format!("ev-n{node}-{i}"))
                 .spawn(move || {

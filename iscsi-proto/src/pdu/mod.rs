@@ -1,17 +1,19 @@
 //! PDU encoding and decoding (RFC 7143 §11): the typed BHS ([`bhs`]), framing with AHS,
 //! padding and CRC32C digests ([`frame`]), field helpers ([`fields`]), Reject reasons
-//! ([`RejectReason`]), and the owned
-//! [`Pdu`] used by tests and slow paths. The connection's hot path uses
+//! ([`RejectReason`]), which requests take a command-window slot ([`in_command_window`]), and
+//! the owned [`Pdu`] used by tests and slow paths. The connection's hot path uses
 //! [`frame::check_frame`] and [`Bhs::decode`] directly on its receive buffer.
 
 pub mod bhs;
 pub mod fields;
 pub mod frame;
 mod reject;
+mod window;
 
 pub use bhs::*;
 pub use frame::{Ahs, Decoded, Digests, Frame, check_frame, pad4};
 pub use reject::RejectReason;
+pub use window::{in_command_window, opcode_in_window};
 
 /// Errors found while decoding a PDU. None of them panics; the connection maps them to a
 /// Reject or a connection close.

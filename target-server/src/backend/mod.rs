@@ -6,8 +6,9 @@
 //! transport's [`reply::CompletionSink`], and ending other sessions' tasks goes through
 //! [`reply::TaskControl`].
 //!
-//! Imports run one way: `reply` ← the backend modules ← `dispatch` ← the event loop (and
-//! the iSER driver later). `tools/check-layers.py` checks it.
+//! Imports run one way: `reply` ← the backend modules ← `dispatch` ← the event loop, which
+//! drives every transport (TCP, iSER) through `crate::transport`. `tools/check-layers.py`
+//! checks it.
 
 pub mod flusher;
 pub mod jobs;

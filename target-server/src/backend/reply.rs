@@ -1,6 +1,6 @@
 //! The bottom of the backend: how a finished command gets back to the transport that
-//! received it, without the backend knowing which transport that is. A connection driver
-//! (the TCP event loop today, the iSER driver later) implements [`CompletionSink`]; each
+//! received it, without the backend knowing which transport that is. The event loop (one
+//! for every transport: TCP, iSER) implements [`CompletionSink`]; each
 //! command carries a [`ReplyTo`]; one that completes at once answers [`Answer::Now`], one
 //! that continues on an I/O worker defers it into an armed [`Replier`] that sends its result
 //! through the sink exactly once (and [`Answer::Later`] needs the proof that it did). A

@@ -5,27 +5,25 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use iscsi_proto::CommandResult;
-use mio::net::TcpStream;
 use mio::{Poll, Waker};
 
-use super::{EventThread, WAKER};
+use super::EventThread;
+use super::tokens::WAKER;
 use crate::backend::payload::Payload;
 use crate::backend::reply::CompletionSink;
 use crate::conn_id::ConnId;
 use crate::io_stats::IoTag;
+use crate::transport::Accepted;
 
 /// Messages to an event thread.
 pub enum Msg {
-    /// A freshly accepted connection to adopt.
-    NewConn(TcpStream, SocketAddr),
-    /// An iSER connect request to accept (this thread serves its RDMA device's node).
-    #[cfg(feature = "iser")]
-    NewIser(Box<crate::iser_link::Incoming>),
+    /// A freshly accepted connection (of any transport) to adopt: this thread serves the
+    /// node it is to be served on.
+    Adopt(Box<dyn Accepted>),
     /// A backing-store job finished.
     IoDone {
         conn: ConnId,
@@ -138,15 +136,9 @@ impl EventThread {
                 break;
             };
             match msg {
-                Msg::NewConn(sock, peer) => {
+                Msg::Adopt(a) => {
                     if !self.stopping {
-                        self.adopt(sock, peer);
-                    }
-                }
-                #[cfg(feature = "iser")]
-                Msg::NewIser(inc) => {
-                    if !self.stopping {
-                        self.adopt_iser(*inc);
+                        self.adopt(a);
                     }
                 }
                 Msg::IoDone {
@@ -161,13 +153,8 @@ impl EventThread {
                     }
                     self.current = Some(conn.slot);
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
-                        slot.conn.recycle_buffer(buffer);
                         slot.inflight = slot.inflight.saturating_sub(1);
-                        slot.io.completed(&tag, result.status, &result.sense);
-                        slot.conn.complete_command(itt, result);
-                        if slot.close_after_tmf && slot.conn.tmfs_pending() == 0 {
-                            slot.closing = true;
-                        }
+                        slot.complete(itt, &tag, result, buffer);
                         if !touched.contains(&conn.slot) {
                             touched.push(conn.slot);
                         }
@@ -189,11 +176,12 @@ impl EventThread {
                         let Some(slot) = self.slots[s].as_mut() else {
                             continue;
                         };
-                        let ours = slot.target.as_ref().is_some_and(|t| t.tid == tid)
-                            && id != except
-                            && nexuses.as_ref().is_none_or(|list| {
-                                slot.nexus.as_ref().is_some_and(|n| list.contains(&n.id))
-                            });
+                        let ours = slot.session.normal().is_some_and(|n| {
+                            n.target.tid == tid
+                                && nexuses
+                                    .as_ref()
+                                    .is_none_or(|list| list.contains(&n.nexus.id))
+                        }) && id != except;
                         if ours && slot.conn.abort_tasks(lun) > 0 {
                             if let Some(c) = id {
                                 crate::backend::task_watch::tasks_ended(c, |itt| {
@@ -210,7 +198,7 @@ impl EventThread {
                 Msg::Shutdown => {
                     self.stopping = true;
                     for l in &mut self.listeners {
-                        let _ = self.poll.registry().deregister(l);
+                        l.deregister(self.poll.registry());
                     }
                     self.listeners.clear();
                     for s in 0..self.slots.len() {

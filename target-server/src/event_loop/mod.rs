@@ -1,93 +1,48 @@
-//! One event thread: a mio poll loop, bound to its NUMA node's CPUs, that owns a set of TCP
-//! connections for their whole life. Each wakeup reads every PDU that has arrived, hands
-//! SCSI commands to `dispatch`, and sends everything ready on a connection with one writev.
-//! Backing-store results come back through the thread's [`Inbox`] (a queue whose memory is
-//! reused, and a coalesced waker). With `busy_poll` set, the thread keeps polling (epoll
-//! with a zero timeout) for that long after its last event before it sleeps again, so a
-//! command arriving soon after a response finds it awake. Split: `inbox` (messages and the mailbox), `shared`
-//! (state of all threads), `commands` (protocol events to `dispatch`); this file owns the
-//! poll loop, accepting, reading, writing and closing.
+//! One event thread: a mio poll loop, bound to its NUMA node's CPUs, that owns a set of
+//! connections (of any transport, through the seam in `crate::transport`) for their whole
+//! life. Each wakeup hands what arrived on a connection to its protocol connection, SCSI
+//! commands to `dispatch`, and has the link send everything ready. Backing-store results
+//! come back through the thread's [`Inbox`] (a queue whose memory is reused, and a
+//! coalesced waker). With `busy_poll` set, the thread keeps polling (epoll with a zero
+//! timeout) for that long after its last event before it sleeps again, so a command arriving
+//! soon after a response finds it awake.
+//!
+//! Split: `inbox` (messages and the mailbox), `shared` (state of all threads, placement of
+//! new connections), `slot` (one connection's state and the completion path), `commands`
+//! (protocol events to `dispatch`), `tokens` (poll tokens); this file owns the poll loop,
+//! accepting, adopting, feeding and flushing links, and closing.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::fmt::Display;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use iscsi_proto::Connection;
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use iscsi_proto::conn::TransportKeys;
+use mio::{Events, Interest, Poll};
 
-use crate::backend::payload::Payload;
 use crate::backend::reply::CompletionSink;
 use crate::conn_id::ConnId;
-use crate::registry::{LoginContext, Target};
+use crate::registry::LoginContext;
+use crate::transport::{Accepted, Adopted, Feed, Input, Link, LinkError, Listener, Ready, Sources};
 
 mod commands;
 mod inbox;
-#[cfg(feature = "iser")]
-mod iser;
 mod shared;
+mod slot;
+mod tokens;
 
 pub use inbox::{EventThreadSetup, Inbox, Msg};
 pub use shared::{Shared, ThreadStats};
 
-pub(super) const WAKER: Token = Token(usize::MAX);
-/// The eventfds of the thread's io_uring read ring and librbd ring (completions arrived).
-const RING: Token = Token(usize::MAX - 1);
-/// Tokens: a connection's socket (TCP) or completion channel (iSER) is `Token(slot)`; an
-/// iSER connection's CM channel is `ISER_CM_BASE + slot`; TCP listeners count from
-/// `LISTENER_BASE`, iSER listeners from `ISER_LISTENER_BASE`.
-#[cfg_attr(not(feature = "iser"), allow(dead_code))]
-const ISER_CM_BASE: usize = usize::MAX / 4;
-const LISTENER_BASE: usize = usize::MAX / 2;
-#[cfg_attr(not(feature = "iser"), allow(dead_code))]
-const ISER_LISTENER_BASE: usize = usize::MAX / 2 + (1 << 40);
-/// Reads per connection per wakeup before other connections get their turn.
-const READS_PER_WAKEUP: usize = 32;
-/// Slices per writev.
-const IOV_MAX: usize = 64;
+use slot::{Session, Slot};
+use tokens::RING;
+
 const TICK: Duration = Duration::from_millis(500);
 
-/// How a connection's PDUs travel.
-enum Link {
-    Tcp(TcpStream),
-    #[cfg(feature = "iser")]
-    Iser(Box<crate::iser_link::IserLink>),
-}
-
-struct Slot {
-    link: Link,
-    conn: Connection<Payload>,
-    generation: u64,
-    peer: SocketAddr,
-    target: Option<Arc<Target>>,
-    /// The session's I_T nexus (normal sessions), for reservations and unit attentions.
-    nexus: Option<scsi::Nexus>,
-    /// The target's LUN table as last seen, with its generation.
-    luns: Option<(u64, Arc<crate::registry::LunSet>)>,
-    /// Commands handed to the I/O pool and not completed yet.
-    inflight: usize,
-    /// Close once the output has drained.
-    closing: bool,
-    /// A TARGET COLD RESET was received: close once it has been answered.
-    close_after_tmf: bool,
-    /// More input may be waiting (read budget ran out).
-    more_input: bool,
-    /// The peer closed or reset the connection (an event said so): read until the socket
-    /// reports it, a short read is no proof of an empty socket then.
-    hangup: bool,
-    /// Commands dropped for a CmdSN outside the window, as counted so far.
-    window_drops: u64,
-    /// The connection's I/O counters, one block per LUN it used.
-    io: crate::io_stats::ConnIo,
-    /// Its target's protocol event counters (those of target `""` until logged in).
-    events: Arc<crate::proto_stats::TargetEvents>,
-    /// The log context of everything about this connection (`conn{id peer initiator
-    /// target}`; initiator and target once logged in).
-    span: tracing::Span,
-}
 pub struct EventThread {
     index: usize,
     node: usize,
@@ -98,41 +53,20 @@ pub struct EventThread {
     /// The inbox batch being worked through (swapped with the inbox's queue).
     batch: VecDeque<Msg>,
     shared: Arc<Shared>,
-    listeners: Vec<TcpListener>,
+    /// The portals this thread listens on (of every transport).
+    listeners: Vec<Box<dyn Listener>>,
+    /// Connections a listener just accepted, being placed (kept to reuse its memory).
+    accepted: Vec<Box<dyn Accepted>>,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
+    /// Links of closed connections whose teardown has not finished ([`Link::drained`]).
+    retiring: Vec<Box<dyn Link>>,
     next_generation: u64,
     stopping: bool,
     /// The connection being worked on (closed if that work panics).
     current: Option<usize>,
-    /// The writev iovec array, kept between flushes (empty, capacity IOV_MAX).
-    iov_spare: Vec<IoSlice<'static>>,
     /// Connections with completions in this inbox batch (kept to reuse its memory).
     touched: Vec<usize>,
-    /// iSER portals this thread listens on.
-    #[cfg(feature = "iser")]
-    iser_listeners: Vec<crate::iser_link::IserListener>,
-    /// Closed iSER links waiting for their flushed requests and TIMEWAIT_EXIT, with when
-    /// they closed.
-    #[cfg(feature = "iser")]
-    draining: Vec<(Box<crate::iser_link::IserLink>, Instant)>,
-}
-
-/// Empty an iovec array and give its allocation back for the next flush (an in-place
-/// collect of an empty vector keeps the buffer; no slice outlives the call).
-fn recycle(mut iov: Vec<IoSlice<'_>>) -> Vec<IoSlice<'static>> {
-    iov.clear();
-    iov.into_iter().map(|_| IoSlice::new(&[])).collect()
-}
-
-impl Link {
-    fn name(&self) -> &'static str {
-        match self {
-            Link::Tcp(_) => "iscsi",
-            #[cfg(feature = "iser")]
-            Link::Iser(_) => "iser",
-        }
-    }
 }
 
 impl EventThread {
@@ -141,7 +75,7 @@ impl EventThread {
         node: usize,
         setup: EventThreadSetup,
         shared: Arc<Shared>,
-        listeners: Vec<TcpListener>,
+        listeners: Vec<Box<dyn Listener>>,
     ) -> Self {
         EventThread {
             index,
@@ -152,17 +86,14 @@ impl EventThread {
             batch: VecDeque::with_capacity(256),
             shared,
             listeners,
+            accepted: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            retiring: Vec::new(),
             next_generation: 1,
             stopping: false,
             current: None,
-            iov_spare: Vec::with_capacity(IOV_MAX),
             touched: Vec::new(),
-            #[cfg(feature = "iser")]
-            iser_listeners: Vec::new(),
-            #[cfg(feature = "iser")]
-            draining: Vec::new(),
         }
     }
 
@@ -173,16 +104,11 @@ impl EventThread {
     pub fn run(mut self) {
         crate::alloc_count::mark_event_thread();
         for (i, l) in self.listeners.iter_mut().enumerate() {
-            if let Err(e) =
-                self.poll
-                    .registry()
-                    .register(l, Token(LISTENER_BASE + i), Interest::READABLE)
-            {
-                tracing::error!("cannot poll listener: {e}");
+            if let Err(e) = l.register(self.poll.registry(), tokens::listener(i)) {
+                tracing::error!(portal = %l.addr(), transport = l.driver().as_str(),
+                    "cannot poll listener: {e}");
             }
         }
-        #[cfg(feature = "iser")]
-        self.register_iser_listeners();
         use crate::backend::workers::{stop_thread_aio, stop_thread_ring};
         let rings = [
             (
@@ -239,38 +165,16 @@ impl EventThread {
                 self.guarded("inbox", Self::drain_inbox);
             }
             for ev in events.iter() {
-                match ev.token() {
-                    WAKER | RING => {}
-                    #[cfg(feature = "iser")]
-                    Token(t) if t >= ISER_LISTENER_BASE => {
-                        self.guarded("accept", |me| me.accept_iser(t - ISER_LISTENER_BASE))
-                    }
-                    Token(t) if t >= LISTENER_BASE => {
-                        self.guarded("accept", |me| me.accept(t - LISTENER_BASE))
-                    }
-                    #[cfg(feature = "iser")]
-                    Token(t) if t >= ISER_CM_BASE => {
-                        self.guarded("connection manager", |me| me.on_cm(t - ISER_CM_BASE))
-                    }
-                    #[cfg(feature = "iser")]
-                    Token(s) if self.is_iser(s) => {
-                        self.guarded("completions", |me| me.on_completions(s))
-                    }
-                    Token(s) => {
-                        if (ev.is_read_closed() || ev.is_error())
-                            && let Some(sl) = self.slots.get_mut(s).and_then(|o| o.as_mut())
-                        {
-                            // data and the close can arrive in one edge: the data is read
-                            // first, and a short read must not end the pass before the
-                            // end of the stream is seen (there will be no further edge)
-                            sl.hangup = true;
-                        }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.guarded("receive", |me| me.on_readable(s));
-                        }
-                        if ev.is_writable() {
-                            self.guarded("send", |me| me.flush(s));
-                        }
+                match tokens::decode(ev.token()) {
+                    tokens::Source::Wake => {}
+                    tokens::Source::Listener(i) => self.guarded("accept", |me| me.accept(i)),
+                    tokens::Source::Conn { slot, source } => {
+                        let ready = Ready {
+                            readable: ev.is_readable(),
+                            writable: ev.is_writable(),
+                            hangup: ev.is_read_closed() || ev.is_error(),
+                        };
+                        self.guarded("connection", |me| me.on_ready(slot, source, ready));
                     }
                 }
             }
@@ -279,9 +183,12 @@ impl EventThread {
             self.guarded("read ring", |_| crate::backend::workers::reap_thread_ring());
             self.guarded("inbox", Self::drain_inbox);
             for s in 0..self.slots.len() {
-                if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
-                    self.guarded("receive", |me| me.on_readable(s));
-                    if self.slots[s].as_ref().is_some_and(|sl| sl.more_input) {
+                if let Some(source) = self.slots[s].as_ref().and_then(|sl| sl.more_input) {
+                    self.guarded("receive", |me| me.on_ready(s, source, Ready::READABLE));
+                    if self.slots[s]
+                        .as_ref()
+                        .is_some_and(|sl| sl.more_input.is_some())
+                    {
                         busy.push(s);
                     }
                 }
@@ -336,66 +243,56 @@ impl EventThread {
         }
     }
 
+    /// Takes what listener `i` accepted: each connection goes to the event thread of its
+    /// node (this one, or another through its inbox).
     fn accept(&mut self, i: usize) {
-        loop {
-            let Some(l) = self.listeners.get(i) else {
-                return;
-            };
-            match l.accept() {
-                Ok((sock, peer)) => {
-                    if self.stopping {
-                        continue; // dropped: refuse new work while stopping
-                    }
-                    if !self.shared.admit(peer) {
-                        continue;
-                    }
-                    let t = match sock.local_addr() {
-                        Ok(local) => self.shared.thread_for(local.ip()),
-                        Err(_) => {
-                            self.shared.next_thread.fetch_add(1, Ordering::Relaxed)
-                                % self.shared.thread_count()
-                        }
-                    };
-                    if t == self.index {
-                        self.adopt(sock, peer);
-                    } else if let Some(inbox) = self.shared.inbox(t) {
-                        inbox.send(Msg::NewConn(sock, peer));
+        let Some(l) = self.listeners.get_mut(i) else {
+            return;
+        };
+        let mut accepted = std::mem::take(&mut self.accepted);
+        l.accept(&mut |a| accepted.push(a));
+        for a in accepted.drain(..) {
+            if self.stopping {
+                continue; // dropped: refuse new work while stopping
+            }
+            match self.shared.place(&*a) {
+                Some(t) if t == self.index => self.adopt(a),
+                Some(t) => {
+                    if let Some(inbox) = self.shared.inbox(t) {
+                        inbox.send(Msg::Adopt(a));
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // EMFILE and friends: log and retry at the next readiness event
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
+                None => {} // refused by the connection limit: dropping it closes it
             }
         }
+        self.accepted = accepted;
     }
 
-    fn adopt(&mut self, mut sock: TcpStream, peer: SocketAddr) {
-        if let Err(e) = sock.set_nodelay(true) {
-            tracing::debug!(%peer, "TCP_NODELAY: {e}");
-        }
-        let local = match sock.local_addr() {
-            Ok(a) => a,
+    /// Makes an accepted connection this thread's: its link set up and polled, a slot and a
+    /// protocol connection for it.
+    fn adopt(&mut self, a: Box<dyn Accepted>) {
+        let peer = a.peer();
+        let Adopted {
+            mut link,
+            local,
+            login_keys,
+        } = match a.adopt(self.shared.cache.as_ref()) {
+            Ok(v) => v,
             Err(e) => {
-                tracing::warn!(%peer, "connection lost before adoption: {e}");
+                tracing::warn!(%peer, "connection not adopted: {e}");
                 return;
             }
         };
         let s = self.alloc_slot();
-        if let Err(e) = self.poll.registry().register(
-            &mut sock,
-            Token(s),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            tracing::error!(%peer, "cannot poll connection: {e}");
+        let transport = link.driver().as_str();
+        if let Err(e) = link.register(&Sources::new(self.poll.registry(), s, tokens::conn)) {
+            tracing::error!(%peer, transport, "cannot poll connection: {e}");
             self.free.push(s);
+            self.retire(link);
             return;
         }
-        tracing::debug!(%peer, thread = self.index, node = self.node, "connection accepted");
-        self.install(s, Link::Tcp(sock), peer, local, |_| {});
+        tracing::debug!(%peer, transport, thread = self.index, node = self.node, "connection accepted");
+        self.install(s, link, peer, local, login_keys);
     }
 
     /// A free connection slot (its tokens are not registered).
@@ -406,15 +303,15 @@ impl EventThread {
         })
     }
 
-    /// Puts a new connection in slot `s` (its fds already registered); `setup` adjusts the
-    /// protocol connection before its first PDU (the iSER transport).
+    /// Puts a new connection in slot `s` (its link registered); the transport's login keys,
+    /// if any, go to the protocol connection before its first PDU.
     fn install(
         &mut self,
         s: usize,
-        link: Link,
+        link: Box<dyn Link>,
         peer: SocketAddr,
         local: SocketAddr,
-        setup: impl FnOnce(&mut Connection<Payload>),
+        login_keys: Option<Box<dyn TransportKeys>>,
     ) {
         let generation = self.next_generation;
         self.next_generation += 1;
@@ -424,31 +321,17 @@ impl EventThread {
             id = generation,
             thread = self.index,
             %peer,
-            transport = link.name(),
+            transport = link.driver().as_str(),
             initiator = tracing::field::Empty,
             target = tracing::field::Empty
         );
         let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
         conn.set_random_source(Box::new(crate::registry::os_random));
-        setup(&mut conn);
-        self.slots[s] = Some(Slot {
-            link,
-            conn,
-            generation,
-            peer,
-            target: None,
-            nexus: None,
-            luns: None,
-            inflight: 0,
-            closing: false,
-            close_after_tmf: false,
-            more_input: false,
-            hangup: false,
-            window_drops: 0,
-            io: Default::default(),
-            events: self.shared.proto_stats.target(""),
-            span,
-        });
+        if let Some(keys) = login_keys {
+            conn.set_rdma_transport(keys);
+        }
+        let events = self.shared.proto_stats.target("");
+        self.slots[s] = Some(Slot::new(link, conn, generation, peer, events, span));
     }
 
     fn id(&self, s: usize) -> Option<ConnId> {
@@ -459,7 +342,10 @@ impl EventThread {
         })
     }
 
-    fn on_readable(&mut self, s: usize) {
+    /// Poll source `source` of connection `s` is ready: its link feeds the protocol
+    /// connection, whose events are then processed, and what they queued is sent (or the
+    /// connection closed, when the link ended).
+    fn on_ready(&mut self, s: usize, source: usize, ready: Ready) {
         let Some(id) = self.id(s) else { return };
         self.current = Some(s);
         let now = self.now_ms();
@@ -467,114 +353,52 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
-        slot.more_input = false;
+        // the login's view of the registry, for every transport
         let ctx = LoginContext {
             registry: &shared.registry,
             me: id,
             control: &*shared,
-            transport: config::Driver::Iscsi,
+            transport: slot.link.driver(),
         };
-        #[cfg_attr(not(feature = "iser"), allow(irrefutable_let_patterns))]
-        let Link::Tcp(sock) = &mut slot.link else {
-            return;
+        let finishing = slot.finishing();
+        let feed = Feed {
+            conn: &mut slot.conn,
+            dir: &ctx,
+            now_ms: now,
+            finishing,
         };
-        let mut reads = 0;
-        let mut eof = false;
-        let until_end = slot.hangup;
-        loop {
-            if slot.closing {
-                break;
-            }
-            let space = slot.conn.rx_space();
-            let cap = space.len();
-            match sock.read(space) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => {
-                    slot.conn.rx_commit(n, &ctx, now);
-                    if n < cap && !until_end {
-                        break; // drained: the next arrival raises a new edge
-                    }
-                    reads += 1;
-                    if reads >= READS_PER_WAKEUP {
-                        slot.more_input = true;
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::debug!(peer = %slot.peer, "read failed: {e}");
-                    eof = true;
-                    break;
-                }
-            }
+        let input = slot.link.on_ready(source, ready, feed);
+        match input {
+            Input::Idle => return self.flush(s),
+            Input::More => slot.more_input = Some(source),
+            Input::Drained | Input::Ended(_) => slot.more_input = None,
         }
         self.process_events(s);
-        if eof {
-            self.close(s, "connection closed by the initiator");
-            return;
+        match input {
+            Input::Ended(e) => self.close_on(s, e),
+            _ => self.flush(s),
         }
-        self.flush(s);
     }
 
+    /// Has connection `s`'s link send what the connection queued; closes the connection
+    /// when that fails, or when it is finishing and its link says it may close.
     fn flush(&mut self, s: usize) {
         self.current = Some(s);
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
-        #[cfg_attr(not(feature = "iser"), allow(clippy::infallible_destructuring_match))]
-        let sock = match &mut slot.link {
-            Link::Tcp(sock) => sock,
-            #[cfg(feature = "iser")]
-            Link::Iser(_) => return self.flush_iser(s),
-        };
-        let mut failed = None;
-        // one iovec array per thread, reused for every writev
-        let mut spare = std::mem::take(&mut self.iov_spare);
-        while slot.conn.has_tx() {
-            let mut iov: Vec<IoSlice<'_>> = spare;
-            slot.conn.gather_tx(&mut iov, IOV_MAX);
-            let sent = if iov.is_empty() {
-                None
-            } else {
-                Some(sock.write_vectored(&iov))
-            };
-            spare = recycle(iov);
-            match sent {
-                None => break,
-                Some(Ok(0)) => {
-                    failed = Some("socket closed for writing");
-                    break;
-                }
-                Some(Ok(n)) => slot.conn.tx_consumed(n),
-                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Some(Err(e)) => {
-                    let _in_conn = slot.span.enter();
-                    tracing::debug!("write failed: {e}");
-                    failed = Some("write to the initiator failed");
-                    break;
+        match slot.link.flush(&mut slot.conn) {
+            Err(e) => self.close_on(s, e),
+            Ok(()) => {
+                if slot.finishing() && slot.link.may_close(&slot.conn) {
+                    self.close(s, "connection finished");
                 }
             }
-        }
-        self.iov_spare = spare;
-        let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
-            return;
-        };
-        let done = slot.closing && !slot.conn.has_tx();
-        if let Some(reason) = failed {
-            self.close(s, reason);
-        } else if done || slot.conn.is_closing() && !slot.conn.has_tx() {
-            self.close(s, "connection finished");
         }
     }
 
     fn tick(&mut self) {
-        #[cfg(feature = "iser")]
-        self.drain_iser();
+        self.retiring.retain_mut(|link| !link.drained());
         if self.index == 0 {
             // the summaries of refusal bursts that are over
             self.shared.registry.limits.flush_logs();
@@ -590,21 +414,25 @@ impl EventThread {
         }
     }
 
-    fn close(&mut self, s: usize, reason: &str) {
+    /// Closes connection `s` because its link ended or failed (the cause, when the reason
+    /// has one, logged in the connection's context first).
+    fn close_on(&mut self, s: usize, e: LinkError) {
+        if let Some(cause) = std::error::Error::source(&e)
+            && let Some(slot) = self.slots.get(s).and_then(|o| o.as_ref())
+        {
+            let _in_conn = slot.span.enter();
+            tracing::debug!("{e}: {cause}");
+        }
+        self.close(s, e);
+    }
+
+    fn close(&mut self, s: usize, reason: impl Display) {
         let Some(id) = self.id(s) else { return };
         if let Some(mut slot) = self.slots[s].take() {
             let _in_conn = slot.span.clone().entered();
-            match slot.link {
-                Link::Tcp(mut sock) => {
-                    let _ = self.poll.registry().deregister(&mut sock);
-                }
-                #[cfg(feature = "iser")]
-                Link::Iser(link) => self.retire_iser(link),
-            }
-            if let (Some(t), Some(n)) = (&slot.target, &slot.nexus) {
-                for l in t.lun_set().map.values() {
-                    l.scsi.nexus_removed(n.id);
-                }
+            self.retire(slot.link);
+            if let Session::Normal(n) = &slot.session {
+                n.end();
             }
             slot.io.detach_all();
             tracing::info!(inflight = slot.inflight, "connection closed: {reason}");
@@ -614,25 +442,13 @@ impl EventThread {
             self.free.push(s);
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recycled_iovec_keeps_its_allocation() {
-        let mut v: Vec<IoSlice<'static>> = Vec::with_capacity(IOV_MAX);
-        let ptr = v.as_ptr() as usize;
-        for _ in 0..3 {
-            let data = vec![1u8; 10];
-            let mut iov: Vec<IoSlice<'_>> = v;
-            iov.push(IoSlice::new(&data));
-            iov.push(IoSlice::new(&data[2..]));
-            v = recycle(iov);
-            assert!(v.is_empty());
-            assert!(v.capacity() >= IOV_MAX);
-            assert_eq!(v.as_ptr() as usize, ptr, "the buffer was reallocated");
+    /// A closed connection's link: out of the poll set, its teardown started, and kept
+    /// until it has drained.
+    fn retire(&mut self, mut link: Box<dyn Link>) {
+        link.retire(self.poll.registry());
+        if !link.drained() {
+            self.retiring.push(link);
         }
     }
 }

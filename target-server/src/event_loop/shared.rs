@@ -1,5 +1,6 @@
 //! What every event thread shares ([`Shared`]): the registry, the node I/O pools, the cache
-//! and router, the inboxes, connection placement by the NIC's node; and the control the
+//! and router, the inboxes, the placement of new connections (admission, then the node a
+//! transport names: the NIC's for TCP, the RDMA device's for iSER); and the control the
 //! backend and the management plane have over the threads' connections ([`TaskControl`],
 //! [`ConnControl`]).
 
@@ -14,6 +15,7 @@ use crate::backend::reply::TaskControl;
 use crate::backend::workers::NodeWorkers;
 use crate::conn_id::ConnId;
 use crate::registry::{ConnControl, Registry};
+use crate::transport::{Accepted, Placement};
 
 /// State every event thread shares.
 pub struct Shared {
@@ -68,7 +70,20 @@ impl Shared {
             .admit_connection(self.connections.load(Ordering::Relaxed), peer)
     }
 
-    pub(super) fn thread_count(&self) -> usize {
+    /// The event thread to serve a newly accepted connection, or `None` when the connection
+    /// limit refuses it (counted and logged; dropping the connection closes it). Used by the
+    /// listeners of the event threads and by the acceptor of portals added at run time.
+    pub fn place(&self, a: &dyn Accepted) -> Option<usize> {
+        if !self.admit(a.peer()) {
+            return None;
+        }
+        Some(match a.placement(&self.topology) {
+            Placement::Nic(ip) => self.thread_for(ip),
+            Placement::Node(node) => self.thread_on_node(node),
+        })
+    }
+
+    fn thread_count(&self) -> usize {
         self.inboxes.get().map_or(1, |v| v.len())
     }
 

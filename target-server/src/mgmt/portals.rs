@@ -1,7 +1,7 @@
 //! Portals bound at run time (`tgtadm --mode portal --op new/delete`, TCP and, with
 //! `--lld iser`, iSER): their listeners live on one small acceptor thread of their own
 //! (mio), which hands each accepted connection to an event thread exactly as the startup
-//! listeners do (`Msg::NewConn` / `Msg::NewIser` to the thread of the connection's node).
+//! listeners do (`Shared::place`, then `Msg::Adopt` to the thread of the connection's node).
 //! Portals from the configuration stay with event thread 0 and cannot be deleted.
 
 use std::io;
@@ -9,24 +9,17 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
 
 use crate::event_loop::{Msg, Shared};
 use crate::registry::Portal;
+use crate::transport::Listener;
 
 const WAKER: Token = Token(usize::MAX);
 
 enum Cmd {
-    Add(Listening, SocketAddr),
+    Add(Box<dyn Listener>, SocketAddr),
     Remove(SocketAddr, Sender<bool>),
-}
-
-/// A listener of the acceptor thread.
-enum Listening {
-    Tcp(TcpListener),
-    #[cfg(feature = "iser")]
-    Iser(crate::iser_link::IserListener),
 }
 
 /// Handle to the acceptor thread.
@@ -90,10 +83,7 @@ impl PortalAcceptor {
             nop_interval: None,
             nop_count: None,
         });
-        self.send(Cmd::Add(
-            Listening::Tcp(TcpListener::from_std(std_l)),
-            local,
-        ));
+        self.send(Cmd::Add(crate::transport::tcp_listener(std_l), local));
         tracing::info!("numatgtd: listening on {local} (portal added by tgtadm)");
         Ok(())
     }
@@ -105,14 +95,13 @@ impl PortalAcceptor {
         if reg.iser_portals().iter().any(|p| p.addr == addr) {
             return Err(PortalError::Exists);
         }
-        let l = crate::iser_link::IserListener::bind(addr)
-            .map_err(|e| PortalError::Bind(e.to_string()))?;
+        let l = crate::transport::bind_iser(addr).map_err(|e| PortalError::Bind(e.to_string()))?;
         reg.add_iser_portal(Portal {
             addr,
             nop_interval: None,
             nop_count: None,
         });
-        self.send(Cmd::Add(Listening::Iser(l), addr));
+        self.send(Cmd::Add(l, addr));
         tracing::info!("numatgtd: listening for iSER on {addr} (portal added by tgtadm)");
         Ok(())
     }
@@ -154,7 +143,7 @@ impl PortalAcceptor {
 }
 
 fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
-    let mut listeners: Vec<Option<(Listening, SocketAddr)>> = Vec::new();
+    let mut listeners: Vec<Option<(Box<dyn Listener>, SocketAddr)>> = Vec::new();
     let mut events = Events::with_capacity(64);
     loop {
         if let Err(e) = poll.poll(&mut events, None) {
@@ -171,7 +160,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                         match cmd {
                             Cmd::Add(mut l, addr) => {
                                 let i = listeners.len();
-                                if let Err(e) = register(&poll, &mut l, Token(i)) {
+                                if let Err(e) = l.register(poll.registry(), Token(i)) {
                                     tracing::error!("cannot poll portal {addr}: {e}");
                                     continue;
                                 }
@@ -183,7 +172,7 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                                     .position(|x| x.as_ref().is_some_and(|(_, a)| *a == addr));
                                 if let Some(i) = pos {
                                     if let Some((mut l, _)) = listeners[i].take() {
-                                        deregister(&poll, &mut l);
+                                        l.deregister(poll.registry());
                                     }
                                 }
                                 let _ = done.send(pos.is_some());
@@ -191,76 +180,18 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                         }
                     }
                 }
-                Token(i) => match listeners.get(i) {
-                    Some(Some((Listening::Tcp(l), _))) => accept_all(l, &shared),
-                    #[cfg(feature = "iser")]
-                    Some(Some((Listening::Iser(l), _))) => accept_iser(l, &shared),
-                    _ => {}
-                },
-            }
-        }
-    }
-}
-
-fn register(poll: &Poll, l: &mut Listening, token: Token) -> io::Result<()> {
-    match l {
-        Listening::Tcp(l) => poll.registry().register(l, token, Interest::READABLE),
-        #[cfg(feature = "iser")]
-        Listening::Iser(l) => {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
-            poll.registry()
-                .register(&mut mio::unix::SourceFd(&fd), token, Interest::READABLE)
-        }
-    }
-}
-
-fn deregister(poll: &Poll, l: &mut Listening) {
-    let _ = match l {
-        Listening::Tcp(l) => poll.registry().deregister(l),
-        #[cfg(feature = "iser")]
-        Listening::Iser(l) => {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(l);
-            poll.registry().deregister(&mut mio::unix::SourceFd(&fd))
-        }
-    };
-}
-
-/// Connect requests on an iSER portal added at run time: each to an event thread of its
-/// RDMA device's node.
-#[cfg(feature = "iser")]
-fn accept_iser(l: &crate::iser_link::IserListener, shared: &Shared) {
-    for inc in l.accept_all() {
-        if !shared.admit(inc.peer) {
-            continue;
-        }
-        let node = inc.node.and_then(|n| shared.topology.index_of_os_node(n));
-        let t = shared.thread_on_node(node);
-        if let Some(inbox) = shared.inbox(t) {
-            inbox.send(Msg::NewIser(Box::new(inc)));
-        }
-    }
-}
-
-fn accept_all(l: &TcpListener, shared: &Shared) {
-    loop {
-        match l.accept() {
-            Ok((sock, peer)) => {
-                if !shared.admit(peer) {
-                    continue;
+                Token(i) => {
+                    if let Some(Some((l, _))) = listeners.get_mut(i) {
+                        l.accept(&mut |a| {
+                            // each to an event thread of its node, as the startup listeners do
+                            if let Some(t) = shared.place(&*a)
+                                && let Some(inbox) = shared.inbox(t)
+                            {
+                                inbox.send(Msg::Adopt(a));
+                            }
+                        });
+                    }
                 }
-                let t = match sock.local_addr() {
-                    Ok(local) => shared.thread_for(local.ip()),
-                    Err(_) => 0,
-                };
-                if let Some(inbox) = shared.inbox(t) {
-                    inbox.send(Msg::NewConn(sock, peer));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                return;
             }
         }
     }

@@ -16,20 +16,16 @@
 //!   request has completed (flushed) and the CM's TIMEWAIT_EXIT came, so no buffer is
 //!   freed under the device.
 //!
-//! Split: `listen` (RDMA listeners and connect requests), `ops` (the send-queue requests in
-//! flight and the staging memory); this file owns set-up, completions and posting.
-
-mod device;
-mod listen;
-mod ops;
-
-pub use listen::{Incoming, IserListener};
+//! The link's life is one [`Phase`]: connecting, established, finishing (its last Sends
+//! still on the queue), disconnected (draining).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::Instant;
 
 use iscsi_proto::conn::{RdmaTx, RemoteBuf};
+use iscsi_proto::pdu::in_command_window;
 use iscsi_proto::{Connection, DataBuf, Directory};
 use iser::proto::header::{ISER_HDR_LEN, ISER_HEADERS_LEN};
 use iser::proto::{ControlHeader, Credits, CreditsConfig, IserLimits, IserLoginKeys, IserMessage};
@@ -38,9 +34,11 @@ use rdma::{
     Remote, SendOptions, Sge,
 };
 
+use super::device::DeviceRes;
+use super::error::IserError;
+use super::listen::Incoming;
+use super::ops::{Op, Ops, Pool};
 use crate::backend::payload::Payload;
-use device::DeviceRes;
-use ops::{Op, Ops, Pool};
 
 /// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
 /// outside the command window.
@@ -78,8 +76,34 @@ struct Pending {
     done: usize,
 }
 
-/// Why a link ended (for the connection's close reason).
-pub type LinkError = String;
+/// Where a link is in its life.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Accepted; the CM has not reported ESTABLISHED yet (the first receive may complete
+    /// before it, and a post may fail until then).
+    Connecting,
+    /// The CM reported ESTABLISHED.
+    Established,
+    /// The connection asked to close at `since`; its last Sends may still be on the queue.
+    Finishing { since: Instant, established: bool },
+    /// Disconnected at `since`: every posted request completes (flushed), then the CM's
+    /// TIMEWAIT_EXIT comes (`timewait_exit`), and the link may be dropped.
+    Disconnected { since: Instant, timewait_exit: bool },
+}
+
+impl Phase {
+    /// The queue pair has been established (and not disconnected).
+    fn established(self) -> bool {
+        matches!(
+            self,
+            Phase::Established
+                | Phase::Finishing {
+                    established: true,
+                    ..
+                }
+        )
+    }
+}
 
 /// The RDMA side of one iSER connection (see the module documentation).
 pub struct IserLink {
@@ -105,14 +129,9 @@ pub struct IserLink {
     /// Requests on the send queue not completed yet.
     sq_used: u32,
     sq_max: u32,
-    /// The CM said ESTABLISHED (the first receive may complete before).
-    established: bool,
-    /// TIMEWAIT_EXIT came (or the connection never got as far as being accepted).
-    timewait: bool,
+    phase: Phase,
     /// Copy of the message or data being handed to the connection.
     scratch: Vec<u8>,
-    /// When the connection first asked to close (its last Sends may still be on the queue).
-    finishing_since: Option<std::time::Instant>,
     /// The scatter/gather list of the READ being posted from cache blocks (reused).
     sges: Vec<Sge>,
 }
@@ -125,7 +144,7 @@ impl IserLink {
     pub fn accept(
         inc: Incoming,
         cache: Option<&Arc<cache::BlockCache>>,
-    ) -> Result<(IserLink, IserLoginKeys), LinkError> {
+    ) -> Result<(IserLink, IserLoginKeys), IserError> {
         let Incoming {
             id,
             channel,
@@ -133,17 +152,17 @@ impl IserLink {
             initiator_depth,
             ..
         } = inc;
-        let setup = || -> Result<_, String> {
+        let setup = || -> Result<_, IserError> {
             let dev = DeviceRes::of_id(&id, cache)?;
             let pd = dev.pd();
             let cq = Arc::new(
-                CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS).map_err(|e| e.to_string())?,
+                CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS)
+                    .map_err(IserError::rdma("completion queue"))?,
             );
-            let reg = |len: usize, access: Access| -> Result<_, String> {
-                let b = Arc::new(Buffer::new(len).map_err(|e| e.to_string())?);
-                let mr = MemoryRegion::register(pd, b.clone(), access).map_err(|e| {
-                    format!("registering {len} bytes: {e} (RLIMIT_MEMLOCK / CAP_IPC_LOCK?)")
-                })?;
+            let reg = |len: usize, access: Access| -> Result<_, IserError> {
+                let b = Arc::new(Buffer::new(len).map_err(IserError::rdma("buffer"))?);
+                let mr = MemoryRegion::register(pd, b.clone(), access)
+                    .map_err(|source| IserError::Register { len, source })?;
                 Ok((b, mr))
             };
             let (recv, recv_mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
@@ -176,14 +195,13 @@ impl IserLink {
         };
         let qp = rdma::Connection::create(id, dev.pd(), &cq, caps).map_err(|(e, id)| {
             let _ = id.reject(&[]);
-            format!("queue pair: {e}")
+            IserError::rdma("queue pair")(e)
         })?;
         let credits = Credits::new(CreditsConfig {
             max_posted: RECVS,
             reserve: iser::proto::credits::DEFAULT_RESERVE,
             max_window: MAX_WINDOW,
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let sq_max = qp.caps().max_send_wr.min(SQ_DEPTH);
         let qp_sge = qp.caps().max_send_sge;
         let mut link = IserLink {
@@ -205,13 +223,11 @@ impl IserLink {
             credits,
             sq_used: 0,
             sq_max,
-            established: false,
-            timewait: false,
+            phase: Phase::Connecting,
             scratch: Vec::with_capacity(RECV_LEN),
-            finishing_since: None,
             sges: Vec::with_capacity(64),
         };
-        let fail = |link: &IserLink, e: String| {
+        let fail = |link: &IserLink, e: IserError| {
             // the id belongs to the queue pair now: reject through it
             link.qp.reject();
             e
@@ -222,16 +238,19 @@ impl IserLink {
             }
         }
         if let Err(e) = link.credits.post(RECVS) {
-            return Err(fail(&link, e.to_string()));
+            return Err(fail(&link, e.into()));
         }
         if let Err(e) = link.cq.arm(false) {
-            return Err(fail(&link, format!("arming the completion queue: {e}")));
+            return Err(fail(
+                &link,
+                IserError::rdma("arming the completion queue")(e),
+            ));
         }
         let negotiated = request.negotiate(false);
         let depth = initiator_depth.clamp(1, MAX_READ_DEPTH);
-        if let Err(e) = link.qp.accept(&negotiated.accept_private_data(), 0, depth) {
-            return Err(format!("accept: {e}"));
-        }
+        link.qp
+            .accept(&negotiated.accept_private_data(), 0, depth)
+            .map_err(IserError::rdma("accept"))?;
         let limits = IserLimits {
             target_recv_data_segment_length: RECV_DATA as u32,
             ..IserLimits::default()
@@ -255,32 +274,51 @@ impl IserLink {
         self.dev.name()
     }
 
-    fn post_recv(&self, i: u32) -> Result<(), LinkError> {
+    fn post_recv(&self, i: u32) -> Result<(), IserError> {
         let sge = self
             .recv_mr
             .sge(i as usize * RECV_LEN, RECV_LEN as u32)
-            .ok_or("receive buffer out of range")?;
+            .ok_or(IserError::OutOfRange("receive buffer"))?;
         self.qp
             .post_recv(RECV_WR | u64::from(i), sge)
-            .map_err(|e| format!("posting a receive: {e}"))
+            .map_err(IserError::rdma("posting a receive"))
     }
 
     /// Reads the connection's CM events. `Err` when the connection is over (disconnected by
     /// the initiator, device removed, connection error).
-    pub fn cm_events(&mut self) -> Result<(), LinkError> {
+    pub fn cm_events(&mut self) -> Result<(), IserError> {
         loop {
             let ev = match self.cm.get_event() {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return Ok(()),
-                Err(e) => return Err(format!("reading CM events: {e}")),
+                Err(e) => return Err(IserError::rdma("reading CM events")(e)),
             };
             match ev.kind {
-                CmEventKind::Established => self.established = true,
-                CmEventKind::Disconnected => return Err("disconnected by the initiator".into()),
-                CmEventKind::TimewaitExit => self.timewait = true,
-                CmEventKind::DeviceRemoval => return Err("RDMA device removed".into()),
+                CmEventKind::Established => {
+                    self.phase = match self.phase {
+                        Phase::Connecting => Phase::Established,
+                        Phase::Finishing { since, .. } => Phase::Finishing {
+                            since,
+                            established: true,
+                        },
+                        p => p,
+                    }
+                }
+                CmEventKind::Disconnected => return Err(IserError::Disconnected),
+                CmEventKind::TimewaitExit => {
+                    // the queue pair is gone without a DISCONNECTED seen: nothing more to wait for
+                    self.phase = Phase::Disconnected {
+                        since: Instant::now(),
+                        timewait_exit: true,
+                    };
+                    return Err(IserError::Disconnected);
+                }
+                CmEventKind::DeviceRemoval => return Err(IserError::DeviceRemoved),
                 CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
-                    return Err(format!("connection failed ({:?}, {})", ev.kind, ev.status));
+                    return Err(IserError::ConnectFailed {
+                        kind: ev.kind,
+                        status: ev.status,
+                    });
                 }
                 other => tracing::debug!(event = ?other, "CM event"),
             }
@@ -295,23 +333,23 @@ impl IserLink {
         conn: &mut Connection<Payload>,
         dir: &dyn Directory,
         now_ms: u64,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         loop {
             match self.cq.get_event() {
                 Ok(true) => continue,
                 Ok(false) => break,
-                Err(e) => return Err(format!("completion channel: {e}")),
+                Err(e) => return Err(IserError::rdma("completion channel")(e)),
             }
         }
         self.cq
             .arm(false)
-            .map_err(|e| format!("arming the completion queue: {e}"))?;
+            .map_err(IserError::rdma("arming the completion queue"))?;
         let mut batch = [Completion::default(); POLL_BATCH];
         loop {
             let n = self
                 .cq
                 .poll(&mut batch)
-                .map_err(|e| format!("polling the completion queue: {e}"))?;
+                .map_err(IserError::rdma("polling the completion queue"))?;
             for c in &batch[..n] {
                 self.completed(c, conn, dir, now_ms)?;
             }
@@ -327,11 +365,11 @@ impl IserLink {
         conn: &mut Connection<Payload>,
         dir: &dyn Directory,
         now_ms: u64,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         if c.wr_id & RECV_WR != 0 {
             if !c.status.is_success() {
                 self.credits.flush();
-                return Err(format!("receive failed: {}", c.status));
+                return Err(IserError::ReceiveFailed(c.status));
             }
             let i = (c.wr_id & !RECV_WR) as u32;
             self.received(i, c.byte_len as usize, conn, dir, now_ms)?;
@@ -343,16 +381,15 @@ impl IserLink {
         }
         self.sq_used = self.sq_used.saturating_sub(1);
         let Some(op) = self.ops.take(c.wr_id) else {
-            return Err(format!("completion of unknown request {}", c.wr_id));
+            return Err(IserError::UnknownRequest(c.wr_id));
         };
         if !c.status.is_success() {
             self.release(&op);
-            return Err(format!(
-                "{} failed: {} (vendor error {:#x})",
-                op.name(),
-                c.status,
-                c.vendor_err
-            ));
+            return Err(IserError::RequestFailed {
+                op: op.name(),
+                status: c.status,
+                vendor_err: c.vendor_err,
+            });
         }
         if let Op::Read {
             chunk,
@@ -366,7 +403,7 @@ impl IserLink {
             // SAFETY: the RDMA READ into this chunk has completed and the chunk is not
             // reused before it is released below; only this thread touches the buffer.
             let r = unsafe { self.stage.read_quiescent(chunk * CHUNK, &mut self.scratch) };
-            r.map_err(|e| e.to_string())?;
+            r.map_err(IserError::rdma("reading a staging chunk"))?;
             if !conn.data_arrived(itt, xfer, &self.scratch) {
                 tracing::debug!(itt, "write data of an ended task dropped");
             }
@@ -392,11 +429,9 @@ impl IserLink {
         conn: &mut Connection<Payload>,
         dir: &dyn Directory,
         now_ms: u64,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         if len > RECV_LEN {
-            return Err(format!(
-                "receive of {len} bytes in a {RECV_LEN}-byte buffer"
-            ));
+            return Err(IserError::ReceiveTooLong { len, cap: RECV_LEN });
         }
         self.scratch.resize(len, 0);
         // SAFETY: the receive into buffer `i` has completed; it is posted again only after
@@ -405,13 +440,13 @@ impl IserLink {
             self.recv
                 .read_quiescent(i as usize * RECV_LEN, &mut self.scratch)
         };
-        r.map_err(|e| e.to_string())?;
-        let (msg, pdu) = IserMessage::split(&self.scratch).map_err(|e| format!("iSER: {e}"))?;
+        r.map_err(IserError::rdma("reading a receive buffer"))?;
+        let (msg, pdu) = IserMessage::split(&self.scratch)?;
         let IserMessage::Control(hdr) = msg else {
             // Linux never sends Hello; iSERHelloRequired is never negotiated Yes here
-            return Err("iSER Hello without iSERHelloRequired=Yes".into());
+            return Err(IserError::Hello);
         };
-        let counted = if conn.is_rdma() && in_window(pdu) {
+        let counted = if conn.is_rdma() && in_command_window(pdu) {
             self.credits.on_command()
         } else {
             self.credits.on_unexpected()
@@ -426,7 +461,7 @@ impl IserLink {
     /// Posts what the connection has queued, in order, as far as send-queue room, send
     /// buffers and staging chunks allow (the rest waits for completions). Grants the
     /// command window the posted receives allow first.
-    pub fn pump(&mut self, conn: &mut Connection<Payload>) -> Result<(), LinkError> {
+    pub fn pump(&mut self, conn: &mut Connection<Payload>) -> Result<(), IserError> {
         conn.set_window_limit(self.credits.grant());
         loop {
             let mut p = match self.pending.pop_front() {
@@ -467,7 +502,7 @@ impl IserLink {
                     self.pending.push_front(p);
                     return Ok(());
                 }
-                Err(e) if !self.established => {
+                Err(e) if !self.phase.established() => {
                     // the queue pair may not be ready to send yet: again at ESTABLISHED
                     tracing::debug!("post before the connection is established: {e}");
                     self.pending.push_front(p);
@@ -520,14 +555,14 @@ impl IserLink {
         sges: &[Sge],
         remote: RemoteBuf,
         data: Payload,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         let mut data = Some(data);
         let mut offset = 0u64;
         let groups = sges.chunks(self.max_sge);
         let last = groups.len().saturating_sub(1);
         for (i, group) in groups.enumerate() {
             let payload = if i == last {
-                data.take().ok_or("payload already handed over")?
+                data.take().ok_or(IserError::PayloadGone)?
             } else {
                 Payload::Bytes(Vec::new())
             };
@@ -538,7 +573,7 @@ impl IserLink {
             };
             if let Err(e) = self.qp.post_rdma_write(wr, group, to, true) {
                 self.ops.take(wr);
-                return Err(format!("posting an RDMA WRITE: {e}"));
+                return Err(IserError::rdma("posting an RDMA WRITE")(e));
             }
             self.sq_used += 1;
             offset += group.iter().map(|s| u64::from(s.len)).sum::<u64>();
@@ -547,7 +582,7 @@ impl IserLink {
     }
 
     /// Posts as much of `p` as possible; true when all of it is posted.
-    fn progress(&mut self, p: &mut Pending) -> Result<bool, LinkError> {
+    fn progress(&mut self, p: &mut Pending) -> Result<bool, IserError> {
         match &p.tx {
             RdmaTx::Pdu { bhs, data } => {
                 if self.sq_used >= self.sq_max {
@@ -559,7 +594,7 @@ impl IserLink {
                 let len = ISER_HEADERS_LEN + data.len();
                 if len > SEND_LEN {
                     self.send_slots.free(slot);
-                    return Err(format!("PDU of {len} bytes exceeds a send buffer"));
+                    return Err(IserError::PduTooLong(len));
                 }
                 self.scratch.clear();
                 self.scratch
@@ -569,11 +604,11 @@ impl IserLink {
                 // SAFETY: the slot is free (no Send from it in flight) and owned by this
                 // thread until its Send completes.
                 let r = unsafe { self.send.write_quiescent(slot * SEND_LEN, &self.scratch) };
-                r.map_err(|e| e.to_string())?;
+                r.map_err(IserError::rdma("writing a send buffer"))?;
                 let sge = self
                     .send_mr
                     .sge(slot * SEND_LEN, len as u32)
-                    .ok_or("send buffer out of range")?;
+                    .ok_or(IserError::OutOfRange("send buffer"))?;
                 let wr = self.ops.insert(Op::Send { slot });
                 let opts = SendOptions {
                     signaled: true,
@@ -582,7 +617,7 @@ impl IserLink {
                 if let Err(e) = self.qp.post_send(wr, &[sge], opts) {
                     self.ops.take(wr);
                     self.send_slots.free(slot);
-                    return Err(format!("posting a Send: {e}"));
+                    return Err(IserError::rdma("posting a Send")(e));
                 }
                 self.sq_used += 1;
                 Ok(true)
@@ -594,7 +629,7 @@ impl IserLink {
     /// Posts the rest of a `Put` (copied into staging chunks, then RDMA WRITEs) or a `Get`
     /// (RDMA READs into staging chunks), one chunk per request; false when send-queue room
     /// or chunks ran out (the rest waits for completions).
-    fn post_staged(&mut self, p: &mut Pending) -> Result<bool, LinkError> {
+    fn post_staged(&mut self, p: &mut Pending) -> Result<bool, IserError> {
         let (remote, len, read) = match &p.tx {
             RdmaTx::Put { remote, len, .. } => (*remote, *len, false),
             RdmaTx::Get { remote, len, .. } => (*remote, *len as usize, true),
@@ -642,18 +677,18 @@ impl IserLink {
         chunk: usize,
         from: usize,
         n: usize,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         let mut at = 0;
         while at < n {
             let piece = data.chunk(from + at);
             let piece = &piece[..piece.len().min(n - at)];
             if piece.is_empty() {
-                return Err("READ data shorter than announced".into());
+                return Err(IserError::ShortData);
             }
             // SAFETY: the chunk is free (no RDMA on it in flight) and owned by this thread
             // until its WRITE completes.
             let r = unsafe { self.stage.write_quiescent(chunk * CHUNK + at, piece) };
-            r.map_err(|e| e.to_string())?;
+            r.map_err(IserError::rdma("writing a staging chunk"))?;
             at += piece.len();
         }
         Ok(())
@@ -669,11 +704,11 @@ impl IserLink {
         remote: RemoteBuf,
         offset: usize,
         read: bool,
-    ) -> Result<(), LinkError> {
+    ) -> Result<(), IserError> {
         let sge = self
             .stage_mr
             .sge(chunk * CHUNK, n as u32)
-            .ok_or("staging chunk out of range")?;
+            .ok_or(IserError::OutOfRange("staging chunk"))?;
         let to = Remote {
             addr: remote.va.wrapping_add(offset as u64),
             rkey: remote.stag,
@@ -683,12 +718,11 @@ impl IserLink {
         } else {
             self.qp.post_rdma_write(wr, &[sge], to, true)
         };
-        r.map_err(|e| {
-            format!(
-                "posting an RDMA {}: {e}",
-                if read { "READ" } else { "WRITE" }
-            )
-        })?;
+        r.map_err(IserError::rdma(if read {
+            "posting an RDMA READ"
+        } else {
+            "posting an RDMA WRITE"
+        }))?;
         self.sq_used += 1;
         Ok(())
     }
@@ -702,9 +736,18 @@ impl IserLink {
     /// [`FINISH_LIMIT`] after the first ask (an initiator that posts no receives would
     /// keep them retrying for ever; the disconnect flushes them).
     pub fn may_close(&mut self) -> bool {
-        let since = *self
-            .finishing_since
-            .get_or_insert_with(std::time::Instant::now);
+        let since = match self.phase {
+            Phase::Connecting | Phase::Established => {
+                let since = Instant::now();
+                self.phase = Phase::Finishing {
+                    since,
+                    established: self.phase.established(),
+                };
+                since
+            }
+            Phase::Finishing { since, .. } => since,
+            Phase::Disconnected { .. } => return true,
+        };
         self.idle() || since.elapsed() >= FINISH_LIMIT
     }
 
@@ -715,9 +758,20 @@ impl IserLink {
         if let Err(e) = self.qp.disconnect() {
             tracing::debug!("rdma_disconnect: {e}");
         }
-        if !self.established {
-            // never connected: no TIMEWAIT_EXIT will come
-            self.timewait = true;
+        if !matches!(self.phase, Phase::Disconnected { .. }) {
+            self.phase = Phase::Disconnected {
+                since: Instant::now(),
+                // never connected: no TIMEWAIT_EXIT will come
+                timewait_exit: !self.phase.established(),
+            };
+        }
+    }
+
+    /// When the teardown started (`disconnect`), if it has.
+    pub fn disconnected_since(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Disconnected { since, .. } => Some(since),
+            _ => None,
         }
     }
 
@@ -726,8 +780,10 @@ impl IserLink {
     /// posted request is back and the CM left TIMEWAIT.
     pub fn drain(&mut self) -> bool {
         while let Ok(Some(ev)) = self.cm.get_event() {
-            if ev.kind == CmEventKind::TimewaitExit {
-                self.timewait = true;
+            if ev.kind == CmEventKind::TimewaitExit
+                && let Phase::Disconnected { timewait_exit, .. } = &mut self.phase
+            {
+                *timewait_exit = true;
             }
         }
         while let Ok(true) = self.cq.get_event() {}
@@ -752,34 +808,19 @@ impl IserLink {
                 break;
             }
         }
-        self.timewait && self.sq_used == 0
+        matches!(
+            self.phase,
+            Phase::Disconnected {
+                timewait_exit: true,
+                ..
+            }
+        ) && self.sq_used == 0
     }
-}
-
-/// True for a PDU that takes a CmdSN inside the command window: a non-immediate request
-/// other than Data-Out, SNACK and Login.
-fn in_window(pdu: &[u8]) -> bool {
-    let Some(&b0) = pdu.first() else {
-        return false;
-    };
-    let immediate = b0 & 0x40 != 0;
-    let opcode = b0 & 0x3f;
-    !immediate && !matches!(opcode, 0x03 | 0x05 | 0x10)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn window_pdus() {
-        assert!(in_window(&[0x01])); // SCSI command
-        assert!(!in_window(&[0x41])); // immediate
-        assert!(!in_window(&[0x05])); // Data-Out
-        assert!(!in_window(&[0x43])); // Login
-        assert!(in_window(&[0x06])); // Logout
-        assert!(!in_window(&[]));
-    }
 
     const _: () = {
         assert!(RECV_LEN >= ISER_HEADERS_LEN + RECV_DATA);

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cache::{BlockCache, NodeArena};
 use rdma::{Access, CmId, Context, MemoryRegion, ProtectionDomain};
 
+use super::error::IserError;
+
 /// One registered arena (the region is deregistered before the arena can go).
 struct ArenaRegion {
     mr: MemoryRegion,
@@ -38,14 +40,14 @@ static DEVICES: Mutex<Vec<Arc<DeviceRes>>> = Mutex::new(Vec::new());
 impl DeviceRes {
     /// The shared state of `id`'s device, set up (and the arenas registered) by the first
     /// connection on it.
-    pub fn of_id(id: &CmId, cache: Option<&Arc<BlockCache>>) -> Result<Arc<DeviceRes>, String> {
-        let ctx = Context::of_id(id).map_err(|e| format!("device context: {e}"))?;
+    pub fn of_id(id: &CmId, cache: Option<&Arc<BlockCache>>) -> Result<Arc<DeviceRes>, IserError> {
+        let ctx = Context::of_id(id).map_err(IserError::rdma("device context"))?;
         let name = ctx.device_name();
         let mut all = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = all.iter().find(|d| d.name == name) {
             return Ok(Arc::clone(d));
         }
-        let pd = ProtectionDomain::new(&ctx).map_err(|e| format!("protection domain: {e}"))?;
+        let pd = ProtectionDomain::new(&ctx).map_err(IserError::rdma("protection domain"))?;
         let d = Arc::new(DeviceRes {
             arenas: OnceLock::new(),
             pd,
