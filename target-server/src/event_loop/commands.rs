@@ -13,9 +13,9 @@ use super::shared::Shared;
 use super::slot::{NormalSession, Session, Slot};
 use crate::backend::StorageCtx;
 use crate::backend::reply::{Answer, CompletionSink, ReplyTo, completed};
+use crate::conn_id::ConnId;
 use crate::dispatch;
 use crate::io_stats::{IoKind, IoTag, NO_STATS, now_ns};
-use crate::conn_id::ConnId;
 
 /// What the steps need besides the connection.
 struct Env<'a> {
