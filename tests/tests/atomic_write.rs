@@ -6,7 +6,7 @@
 //! backing file agrees with what the cache served). A regression guard rather than a
 //! proof: with the range lock taken out of the atomic write, 3 runs on this 2-core VM still
 //! passed (the two writes overlap for microseconds at most); the exclusion itself is unit
-//! tested in `target-server/src/atomic.rs`.
+//! tested in `target-server/src/range_locks.rs`.
 
 use std::time::Duration;
 

@@ -19,12 +19,12 @@ import statistics
 import sys
 import time
 
-FILE_TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null", "numatgtd-null"]  # column order
-CHART_TARGETS = FILE_TARGETS[:4]  # chart.dat's first groups (numatgtd-null's columns come last)
+FILE_TARGETS = ["numatgtd", "numatgtd-base", "numatgtd-poll", "tgtd", "tgtd-null", "numatgtd-null"]  # column order
+CHART_TARGETS = ["numatgtd", "numatgtd-poll", "tgtd", "tgtd-null"]  # chart.dat's first groups (numatgtd-null's columns come last)
 RBD_TARGETS = ["numatgtd", "numatgtd-nocache", "tgtd-rbd"]  # RBD=1 (issue 16)
 TARGETS = FILE_TARGETS + ["numatgtd-nocache", "tgtd-rbd"]  # all known
 SHORT = {"numatgtd": "numatgtd", "numatgtd-poll": "poll", "tgtd": "tgtd", "tgtd-null": "null",
-         "numatgtd-null": "numatgtd-null", "numatgtd-nocache": "nocache", "tgtd-rbd": "tgtd-rbd"}
+         "numatgtd-null": "numatgtd-null", "numatgtd-base": "base", "numatgtd-nocache": "nocache", "tgtd-rbd": "tgtd-rbd"}
 KEYS = ("iops", "mbps", "p50", "p99", "cpu", "fio_cpu", "fio_pct", "osd")
 BOUND_PCT = 90  # fio at or above this % of one CPU per session: the initiator is the limit
 LABELS = {
@@ -172,6 +172,7 @@ def report(raw, out, meta_path):
         return report_rbd(runs, order, targets, out, meta)
     poll = "numatgtd-poll" in targets
     nnull = "numatgtd-null" in targets
+    base = "numatgtd-base" in targets
     fio = not meta.get("engine", "").startswith("iscsi-perf")
     tcp_gbs = [num(meta.get("tcp_before")), num(meta.get("tcp_after"))]
     tcp_mbs = max(x for x in tcp_gbs if x) * 1000 if any(tcp_gbs) else None  # the ceiling
@@ -191,6 +192,8 @@ def report(raw, out, meta_path):
         r["poll_vs_numatgtd"] = ratio(r["numatgtd-poll_iops"], r["numatgtd_iops"])
         r["null_vs_null"] = ratio(r["numatgtd-null_iops"], r["tgtd-null_iops"])
         r["vs_own_null"] = ratio(r["numatgtd_iops"], r["numatgtd-null_iops"])
+        r["vs_base"] = ratio(r["numatgtd_iops"], r["numatgtd-base_iops"])
+        r["cpu_vs_base"] = ratio(r["numatgtd_cpu"], r["numatgtd-base_cpu"])
         r["tcp_share"] = ratio(r["numatgtd_mbps"], tcp_mbs) if point.startswith("sr") else None
         rows.append(r)
 
@@ -206,6 +209,10 @@ def report(raw, out, meta_path):
         md.append("- numatgtd-null: the same numatgtd binary started the same way, LUN made with "
                   "`tgtadm ... --bstype null -b /dev/null` (no storage, uncached: numatgtd's own "
                   "floor, beside tgtd's)")
+    if base:
+        md.append("- numatgtd-base (column base): another numatgtd binary, `%s`, started and given "
+                  "its LUN the same way (before/after a change in the same run; numatgtd/base is "
+                  "the ratio of IOPS, CPU numatgtd/base of CPU µs per I/O)" % meta.get("numatgtd_base"))
     md.append("- load: %s; %s s per point, median of %s alternated rounds (%s, %s, ...); %s MiB "
               "LUN on tmpfs (random data, warmed), LUNs made with tgtadm, default settings" % (
                   meta.get("engine"), meta.get("secs"), meta.get("rounds"), ", ".join(targets),
@@ -221,6 +228,7 @@ def report(raw, out, meta_path):
     head = ["sess", "workload"] + [(t if t != "tgtd-null" else "null") + " IOPS" for t in cols]
     head += ["numatgtd/tgtd", "numatgtd/null"] + (["poll/tgtd", "poll/null"] if poll else [])
     head += ["numatgtd-null/null", "numatgtd/numatgtd-null"] if nnull else []
+    head += ["numatgtd/base", "CPU numatgtd/base"] if base else []
     head.append("MB/s " + " · ".join(names))
     head += ["p50/p99 µs " + n for n in names]
     head += ["CPU µs/IO " + n for n in names]
@@ -235,6 +243,8 @@ def report(raw, out, meta_path):
             cells += ["**%s**" % fmt(r["poll_vs_tgtd"], 2), fmt(r["poll_vs_null"], 2)]
         if nnull:
             cells += [fmt(r["null_vs_null"], 2), fmt(r["vs_own_null"], 2)]
+        if base:
+            cells += ["**%s**" % fmt(r["vs_base"], 2), fmt(r["cpu_vs_base"], 2)]
         cells.append(" · ".join(fmt(r[t + "_mbps"]) for t in cols))
         cells += ["%s / %s" % (fmt(r[t + "_p50"], 1), fmt(r[t + "_p99"], 1)) for t in cols]
         cells += [fmt(r[t + "_cpu"], 1) for t in cols]
@@ -283,6 +293,8 @@ def report(raw, out, meta_path):
         csv_cols += ["poll_vs_tgtd", "poll_vs_null", "poll_vs_numatgtd"]
     if nnull:
         csv_cols += ["null_vs_null", "vs_own_null"]
+    if base:
+        csv_cols += ["vs_base", "cpu_vs_base"]
     csv_cols.append("tcp_share")
 
     def csv_name(c):
@@ -351,6 +363,10 @@ def report_rbd(runs, order, targets, out, meta):
               "before measuring (which fills numatgtd's cache)")
     md.append("- librbd settings each target's client runs with (its admin socket): %s" % (
         meta.get("librbd") or "n/a"))
+    if base:
+        md.append("- numatgtd-base (column base): another numatgtd binary, `%s`, started and given "
+                  "its LUN the same way (before/after a change in the same run; numatgtd/base is "
+                  "the ratio of IOPS, CPU numatgtd/base of CPU µs per I/O)" % meta.get("numatgtd_base"))
     md.append("- load: %s; %s s per point, median of %s alternated rounds (%s, %s, ...); write "
               "points end with SYNCHRONIZE CACHE (fio `--end_fsync=1`) inside the measured time" % (
                   meta.get("engine"), meta.get("secs"), meta.get("rounds"), ", ".join(targets),

@@ -10,6 +10,8 @@
 #   tgtd-null  Debian's tgtd, LUN with `--bstype null` (no storage at all: the floor)
 #   numatgtd-null  numatgtd started like tgtd, LUN with `--bstype null` made by tgtadm
 #              (numatgtd's own floor); NUMATGTD_NULL=0: left out (a numatgtd without null)
+#   numatgtd-base  only with BASE_BIN=PATH: another numatgtd binary (the one before a change),
+#              started and given its LUN exactly as numatgtd: before/after in the same run
 #
 # Each on its own free 127.0.0.1 port and tgtd control port (never 3260 nor the default
 # control port), the same LUN size (LUN_MB) of the same random data on tmpfs, each LUN read
@@ -46,8 +48,9 @@
 #   sr512k-qd8 sr512k-qd32 sw128k-qd8), LUN_MB (512), NUMATGTD_BIN (default: cargo build
 #   --release, target/release/numatgtd), FIO (target/tools/fio), ENGINE (fio|iscsi-perf),
 #   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
-#   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), RBD (0; 1: the RBD
-#   mode above, no numatgtd-poll or numatgtd-null column).
+#   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), BASE_BIN (unset; a
+#   numatgtd binary: the numatgtd-base column, numatgtd/base ratios), RBD (0; 1: the RBD
+#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -95,6 +98,12 @@ case $NUMATGTD_NULL in 0 | 1) ;; *) say "NUMATGTD_NULL: 0 or 1, not $NUMATGTD_NU
 TARGETS=(numatgtd tgtd tgtd-null)
 [ "$BUSY_POLL" = 0 ] || TARGETS=(numatgtd numatgtd-poll tgtd tgtd-null)
 [ "$NUMATGTD_NULL" = 0 ] || TARGETS+=(numatgtd-null)
+BASE_BIN=${BASE_BIN:-}
+[ "$RBD" = 0 ] || BASE_BIN= # no numatgtd-base column on RBD
+if [ -n "$BASE_BIN" ]; then
+  [ -x "$BASE_BIN" ] || { say "BASE_BIN=$BASE_BIN is not an executable"; exit 1; }
+  TARGETS=(numatgtd numatgtd-base "${TARGETS[@]:1}")
+fi
 [ "$RBD" = 0 ] || TARGETS=(numatgtd numatgtd-nocache tgtd-rbd)
 FILE_TARGETS=() # the targets with a LUN file on tmpfs (not the null ones; none with RBD=1)
 for t in "${TARGETS[@]}"; do [[ "$t" == *-null ]] || [ "$RBD" = 1 ] || FILE_TARGETS+=("$t"); done
@@ -140,6 +149,8 @@ RUN_DIR=${BENCH_OUT:-$REPO/target/bench}/run-$(date -u +%Y%m%d-%H%M%S)
 mkdir -p "$RUN_DIR/raw"
 cp "$BIN_SRC" "$RUN_DIR/numatgtd" # a rebuild during the run does not change the daemon
 BIN=$RUN_DIR/numatgtd
+BASE=
+if [ -n "$BASE_BIN" ]; then cp "$BASE_BIN" "$RUN_DIR/numatgtd-base"; BASE=$RUN_DIR/numatgtd-base; fi
 need_kb=$(( (LUN_MB * (${#FILE_TARGETS[@]} + 1) + 64) * 1024 )) # the LUNs, one LUN_MB spare
 [ "$(df --output=avail -k /dev/shm | tail -n 1)" -gt "$need_kb" ] ||
   { say "/dev/shm has no room for ${#FILE_TARGETS[@]} LUNs of $LUN_MB MiB (+ $LUN_MB MiB spare)"; exit 1; }
@@ -166,7 +177,7 @@ cleanup() {
     CEPH_DIR=
   fi
   rm -rf "$LUN_DIR"
-  rm -f "$BIN"
+  rm -f "$BIN" ${BASE:+"$BASE"}
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -179,6 +190,9 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   if [ "$t" = numatgtd ] || [ "$t" = numatgtd-nocache ] || [ "$t" = numatgtd-null ]; then
     mkdir -p "$LUN_DIR/state-$t"
     "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" > "$RUN_DIR/$t.log" 2>&1 &
+  elif [ "$t" = numatgtd-base ]; then # the other binary, started the same way
+    mkdir -p "$LUN_DIR/state-$t"
+    "$BASE" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" > "$RUN_DIR/$t.log" 2>&1 &
   elif [ "$t" = numatgtd-poll ]; then # the same, plus busy polling (its own state directory)
     mkdir -p "$LUN_DIR/state-$t"
     "$BIN" -f -C "$ctl" --iscsi "portal=127.0.0.1:$port" --state-dir "$LUN_DIR/state-$t" \
@@ -189,7 +203,7 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   PID[$t]=$! PORT[$t]=$port CTL[$t]=$ctl
   wait_port "$port" "${PID[$t]}" || { tail -n 20 "$RUN_DIR/$t.log" >&2; exit 1; }
   case $t in
-    numatgtd | numatgtd-poll | tgtd) lun_opts=(-b "$LUN_DIR/$t.img") ;;
+    numatgtd | numatgtd-base | numatgtd-poll | tgtd) lun_opts=(-b "$LUN_DIR/$t.img") ;;
     tgtd-null | numatgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
     numatgtd-nocache) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin;cache=off") ;;
     tgtd-rbd) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin") ;;
@@ -335,12 +349,13 @@ TCP1=-
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
 rbd_env="BUSY_POLL=$BUSY_POLL NUMATGTD_NULL=$NUMATGTD_NULL "; [ "$RBD" = 0 ] || rbd_env=
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "cpus=$NCPU"
   echo "kernel=$(uname -r)"
   echo "numatgtd=$BIN_SRC ($(cd "$REPO" && git describe --always --dirty 2>/dev/null || echo '?'))"
+  [ -z "$BASE_BIN" ] || echo "numatgtd_base=$BASE_BIN"
   echo "tgtd=tgtd $(tgtd -V 2>/dev/null | head -n 1)"
   if [ "$RBD" = 1 ]; then
     echo "rbd=1"
