@@ -116,11 +116,12 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     );
     for t in &targets {
         let s = sh.registry.sessions_of(&t.iqn);
-        for d in [config::Driver::Iscsi, config::Driver::Iser] {
+        for d in config::Driver::ALL {
             let n = s.iter().filter(|v| v.transport == d).count();
-            // every target has its iscsi series; an iser one when it is an iser target or
-            // has iSER sessions (every target is reachable over both transports)
-            if d == config::Driver::Iser && n == 0 && t.driver != d {
+            // every target has its series of the default transport (iscsi); one of another
+            // transport when it is the target's or has sessions (every target is reachable
+            // over every transport)
+            if d != config::Driver::default() && n == 0 && t.driver != d {
                 continue;
             }
             let labels = [("target", t.iqn.as_str()), ("transport", d.as_str())];
