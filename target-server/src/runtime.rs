@@ -330,7 +330,7 @@ pub(crate) fn open_lun(
         rbd_ownership,
         store: Arc::new(store),
         cache_id,
-        cache_configured: mode == config::CacheMode::Numa,
+        cache_mode: mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         sync_writes,
         read_ahead: cache.read_ahead,

@@ -424,20 +424,13 @@ impl LunIdentity {
         cap.add(&l, lun.store.size() as f64);
         {
             let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
-            let mode = if lun.cache_configured {
-                "numa"
-            } else if lun.store.is_direct() {
-                "off"
-            } else {
-                "page"
-            };
             info.add(
                 &[
                     l[0],
                     l[1],
                     ("backing_store", meta.path.as_str()),
                     ("bs_type", meta.bstype.as_str()),
-                    ("cache", mode),
+                    ("cache", lun.cache_mode.as_str()),
                 ],
                 1.0,
             );

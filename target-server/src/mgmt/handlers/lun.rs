@@ -138,7 +138,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         );
         ErrCode::InvalidRequest
     })?;
-    let (cached, direct) = (lun.cache_configured, lun.store.is_direct());
+    let (mode, direct) = (lun.cache_mode, lun.store.is_direct());
     let lun = Arc::new(lun);
     let added = t.update_luns(|m| match m.entry(number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
@@ -154,7 +154,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     crate::alua::start(&t, &lun, ctx.cache.as_ref());
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
-        cache = if cached { "numa" } else if direct { "off" } else { "page" }, "LUN created");
+        cache = mode.as_str(), "LUN created");
     Ok(String::new())
 }
 
@@ -440,7 +440,7 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         scsi,
         store: Arc::clone(&lun.store),
         cache_id: lun.cache_id,
-        cache_configured: lun.cache_configured,
+        cache_mode: lun.cache_mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         rbd_ownership: lun.rbd_ownership.clone(),
         sync_writes: lun.sync_writes,
