@@ -674,19 +674,7 @@ fn new_registry(
 /// The configured limits, CHAP accounts and discovery authentication, into the registry.
 fn apply_access_settings(registry: &Registry, cfg: &config::Config) {
     registry.limits.apply(&cfg.limits);
-    *registry.accounts() = Accounts {
-        // newest first, as tgtd lists them
-        users: cfg
-            .accounts
-            .iter()
-            .rev()
-            .map(|a| (a.user.clone(), a.password.clone()))
-            .collect(),
-        discovery: AuthBinding {
-            incoming: cfg.discovery_auth.incoming_users.clone(),
-            outgoing: cfg.discovery_auth.outgoing_user.clone(),
-        },
-    };
+    *registry.accounts() = Accounts::from_config(cfg);
 }
 
 /// The block cache's write-back threads, one set per node (none without a cache).
