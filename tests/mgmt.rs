@@ -237,6 +237,17 @@ pub fn restart_from_dump(d: Daemon, dump: &str) -> Daemon {
     Daemon::start_numatgtd_yaml(&|port| dump.replace(&old, &format!("127.0.0.1:{port}")))
 }
 
+/// Every LUN of `dump` (the YAML `numatgtadm --dump` wrote, read as numatgtd reads a
+/// configuration) with the cache mode it is dumped with: (target, LUN, mode).
+pub fn dumped_cache_modes(dump: &str) -> Vec<(String, u64, Option<config::CacheMode>)> {
+    let c = config::parse(dump, "numatgtadm --dump")
+        .unwrap_or_else(|e| panic!("the dump does not read back: {e}\n{dump}"));
+    c.targets
+        .iter()
+        .flat_map(|t| t.luns.iter().map(|l| (t.iqn.clone(), l.lun, l.cache)))
+        .collect()
+}
+
 /// Through tgtadm: target `tid` named `iqn` with `path` as LUN 1, open to every initiator
 /// (`-I ALL`). Each step must succeed.
 pub fn export_lun(d: &Daemon, tid: &str, iqn: &str, path: &str) {

@@ -13,6 +13,10 @@ pub enum Driver {
 }
 
 impl Driver {
+    /// Every transport, in the order tgtadm and the metrics list them: a new one added
+    /// here is listed everywhere.
+    pub const ALL: [Driver; 2] = [Driver::Iscsi, Driver::Iser];
+
     /// `iscsi` or `iser`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -23,7 +27,7 @@ impl Driver {
 
     /// Parses `iscsi` / `iser` (any case).
     pub fn parse(text: &str) -> Option<Driver> {
-        [Driver::Iscsi, Driver::Iser]
+        Driver::ALL
             .into_iter()
             .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
     }
@@ -182,6 +186,9 @@ mod tests {
     fn words() {
         assert_eq!(Driver::parse(" ISER "), Some(Driver::Iser));
         assert_eq!(Driver::parse("fc"), None);
+        for d in Driver::ALL {
+            assert_eq!(Driver::parse(d.as_str()), Some(d));
+        }
         assert_eq!(TargetState::parse("Offline"), Some(TargetState::Offline));
         assert_eq!(SenseFormat::parse("1"), Some(SenseFormat::Descriptor));
         assert_eq!(SenseFormat::parse("Fixed"), Some(SenseFormat::Fixed));

@@ -82,7 +82,12 @@ use shared::{Gate, SharedState};
 pub mod status {
     pub const GOOD: u8 = 0x00;
     pub const CHECK_CONDITION: u8 = 0x02;
+    pub const CONDITION_MET: u8 = 0x04;
     pub const BUSY: u8 = 0x08;
+    /// Obsolete in SAM-5 (linked commands); never sent here, counted as success if seen.
+    pub const INTERMEDIATE: u8 = 0x10;
+    /// Obsolete in SAM-5 (linked commands); never sent here, counted as success if seen.
+    pub const INTERMEDIATE_CONDITION_MET: u8 = 0x14;
     pub const RESERVATION_CONFLICT: u8 = 0x18;
     pub const TASK_SET_FULL: u8 = 0x28;
     pub const TASK_ABORTED: u8 = 0x40;

@@ -19,8 +19,12 @@ pub mod key {
 
 /// Response code of current fixed-format sense data.
 pub const FIXED_CURRENT: u8 = 0x70;
+/// Response code of deferred fixed-format sense data.
+pub const FIXED_DEFERRED: u8 = 0x71;
 /// Response code of current descriptor-format sense data.
 pub const DESCRIPTOR_CURRENT: u8 = 0x72;
+/// Response code of deferred descriptor-format sense data.
+pub const DESCRIPTOR_DEFERRED: u8 = 0x73;
 /// Length of the fixed-format sense data this crate produces.
 pub const FIXED_LEN: usize = 18;
 
@@ -242,8 +246,43 @@ impl Sense {
 /// logging). None when the response code is not 70h-73h or the data is too short.
 pub fn parse_key_asc(sense: &[u8]) -> Option<(u8, u8, u8)> {
     match sense.first()? & 0x7F {
-        0x70 | 0x71 if sense.len() >= 14 => Some((sense[2] & 0x0F, sense[12], sense[13])),
-        0x72 | 0x73 if sense.len() >= 8 => Some((sense[1] & 0x0F, sense[2], sense[3])),
+        FIXED_CURRENT | FIXED_DEFERRED if sense.len() >= 14 => {
+            Some((sense[2] & 0x0F, sense[12], sense[13]))
+        }
+        DESCRIPTOR_CURRENT | DESCRIPTOR_DEFERRED if sense.len() >= 8 => {
+            Some((sense[1] & 0x0F, sense[2], sense[3]))
+        }
         _ => None,
+    }
+}
+
+/// The sense key alone of fixed or descriptor sense data, current or deferred (for the
+/// statistics). None when the response code is not 70h-73h or the data ends before the key.
+pub fn sense_key(sense: &[u8]) -> Option<u8> {
+    match sense.first()? & 0x7F {
+        FIXED_CURRENT | FIXED_DEFERRED => sense.get(2).map(|b| b & 0x0F),
+        DESCRIPTOR_CURRENT | DESCRIPTOR_DEFERRED => sense.get(1).map(|b| b & 0x0F),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sense_key_of_both_formats_current_and_deferred() {
+        let s = Sense::write_protected();
+        for descriptor in [false, true] {
+            let mut bytes = s.encode(descriptor);
+            assert_eq!(sense_key(&bytes), Some(key::DATA_PROTECT));
+            bytes[0] |= 1; // deferred
+            assert_eq!(sense_key(&bytes), Some(key::DATA_PROTECT));
+        }
+        // the key is all the statistics need: short data still has one
+        assert_eq!(sense_key(&[FIXED_CURRENT, 0, key::MEDIUM_ERROR]), Some(3));
+        assert_eq!(sense_key(&[FIXED_CURRENT, 0]), None);
+        assert_eq!(sense_key(&[0x7F, key::MEDIUM_ERROR, 0]), None);
+        assert_eq!(sense_key(&[]), None);
     }
 }

@@ -120,22 +120,28 @@ pub const ERROR_KINDS: [&str; 20] = [
     "other",
 ];
 
+/// Indexes of the [`ERROR_KINDS`] entries that are not sense keys.
+pub mod kind {
+    /// RESERVATION CONFLICT.
+    pub const RESERVATION_CONFLICT: usize = 16;
+    /// BUSY.
+    pub const BUSY: usize = 17;
+    /// TASK SET FULL.
+    pub const TASK_SET_FULL: usize = 18;
+    /// Any other status, or CHECK CONDITION without readable sense data.
+    pub const OTHER: usize = 19;
+}
+
 /// Which [`ERROR_KINDS`] entry a non-GOOD result counts under (`None`: GOOD).
 pub fn error_kind(status: u8, sense: &[u8]) -> Option<usize> {
+    use scsi::status::*;
     match status {
-        0x00 | 0x04 | 0x10 | 0x14 => None, // GOOD, CONDITION MET and the intermediates
-        0x02 => {
-            let key = match sense.first().map(|b| b & 0x7f) {
-                Some(0x70 | 0x71) => sense.get(2).map(|b| b & 0x0f),
-                Some(0x72 | 0x73) => sense.get(1).map(|b| b & 0x0f),
-                _ => None,
-            };
-            Some(key.map_or(19, usize::from))
-        }
-        0x18 => Some(16),
-        0x08 => Some(17),
-        0x28 => Some(18),
-        _ => Some(19),
+        GOOD | CONDITION_MET | INTERMEDIATE | INTERMEDIATE_CONDITION_MET => None,
+        CHECK_CONDITION => Some(scsi::sense::sense_key(sense).map_or(kind::OTHER, usize::from)),
+        RESERVATION_CONFLICT => Some(kind::RESERVATION_CONFLICT),
+        BUSY => Some(kind::BUSY),
+        TASK_SET_FULL => Some(kind::TASK_SET_FULL),
+        _ => Some(kind::OTHER),
     }
 }
 
@@ -530,7 +536,18 @@ mod tests {
 
     #[test]
     fn error_kinds_from_status_and_sense() {
+        assert_eq!(
+            ERROR_KINDS[kind::RESERVATION_CONFLICT],
+            "reservation_conflict"
+        );
+        assert_eq!(ERROR_KINDS[kind::BUSY], "busy");
+        assert_eq!(ERROR_KINDS[kind::TASK_SET_FULL], "task_set_full");
+        assert_eq!(ERROR_KINDS[kind::OTHER], "other");
         assert_eq!(error_kind(0, &[]), None);
+        assert_eq!(error_kind(0x04, &[]), None);
+        assert_eq!(error_kind(0x08, &[]), Some(17));
+        assert_eq!(error_kind(0x40, &[]), Some(19));
+        assert_eq!(error_kind(0x02, &[0x71, 0, 0x03]), Some(3));
         assert_eq!(error_kind(0x18, &[]), Some(16));
         assert_eq!(error_kind(0x02, &[0x72, 0x05, 0x24, 0]), Some(5));
         assert_eq!(error_kind(0x02, &[]), Some(19));

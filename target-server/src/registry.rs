@@ -30,9 +30,11 @@ pub struct Lun {
     pub store: Arc<BackingStore>,
     /// The LUN's identity in the block cache (unique in the daemon).
     pub cache_id: u32,
-    /// The LUN is configured for the NUMA-aware block cache (`cache: numa`); it uses the
-    /// cache only while this gateway owns it ([`Lun::cache_in_use`]).
-    pub cache_configured: bool,
+    /// The cache mode decided when the LUN was opened (its own, or the configured default;
+    /// `runtime::open_lun`): what the log, the metrics and `numatgtadm --dump` show. Under
+    /// `numa` the LUN uses the block cache only while this gateway owns it
+    /// ([`Lun::cache_in_use`]).
+    pub cache_mode: config::CacheMode,
     /// The cache is in use now: configured, and this gateway owns the LUN (ALUA
     /// active/optimized; see [`crate::alua`]).
     pub cache_in_use: crate::alua::shared::CacheInUse,
@@ -95,6 +97,12 @@ impl LunMeta {
 }
 
 impl Lun {
+    /// The LUN is configured for the NUMA-aware block cache (`cache: numa`); it uses the
+    /// cache only while this gateway owns it ([`Lun::cache_in_use`]).
+    pub fn cache_configured(&self) -> bool {
+        self.cache_mode == config::CacheMode::Numa
+    }
+
     /// Whether commands use the block cache now (see [`Lun::cache_in_use`]).
     pub fn caches_now(&self) -> bool {
         self.cache_in_use.get()

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::mgmt::Ctx;
-use crate::registry::{Accounts, AuthBinding, Target};
+use crate::registry::{Accounts, Target};
 
 /// What the running daemon was configured from.
 #[derive(Debug, Clone)]
@@ -179,18 +179,7 @@ fn retire_replaced(ctx: &Ctx, diff: &config::ConfigDiff) -> usize {
 /// CHAP accounts and discovery authentication replaced from `next` when they changed.
 fn apply_accounts(ctx: &Ctx, diff: &config::ConfigDiff, next: &config::Config) {
     if !diff.accounts_changed.is_empty() || diff.discovery_auth_changed {
-        *ctx.registry.accounts() = Accounts {
-            users: next
-                .accounts
-                .iter()
-                .rev()
-                .map(|a| (a.user.clone(), a.password.clone()))
-                .collect(),
-            discovery: AuthBinding {
-                incoming: next.discovery_auth.incoming_users.clone(),
-                outgoing: next.discovery_auth.outgoing_user.clone(),
-            },
-        };
+        *ctx.registry.accounts() = Accounts::from_config(next);
     }
 }
 

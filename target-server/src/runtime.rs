@@ -252,12 +252,62 @@ pub(crate) fn open_lun(
         lun: l.lun,
         source,
     };
+    create_if_asked(l).map_err(lun_err)?;
+    let mode = l.cache_mode(cache);
+    let store = open_store(iqn, l, mode).map_err(lun_err)?;
+    let id = lun_identity(iqn, l.lun);
+    let sync_writes = l.bsoflags.sync;
+    let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
+    let mut meta = lun_meta(tid, l, id);
+    if let Some(flags) = shown_flags {
+        meta.bsoflags = flags.to_string();
+    }
+    tracing::info!(target = %iqn, lun = l.lun, path = %l.path.display(),
+        bstype = l.bs_type.as_str(), blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
+        cache = mode.as_str(), write_cache = l.write_cache && !sync_writes, sync = sync_writes,
+        "LUN ready");
+    let owner = alua.owner_of(l.alua_owner);
+    meta.alua_owner = owner;
+    let rbd_ownership = crate::alua::rbd_ownership_for(alua, &store);
+    let lun = Lun {
+        number: l.lun,
+        scsi: lu,
+        rbd_ownership,
+        store: Arc::new(store),
+        cache_id,
+        cache_mode: mode,
+        cache_in_use: crate::alua::shared::CacheInUse::off(),
+        sync_writes,
+        read_ahead: cache.read_ahead,
+        last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
+        locks: Default::default(),
+        meta: std::sync::Mutex::new(meta),
+        stats: Default::default(),
+    };
+    crate::alua::init(&lun, alua, owner).map_err(|e| StartError::Alua {
+        target: iqn.to_string(),
+        lun: l.lun,
+        reason: e.to_string(),
+    })?;
+    Ok(lun)
+}
+
+/// Creates the sparse backing file a LUN's `size:` asks for, when it does not exist yet.
+fn create_if_asked(l: &config::LunConfig) -> Result<(), cache::BackingError> {
     if let Some(size) = l.create_size {
-        if create_sparse(&l.path, size).map_err(lun_err)? {
+        if create_sparse(&l.path, size)? {
             tracing::info!(path = %l.path.display(), size, "created sparse backing file");
         }
     }
-    let mode = l.cache_mode(cache);
+    Ok(())
+}
+
+/// Opens LUN `l`'s backing store through the bstype table, for cache mode `mode`.
+fn open_store(
+    iqn: &str,
+    l: &config::LunConfig,
+    mode: config::CacheMode,
+) -> Result<BackingStore, cache::BackingError> {
     let opts = BackingOptions {
         block_size: l.block_size,
         readonly: l.readonly,
@@ -276,19 +326,30 @@ pub(crate) fn open_lun(
             skip: &["cache"],
             options: &opts,
         },
-    )
-    .map_err(lun_err)?;
+    )?;
     if l.bs_type == config::BsType::Rbd {
         tracing::info!(target = %iqn, lun = l.lun, image = %l.path.display(),
             bsopts = %rbd::redact(bsopts), ms = t0.elapsed().as_millis() as u64,
             "rbd image open");
     }
-    let id = lun_identity(iqn, l.lun);
+    Ok(store)
+}
+
+/// The SCSI logical unit of LUN `l` (identity `id`, `num_blocks` long), with its flags set
+/// and its persistent reservations saved with APTPL restored.
+fn logical_unit(
+    home: &LunHome<'_>,
+    l: &config::LunConfig,
+    id: u64,
+    num_blocks: u64,
+    state_dir: &std::path::Path,
+) -> scsi::LogicalUnit {
+    let LunHome { iqn, alua, .. } = *home;
     let sync_writes = l.bsoflags.sync;
     let params = scsi::LuParams {
         lun: l.lun,
         block_size: l.block_size,
-        num_blocks: store.num_blocks(),
+        num_blocks,
         vendor_id: l.vendor_id.clone().unwrap_or_else(|| "NUMATGT".into()),
         product_id: l
             .product_id
@@ -313,38 +374,7 @@ pub(crate) fn open_lun(
     lu.set_removable(l.removable);
     crate::backend::pr_store::restore(&lu, state_dir, iqn, l.lun);
     lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
-    let mut meta = lun_meta(tid, l, id);
-    if let Some(flags) = shown_flags {
-        meta.bsoflags = flags.to_string();
-    }
-    tracing::info!(target = %iqn, lun = l.lun, path = %l.path.display(),
-        bstype = l.bs_type.as_str(), blocks = store.num_blocks(), block_size = l.block_size, direct = store.is_direct(),
-        cache = mode.as_str(), write_cache = l.write_cache && !sync_writes, sync = sync_writes,
-        "LUN ready");
-    let owner = alua.owner_of(l.alua_owner);
-    meta.alua_owner = owner;
-    let rbd_ownership = crate::alua::rbd_ownership_for(alua, &store);
-    let lun = Lun {
-        number: l.lun,
-        scsi: lu,
-        rbd_ownership,
-        store: Arc::new(store),
-        cache_id,
-        cache_configured: mode == config::CacheMode::Numa,
-        cache_in_use: crate::alua::shared::CacheInUse::off(),
-        sync_writes,
-        read_ahead: cache.read_ahead,
-        last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
-        locks: Default::default(),
-        meta: std::sync::Mutex::new(meta),
-        stats: Default::default(),
-    };
-    crate::alua::init(&lun, alua, owner).map_err(|e| StartError::Alua {
-        target: iqn.to_string(),
-        lun: l.lun,
-        reason: e.to_string(),
-    })?;
-    Ok(lun)
+    lu
 }
 
 /// What tgtadm shows for a LUN from the configuration (its `bsoflags` as configured, as
@@ -496,209 +526,322 @@ fn build_cache(
     Ok((Arc::new(cache), router))
 }
 
+/// The I/O side every event thread uses: the backing-store I/O pools of each node, the
+/// block cache and its router.
+struct DataPath {
+    workers: NodeWorkers,
+    cache: Option<Arc<BlockCache>>,
+    router: Option<Router>,
+}
+
+impl DataPath {
+    /// Starts the I/O pools, then sets the block cache up.
+    fn start(rc: &RuntimeConfig, topology: &Topology) -> Result<DataPath, StartError> {
+        let workers = NodeWorkers::start(topology.nodes(), rc.io_threads, rc.io_engine)
+            .map_err(StartError::Threads)?;
+        // the cache always runs (its memory is taken only as blocks are cached): LUNs made
+        // later by tgtadm or a reload get the configured mode like those of the file
+        let (cache, router) = build_cache(&rc.config, topology)?;
+        Ok(DataPath {
+            workers,
+            cache: Some(cache),
+            router,
+        })
+    }
+}
+
+/// The TCP portals bound at start.
+struct TcpPortals {
+    listeners: Vec<Box<dyn Listener>>,
+    /// The addresses they are bound to (the port chosen by the kernel for port 0).
+    listening: Vec<SocketAddr>,
+    /// What the registry knows of them (SendTargets, NOP settings).
+    portals: Vec<Portal>,
+}
+
+/// Binds the configured TCP portals. tgtd's default IPv6 wildcard is skipped with a log line
+/// on a host without IPv6 when an IPv4 portal is configured too; any other failure stops the
+/// start.
+fn bind_tcp_portals(configured: &[config::PortalConfig]) -> Result<TcpPortals, StartError> {
+    let mut out = TcpPortals {
+        listeners: Vec::new(),
+        listening: Vec::new(),
+        portals: Vec::new(),
+    };
+    for p in configured {
+        let addr = p.addr;
+        let std_l = match crate::transport::bind_portal(addr) {
+            Ok(l) => l,
+            // tgtd's default wildcards on a host without IPv6: serve IPv4 alone
+            Err(e) if no_ipv6_beside_ipv4(addr, &e, configured) => {
+                tracing::warn!("portal {addr}: no IPv6 on this host ({e}); IPv4 only");
+                continue;
+            }
+            Err(source) => return Err(StartError::Listen { addr, source }),
+        };
+        let local = std_l
+            .local_addr()
+            .map_err(|source| StartError::Listen { addr, source })?;
+        out.listening.push(local);
+        out.portals.push(Portal {
+            addr: local,
+            nop_interval: p.nop_interval,
+            nop_count: p.nop_count,
+        });
+        out.listeners.push(crate::transport::tcp_listener(std_l));
+    }
+    Ok(out)
+}
+
+/// Binding IPv6 wildcard `addr` failed with `e` because the host has no IPv6, and an IPv4
+/// portal is configured beside it.
+fn no_ipv6_beside_ipv4(
+    addr: SocketAddr,
+    e: &std::io::Error,
+    configured: &[config::PortalConfig],
+) -> bool {
+    addr.is_ipv6()
+        && addr.ip().is_unspecified()
+        && configured.iter().any(|o| o.addr.is_ipv4())
+        && matches!(
+            e.raw_os_error(),
+            Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+        )
+}
+
+/// Where the event threads run: one per CPU by default; thread `i` on the node of CPU `i`
+/// (round robin when there are more threads than CPUs).
+struct EventPlacement {
+    /// The node of each CPU, CPUs in the topology's order.
+    cpu_nodes: Vec<usize>,
+    /// Event threads in total (at least 1).
+    threads: usize,
+}
+
+impl EventPlacement {
+    fn new(topology: &Topology, asked: Option<usize>) -> EventPlacement {
+        let cpu_nodes: Vec<usize> = topology
+            .nodes()
+            .iter()
+            .flat_map(|n| n.cpus.iter().map(move |_| n.index))
+            .collect();
+        let threads = asked.unwrap_or(cpu_nodes.len()).max(1);
+        EventPlacement { cpu_nodes, threads }
+    }
+
+    /// The node of event thread `i` (`None`: the topology lists no CPU).
+    fn node_of(&self, i: usize) -> Option<usize> {
+        self.cpu_nodes.get(i % self.cpu_nodes.len().max(1)).copied()
+    }
+
+    /// The event threads of each of `nodes` nodes.
+    fn threads_by_node(&self, nodes: usize) -> Vec<Vec<usize>> {
+        (0..nodes)
+            .map(|node| {
+                (0..self.threads)
+                    .filter(|&i| self.node_of(i) == Some(node))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Each event thread's statistics, its node set.
+    fn thread_stats(&self) -> Vec<crate::event_loop::ThreadStats> {
+        (0..self.threads)
+            .map(|i| crate::event_loop::ThreadStats {
+                node: self.node_of(i).unwrap_or(0),
+                busy_ns: Default::default(),
+            })
+            .collect()
+    }
+}
+
+/// The registry of the configured targets and TCP portals, with its state directory.
+fn new_registry(
+    rc: &RuntimeConfig,
+    targets: Vec<Arc<Target>>,
+    portals: Vec<Portal>,
+) -> Arc<Registry> {
+    let registry = Arc::new(Registry::new(
+        targets,
+        portals,
+        conn_config(&rc.config.iscsi),
+    ));
+    registry.set_state_dir(rc.state_dir.clone());
+    registry
+}
+
+/// The configured limits, CHAP accounts and discovery authentication, into the registry.
+fn apply_access_settings(registry: &Registry, cfg: &config::Config) {
+    registry.limits.apply(&cfg.limits);
+    *registry.accounts() = Accounts::from_config(cfg);
+}
+
+/// The block cache's write-back threads, one set per node (none without a cache).
+fn start_flushers(
+    rc: &RuntimeConfig,
+    block_cache: Option<&Arc<BlockCache>>,
+    topology: &Topology,
+    registry: &Arc<Registry>,
+) -> Result<Option<Flushers>, StartError> {
+    let Some(c) = block_cache else {
+        return Ok(None);
+    };
+    Flushers::start(
+        c,
+        topology.nodes(),
+        Arc::clone(registry),
+        c.config().dirty_limit_bytes,
+        (rc.io_threads / 2).max(2),
+        rc.io_engine,
+    )
+    .map(Some)
+    .map_err(StartError::Threads)
+}
+
+/// What every thread shares (its inboxes are set once the event threads exist).
+fn shared_state(
+    rc: &RuntimeConfig,
+    registry: Arc<Registry>,
+    data: DataPath,
+    topology: &Topology,
+    placement: &EventPlacement,
+    started: Instant,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        registry,
+        workers: data.workers,
+        cache: data.cache,
+        router: data.router,
+        inboxes: OnceLock::new(),
+        next_thread: AtomicUsize::new(0),
+        threads_by_node: placement.threads_by_node(topology.node_count()),
+        topology: topology.clone(),
+        nic_nodes: std::sync::Mutex::new(std::collections::HashMap::new()),
+        connections: AtomicUsize::new(0),
+        busy_poll: rc.busy_poll,
+        started,
+        thread_stats: placement.thread_stats(),
+        proto_stats: Default::default(),
+    })
+}
+
+/// Starts the event threads, each bound to the CPUs of its node; thread 0 gets every
+/// startup listener.
+fn spawn_event_threads(
+    setups: Vec<EventThreadSetup>,
+    shared: &Arc<Shared>,
+    topology: &Topology,
+    placement: &EventPlacement,
+    listeners: Vec<Box<dyn Listener>>,
+) -> Result<Vec<JoinHandle<()>>, StartError> {
+    let mut threads = Vec::new();
+    let mut listeners = Some(listeners);
+    for (i, setup) in setups.into_iter().enumerate() {
+        let node = placement.node_of(i).unwrap_or(0);
+        let cpus = topology
+            .nodes()
+            .get(node)
+            .map(|n| n.cpus.clone())
+            .unwrap_or_default();
+        let mine = if i == 0 {
+            listeners.take().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let et = EventThread::new(i, node, setup, Arc::clone(shared), mine);
+        let h = std::thread::Builder::new()
+            .name(format!("ev-n{node}-{i}"))
+            .spawn(move || {
+                if let Err(e) = cache::topology::bind_current_thread(&cpus) {
+                    tracing::debug!("cannot bind event thread to {cpus:?}: {e}");
+                }
+                et.run();
+            })
+            .map_err(StartError::Threads)?;
+        threads.push(h);
+    }
+    Ok(threads)
+}
+
+/// One log line per portal: where it listens, and on which node its connections are
+/// served.
+fn log_portals(topology: &Topology, listening: &[SocketAddr], iser_listening: &[SocketAddr]) {
+    for a in listening {
+        match topology.nic_node(a.ip()) {
+            Some(n) => tracing::info!(
+                "portal {a}: its network device is on NUMA node {n}; its connections are served there"
+            ),
+            None if a.ip().is_unspecified() => tracing::info!(
+                "portal {a}: each connection is served on the node of the device it arrives on, when known"
+            ),
+            None => tracing::info!(
+                "portal {a}: NUMA node of the network device unknown (loopback, virtual, or not reported); connections are spread over all nodes"
+            ),
+        }
+        tracing::info!("numatgtd: listening on {a}");
+    }
+    for a in iser_listening {
+        tracing::info!("numatgtd: listening for iSER on {a}");
+    }
+}
+
+/// What the registry knows of the bound iSER portals: their NOP settings as configured.
+fn iser_portal_entries(cfg: &config::Config, iser_listening: &[SocketAddr]) -> Vec<Portal> {
+    let configured = cfg.iser_listen(true);
+    iser_listening
+        .iter()
+        .map(|&addr| {
+            let p = configured.iter().find(|p| p.addr == addr);
+            Portal {
+                addr,
+                nop_interval: p.and_then(|p| p.nop_interval),
+                nop_count: p.and_then(|p| p.nop_count),
+            }
+        })
+        .collect()
+}
+
 impl Daemon {
-    /// Detects the topology, opens every LUN, starts the I/O pools, the block cache and the
-    /// event threads, then binds the portals; returns once the daemon serves.
+    /// Detects the topology, opens every LUN, starts the I/O pools and the block cache, binds
+    /// the portals, then starts the event threads and the metrics server; returns once the
+    /// daemon serves.
     pub fn start(rc: RuntimeConfig) -> Result<Daemon, StartError> {
         let started = Instant::now();
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config, &rc.state_dir)?;
 
-        let workers = NodeWorkers::start(topology.nodes(), rc.io_threads, rc.io_engine)
-            .map_err(StartError::Threads)?;
-        // the cache always runs (its memory is taken only as blocks are cached): LUNs made
-        // later by tgtadm or a reload get the configured mode like those of the file
-        let (block_cache, router) = {
-            let (c, r) = build_cache(&rc.config, &topology)?;
-            (Some(c), r)
-        };
+        let data = DataPath::start(&rc, &topology)?;
         // listen only once the cache is ready: a bound portal means a serving daemon
-        let mut listeners = Vec::new();
-        let mut listening = Vec::new();
-        let mut portals = Vec::new();
-        for p in &rc.config.portals {
-            let addr = p.addr;
-            let std_l = match crate::transport::bind_portal(addr) {
-                Ok(l) => l,
-                // tgtd's default wildcards on a host without IPv6: serve IPv4 alone
-                Err(e)
-                    if addr.is_ipv6()
-                        && addr.ip().is_unspecified()
-                        && rc.config.portals.iter().any(|o| o.addr.is_ipv4())
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
-                        ) =>
-                {
-                    tracing::warn!("portal {addr}: no IPv6 on this host ({e}); IPv4 only");
-                    continue;
-                }
-                Err(source) => return Err(StartError::Listen { addr, source }),
-            };
-            let local = std_l
-                .local_addr()
-                .map_err(|source| StartError::Listen { addr, source })?;
-            listening.push(local);
-            portals.push(Portal {
-                addr: local,
-                nop_interval: p.nop_interval,
-                nop_count: p.nop_count,
-            });
-            listeners.push(crate::transport::tcp_listener(std_l));
-        }
-
+        let tcp = bind_tcp_portals(&rc.config.portals)?;
         let iser_listeners = bind_iser_portals(iser_portal_request(&rc))?;
         let iser_listening: Vec<SocketAddr> = iser_listeners.iter().map(|l| l.addr()).collect();
 
-        // event threads: one per CPU by default, each bound to the CPUs of its node
-        let placements: Vec<usize> = topology
-            .nodes()
-            .iter()
-            .flat_map(|n| n.cpus.iter().map(move |_| n.index))
-            .collect();
-        let n_threads = rc.event_threads.unwrap_or(placements.len()).max(1);
-        let mut setups = Vec::new();
-        for _ in 0..n_threads {
-            setups.push(EventThreadSetup::new().map_err(StartError::Threads)?);
-        }
-        let registry = Arc::new(Registry::new(
-            targets,
-            portals,
-            conn_config(&rc.config.iscsi),
-        ));
-        registry.set_state_dir(rc.state_dir.clone());
-        crate::alua::start_all(&registry.targets(), block_cache.as_ref());
-        registry.limits.apply(&rc.config.limits);
-        *registry.accounts() = Accounts {
-            // newest first, as tgtd lists them
-            users: rc
-                .config
-                .accounts
-                .iter()
-                .rev()
-                .map(|a| (a.user.clone(), a.password.clone()))
-                .collect(),
-            discovery: AuthBinding {
-                incoming: rc.config.discovery_auth.incoming_users.clone(),
-                outgoing: rc.config.discovery_auth.outgoing_user.clone(),
-            },
-        };
-        let flushers = match &block_cache {
-            Some(c) => Some(
-                Flushers::start(
-                    c,
-                    topology.nodes(),
-                    Arc::clone(&registry),
-                    c.config().dirty_limit_bytes,
-                    (rc.io_threads / 2).max(2),
-                    rc.io_engine,
-                )
-                .map_err(StartError::Threads)?,
-            ),
-            None => None,
-        };
-        let shared = Arc::new(Shared {
-            registry,
-            workers,
-            cache: block_cache,
-            router,
-            inboxes: OnceLock::new(),
-            next_thread: AtomicUsize::new(0),
-            threads_by_node: (0..topology.node_count())
-                .map(|node| {
-                    (0..n_threads)
-                        .filter(|&i| {
-                            placements.get(i % placements.len().max(1)).copied() == Some(node)
-                        })
-                        .collect()
-                })
-                .collect(),
-            topology: topology.clone(),
-            nic_nodes: std::sync::Mutex::new(std::collections::HashMap::new()),
-            connections: AtomicUsize::new(0),
-            busy_poll: rc.busy_poll,
-            started,
-            thread_stats: (0..n_threads)
-                .map(|i| crate::event_loop::ThreadStats {
-                    node: placements
-                        .get(i % placements.len().max(1))
-                        .copied()
-                        .unwrap_or(0),
-                    busy_ns: Default::default(),
-                })
-                .collect(),
-            proto_stats: Default::default(),
-        });
+        let placement = EventPlacement::new(&topology, rc.event_threads);
+        let setups = (0..placement.threads)
+            .map(|_| EventThreadSetup::new().map_err(StartError::Threads))
+            .collect::<Result<Vec<_>, _>>()?;
+        let registry = new_registry(&rc, targets, tcp.portals);
+        crate::alua::start_all(&registry.targets(), data.cache.as_ref());
+        apply_access_settings(&registry, &rc.config);
+        let flushers = start_flushers(&rc, data.cache.as_ref(), &topology, &registry)?;
+        let shared = shared_state(&rc, registry, data, &topology, &placement, started);
         let _ = shared
             .inboxes
             .set(setups.iter().map(|s| Arc::clone(&s.inbox)).collect());
 
-        let mut threads = Vec::new();
         // every startup portal, of every transport, is event thread 0's
+        let mut listeners = tcp.listeners;
         listeners.extend(iser_listeners);
-        let mut listeners = Some(listeners);
-        for (i, setup) in setups.into_iter().enumerate() {
-            let node = placements
-                .get(i % placements.len().max(1))
-                .copied()
-                .unwrap_or(0);
-            let cpus = topology
-                .nodes()
-                .get(node)
-                .map(|n| n.cpus.clone())
-                .unwrap_or_default();
-            let mine = if i == 0 {
-                listeners.take().unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            let et = EventThread::new(i, node, setup, Arc::clone(&shared), mine);
-            let h = std::thread::Builder::new()
-                .name(format!("ev-n{node}-{i}"))
-                .spawn(move || {
-                    if let Err(e) = cache::topology::bind_current_thread(&cpus) {
-                        tracing::debug!("cannot bind event thread to {cpus:?}: {e}");
-                    }
-                    et.run();
-                })
-                .map_err(StartError::Threads)?;
-            threads.push(h);
-        }
-        for a in &listening {
-            match topology.nic_node(a.ip()) {
-                Some(n) => tracing::info!(
-                    "portal {a}: its network device is on NUMA node {n}; its connections are served there"
-                ),
-                None if a.ip().is_unspecified() => tracing::info!(
-                    "portal {a}: each connection is served on the node of the device it arrives on, when known"
-                ),
-                None => tracing::info!(
-                    "portal {a}: NUMA node of the network device unknown (loopback, virtual, or not reported); connections are spread over all nodes"
-                ),
-            }
-            tracing::info!("numatgtd: listening on {a}");
-        }
-        for a in &iser_listening {
-            tracing::info!("numatgtd: listening for iSER on {a}");
-        }
-        shared.registry.set_iser_portals(
-            iser_listening
-                .iter()
-                .map(|&addr| {
-                    let cfg = rc.config.iser_listen(true);
-                    let p = cfg.iter().find(|p| p.addr == addr);
-                    Portal {
-                        addr,
-                        nop_interval: p.and_then(|p| p.nop_interval),
-                        nop_count: p.and_then(|p| p.nop_count),
-                    }
-                })
-                .collect(),
-        );
+        let threads = spawn_event_threads(setups, &shared, &topology, &placement, listeners)?;
+        log_portals(&topology, &tcp.listening, &iser_listening);
+        shared
+            .registry
+            .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
         let metrics = start_metrics(&rc.config.metrics, &shared)?;
         tracing::info!(
-            event_threads = n_threads,
+            event_threads = placement.threads,
             io_threads_per_node = rc.io_threads,
             nodes = topology.node_count(),
             virtual_nodes = topology.is_virtual(),
@@ -709,7 +852,7 @@ impl Daemon {
             base: Arc::new(rc.config.clone()),
             flushers,
             threads,
-            listening,
+            listening: tcp.listening,
             metrics,
         })
     }
@@ -802,6 +945,16 @@ impl Daemon {
 
     /// Close every connection, stop the threads, and make every LUN's data durable.
     pub fn stop(mut self) {
+        self.stop_serving();
+        self.report();
+        let Daemon {
+            shared, flushers, ..
+        } = self;
+        write_back_and_sync(shared, flushers);
+    }
+
+    /// Stops the metrics server, then the event threads (each closes its connections).
+    fn stop_serving(&mut self) {
         if let Some(m) = self.metrics.take() {
             m.stop();
         }
@@ -813,21 +966,20 @@ impl Daemon {
         for h in std::mem::take(&mut self.threads) {
             let _ = h.join();
         }
-        self.report();
-        // every connection is closed: let the I/O workers finish what is queued, write every
-        // dirty cache block back, then make everything that was written durable
-        let Daemon {
-            shared, flushers, ..
-        } = self;
-        let registry = Arc::clone(&shared.registry);
-        if let Ok(shared) = Arc::try_unwrap(shared) {
-            shared.workers.shutdown();
-        }
-        if let Some(f) = flushers {
-            f.stop();
-        }
-        sync_all(&registry);
     }
+}
+
+/// Once every connection is closed: lets the I/O workers finish what is queued, writes every
+/// dirty cache block back, then makes everything that was written durable.
+fn write_back_and_sync(shared: Arc<Shared>, flushers: Option<Flushers>) {
+    let registry = Arc::clone(&shared.registry);
+    if let Ok(shared) = Arc::try_unwrap(shared) {
+        shared.workers.shutdown();
+    }
+    if let Some(f) = flushers {
+        f.stop();
+    }
+    sync_all(&registry);
 }
 
 /// Start the metrics server where `settings` say. An explicit address that cannot be used

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use tests::mgmt::{
-    IQN1, first_difference, new_lun, new_open_target, normalise, numatgtadm_bin, restart_from_dump,
-    step,
+    IQN1, dumped_cache_modes, first_difference, new_lun, new_open_target, normalise,
+    numatgtadm_bin, restart_from_dump, step,
 };
 use tests::pdu::ScsiSession;
 use tests::tools;
@@ -88,8 +88,14 @@ fn null_lun_serves_zeros_and_iscsi_perf_runs() {
     let d = Daemon::start_bare(TargetKind::Numatgtd);
     new_open_target(&d, "1", IQN1);
     new_lun(&d, "1", "1", Path::new("nothing"), &["--bstype", "null"]).check("a null LUN");
+    // both the "LUN ready" and the "LUN created" lines say so
+    let log = d.log();
+    let created = log
+        .lines()
+        .find(|l| l.contains("LUN created"))
+        .unwrap_or("");
     assert!(
-        d.log().contains("cache=\"off\"") || d.log().contains("cache=off"),
+        created.contains("cache=\"off\"") || created.contains("cache=off"),
         "a null LUN is uncached unless asked:\n{}",
         d.log_tail(20)
     );
@@ -155,8 +161,9 @@ fn null_lun_serves_zeros_and_iscsi_perf_runs() {
         .check("still serving");
 }
 
-/// `bs_type: null` from YAML: served, dumped by `numatgtadm --dump` as `bs_type: null`, and
-/// a daemon started from the dump shows the same LUN.
+/// `bs_type: null` from YAML: served, dumped by `numatgtadm --dump` as `bs_type: null` with
+/// the cache mode it runs with (`off` unless asked: no page cache), and a daemon started
+/// from the dump shows the same LUN and dumps the same.
 #[test]
 fn yaml_null_lun_survives_dump_and_restart() {
     let bin = numatgtadm_bin();
@@ -201,6 +208,17 @@ fn yaml_null_lun_survives_dump_and_restart() {
         null_type.iter().any(|t| dumped.stdout.contains(t)),
         "{dumped}"
     );
+    let modes = |dump: &str| {
+        dumped_cache_modes(dump)
+            .into_iter()
+            .map(|(_, lun, mode)| (lun, mode))
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        (1, Some(config::CacheMode::Off)),
+        (2, Some(config::CacheMode::Numa)),
+    ];
+    assert_eq!(modes(&dumped.stdout), want, "{dumped}");
     let c = restart_from_dump(a, &dumped.stdout);
     let after = show(&c);
     assert!(
@@ -209,4 +227,7 @@ fn yaml_null_lun_survives_dump_and_restart() {
         first_difference(&after, &before),
         dumped.stdout
     );
+    let again = c.admin_tool(&bin, &["--dump"]);
+    again.check("numatgtadm --dump after the restart");
+    assert_eq!(modes(&again.stdout), want, "{again}");
 }

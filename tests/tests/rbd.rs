@@ -2,8 +2,9 @@
 //! torn down by PID): the rbd crate's calls on their own, then images served by numatgtd
 //! with LUNs added through Debian's tgtadm `--bstype rbd`: qemu-img data integrity, the
 //! libiscsi conformance suites for reads, writes, unmap, write same and sync, the data seen
-//! by `rbd export`, online resize, a sick cluster (OSD killed) and clear errors for a
-//! missing image, an unreachable cluster and a host without librbd.
+//! by `rbd export`, online resize, a sick cluster (OSD killed), the cache mode in
+//! `numatgtadm --dump` and a restart from it, and clear errors for a missing image, an
+//! unreachable cluster and a host without librbd.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 use tests::cdb::{SYNC10, cdb10, sense_of};
 use tests::ceph::Cluster;
 use tests::daemon::TargetKind;
-use tests::mgmt::{new_lun, new_open_target, update_lun1};
+use tests::mgmt::{
+    dumped_cache_modes, new_lun, new_open_target, numatgtadm_bin, restart_from_dump, update_lun1,
+};
 use tests::pdu::ScsiSession;
 use tests::testcu::{SuiteResult, assert_clean, run_suite};
 use tests::{Daemon, MIB, TEST_IQN, qemuio, tools};
@@ -489,6 +492,62 @@ fn rbd_reads_are_aio_unless_io_engine_threads() {
             "{name}: {status:?}\n{}",
             d.log_tail(20)
         );
+    }
+}
+
+/// `numatgtadm --dump` says each RBD LUN's cache mode as it runs: `off` for the uncached
+/// one (an RBD image has no page cache; it was once dumped as `page`), `numa` for the
+/// cached one; a daemon started from the dump runs and dumps the same, and serves what was
+/// written before.
+#[test]
+fn rbd_luns_dump_their_cache_mode_and_restart_from_it() {
+    let c = Cluster::start();
+    c.create_image("plain", 8 * MIB);
+    c.create_image("cached", 8 * MIB);
+    let mut d = daemon_with_target(&[]);
+    add_rbd_lun(&d, 1, "rbd/plain", &c.bsopts("cache=off")).check("uncached LUN");
+    add_rbd_lun(&d, 2, "rbd/cached", &c.bsopts("")).check("cached LUN");
+    let block: Vec<u8> = (0..4096).map(|i| (i * 7 % 253) as u8).collect();
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-dump");
+    for lun in [1u16, 2] {
+        s.lun = lun;
+        // the LUN's power-on unit attention first
+        let _ = s.command(&[0; 6], &[], 0);
+        let (status, sense, _) = s.command(&cdb10(0x2a, 64, 8), &block, 0);
+        assert_eq!(status, 0, "LUN {lun} WRITE: {:x?}", sense_of(&sense));
+    }
+    drop(s);
+    let bin = numatgtadm_bin();
+    let dumped = d.admin_tool(&bin, &["--dump"]);
+    dumped.check("numatgtadm --dump");
+    let want = vec![
+        (TEST_IQN.to_string(), 1, Some(config::CacheMode::Off)),
+        (TEST_IQN.to_string(), 2, Some(config::CacheMode::Numa)),
+    ];
+    assert_eq!(dumped_cache_modes(&dumped.stdout), want, "{dumped}");
+    // a clean stop writes the cached LUN back and lets the images go
+    let (status, _) = d.terminate(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        d.log_tail(20)
+    );
+    let again = restart_from_dump(d, &dumped.stdout);
+    let redumped = again.admin_tool(&bin, &["--dump"]);
+    redumped.check("numatgtadm --dump after the restart");
+    assert_eq!(dumped_cache_modes(&redumped.stdout), want, "{redumped}");
+    let mut s = ScsiSession::open(&again, "iqn.2026-01.test:rbd-dump");
+    for lun in [1u16, 2] {
+        s.lun = lun;
+        let _ = s.command(&[0; 6], &[], 0);
+        let (status, sense, data) = s.command(&cdb10(0x28, 64, 8), &[], 4096);
+        assert_eq!(
+            status,
+            0,
+            "restarted LUN {lun} READ: {:x?}",
+            sense_of(&sense)
+        );
+        assert!(data == block, "restarted LUN {lun}: other bytes");
     }
 }
 

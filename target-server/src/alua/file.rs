@@ -22,7 +22,7 @@ pub(super) fn init(lun: &Lun, alua: &config::AluaConfig, owner: u16) -> Result<(
     run(lun, alua, None, &mut m)?;
     // the state change above raised ASYMMETRIC ACCESS STATE CHANGED for no nexus: a new
     // LU has none yet
-    if lun.cache_configured && !lun.cache_in_use.get() && owner == alua.group {
+    if lun.cache_configured() && !lun.cache_in_use.get() && owner == alua.group {
         tracing::warn!(
             lun = lun.number,
             "the NUMA cache is off for this LUN: other gateways (alua.peers) can write it while \

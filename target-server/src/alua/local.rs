@@ -54,7 +54,7 @@ pub fn may_cache(lun: &Lun, alua: &config::AluaConfig) -> bool {
     let others_write = !alua.peers.is_empty()
         && alua.non_owner_for(false) == config::NonOwnerState::ActiveNonOptimized
         && lun.rbd_ownership.is_none();
-    lun.cache_configured && !others_write
+    lun.cache_configured() && !others_write
 }
 
 /// Why a LUN's ALUA state was not set.
@@ -100,7 +100,7 @@ pub(crate) fn set_local_state(
             o.publish(p);
         }
     };
-    let configured = cache.filter(|_| lun.cache_configured);
+    let configured = cache.filter(|_| lun.cache_configured());
     let groups = match state {
         LocalState::Owner => {
             if !lun.cache_in_use.get()

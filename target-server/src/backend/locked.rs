@@ -133,7 +133,7 @@ fn read_modify_write(
         None => storage::direct_read(lun, at.lba, offset, len),
     };
     let new = match &current.data {
-        Some(p) if current.status == 0 => match modify(&p.contiguous()) {
+        Some(p) if current.status == scsi::status::GOOD => match modify(&p.contiguous()) {
             Ok(new) => new,
             Err(sense) => return completed(lun.scsi.check_condition(&sense)),
         },

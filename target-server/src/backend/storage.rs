@@ -527,7 +527,7 @@ pub fn verify(
             None => direct_read(&lun, lba, lba * bs, len),
         };
         let result = match &read.data {
-            Some(p) if read.status == 0 => {
+            Some(p) if read.status == scsi::status::GOOD => {
                 let medium = p.contiguous();
                 match scsi::verify_compare(&medium, &data, bs as usize, same_block) {
                     None => good(),

@@ -265,7 +265,7 @@ fn copy_chunk(
     };
     let durable = dst.lun.scsi.durable_writes(false);
     let written = storage::write_job(dst.cache.as_ref(), &at, durable, &data, 0);
-    if written.status != 0 {
+    if written.status != scsi::status::GOOD {
         return Err(xcopy::third_party_device_failure());
     }
     Ok(())

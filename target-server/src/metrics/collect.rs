@@ -116,11 +116,12 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     );
     for t in &targets {
         let s = sh.registry.sessions_of(&t.iqn);
-        for d in [config::Driver::Iscsi, config::Driver::Iser] {
+        for d in config::Driver::ALL {
             let n = s.iter().filter(|v| v.transport == d).count();
-            // every target has its iscsi series; an iser one when it is an iser target or
-            // has iSER sessions (every target is reachable over both transports)
-            if d == config::Driver::Iser && n == 0 && t.driver != d {
+            // every target has its series of the default transport (iscsi); one of another
+            // transport when it is the target's or has sessions (every target is reachable
+            // over every transport)
+            if d != config::Driver::default() && n == 0 && t.driver != d {
                 continue;
             }
             let labels = [("target", t.iqn.as_str()), ("transport", d.as_str())];
@@ -423,20 +424,13 @@ impl LunIdentity {
         cap.add(&l, lun.store.size() as f64);
         {
             let meta = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
-            let mode = if lun.cache_configured {
-                "numa"
-            } else if lun.store.is_direct() {
-                "off"
-            } else {
-                "page"
-            };
             info.add(
                 &[
                     l[0],
                     l[1],
                     ("backing_store", meta.path.as_str()),
                     ("bs_type", meta.bstype.as_str()),
-                    ("cache", mode),
+                    ("cache", lun.cache_mode.as_str()),
                 ],
                 1.0,
             );

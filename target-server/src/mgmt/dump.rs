@@ -48,13 +48,6 @@ fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiPa
 fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
     let p = l.scsi.params();
     let meta = l.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let mode = if l.cache_configured {
-        config::CacheMode::Numa
-    } else if l.store.is_direct() {
-        config::CacheMode::Off
-    } else {
-        config::CacheMode::Page
-    };
     config::LunConfig {
         block_size: p.block_size,
         write_cache: l.scsi.write_cache_enabled(),
@@ -64,7 +57,7 @@ fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
         product_id: Some(p.product_id.clone()),
         product_rev: Some(p.product_rev.clone()),
         serial: Some(p.serial.clone()),
-        cache: Some(mode),
+        cache: Some(l.cache_mode),
         scsi_id: Some(meta.scsi_id.clone()),
         sense_format: if meta.sense_format == 1 {
             config::SenseFormat::Descriptor

@@ -93,6 +93,23 @@ pub struct Accounts {
 }
 
 impl Accounts {
+    /// The configuration's accounts (newest first, as tgtd lists them) and discovery
+    /// bindings.
+    pub fn from_config(cfg: &config::Config) -> Accounts {
+        Accounts {
+            users: cfg
+                .accounts
+                .iter()
+                .rev()
+                .map(|a| (a.user.clone(), a.password.clone()))
+                .collect(),
+            discovery: AuthBinding {
+                incoming: cfg.discovery_auth.incoming_users.clone(),
+                outgoing: cfg.discovery_auth.outgoing_user.clone(),
+            },
+        }
+    }
+
     pub fn secret(&self, user: &str) -> Option<&str> {
         self.users
             .iter()

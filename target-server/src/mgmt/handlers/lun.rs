@@ -42,120 +42,205 @@ fn need_lun(h: &ReqHeader) -> Result<u64, ErrCode> {
     Ok(h.lun)
 }
 
+/// `--op new`: the request checked (nothing opened for a bad one, as tgtd), the LUN opened
+/// like every other by `runtime::open_lun` and added to the target; its ALUA ownership
+/// started and every nexus told that the LUNs changed.
 fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let t = lookup(ctx, h)?;
     let number = need_lun(h)?;
     if h.device_type != 0 {
         return Err(ErrCode::UnsupportedOperation);
     }
-    let bstype = p.get("bstype").unwrap_or("");
-    let bs_type = match bstype {
-        "" => config::BsType::Rdwr,
-        b if OTHER_BSTYPES.contains(&b) => return Err(ErrCode::UnsupportedOperation),
+    let asked = NewLun::parse(p)?;
+    number_free(&t, number)?;
+    let lc = asked.lun_config(t.tid, number);
+    let settings = loaded_cache_settings(ctx);
+    cache_running_for(ctx, &t, &lc, &settings)?;
+    let lun = Arc::new(open_new(ctx, &t, &asked, &lc, &settings)?);
+    add_to_target(&t, &lun)?;
+    // an RBD LUN of several gateways: its ownership thread
+    crate::alua::start(&t, &lun, ctx.cache.as_ref());
+    luns_changed(&t);
+    tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path = asked.path,
+        block_size = asked.block_size, direct = lun.store.is_direct(), sync = asked.oflags.sync,
+        cache = lun.cache_mode.as_str(), "LUN created");
+    Ok(String::new())
+}
+
+/// What `--op new --mode logicalunit` asks for, checked key by key in tgtd's order.
+struct NewLun<'a> {
+    bs_type: config::BsType,
+    /// `--bsopts cache=`: the LUN's own cache mode (`None`: the configured default).
+    cache: Option<config::CacheMode>,
+    /// An RBD LUN's other `--bsopts` (its cluster options), as given.
+    rbd_opts: Option<String>,
+    /// `--bsoflags` as given: tgtadm shows them back so.
+    flags: &'a str,
+    oflags: config::BsOflags,
+    block_size: u32,
+    path: &'a str,
+}
+
+impl<'a> NewLun<'a> {
+    fn parse(p: &'a Payload) -> Result<NewLun<'a>, ErrCode> {
+        let bs_type = parse_bstype(p.get("bstype").unwrap_or(""))?;
+        let (cache, rbd_opts) = parse_bsopts(p.get("bsopts").unwrap_or(""), bs_type)?;
+        let flags = p.get("bsoflags").unwrap_or("");
+        let oflags = parse_bsoflags(flags, bs_type)?;
+        let block_size = parse_block_size(p.get("blocksize"))?;
+        let path = p
+            .get("path")
+            .filter(|x| !x.is_empty())
+            .ok_or(ErrCode::InvalidRequest)?;
+        Ok(NewLun {
+            bs_type,
+            cache,
+            rbd_opts,
+            flags,
+            oflags,
+            block_size,
+            path,
+        })
+    }
+
+    /// LUN `number` of target `tid` as the configuration would say it (tgtd's serial).
+    fn lun_config(&self, tid: u32, number: u64) -> config::LunConfig {
+        let d = LunMeta::tgt_defaults(tid, number, self.path);
+        config::LunConfig {
+            block_size: self.block_size,
+            bs_type: self.bs_type,
+            bsoflags: self.oflags,
+            bsopts: self.rbd_opts.clone(),
+            cache: self.cache,
+            serial: Some(d.scsi_sn),
+            ..config::LunConfig::new(number, self.path.into())
+        }
+    }
+}
+
+/// `--bstype`: empty is tgtd's default (`rdwr`); tgtd's types numatgt does not serve are
+/// refused as unsupported, unknown words as invalid.
+fn parse_bstype(bstype: &str) -> Result<config::BsType, ErrCode> {
+    match bstype {
+        "" => Ok(config::BsType::Rdwr),
+        b if OTHER_BSTYPES.contains(&b) => Err(ErrCode::UnsupportedOperation),
         b => config::BsType::parse(b)
             .filter(|t| t.as_str() == b)
-            .ok_or(ErrCode::InvalidRequest)?,
-    };
-    let bsopts_text = p.get("bsopts").unwrap_or("");
-    let (cache, rbd_opts) = parse_bsopts(bsopts_text, bs_type)?;
-    let flags = p.get("bsoflags").unwrap_or("");
-    let (mut direct, mut sync) = (false, false);
+            .ok_or(ErrCode::InvalidRequest),
+    }
+}
+
+/// `--bsoflags`: `direct` and `sync`, `:`-separated; a `null` LUN takes none.
+fn parse_bsoflags(flags: &str, bs_type: config::BsType) -> Result<config::BsOflags, ErrCode> {
+    let mut oflags = config::BsOflags::default();
     for f in flags.split(':').filter(|f| !f.is_empty()) {
         match f {
             // tgtd: "bsoflags direct not supported by backing store null"
             _ if bs_type == config::BsType::Null => return Err(ErrCode::InvalidRequest),
-            "direct" => direct = true,
-            "sync" => sync = true,
+            "direct" => oflags.direct = true,
+            "sync" => oflags.sync = true,
             _ => return Err(ErrCode::InvalidRequest),
         }
     }
-    let block_size = match p.get("blocksize") {
-        None | Some("") => 512,
+    Ok(oflags)
+}
+
+/// `--blocksize`: 512 (absent or empty), 1024, 2048 or 4096.
+fn parse_block_size(v: Option<&str>) -> Result<u32, ErrCode> {
+    match v {
+        None | Some("") => Ok(512),
         Some(v) => match v.parse::<u32>() {
-            Ok(n) if [512, 1024, 2048, 4096].contains(&n) => n,
-            _ => return Err(ErrCode::InvalidRequest),
+            Ok(n) if [512, 1024, 2048, 4096].contains(&n) => Ok(n),
+            _ => Err(ErrCode::InvalidRequest),
         },
-    };
-    let path = p
-        .get("path")
-        .filter(|x| !x.is_empty())
-        .ok_or(ErrCode::InvalidRequest)?;
-    {
-        let luns = t.lun_set();
-        // LUN 0 is the controller LUN when the target has no real LUN 0 (as tgtd)
-        if number == 0 || luns.map.contains_key(&number) {
-            return Err(ErrCode::LunExist);
-        }
     }
-    let d = LunMeta::tgt_defaults(t.tid, number, path);
-    let lc = config::LunConfig {
-        block_size,
-        bs_type,
-        bsoflags: config::BsOflags { direct, sync },
-        bsopts: rbd_opts,
-        cache,
-        serial: Some(d.scsi_sn),
-        ..config::LunConfig::new(number, path.into())
-    };
-    // the default cache mode (and read-ahead) as last loaded: a reload may change the mode
-    let settings = ctx
-        .loaded
+}
+
+/// LUN `number` can be made: not LUN 0 (the controller LUN when the target has no real
+/// LUN 0, as tgtd) and not one the target has.
+fn number_free(t: &Target, number: u64) -> Result<(), ErrCode> {
+    if number == 0 || t.lun_set().map.contains_key(&number) {
+        return Err(ErrCode::LunExist);
+    }
+    Ok(())
+}
+
+/// The default cache mode (and read-ahead) as last loaded: a reload may change the mode.
+fn loaded_cache_settings(ctx: &Ctx) -> config::CacheSettings {
+    ctx.loaded
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .config
-        .cache;
-    if lc.cache_mode(&settings) == config::CacheMode::Numa && ctx.cache.is_none() {
+        .cache
+}
+
+/// A LUN that is to use the NUMA block cache needs it running.
+fn cache_running_for(
+    ctx: &Ctx,
+    t: &Target,
+    lc: &config::LunConfig,
+    settings: &config::CacheSettings,
+) -> Result<(), ErrCode> {
+    if lc.cache_mode(settings) == config::CacheMode::Numa && ctx.cache.is_none() {
         tracing::warn!(
             tid = t.tid,
-            lun = number,
+            lun = lc.lun,
             "the NUMA block cache is not running; \
             give the LUN --bsopts cache=off or cache=page"
         );
         return Err(ErrCode::InvalidRequest);
     }
+    Ok(())
+}
+
+/// Opens the new LUN's store and builds the LUN (showing `--bsoflags` as they were given).
+fn open_new(
+    ctx: &Ctx,
+    t: &Target,
+    asked: &NewLun<'_>,
+    lc: &config::LunConfig,
+    settings: &config::CacheSettings,
+) -> Result<Lun, ErrCode> {
     let state_dir = ctx
         .registry
         .state_dir()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    let lun = crate::runtime::open_lun(
-        &settings,
+    crate::runtime::open_lun(
+        settings,
         &crate::runtime::LunHome {
             iqn: &t.iqn,
             tid: t.tid,
             alua: &t.alua,
         },
-        &lc,
+        lc,
         ctx.registry.alloc_cache_id(),
         &state_dir,
-        Some(flags),
+        Some(asked.flags),
     )
     .map_err(|e| {
         tracing::warn!(
-            path,
-            bstype = bs_type.as_str(),
+            path = asked.path,
+            bstype = asked.bs_type.as_str(),
             "cannot open backing store: {e}"
         );
         ErrCode::InvalidRequest
-    })?;
-    let (cached, direct) = (lun.cache_configured, lun.store.is_direct());
-    let lun = Arc::new(lun);
-    let added = t.update_luns(|m| match m.entry(number) {
+    })
+}
+
+/// Puts the new LUN in the target's table, unless the number was taken meanwhile.
+fn add_to_target(t: &Target, lun: &Arc<Lun>) -> Result<(), ErrCode> {
+    let added = t.update_luns(|m| match m.entry(lun.number) {
         std::collections::btree_map::Entry::Occupied(_) => false,
         std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert(Arc::clone(&lun));
+            v.insert(Arc::clone(lun));
             true
         }
     });
     if !added {
         return Err(ErrCode::LunExist);
     }
-    // an RBD LUN of several gateways: its ownership thread
-    crate::alua::start(&t, &lun, ctx.cache.as_ref());
-    luns_changed(&t);
-    tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path, block_size, direct, sync,
-        cache = if cached { "numa" } else if direct { "off" } else { "page" }, "LUN created");
-    Ok(String::new())
+    Ok(())
 }
 
 /// tgt's `--bsopts`: `key=value` pairs separated by `;`. numatgt reads `cache` (`numa`,
@@ -440,7 +525,7 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         scsi,
         store: Arc::clone(&lun.store),
         cache_id: lun.cache_id,
-        cache_configured: lun.cache_configured,
+        cache_mode: lun.cache_mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         rbd_ownership: lun.rbd_ownership.clone(),
         sync_writes: lun.sync_writes,
