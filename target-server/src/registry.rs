@@ -41,9 +41,6 @@ pub struct Lun {
     /// The ownership of an RBD LUN exported by several gateways, moved through the image's
     /// exclusive lock (`None`: other LUNs, whose owner the administrator sets).
     pub rbd_ownership: Option<Arc<crate::alua::shared::RbdOwnership>>,
-    /// tgt's `bsoflags sync`: every write is durable before it completes (write-through),
-    /// whatever the WCE bit says (`scsi::LuParams::write_through`, which decides it).
-    pub sync_writes: bool,
     /// Cache blocks to read ahead after a sequential read (0 = off).
     pub read_ahead: u32,
     /// Where the last read of this LUN ended (byte offset), to spot sequential streams.

@@ -277,7 +277,6 @@ pub(crate) fn open_lun(
         cache_id,
         cache_mode: mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
-        sync_writes,
         read_ahead: cache.read_ahead,
         last_read_end: std::sync::atomic::AtomicU64::new(u64::MAX),
         locks: Default::default(),

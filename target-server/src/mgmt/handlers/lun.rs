@@ -528,7 +528,6 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         cache_mode: lun.cache_mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         rbd_ownership: lun.rbd_ownership.clone(),
-        sync_writes: lun.sync_writes,
         read_ahead: lun.read_ahead,
         last_read_end: AtomicU64::new(u64::MAX),
         locks: Default::default(),
