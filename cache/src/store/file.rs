@@ -171,6 +171,7 @@ impl Store for FileStore {
             discard: true,
             readonly: self.readonly,
             resizable: !self.block_device,
+            zeroes: false,
         }
     }
 

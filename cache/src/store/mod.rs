@@ -135,6 +135,9 @@ pub struct Caps {
     /// [`Store::grow`] grows it to a size asked for; otherwise a resize re-measures it
     /// (a block device grown outside, an image changed by `rbd resize`).
     pub resizable: bool,
+    /// Every read returns zeros, whatever was written (nothing is stored: null): a reader
+    /// that does not cache may answer from shared zeros without reading or filling memory.
+    pub zeroes: bool,
 }
 
 /// How an event thread's reads of a store complete without blocking it (the store's

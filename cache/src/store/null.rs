@@ -32,6 +32,7 @@ impl Store for NullStore {
             discard: true,
             readonly: self.readonly,
             resizable: false,
+            zeroes: true,
         }
     }
 

@@ -111,6 +111,7 @@ impl Store for RbdStore {
             discard: true,
             readonly: self.image.is_read_only(),
             resizable: true,
+            zeroes: false,
         }
     }
 

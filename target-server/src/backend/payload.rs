@@ -1,6 +1,7 @@
 //! The Data-In payload type handed to `iscsi_proto::Connection`: small emulated command data
-//! (INQUIRY, MODE SENSE…), an O_DIRECT buffer filled by a backing-store read, or pinned cache
-//! blocks (sent as they are: the connection writes straight from block memory). The
+//! (INQUIRY, MODE SENSE…), an O_DIRECT buffer filled by a backing-store read, pinned cache
+//! blocks (sent as they are: the connection writes straight from block memory), or zeros
+//! (an uncached read of a store that stores nothing, sent from one shared zero buffer). The
 //! connection holds a payload once for all of its Data-In PDUs and drops it when the last
 //! one is written; cache blocks stay pinned until then. The list of block references
 //! ([`BlockList`], the cache's) comes from a per-thread pool, so a cache hit allocates
@@ -15,7 +16,12 @@ pub enum Payload {
     Block(AlignedBuf),
     /// Pieces of cache blocks, in request order (each reference pins its block).
     Blocks(BlockList),
+    /// This many zero bytes, from [`ZEROS`] (no memory of its own: null reads).
+    Zeros(usize),
 }
+
+/// The zeros every [`Payload::Zeros`] is sent from, a piece at a time.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 impl Payload {
     pub fn bytes(v: Vec<u8>) -> Self {
@@ -33,6 +39,7 @@ impl Payload {
                     .flat_map(|r| r.bytes().iter().copied())
                     .collect(),
             ),
+            Payload::Zeros(n) => std::borrow::Cow::Owned(vec![0; *n]),
         }
     }
 }
@@ -43,6 +50,7 @@ impl iscsi_proto::DataBuf for Payload {
             Payload::Bytes(v) => v.len(),
             Payload::Block(b) => b.len(),
             Payload::Blocks(refs) => refs.iter().map(BlockRef::len).sum(),
+            Payload::Zeros(n) => *n,
         }
     }
 
@@ -61,6 +69,31 @@ impl iscsi_proto::DataBuf for Payload {
                 }
                 &[]
             }
+            Payload::Zeros(n) => &ZEROS[..n.saturating_sub(offset).min(ZEROS.len())],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iscsi_proto::DataBuf;
+
+    #[test]
+    fn zeros_are_served_in_pieces_of_the_shared_buffer() {
+        let p = Payload::Zeros(150 * 1024 + 7);
+        assert_eq!(p.len(), 150 * 1024 + 7);
+        let mut at = 0;
+        let mut pieces = 0;
+        while at < p.len() {
+            let c = p.chunk(at);
+            assert!(!c.is_empty() && c.len() <= ZEROS.len());
+            assert!(c.iter().all(|&b| b == 0));
+            at += c.len();
+            pieces += 1;
+        }
+        assert_eq!((at, pieces), (150 * 1024 + 7, 3));
+        assert!(p.chunk(p.len()).is_empty());
+        assert_eq!(p.contiguous().len(), p.len());
     }
 }

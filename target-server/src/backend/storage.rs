@@ -79,6 +79,10 @@ pub fn read(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: 
         len,
     };
     let Some(cache) = ctx.cache_for(lun) else {
+        if lun.store.caps().zeroes {
+            // nothing is stored (null): zeros from the shared buffer, no read, no memory
+            return Answer::Now(with_data(Payload::Zeros(len as usize)));
+        }
         let (reply, later) = reply.defer();
         ctx.submit(Job::DirectRead { at: at(), reply });
         return Answer::Later(later);
