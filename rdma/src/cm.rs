@@ -208,9 +208,10 @@ pub struct CmEvent {
     pub initiator_depth: u8,
 }
 
-/// An RDMA CM listener: its own event channel and a bound, listening id.
+/// An RDMA CM listener: its own event channel and a bound, listening id (until
+/// [`Listener::close`]).
 pub struct Listener {
-    id: CmId,
+    id: Option<CmId>,
     channel: Arc<Channel>,
 }
 
@@ -239,12 +240,27 @@ impl Listener {
         if unsafe { ffi::rdma_listen(id.as_ptr(), backlog) } != 0 {
             return Err(Error::last("rdma_listen", LIBRDMACM));
         }
-        Ok(Listener { id, channel })
+        Ok(Listener {
+            id: Some(id),
+            channel,
+        })
     }
 
-    /// The listening id's handle (events about the listener itself carry it).
+    /// The listening id's handle (events about the listener itself carry it); 0 once
+    /// closed.
     pub fn handle(&self) -> usize {
-        self.id.handle()
+        self.id.as_ref().map_or(0, CmId::handle)
+    }
+
+    /// Destroys the listening id (after `RDMA_CM_EVENT_DEVICE_REMOVAL` of its device, which
+    /// waits until it is gone); the channel stays, so a registered fd stays valid.
+    pub fn close(&mut self) {
+        self.id = None;
+    }
+
+    /// Whether the id still listens (not closed).
+    pub fn is_open(&self) -> bool {
+        self.id.is_some()
     }
 
     /// Reads one event without blocking: `Ok(None)` when the channel is empty.

@@ -29,6 +29,27 @@ impl Drop for DeviceList {
         // SAFETY: the list came from rdma_get_devices and is freed once; every user of a
         // context in it holds an Arc to this list, so none is left.
         unsafe { ffi::rdma_free_devices(self.0.as_ptr()) }
+        resync_devices();
+    }
+}
+
+/// Makes librdmacm read the device list again (and let go of the list at once).
+///
+/// librdmacm closes the context of a removed device only when it notices the removal (it
+/// re-reads the list in `rdma_get_devices`) while nothing references that context; and a
+/// device removal (`rdma link delete`) of a device without context disassociation
+/// (soft-RoCE) waits in the kernel until that close. Call it after the last reference to
+/// a removed device's objects is dropped, and again once the device has left the list.
+/// librdmacm 44 cannot notice the removal of the last RDMA device of the host (its re-read
+/// fails on an empty list), so that one stays open until the process exits.
+pub fn resync_devices() {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `n` is a valid out pointer; a non-NULL list is freed right away, once.
+    unsafe {
+        let list = ffi::rdma_get_devices(&mut n);
+        if !list.is_null() {
+            ffi::rdma_free_devices(list);
+        }
     }
 }
 

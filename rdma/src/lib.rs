@@ -13,9 +13,11 @@
 //! - [`cq`]: a completion queue with its own completion channel (fd for mio).
 //! - [`qp`]: a queue pair on a CM id: accept/connect/disconnect, receives, Sends (with
 //!   Invalidate, inline), RDMA READ and WRITE.
+//! - [`batch`]: several send-queue requests posted with one call (one doorbell).
 
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod cm;
 pub mod context;
 pub mod cq;
@@ -24,8 +26,9 @@ mod error;
 pub mod mr;
 pub mod qp;
 
+pub use batch::{BatchError, MAX_BATCH, SendBatch};
 pub use cm::{CmEvent, CmEventKind, CmId, EventChannel, Listener};
-pub use context::{Context, ProtectionDomain};
+pub use context::{Context, ProtectionDomain, resync_devices};
 pub use cq::{Completion, CompletionQueue, WcOpcode, WcStatus};
 pub use device::{Device, LinkLayer, Port, PortState, devices};
 pub use error::{Error, Result};

@@ -216,7 +216,8 @@ pub struct Buffer {
     len: usize,
 }
 
-// SAFETY: the memory is owned by the buffer and only accessed through atomic bytes.
+// SAFETY: the memory is owned by the buffer and accessed through atomic bytes, or by plain
+// copies and slices only while quiescent (the unsafe accessors' contract).
 unsafe impl Send for Buffer {}
 // SAFETY: as above.
 unsafe impl Sync for Buffer {}
@@ -321,6 +322,26 @@ impl Buffer {
             )
         };
         Ok(())
+    }
+}
+
+impl Buffer {
+    /// The bytes `offset..offset + len` in place, without a copy (a received message parsed
+    /// where the device put it). [`Error::Invalid`] when they do not fit.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives nothing writes the range: no receive or RDMA
+    /// READ targeting it is posted (the one that filled it has completed), and no thread
+    /// writes it (`write_at`, `write_quiescent`).
+    pub unsafe fn slice_quiescent(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        offset
+            .checked_add(len)
+            .filter(|&e| e <= self.len)
+            .ok_or(Error::Invalid("slice past the end of a buffer"))?;
+        // SAFETY: in bounds (checked) of an allocation of initialised bytes that lives as
+        // long as `self`; the caller promises no writer, device or thread, while it lives.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) })
     }
 }
 

@@ -154,6 +154,11 @@ impl Connection {
         })
     }
 
+    /// The raw queue pair (for posting from sibling modules).
+    pub(crate) fn qp_ptr(&self) -> *mut ffi::ibv_qp {
+        self.qp.as_ptr()
+    }
+
     /// The real capacities.
     pub fn caps(&self) -> QpCaps {
         self.caps

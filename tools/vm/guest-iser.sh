@@ -14,7 +14,10 @@
 #     queue pair left; the target drops a connection under running I/O and the initiator
 #     recovers with a new login;
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
-#     the target still runs and a fresh iSER login reads the same bytes; stop the target by PID.
+#     the target still runs and a fresh iSER login reads the same bytes;
+#   - numatgtd only: `rdma link delete` of the device under running iSER reads finishes
+#     within 10 s while a TCP session to the same daemon keeps reading the same bytes;
+#   - stop the target by PID.
 # tgt 1.0.85 quirks handled here (TARGET=tgtd only): iSER logins need an initiator-name ACL
 # besides -I ALL (fixed upstream later), and a target made with --lld iser refuses TCP logins,
 # so the TCP read goes through a second target on the same backing file. numatgtd is asked to
@@ -327,6 +330,93 @@ AGAIN_SHA=$(raw_sha)
 logout "$IQN" "$ISER_PORTAL" "$IFACE"
 timeout 5 rdma statistic show link rxe0/1 2>/dev/null | grep -o -E '(sent_pkts|rcvd_pkts) [0-9]+' | tr '\n' ' '
 echo
+
+if [ "$TARGET" = numatgtd ]; then
+  # device removal (issue 24): `rdma link delete` of the device under running iSER reads
+  # completes within 10 s — numatgtd lets go of every verbs object of the device (listener,
+  # queue pairs, completion queues, registered memory, protection domain) — while an
+  # iSCSI/TCP session to the same daemon keeps reading the same bytes
+  step "device removal: rdma link delete rxe0 under iSER reads, a TCP session beside"
+  # a second RDMA device, as on a host with two ports: librdmacm (rdma-core 44) closes a
+  # removed device's context only when its re-read of the device list succeeds, which it
+  # does not when the list is empty, so the last device of a host stays open in every
+  # librdmacm process until it exits (soft-RoCE has no context disassociation)
+  ip link add rdmanet1 type dummy && ip addr add 192.168.78.1/24 dev rdmanet1 &&
+    ip link set rdmanet1 up && rdma link add rxe1 type rxe netdev rdmanet1 ||
+    fail "a second soft-RoCE device (rxe1 on rdmanet1)"
+  # the iSER session must fail its I/O in seconds once the device is gone, not in 120
+  iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I "$IFACE" -o update \
+    -n node.session.timeo.replacement_timeout -v 5 || fail "iscsiadm update replacement_timeout"
+  login "$IQN" "$ISER_PORTAL" "$IFACE" iser
+  IDEV=$DEV
+  timeout 90 iscsiadm -m node -T "$TCP_IQN" -p "$TCP_PORTAL" -I default --login ||
+    fail "TCP login beside the iSER session"
+  TDEV=
+  i=0
+  while [ -z "$TDEV" ]; do
+    for b in $(ls /sys/class/iscsi_session/session*/device/target*/*/block 2>/dev/null); do
+      [ "$b" != "$IDEV" ] && [ -b "/dev/$b" ] && TDEV=$b
+    done
+    i=$((i + 1)); [ $i -le 100 ] || fail "no block device for the TCP session beside the iSER one"
+    [ -n "$TDEV" ] || sleep 0.2
+  done
+  ( i=0; while [ $i -lt 20000 ]; do
+      timeout 60 dd if="/dev/$IDEV" of=/dev/null bs=64k count=64 iflag=direct status=none 2>/dev/null || break
+      i=$((i + 1))
+    done ) &
+  RPID=$!
+  ( i=0; while [ $i -lt 20000 ]; do
+      timeout 60 dd if="/dev/$TDEV" of=/dev/null bs=64k count=64 iflag=direct status=none || exit 1
+      i=$((i + 1))
+    done ) &
+  TRPID=$!
+  BGPIDS="$RPID $TRPID"
+  sleep 2
+  kill -0 "$RPID" 2>/dev/null || fail "iSER reads ended before the device removal"
+  nq=$(qps)
+  # in the background: a removal that waits for a process holding the device sleeps in
+  # the kernel, where no timeout can kill it
+  t0=$(date +%s%N)
+  rdma link delete rxe0 &
+  DELPID=$!
+  i=0
+  while kill -0 "$DELPID" 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -gt 50 ]; then
+      echo "---- processes with an RDMA device open ----"
+      for p in /proc/[0-9]*; do
+        ls -l "$p/fd" 2>/dev/null | grep -q -E 'infiniband|uverbs' &&
+          echo "${p#/proc/} $(cat "$p/comm" 2>/dev/null): $(ls -l "$p/fd" 2>/dev/null | grep -E 'infiniband|uverbs' | sed 's/.*-> //' | tr '\n' ' ')"
+      done
+      echo "---- rdma resource show (numatgtd's) ----"
+      timeout 5 rdma resource show 2>&1 | head -n 30
+      fail "rdma link delete rxe0 under iSER I/O still running after 10 s (numatgtd held $nq queue pair(s)); it waits for the verbs objects of the device to be released"
+    fi
+    sleep 0.2
+  done
+  DMS=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait "$DELPID" || fail "rdma link delete rxe0 under iSER I/O failed after $DMS ms"
+  kill -0 "$TPID" 2>/dev/null || fail "numatgtd exited on the device removal"
+  kill -0 "$TRPID" 2>/dev/null || fail "TCP reads failed across the device removal"
+  grep -E "removed|removal" "$LOG" | tail -n 3
+  step "rdma link delete rxe0 finished in $DMS ms under I/O ($nq queue pair(s) before); numatgtd serves on"
+  T_SHA=$(DEV=$TDEV raw_sha)
+  [ "$T_SHA" = "$ISER_SHA" ] || fail "TCP reads after the device removal: $T_SHA, want $ISER_SHA"
+  kill -0 "$TRPID" 2>/dev/null || fail "TCP reads failed after the device removal"
+  kill "$TRPID" 2>/dev/null
+  i=0
+  while kill -0 "$RPID" 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 300 ] || fail "iSER reads still running 60 s after the device removal"
+    sleep 0.2
+  done
+  wait "$RPID" "$TRPID" 2>/dev/null
+  BGPIDS=
+  timeout 60 iscsiadm -m node -T "$TCP_IQN" -p "$TCP_PORTAL" -I default --logout ||
+    fail "TCP logout after the device removal"
+  timeout 60 iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I "$IFACE" --logout >/dev/null 2>&1
+  iscsiadm -m session >/dev/null 2>&1 && fail "a session is left after the device removal"
+  step "TCP read the same $DATA_MB MiB after the removal; sessions closed"
+fi
 
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then

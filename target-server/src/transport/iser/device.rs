@@ -10,7 +10,9 @@
 //! fails, iSER still works: READ data is then copied into the connection's registered
 //! staging memory first (a failure is logged once per device).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use cache::{BlockCache, NodeArena};
 use rdma::{Access, CmId, Context, MemoryRegion, ProtectionDomain};
@@ -36,6 +38,36 @@ pub struct DeviceRes {
 }
 
 static DEVICES: Mutex<Vec<Arc<DeviceRes>>> = Mutex::new(Vec::new());
+
+/// A removal watcher runs ([`watch_removal`]).
+static WATCHING: AtomicBool = AtomicBool::new(false);
+/// How long a removal watcher keeps making librdmacm re-read the device list.
+const WATCH_FOR: Duration = Duration::from_secs(20);
+
+/// After an RDMA device removal event: for [`WATCH_FOR`], a thread makes librdmacm re-read
+/// the device list every 250 ms ([`rdma::resync_devices`]), so that it closes the removed
+/// device's context once numatgtd's last object of it is gone and the device has left the
+/// list — the removal waits for that close. One watcher at a time; never on an event
+/// thread's path (a few system calls per round, off the I/O path).
+pub fn watch_removal() {
+    if WATCHING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("rdma-removal".into())
+        .spawn(|| {
+            let t0 = Instant::now();
+            while t0.elapsed() < WATCH_FOR {
+                std::thread::sleep(Duration::from_millis(250));
+                rdma::resync_devices();
+            }
+            WATCHING.store(false, Ordering::Release);
+        });
+    if let Err(e) = spawned {
+        WATCHING.store(false, Ordering::Release);
+        tracing::warn!("cannot start the RDMA device removal watcher: {e}");
+    }
+}
 
 impl DeviceRes {
     /// The shared state of `id`'s device, set up (and the arenas registered) by the first
@@ -110,6 +142,16 @@ impl DeviceRes {
                 "cache arenas registered for RDMA: READ data goes out from cache blocks");
         }
         let _ = self.arenas.set(arenas);
+    }
+
+    /// The device is being removed: new connections no longer get this device's objects
+    /// (a device of the same name that comes back gets new ones); they are released when
+    /// the last connection holding them is dropped, which the removal waits for.
+    pub fn forget(self: &Arc<Self>) {
+        let mut all = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|d| !Arc::ptr_eq(d, self));
+        drop(all);
+        watch_removal();
     }
 
     /// The protection domain.

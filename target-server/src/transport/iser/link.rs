@@ -4,14 +4,24 @@
 //! into. The iSCSI side stays in `iscsi_proto::Connection` (RDMA datamover mode); this
 //! module moves bytes between the two:
 //!
-//! - receives: every completed receive is one iSER message; its iSCSI PDU goes to
-//!   `rx_pdu` with the buffers the iSER header announced, and the receive is posted again
-//!   at once (the bytes are copied out first), so the posted count stays full and the
-//!   command window the connection grants never exceeds it ([`iser::proto::Credits`]);
+//! - receives: every completed receive is one iSER message, parsed where the device put it
+//!   (no copy): its iSCSI PDU goes to `rx_pdu` with the buffers the iSER header announced
+//!   (immediate data is copied once, into the command's own buffer), then the receive is
+//!   posted again, so the posted count stays full and the command window the connection
+//!   grants never exceeds it ([`iser::proto::Credits`]);
 //! - [`IserLink::pump`] posts what the connection queues, in order: PDUs as Sends behind
 //!   an iSER header, READ data (`Put`) as RDMA WRITEs, the rest of WRITE data (`Get`) as
-//!   RDMA READs into node-local registered staging memory, handed back with
-//!   `data_arrived` when they complete (in posting order on the RC queue pair);
+//!   RDMA READs into node-local registered staging memory, handed back in place with
+//!   `data_arrived` when they complete (in posting order on the RC queue pair). Everything
+//!   one pump posts goes in one `ibv_post_send` call ([`rdma::SendBatch`]: one doorbell,
+//!   with soft-RoCE one system call);
+//! - selective signaling: RDMA WRITEs are posted unsignaled (as Linux's isert does); the
+//!   response Send after them, or any later signaled request, completes them too (an RC
+//!   send queue completes in order), so a READ costs one completion, not two. The send
+//!   queue is kept as a FIFO of work-request ids ([`IserLink::retire_through`]). A WRITE
+//!   is signaled anyway when it takes the last staging chunk, leaves the send queue short
+//!   of room or ends a long unsignaled run, so a stalled pump always has a completion
+//!   coming that frees what it waits for;
 //! - teardown ([`IserLink::drain`]): after a disconnect the link is kept until every posted
 //!   request has completed (flushed) and the CM's TIMEWAIT_EXIT came, so no buffer is
 //!   freed under the device.
@@ -30,8 +40,8 @@ use iscsi_proto::{Connection, DataBuf, Directory};
 use iser::proto::header::{ISER_HDR_LEN, ISER_HEADERS_LEN};
 use iser::proto::{ControlHeader, Credits, CreditsConfig, IserLimits, IserLoginKeys, IserMessage};
 use rdma::{
-    Access, Buffer, CmEventKind, Completion, CompletionQueue, EventChannel, MemoryRegion, QpCaps,
-    Remote, SendOptions, Sge,
+    Access, BatchError, Buffer, CmEventKind, Completion, CompletionQueue, EventChannel,
+    MemoryRegion, QpCaps, Remote, SendBatch, SendOptions, Sge,
 };
 
 use super::device::DeviceRes;
@@ -66,6 +76,9 @@ const MAX_READ_DEPTH: u8 = 16;
 const POLL_BATCH: usize = 32;
 /// Scatter/gather entries per RDMA WRITE from cache blocks.
 const MAX_SGE: u32 = 16;
+/// Unsignaled RDMA WRITEs in a row at most; also the send-queue room below which every
+/// WRITE is signaled (so a full queue always has a completion coming).
+const UNSIGNALED_MAX: u32 = SQ_DEPTH / 4;
 /// Longest wait for a closing connection's last Sends before it is disconnected anyway.
 pub const FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -74,6 +87,25 @@ struct Pending {
     tx: RdmaTx<Payload>,
     /// Bytes of a `Put` / `Get` posted so far.
     done: usize,
+}
+
+/// A send-queue request to queue: its scatter/gather list, and the initiator's buffer of
+/// an RDMA operation.
+#[derive(Clone, Copy)]
+enum Request<'a> {
+    Send(&'a [Sge]),
+    Write(&'a [Sge], Remote),
+    Read(&'a [Sge], Remote),
+}
+
+impl Request<'_> {
+    fn what(&self) -> &'static str {
+        match self {
+            Request::Send(_) => "queueing a Send",
+            Request::Write(..) => "queueing an RDMA WRITE",
+            Request::Read(..) => "queueing an RDMA READ",
+        }
+    }
 }
 
 /// Where a link is in its life.
@@ -89,6 +121,10 @@ enum Phase {
     /// Disconnected at `since`: every posted request completes (flushed), then the CM's
     /// TIMEWAIT_EXIT comes (`timewait_exit`), and the link may be dropped.
     Disconnected { since: Instant, timewait_exit: bool },
+    /// The RDMA device is being removed (`RDMA_CM_EVENT_DEVICE_REMOVAL`): no flush nor
+    /// TIMEWAIT_EXIT is to be waited for; the link is dropped at once, since the removal
+    /// waits until every verbs object of the device is released.
+    DeviceGone,
 }
 
 impl Phase {
@@ -126,12 +162,15 @@ pub struct IserLink {
     ops: Ops,
     pending: VecDeque<Pending>,
     credits: Credits,
-    /// Requests on the send queue not completed yet.
-    sq_used: u32,
+    /// Work-request ids on the send queue, in posting order (completed ones leave from the
+    /// front: [`IserLink::retire_through`]). Its length is the send queue's use.
+    sq: VecDeque<u64>,
     sq_max: u32,
+    /// Unsignaled requests posted since the last signaled one.
+    unsignaled: u32,
+    /// Requests gathered by the current pump, posted together at its end.
+    batch: SendBatch,
     phase: Phase,
-    /// Copy of the message or data being handed to the connection.
-    scratch: Vec<u8>,
     /// The scatter/gather list of the READ being posted from cache blocks (reused).
     sges: Vec<Sge>,
 }
@@ -221,10 +260,11 @@ impl IserLink {
             ops: Ops::default(),
             pending: VecDeque::new(),
             credits,
-            sq_used: 0,
+            sq: VecDeque::with_capacity(sq_max as usize),
             sq_max,
+            unsignaled: 0,
+            batch: SendBatch::new(),
             phase: Phase::Connecting,
-            scratch: Vec::with_capacity(RECV_LEN),
             sges: Vec::with_capacity(64),
         };
         let fail = |link: &IserLink, e: IserError| {
@@ -313,7 +353,10 @@ impl IserLink {
                     };
                     return Err(IserError::Disconnected);
                 }
-                CmEventKind::DeviceRemoval => return Err(IserError::DeviceRemoved),
+                CmEventKind::DeviceRemoval => {
+                    self.device_removed();
+                    return Err(IserError::DeviceRemoved);
+                }
                 CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
                     return Err(IserError::ConnectFailed {
                         kind: ev.kind,
@@ -325,21 +368,36 @@ impl IserLink {
         }
     }
 
+    /// The device is going away: nothing more is posted or waited for, and the device's
+    /// shared objects are no longer handed to new connections (they go with the last link).
+    fn device_removed(&mut self) {
+        if !matches!(self.phase, Phase::DeviceGone) {
+            tracing::warn!(
+                device = self.device(),
+                "RDMA device removed: its iSER connection is closed and released"
+            );
+        }
+        self.phase = Phase::DeviceGone;
+        self.pending.clear();
+        self.batch.clear();
+        self.dev.forget();
+    }
+
     /// Takes every completion: receives go to `conn` (and are posted again), finished
     /// RDMA READs hand their data to `conn`, finished Sends and WRITEs free their buffers.
     /// Re-arms the completion queue first, so nothing that completes later is missed.
+    ///
+    /// Reads one completion event, not until the channel is empty: the queue is armed once
+    /// per call and an armed queue raises at most one event, so at most one is waiting
+    /// (one `read` instead of two per wake-up).
     pub fn complete(
         &mut self,
         conn: &mut Connection<Payload>,
         dir: &dyn Directory,
         now_ms: u64,
     ) -> Result<(), IserError> {
-        loop {
-            match self.cq.get_event() {
-                Ok(true) => continue,
-                Ok(false) => break,
-                Err(e) => return Err(IserError::rdma("completion channel")(e)),
-            }
+        if let Err(e) = self.cq.get_event() {
+            return Err(IserError::rdma("completion channel")(e));
         }
         self.cq
             .arm(false)
@@ -379,8 +437,7 @@ impl IserLink {
             }
             return Ok(());
         }
-        self.sq_used = self.sq_used.saturating_sub(1);
-        let Some(op) = self.ops.take(c.wr_id) else {
+        let Some(op) = self.retire_through(c.wr_id) else {
             return Err(IserError::UnknownRequest(c.wr_id));
         };
         if !c.status.is_success() {
@@ -396,20 +453,44 @@ impl IserLink {
             itt,
             xfer,
             len,
-        } = &op
+        } = op
         {
-            let (chunk, itt, xfer, len) = (*chunk, *itt, *xfer, *len);
-            self.scratch.resize(len, 0);
-            // SAFETY: the RDMA READ into this chunk has completed and the chunk is not
-            // reused before it is released below; only this thread touches the buffer.
-            let r = unsafe { self.stage.read_quiescent(chunk * CHUNK, &mut self.scratch) };
-            r.map_err(IserError::rdma("reading a staging chunk"))?;
-            if !conn.data_arrived(itt, xfer, &self.scratch) {
+            // SAFETY: the RDMA READ into this chunk has completed; the chunk is released
+            // (and may be read into again) only after the slice's last use below; only this
+            // thread touches the buffer.
+            let data = unsafe { self.stage.slice_quiescent(chunk * CHUNK, len) };
+            let data = data.map_err(IserError::rdma("reading a staging chunk"))?;
+            if !conn.data_arrived(itt, xfer, data) {
                 tracing::debug!(itt, "write data of an ended task dropped");
             }
         }
         self.release(&op);
         Ok(())
+    }
+
+    /// Takes request `wr` off the send queue together with every request posted before it
+    /// (completed too: an RC send queue completes in order; the unsignaled ones report only
+    /// this way) and releases those earlier ones. Returns `wr`'s op, None when it is not on
+    /// the queue.
+    fn retire_through(&mut self, wr: u64) -> Option<Op> {
+        if !self.ops.contains(wr) {
+            return None;
+        }
+        while let Some(w) = self.sq.pop_front() {
+            let op = self.ops.take(w);
+            if w == wr {
+                return op;
+            }
+            if let Some(op) = op {
+                self.release(&op);
+            }
+        }
+        None
+    }
+
+    /// Requests on the send queue not known to be completed.
+    fn sq_used(&self) -> u32 {
+        self.sq.len() as u32
     }
 
     /// Gives an op's buffers back (cache blocks are unpinned when it is dropped).
@@ -433,15 +514,11 @@ impl IserLink {
         if len > RECV_LEN {
             return Err(IserError::ReceiveTooLong { len, cap: RECV_LEN });
         }
-        self.scratch.resize(len, 0);
-        // SAFETY: the receive into buffer `i` has completed; it is posted again only after
-        // this copy; only this thread touches the buffer.
-        let r = unsafe {
-            self.recv
-                .read_quiescent(i as usize * RECV_LEN, &mut self.scratch)
-        };
-        r.map_err(IserError::rdma("reading a receive buffer"))?;
-        let (msg, pdu) = IserMessage::split(&self.scratch)?;
+        // SAFETY: the receive into buffer `i` has completed; the caller posts it again only
+        // after this function returns, when the slice is gone; only this thread touches it.
+        let bytes = unsafe { self.recv.slice_quiescent(i as usize * RECV_LEN, len) };
+        let bytes = bytes.map_err(IserError::rdma("reading a receive buffer"))?;
+        let (msg, pdu) = IserMessage::split(bytes)?;
         let IserMessage::Control(hdr) = msg else {
             // Linux never sends Hello; iSERHelloRequired is never negotiated Yes here
             return Err(IserError::Hello);
@@ -459,10 +536,22 @@ impl IserLink {
     }
 
     /// Posts what the connection has queued, in order, as far as send-queue room, send
-    /// buffers and staging chunks allow (the rest waits for completions). Grants the
-    /// command window the posted receives allow first.
+    /// buffers and staging chunks allow (the rest waits for completions), all in one post.
+    /// Grants the command window the posted receives allow first. Posts nothing before the
+    /// CM reported the connection established (a post may fail until then; the event loop
+    /// pumps again after each CM event).
     pub fn pump(&mut self, conn: &mut Connection<Payload>) -> Result<(), IserError> {
         conn.set_window_limit(self.credits.grant());
+        if !self.phase.established() {
+            return Ok(());
+        }
+        let gathered = self.gather(conn);
+        let posted = self.post_batch();
+        gathered.and(posted)
+    }
+
+    /// Moves what the connection queued into the batch (see [`IserLink::pump`]).
+    fn gather(&mut self, conn: &mut Connection<Payload>) -> Result<(), IserError> {
         loop {
             let mut p = match self.pending.pop_front() {
                 Some(p) => p,
@@ -480,7 +569,7 @@ impl IserLink {
                 && self.direct_sges(data, *len, &mut sges)
             {
                 let wrs = sges.len().div_ceil(self.max_sge) as u32;
-                if self.sq_max - self.sq_used < wrs {
+                if self.sq_max - self.sq_used() < wrs {
                     self.sges = sges;
                     self.pending.push_front(p);
                     return Ok(());
@@ -496,21 +585,69 @@ impl IserLink {
                 continue;
             }
             self.sges = sges;
-            match self.progress(&mut p) {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.pending.push_front(p);
-                    return Ok(());
-                }
-                Err(e) if !self.phase.established() => {
-                    // the queue pair may not be ready to send yet: again at ESTABLISHED
-                    tracing::debug!("post before the connection is established: {e}");
-                    self.pending.push_front(p);
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
+            if !self.progress(&mut p)? {
+                self.pending.push_front(p);
+                return Ok(());
             }
         }
+    }
+
+    /// Adds one request to the batch (posting the batch first when it is full) and puts
+    /// it on the send-queue FIFO. Sends and RDMA READs are signaled; an RDMA WRITE is
+    /// signaled when `last_chunk` (it holds the last free staging chunk), when the send
+    /// queue is left with little room, or after [`UNSIGNALED_MAX`] unsignaled ones.
+    fn queue(&mut self, wr: u64, req: Request<'_>, last_chunk: bool) -> Result<(), IserError> {
+        let sges = match req {
+            Request::Send(s) | Request::Write(s, _) | Request::Read(s, _) => s,
+        };
+        if !self.batch.has_room(sges.len()) {
+            self.post_batch()?;
+        }
+        let room_after = self.sq_max.saturating_sub(self.sq_used() + 1);
+        let signaled = match req {
+            Request::Send(_) | Request::Read(..) => true,
+            Request::Write(..) => {
+                last_chunk || room_after < UNSIGNALED_MAX || self.unsignaled >= UNSIGNALED_MAX
+            }
+        };
+        let r = match req {
+            Request::Send(s) => self.batch.send(
+                wr,
+                s,
+                SendOptions {
+                    signaled,
+                    ..Default::default()
+                },
+            ),
+            Request::Write(s, to) => self.batch.rdma_write(wr, s, to, signaled),
+            Request::Read(s, to) => self.batch.rdma_read(wr, s, to, signaled),
+        };
+        r.map_err(IserError::rdma(req.what()))?;
+        self.sq.push_back(wr);
+        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+        Ok(())
+    }
+
+    /// Posts the batch. On failure the requests that did not go on the queue are taken
+    /// back (their buffers released) and the error returned: the connection ends.
+    fn post_batch(&mut self) -> Result<(), IserError> {
+        let Err(BatchError { posted, error }) = self.qp.post_batch(&mut self.batch) else {
+            return Ok(());
+        };
+        for i in (posted..self.batch.len()).rev() {
+            let Some(wr) = self.batch.wr_id(i) else {
+                continue;
+            };
+            // the batch's requests are the last ones on the FIFO
+            if self.sq.back() == Some(&wr) {
+                self.sq.pop_back();
+            }
+            if let Some(op) = self.ops.take(wr) {
+                self.release(&op);
+            }
+        }
+        self.batch.clear();
+        Err(IserError::rdma("posting send-queue requests")(error))
     }
 
     /// Fills `sges` with the first `len` bytes of `data` when all of them lie in
@@ -547,9 +684,9 @@ impl IserLink {
         left == 0 && len > 0
     }
 
-    /// Posts RDMA WRITEs straight from pinned cache blocks, `max_sge` pieces each; the last
-    /// request holds the payload (its pins) until it completes — the earlier ones complete
-    /// before it on the RC queue pair.
+    /// Queues RDMA WRITEs straight from pinned cache blocks, `max_sge` pieces each; the
+    /// last request holds the payload (its pins) until it is retired — the earlier ones
+    /// complete before it on the RC queue pair.
     fn put_direct(
         &mut self,
         sges: &[Sge],
@@ -571,21 +708,20 @@ impl IserLink {
                 addr: remote.va.wrapping_add(offset),
                 rkey: remote.stag,
             };
-            if let Err(e) = self.qp.post_rdma_write(wr, group, to, true) {
+            if let Err(e) = self.queue(wr, Request::Write(group, to), false) {
                 self.ops.take(wr);
-                return Err(IserError::rdma("posting an RDMA WRITE")(e));
+                return Err(e);
             }
-            self.sq_used += 1;
             offset += group.iter().map(|s| u64::from(s.len)).sum::<u64>();
         }
         Ok(())
     }
 
-    /// Posts as much of `p` as possible; true when all of it is posted.
+    /// Queues as much of `p` as possible; true when all of it is queued.
     fn progress(&mut self, p: &mut Pending) -> Result<bool, IserError> {
         match &p.tx {
             RdmaTx::Pdu { bhs, data } => {
-                if self.sq_used >= self.sq_max {
+                if self.sq_used() >= self.sq_max {
                     return Ok(false);
                 }
                 let Some(slot) = self.send_slots.alloc() else {
@@ -596,37 +732,37 @@ impl IserLink {
                     self.send_slots.free(slot);
                     return Err(IserError::PduTooLong(len));
                 }
-                self.scratch.clear();
-                self.scratch
-                    .extend_from_slice(&ControlHeader::NONE.encode()[..ISER_HDR_LEN]);
-                self.scratch.extend_from_slice(bhs);
-                self.scratch.extend_from_slice(data);
+                let at = slot * SEND_LEN;
+                let iser_hdr = ControlHeader::NONE.encode();
                 // SAFETY: the slot is free (no Send from it in flight) and owned by this
                 // thread until its Send completes.
-                let r = unsafe { self.send.write_quiescent(slot * SEND_LEN, &self.scratch) };
-                r.map_err(IserError::rdma("writing a send buffer"))?;
-                let sge = self
-                    .send_mr
-                    .sge(slot * SEND_LEN, len as u32)
-                    .ok_or(IserError::OutOfRange("send buffer"))?;
-                let wr = self.ops.insert(Op::Send { slot });
-                let opts = SendOptions {
-                    signaled: true,
-                    ..Default::default()
+                let r = unsafe {
+                    self.send
+                        .write_quiescent(at, &iser_hdr[..ISER_HDR_LEN])
+                        .and_then(|()| self.send.write_quiescent(at + ISER_HDR_LEN, bhs))
+                        .and_then(|()| self.send.write_quiescent(at + ISER_HEADERS_LEN, data))
                 };
-                if let Err(e) = self.qp.post_send(wr, &[sge], opts) {
+                if let Err(e) = r {
+                    self.send_slots.free(slot);
+                    return Err(IserError::rdma("writing a send buffer")(e));
+                }
+                let Some(sge) = self.send_mr.sge(at, len as u32) else {
+                    self.send_slots.free(slot);
+                    return Err(IserError::OutOfRange("send buffer"));
+                };
+                let wr = self.ops.insert(Op::Send { slot });
+                if let Err(e) = self.queue(wr, Request::Send(&[sge]), false) {
                     self.ops.take(wr);
                     self.send_slots.free(slot);
-                    return Err(IserError::rdma("posting a Send")(e));
+                    return Err(e);
                 }
-                self.sq_used += 1;
                 Ok(true)
             }
             RdmaTx::Put { .. } | RdmaTx::Get { .. } => self.post_staged(p),
         }
     }
 
-    /// Posts the rest of a `Put` (copied into staging chunks, then RDMA WRITEs) or a `Get`
+    /// Queues the rest of a `Put` (copied into staging chunks, then RDMA WRITEs) or a `Get`
     /// (RDMA READs into staging chunks), one chunk per request; false when send-queue room
     /// or chunks ran out (the rest waits for completions).
     fn post_staged(&mut self, p: &mut Pending) -> Result<bool, IserError> {
@@ -636,7 +772,7 @@ impl IserLink {
             RdmaTx::Pdu { .. } => return Ok(true),
         };
         while p.done < len {
-            if self.sq_used >= self.sq_max {
+            if self.sq_used() >= self.sq_max {
                 return Ok(false);
             }
             let Some(chunk) = self.chunks.alloc() else {
@@ -694,7 +830,7 @@ impl IserLink {
         Ok(())
     }
 
-    /// Posts one RDMA WRITE (or READ) of `n` bytes between staging `chunk` and the
+    /// Queues one RDMA WRITE (or READ) of `n` bytes between staging `chunk` and the
     /// initiator's buffer `remote`, `offset` bytes in.
     fn post_rdma(
         &mut self,
@@ -713,23 +849,18 @@ impl IserLink {
             addr: remote.va.wrapping_add(offset as u64),
             rkey: remote.stag,
         };
-        let r = if read {
-            self.qp.post_rdma_read(wr, &[sge], to, true)
+        let req = if read {
+            Request::Read(&[sge], to)
         } else {
-            self.qp.post_rdma_write(wr, &[sge], to, true)
+            Request::Write(&[sge], to)
         };
-        r.map_err(IserError::rdma(if read {
-            "posting an RDMA READ"
-        } else {
-            "posting an RDMA WRITE"
-        }))?;
-        self.sq_used += 1;
-        Ok(())
+        let last_chunk = self.chunks.available() == 0;
+        self.queue(wr, req, last_chunk)
     }
 
     /// Nothing queued and nothing on the send queue: all that was sent has completed.
     pub fn idle(&self) -> bool {
-        self.pending.is_empty() && self.sq_used == 0
+        self.pending.is_empty() && self.sq.is_empty()
     }
 
     /// The connection wants to close: true once its last Sends have completed, or
@@ -746,7 +877,7 @@ impl IserLink {
                 since
             }
             Phase::Finishing { since, .. } => since,
-            Phase::Disconnected { .. } => return true,
+            Phase::Disconnected { .. } | Phase::DeviceGone => return true,
         };
         self.idle() || since.elapsed() >= FINISH_LIMIT
     }
@@ -755,6 +886,10 @@ impl IserLink {
     /// posted request completes flushed) and drops what was not posted yet.
     pub fn disconnect(&mut self) {
         self.pending.clear();
+        self.batch.clear();
+        if matches!(self.phase, Phase::DeviceGone) {
+            return;
+        }
         if let Err(e) = self.qp.disconnect() {
             tracing::debug!("rdma_disconnect: {e}");
         }
@@ -771,6 +906,7 @@ impl IserLink {
     pub fn disconnected_since(&self) -> Option<Instant> {
         match self.phase {
             Phase::Disconnected { since, .. } => Some(since),
+            Phase::DeviceGone => Some(Instant::now()),
             _ => None,
         }
     }
@@ -780,11 +916,18 @@ impl IserLink {
     /// posted request is back and the CM left TIMEWAIT.
     pub fn drain(&mut self) -> bool {
         while let Ok(Some(ev)) = self.cm.get_event() {
-            if ev.kind == CmEventKind::TimewaitExit
-                && let Phase::Disconnected { timewait_exit, .. } = &mut self.phase
-            {
-                *timewait_exit = true;
+            match ev.kind {
+                CmEventKind::DeviceRemoval => self.device_removed(),
+                CmEventKind::TimewaitExit => {
+                    if let Phase::Disconnected { timewait_exit, .. } = &mut self.phase {
+                        *timewait_exit = true;
+                    }
+                }
+                _ => {}
             }
+        }
+        if matches!(self.phase, Phase::DeviceGone) {
+            return true;
         }
         while let Ok(true) = self.cq.get_event() {}
         let mut batch = [Completion::default(); POLL_BATCH];
@@ -797,11 +940,11 @@ impl IserLink {
                 }
             };
             for c in &batch[..n] {
-                if c.wr_id & RECV_WR == 0 {
-                    self.sq_used = self.sq_used.saturating_sub(1);
-                    if let Some(op) = self.ops.take(c.wr_id) {
-                        self.release(&op);
-                    }
+                // flushed requests complete with an error, signaled or not
+                if c.wr_id & RECV_WR == 0
+                    && let Some(op) = self.retire_through(c.wr_id)
+                {
+                    self.release(&op);
                 }
             }
             if n < batch.len() {
@@ -814,7 +957,7 @@ impl IserLink {
                 timewait_exit: true,
                 ..
             }
-        ) && self.sq_used == 0
+        ) && self.sq.is_empty()
     }
 }
 

@@ -43,8 +43,9 @@ impl IserListener {
     }
 
     /// The connect requests waiting, each checked and prepared; bad ones are rejected and
-    /// logged. Never blocks.
-    pub fn accept_all(&self) -> Vec<Incoming> {
+    /// logged. Never blocks. When the portal's RDMA device is removed, the listening id is
+    /// destroyed (the removal waits for it) and the portal takes no more connections.
+    pub fn accept_all(&mut self) -> Vec<Incoming> {
         let mut out = Vec::new();
         loop {
             match self.listener.get_event() {
@@ -52,6 +53,16 @@ impl IserListener {
                     if let Some(inc) = self.prepare(ev) {
                         out.push(inc);
                     }
+                }
+                Ok(Some(ev))
+                    if ev.kind == CmEventKind::DeviceRemoval
+                        && ev.id == self.listener.handle()
+                        && self.listener.is_open() =>
+                {
+                    tracing::warn!(portal = %self.addr,
+                        "RDMA device removed: the iSER portal is closed and takes no more connections");
+                    self.listener.close();
+                    super::device::watch_removal();
                 }
                 Ok(Some(ev)) => {
                     tracing::debug!(portal = %self.addr, kind = ?ev.kind, "CM event on the listener")

@@ -61,6 +61,14 @@ impl Ops {
         }
     }
 
+    /// Whether request `wr` is in flight.
+    pub(super) fn contains(&self, wr: u64) -> bool {
+        usize::try_from(wr)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .is_some_and(Option::is_some)
+    }
+
     /// Removes and returns the request with id `wr` (None: unknown or already taken).
     pub(super) fn take(&mut self, wr: u64) -> Option<Op> {
         let i = usize::try_from(wr).ok()?;
@@ -85,6 +93,11 @@ impl Pool {
         }
     }
 
+    /// Slots free now.
+    pub(super) fn available(&self) -> usize {
+        self.free.len()
+    }
+
     pub(super) fn alloc(&mut self) -> Option<usize> {
         self.free.pop()
     }
@@ -107,7 +120,9 @@ mod tests {
         let a = ops.insert(Op::Send { slot: 1 });
         let b = ops.insert(Op::Write { chunk: 2 });
         assert_ne!(a, b);
+        assert!(ops.contains(a) && ops.contains(b) && !ops.contains(999));
         assert!(matches!(ops.take(a), Some(Op::Send { slot: 1 })));
+        assert!(!ops.contains(a));
         assert!(ops.take(a).is_none());
         assert!(ops.take(999).is_none());
         let c = ops.insert(Op::Send { slot: 3 });
