@@ -256,8 +256,14 @@ mod tests {
         b.rdma_write(7, &[sge(1), sge(2)], Remote::default(), false)
             .unwrap();
         b.send(8, &[sge(3)], SendOptions::default()).unwrap();
-        assert_eq!((b.len(), b.wr_id(0), b.wr_id(1), b.wr_id(2)), (2, Some(7), Some(8), None));
-        assert!(b.send(9, &[sge(1); MAX_POST_SGE + 1], SendOptions::default()).is_err());
+        assert_eq!(
+            (b.len(), b.wr_id(0), b.wr_id(1), b.wr_id(2)),
+            (2, Some(7), Some(8), None)
+        );
+        assert!(
+            b.send(9, &[sge(1); MAX_POST_SGE + 1], SendOptions::default())
+                .is_err()
+        );
         for i in 2..MAX_BATCH {
             assert!(b.has_room(1));
             b.rdma_read(i as u64, &[sge(1)], Remote::default(), true)

@@ -162,9 +162,6 @@ pub struct IserLink {
     ops: Ops,
     pending: VecDeque<Pending>,
     credits: Credits,
-    /// Work-request ids on the send queue, in posting order (completed ones leave from the
-    /// front: [`IserLink::retire_through`]). Its length is the send queue's use.
-    sq: VecDeque<u64>,
     sq_max: u32,
     /// Unsignaled requests posted since the last signaled one.
     unsignaled: u32,
@@ -257,10 +254,9 @@ impl IserLink {
             dev,
             send_slots: Pool::new(SENDS),
             chunks: Pool::new(CHUNKS),
-            ops: Ops::default(),
+            ops: Ops::with_depth(sq_max as usize),
             pending: VecDeque::new(),
             credits,
-            sq: VecDeque::with_capacity(sq_max as usize),
             sq_max,
             unsignaled: 0,
             batch: SendBatch::new(),
@@ -473,33 +469,19 @@ impl IserLink {
     /// this way) and releases those earlier ones. Returns `wr`'s op, None when it is not on
     /// the queue.
     fn retire_through(&mut self, wr: u64) -> Option<Op> {
-        if !self.ops.contains(wr) {
-            return None;
-        }
-        while let Some(w) = self.sq.pop_front() {
-            let op = self.ops.take(w);
-            if w == wr {
-                return op;
-            }
-            if let Some(op) = op {
-                self.release(&op);
-            }
-        }
-        None
+        let (slots, chunks) = (&mut self.send_slots, &mut self.chunks);
+        self.ops
+            .retire_through(wr, |op| release_into(slots, chunks, &op))
     }
 
     /// Requests on the send queue not known to be completed.
     fn sq_used(&self) -> u32 {
-        self.sq.len() as u32
+        self.ops.queued() as u32
     }
 
     /// Gives an op's buffers back (cache blocks are unpinned when it is dropped).
     fn release(&mut self, op: &Op) {
-        match *op {
-            Op::Send { slot } => self.send_slots.free(slot),
-            Op::Write { chunk } | Op::Read { chunk, .. } => self.chunks.free(chunk),
-            Op::WriteFrom { .. } => {}
-        }
+        release_into(&mut self.send_slots, &mut self.chunks, op);
     }
 
     /// One received iSER message (receive buffer `i`, `len` bytes).
@@ -623,7 +605,7 @@ impl IserLink {
             Request::Read(s, to) => self.batch.rdma_read(wr, s, to, signaled),
         };
         r.map_err(IserError::rdma(req.what()))?;
-        self.sq.push_back(wr);
+        self.ops.queue(wr);
         self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
         Ok(())
     }
@@ -638,11 +620,8 @@ impl IserLink {
             let Some(wr) = self.batch.wr_id(i) else {
                 continue;
             };
-            // the batch's requests are the last ones on the FIFO
-            if self.sq.back() == Some(&wr) {
-                self.sq.pop_back();
-            }
-            if let Some(op) = self.ops.take(wr) {
+            // the batch's requests are the last ones queued
+            if let Some(op) = self.ops.unqueue_last(wr) {
                 self.release(&op);
             }
         }
@@ -860,7 +839,7 @@ impl IserLink {
 
     /// Nothing queued and nothing on the send queue: all that was sent has completed.
     pub fn idle(&self) -> bool {
-        self.pending.is_empty() && self.sq.is_empty()
+        self.pending.is_empty() && self.ops.queued() == 0
     }
 
     /// The connection wants to close: true once its last Sends have completed, or
@@ -957,7 +936,16 @@ impl IserLink {
                 timewait_exit: true,
                 ..
             }
-        ) && self.sq.is_empty()
+        ) && self.ops.queued() == 0
+    }
+}
+
+/// Gives an op's buffers back to their pools (cache blocks are unpinned when it is dropped).
+fn release_into(send_slots: &mut Pool, chunks: &mut Pool, op: &Op) {
+    match *op {
+        Op::Send { slot } => send_slots.free(slot),
+        Op::Write { chunk } | Op::Read { chunk, .. } => chunks.free(chunk),
+        Op::WriteFrom { .. } => {}
     }
 }
 
