@@ -2,7 +2,8 @@
 # iSER test with the Linux kernel initiator: boots the QEMU guest (vm-run.sh) and runs
 # guest-iser.sh in it: soft-RoCE (rdma_rxe) on a guest-local dummy netdev, the target serving
 # iSER and TCP, open-iscsi with an iser iface (login, mkfs.ext4, 64 MiB write + verify), the
-# same bytes over TCP and iSER, a session killed mid-I/O then a fresh login; prints one
+# same bytes over TCP and iSER, a session killed mid-I/O then a fresh login, and (numatgtd)
+# `rdma link delete` under iSER reads finishing within 10 s while TCP reads go on; prints one
 # ISER_PERF line (O_DIRECT read MB/s under TCG, for ratios between targets only).
 # TARGET=numatgtd (default) starts numatgtd as tgtd is, with --iser portal=IP:3260, configured
 # by tgtadm --lld iser; TARGET=tgtd runs Debian's tgtd, the baseline peer.
