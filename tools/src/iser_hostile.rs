@@ -10,7 +10,10 @@
 //! - `length-lie`: a Login request whose BHS announces 64 KiB of data in a 76-byte Send:
 //!   disconnected;
 //! - `command-before-login`: a SCSI command as the first PDU: refused and disconnected;
-//! - `abrupt-close`: connect, then destroy the connection without a word.
+//! - `abrupt-close`: connect, then destroy the connection without a word;
+//! - `silent`: log in (a discovery session), then send pings and stop posting receives: the
+//!   target's answers are retried for ever on Receiver-Not-Ready, so the target must drop
+//!   the connection by its own bound (numatgtd: nothing sent completed for 15 s).
 //!
 //! Prints `CASE name: ok (...)` per case and `ISER_HOSTILE_OK` when all behaved, else
 //! `CASE name: FAILED ...` and exits 1. Whether the target still serves is for the caller to
@@ -46,7 +49,7 @@ fn main() -> ExitCode {
         _ => 20,
     };
     let timeout = Duration::from_secs(secs);
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         ("bad-private-data", bad_private_data),
         ("short-message", |a, t| {
             send_and_expect_drop(a, t, &[0x10; 10])
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
             send_and_expect_drop(a, t, &command_before_login())
         }),
         ("abrupt-close", abrupt_close),
+        ("silent", silent),
     ];
     let mut failed = 0;
     for (name, case) in cases {
@@ -262,4 +266,101 @@ fn abrupt_close(addr: SocketAddr, timeout: Duration) -> Res<String> {
     }
     drop(c);
     Ok("connection destroyed without a disconnect".into())
+}
+
+/// A Login Request straight into the operational stage and on to full feature phase: a
+/// discovery session (no security, RDMAExtensions irrelevant there).
+fn discovery_login() -> Vec<u8> {
+    let keys = b"InitiatorName=iqn.2026-11.org.numatgt:iser-hostile\0SessionType=Discovery\0";
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x43; // Login request, immediate
+    bhs[1] = 0x87; // T, CSG 1 (operational), NSG 3 (full feature)
+    let len = keys.len() as u32;
+    bhs[5..8].copy_from_slice(&len.to_be_bytes()[1..]);
+    bhs[8..14].copy_from_slice(&[0x00, 0x02, 0x3d, 0x00, 0x00, 0x01]); // ISID
+    bhs[16..20].copy_from_slice(&1u32.to_be_bytes()); // ITT
+    bhs[24..28].copy_from_slice(&1u32.to_be_bytes()); // CmdSN
+    let mut m = control(&bhs);
+    m.extend_from_slice(keys);
+    m
+}
+
+/// An immediate NOP-Out ping (the target must answer with a NOP-In).
+fn ping(itt: u32) -> Vec<u8> {
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x40; // NOP-Out, immediate
+    bhs[1] = 0x80; // F
+    bhs[16..20].copy_from_slice(&itt.to_be_bytes());
+    bhs[20..24].copy_from_slice(&u32::MAX.to_be_bytes()); // TTT: none
+    bhs[24..28].copy_from_slice(&1u32.to_be_bytes()); // CmdSN (immediate: not advanced)
+    bhs[28..32].copy_from_slice(&1u32.to_be_bytes()); // ExpStatSN
+    control(&bhs)
+}
+
+/// Posts a signaled Send of `msg` from the second half of the client's buffer.
+fn send(c: &Client, wr: u64, msg: &[u8]) -> Res<()> {
+    c.buf.write_at(HALF, msg).map_err(|e| e.to_string())?;
+    let sge = c.mr.sge(HALF, msg.len() as u32).ok_or("sge")?;
+    let opts = SendOptions {
+        signaled: true,
+        ..Default::default()
+    };
+    c.conn
+        .post_send(wr, &[sge], opts)
+        .map_err(|e| format!("post Send: {e}"))
+}
+
+/// Waits for a completion of a receive (wr_id 100 and up); returns its byte count.
+fn wait_receive(c: &Client, until: Instant) -> Res<usize> {
+    let mut got = [rdma::Completion::default(); 8];
+    loop {
+        let n = c.cq.poll(&mut got).map_err(|e| e.to_string())?;
+        for w in &got[..n] {
+            if !w.status.is_success() {
+                return Err(format!("completion {} failed: {}", w.wr_id, w.status));
+            }
+            if w.wr_id >= 100 {
+                return Ok(w.byte_len as usize);
+            }
+        }
+        if Instant::now() >= until {
+            return Err("no login response in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn silent(addr: SocketAddr, timeout: Duration) -> Res<String> {
+    let (mut c, established) = connect(addr, timeout, &LINUX_PRIVATE)?;
+    if !established {
+        return Err("a well-formed connect request was rejected".into());
+    }
+    send(&c, 1, &discovery_login())?;
+    let len = wait_receive(&c, Instant::now() + timeout)?;
+    let mut rsp = [0u8; 76];
+    c.buf
+        .read_at(0, &mut rsp[..len.min(76)])
+        .map_err(|e| e.to_string())?;
+    // the response sits in the first receive buffer: iSER header, then the BHS
+    if rsp[28] & 0x3f != 0x23 || rsp[28 + 36] != 0 {
+        return Err(format!(
+            "login refused: opcode {:#x}, status class {}",
+            rsp[28],
+            rsp[28 + 36]
+        ));
+    }
+    // three receives are left: the fourth answer and later ones find none
+    for i in 0..6u32 {
+        send(&c, 2 + u64::from(i), &ping(10 + i))?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs(45);
+    wait_cm(&mut c.poll, &c.ch, until, &[CmEventKind::Disconnected])
+        .map_err(|e| format!("the target kept a connection that posts no receives: {e}"))?;
+    let _ = c.conn.disconnect();
+    Ok(format!(
+        "logged in, stopped receiving, dropped by the target after {:?}",
+        t0.elapsed()
+    ))
 }

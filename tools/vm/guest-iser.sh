@@ -11,7 +11,7 @@
 #   - the same LUN read over iSCSI/TCP (iface default) gives the same bytes as over iSER
 #     (sha256 of the first 64 MiB of the raw device through each transport);
 #   - numatgtd only: a misbehaving initiator (tools iser-hostile) refused or dropped with no
-#     queue pair left; the target drops a connection under running I/O and the initiator
+#     queue pair left (one that logs in and stops posting receives: dropped in 15 s); the target drops a connection under running I/O and the initiator
 #     recovers with a new login;
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
 #     the target still runs and a fresh iSER login reads the same bytes;

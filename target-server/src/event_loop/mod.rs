@@ -405,6 +405,14 @@ impl EventThread {
         }
         let now = self.now_ms();
         for s in 0..self.slots.len() {
+            let stalled = match self.slots[s].as_mut() {
+                Some(slot) => slot.link.on_tick(now).err(),
+                None => continue,
+            };
+            if let Some(e) = stalled {
+                self.close_on(s, e);
+                continue;
+            }
             if let Some(slot) = self.slots[s].as_mut() {
                 self.current = Some(s);
                 slot.conn.on_tick(now);

@@ -187,6 +187,11 @@ pub trait Link: Send {
     fn may_close(&mut self, conn: &Connection<Payload>) -> bool;
     /// The connection is closed: out of the poll set, the teardown started.
     fn retire(&mut self, registry: &mio::Registry);
+    /// Every timer tick (about a second) while the connection is open: `Err` ends it (iSER:
+    /// nothing it sent completed for too long).
+    fn on_tick(&mut self, _now_ms: u64) -> Result<(), LinkError> {
+        Ok(())
+    }
     /// True once a retired link may be dropped (iSER: its flushed requests are back and the
     /// CM left TIMEWAIT, or that took too long); asked again at every timer tick until then.
     fn drained(&mut self) -> bool {

@@ -35,6 +35,10 @@ pub enum IserError {
     Disconnected,
     #[error("RDMA device removed")]
     DeviceRemoved,
+    /// Requests on the send queue and none completed for this long: the initiator posts no
+    /// receives (its Sends are retried for ever on Receiver-Not-Ready) or is gone.
+    #[error("nothing sent completed for {secs} s (the initiator posts no receives?)")]
+    SendStalled { secs: u64 },
     /// The CM reported a connection error.
     #[error("connection failed ({kind:?}, {status})")]
     ConnectFailed { kind: CmEventKind, status: i32 },

@@ -79,6 +79,10 @@ const MAX_SGE: u32 = 16;
 /// Unsignaled RDMA WRITEs in a row at most; also the send-queue room below which every
 /// WRITE is signaled (so a full queue always has a completion coming).
 const UNSIGNALED_MAX: u32 = SQ_DEPTH / 4;
+/// Longest time requests may sit on the send queue of an established connection with none
+/// completing: then the initiator posts no receives (a Send to it is retried for ever on
+/// Receiver-Not-Ready, as Linux initiators ask) or is gone, and the connection is dropped.
+pub const STALL_LIMIT_MS: u64 = 15_000;
 /// Longest wait for a closing connection's last Sends before it is disconnected anyway.
 pub const FINISH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -167,6 +171,10 @@ pub struct IserLink {
     unsignaled: u32,
     /// Requests gathered by the current pump, posted together at its end.
     batch: SendBatch,
+    /// A send-queue completion came since the last [`IserLink::watchdog`] check.
+    sq_progress: bool,
+    /// Since when (ms) requests are queued with none completing.
+    stalled_since: Option<u64>,
     phase: Phase,
     /// The scatter/gather list of the READ being posted from cache blocks (reused).
     sges: Vec<Sge>,
@@ -260,6 +268,8 @@ impl IserLink {
             sq_max,
             unsignaled: 0,
             batch: SendBatch::new(),
+            sq_progress: false,
+            stalled_since: None,
             phase: Phase::Connecting,
             sges: Vec::with_capacity(64),
         };
@@ -436,6 +446,7 @@ impl IserLink {
         let Some(op) = self.retire_through(c.wr_id) else {
             return Err(IserError::UnknownRequest(c.wr_id));
         };
+        self.sq_progress = true;
         if !c.status.is_success() {
             self.release(&op);
             return Err(IserError::RequestFailed {
@@ -835,6 +846,23 @@ impl IserLink {
         };
         let last_chunk = self.chunks.available() == 0;
         self.queue(wr, req, last_chunk)
+    }
+
+    /// The timer's check (every tick): `Err` when the established connection has had
+    /// requests on its send queue with none completing for [`STALL_LIMIT_MS`].
+    pub fn watchdog(&mut self, now_ms: u64) -> Result<(), IserError> {
+        let progress = std::mem::take(&mut self.sq_progress);
+        if progress || self.ops.queued() == 0 || !matches!(self.phase, Phase::Established) {
+            self.stalled_since = None;
+            return Ok(());
+        }
+        let since = *self.stalled_since.get_or_insert(now_ms);
+        if now_ms.saturating_sub(since) >= STALL_LIMIT_MS {
+            return Err(IserError::SendStalled {
+                secs: STALL_LIMIT_MS / 1000,
+            });
+        }
+        Ok(())
     }
 
     /// Nothing queued and nothing on the send queue: all that was sent has completed.

@@ -130,6 +130,10 @@ impl Link for IserLink {
         IserLink::may_close(self)
     }
 
+    fn on_tick(&mut self, now_ms: u64) -> Result<(), LinkError> {
+        self.watchdog(now_ms).map_err(LinkError::from)
+    }
+
     fn retire(&mut self, registry: &mio::Registry) {
         let _ = registry.deregister(&mut SourceFd(&self.cq_fd()));
         let _ = registry.deregister(&mut SourceFd(&self.cm_fd()));
