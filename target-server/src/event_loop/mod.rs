@@ -67,6 +67,8 @@ pub struct EventThread {
     current: Option<usize>,
     /// Connections with completions in this inbox batch (kept to reuse its memory).
     touched: Vec<usize>,
+    /// [`EventThread::now_ms`]: the clock as of this loop turn's wake-up.
+    turn_ms: u64,
 }
 
 impl EventThread {
@@ -94,11 +96,15 @@ impl EventThread {
             stopping: false,
             current: None,
             touched: Vec::new(),
+            turn_ms: 0,
         }
     }
 
+    /// Milliseconds since the daemon started, as of this loop turn's wake-up (one clock read
+    /// per turn: where the clock is not in the vDSO, as in a TCG guest, each read is a
+    /// system call).
     fn now_ms(&self) -> u64 {
-        self.shared.started.elapsed().as_millis() as u64
+        self.turn_ms
     }
 
     pub fn run(mut self) {
@@ -154,6 +160,7 @@ impl EventThread {
                 }
             }
             let woke = Instant::now();
+            self.turn_ms = woke.duration_since(self.shared.started).as_millis() as u64;
             if !spin.is_zero() && !events.is_empty() {
                 spin_until = Some(woke + spin);
             }
@@ -193,8 +200,8 @@ impl EventThread {
                     }
                 }
             }
-            if last_tick.elapsed() >= TICK {
-                last_tick = Instant::now();
+            if woke.duration_since(last_tick) >= TICK {
+                last_tick = woke;
                 self.guarded("timers", Self::tick);
             }
             if let Some(t) = self.shared.thread_stats.get(self.index) {
