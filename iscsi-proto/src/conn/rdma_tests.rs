@@ -529,3 +529,170 @@ fn send_length_must_match_the_pdu() {
         )))
     ));
 }
+
+impl Rdma {
+    /// A WRITE whose BHS announces `imm` bytes of immediate data while the Send carries its
+    /// BHS alone (libiscsi 1.19's iSER initiator), with `bufs` announced.
+    fn write_header_only(&mut self, itt: u32, edtl: u32, imm: u32, bufs: RemoteBufs) {
+        let mut cdb = [0u8; 16];
+        cdb[0] = 0x2a;
+        let h = Bhs::ScsiCommand(ScsiCommandHdr {
+            immediate: false,
+            final_: true,
+            read: false,
+            write: true,
+            attr: 1,
+            lun: fields::lun_encode(1),
+            itt,
+            edtl,
+            cmd_sn: self.i.cmd_sn,
+            exp_stat_sn: self.i.exp_stat_sn,
+            cdb,
+        });
+        self.i.cmd_sn += 1;
+        let b = Pdu {
+            bhs: h,
+            ahs: vec![],
+            data: vec![0xee; imm as usize],
+        }
+        .encode(Digests::default())
+        .unwrap();
+        assert_eq!(u32::from_be_bytes([0, b[5], b[6], b[7]]), imm);
+        // the Send ends after the BHS: the data bytes behind it are stale, never data
+        self.i.c.rx_pdu(&b[..48], bufs, &Dir, self.i.now);
+    }
+}
+
+#[test]
+fn immediate_data_left_in_the_write_buffer_is_fetched_from_its_start() {
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = RemoteBufs {
+        write: Some(WRITE_BUF),
+        read: None,
+    };
+    // all of the data announced as immediate (a 512-byte WRITE): one Get of it all
+    r.write_header_only(1, 512, 512, bufs);
+    let out = r.recv();
+    let Out::Get {
+        itt: 1,
+        xfer,
+        remote: WRITE_BUF,
+        offset: 0,
+        len: 512,
+    } = out[0]
+    else {
+        panic!("{out:?}")
+    };
+    assert!(r.i.events().is_empty(), "delivered before its data");
+    let data: Vec<u8> = (0..512u32).map(|i| (i % 13) as u8).collect();
+    assert!(r.i.c.data_arrived(1, xfer, &data));
+    assert_eq!(cmd_events(r.i.events())[0].data_out, data);
+    r.i.c.complete_command(1, CommandResult::good());
+    assert_eq!(response(&r.pdus()[0]).status, 0);
+    // part of it immediate, the rest solicited: still one Get of everything from byte 0
+    r.write_header_only(2, 65536, 8192, bufs);
+    let out = r.recv();
+    let Out::Get {
+        itt: 2,
+        xfer,
+        remote: WRITE_BUF,
+        offset: 0,
+        len: 65536,
+    } = out[0]
+    else {
+        panic!("{out:?}")
+    };
+    assert!(r.i.c.data_arrived(2, xfer, &[3; 65536]));
+    assert_eq!(cmd_events(r.i.events())[0].data_out, vec![3; 65536]);
+    assert_eq!(r.i.c.stats().immediate_data_fetched, 2);
+    assert!(!r.i.c.is_closing());
+}
+
+#[test]
+fn a_short_send_without_a_write_buffer_still_closes() {
+    // no write buffer announced: nowhere to fetch from, and the receive buffer's bytes are
+    // not the data
+    let mut r = Rdma::new();
+    r.login();
+    let read_only = RemoteBufs {
+        write: None,
+        read: Some(READ_BUF),
+    };
+    r.write_header_only(1, 512, 512, read_only);
+    assert!(matches!(
+        r.i.events().last(),
+        Some(Event::Close(ConnError::Protocol(
+            ProtocolError::PduSizeMismatch {
+                got: 48,
+                expected: 560
+            }
+        )))
+    ));
+    assert_eq!(r.i.c.stats().immediate_data_fetched, 0);
+}
+
+#[test]
+fn a_send_with_part_of_the_immediate_data_still_closes() {
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = RemoteBufs {
+        write: Some(WRITE_BUF),
+        read: None,
+    };
+    let h = Bhs::ScsiCommand(ScsiCommandHdr {
+        immediate: false,
+        final_: true,
+        read: false,
+        write: true,
+        attr: 1,
+        lun: fields::lun_encode(1),
+        itt: 1,
+        edtl: 4096,
+        cmd_sn: r.i.cmd_sn,
+        exp_stat_sn: r.i.exp_stat_sn,
+        cdb: [0x2a; 16],
+    });
+    let b = Pdu {
+        bhs: h,
+        ahs: vec![],
+        data: vec![1; 1024],
+    }
+    .encode(Digests::default())
+    .unwrap();
+    r.i.c.rx_pdu(&b[..48 + 100], bufs, &Dir, 0);
+    assert!(matches!(
+        r.i.events().last(),
+        Some(Event::Close(ConnError::Protocol(
+            ProtocolError::PduSizeMismatch { .. }
+        )))
+    ));
+}
+
+#[test]
+fn only_a_write_command_may_leave_its_data_behind() {
+    // a NOP-Out (or a READ) whose Send lacks its data segment is a protocol error, write
+    // buffer or not
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = RemoteBufs {
+        write: Some(WRITE_BUF),
+        read: Some(READ_BUF),
+    };
+    let b = Pdu {
+        bhs: Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 9,
+            ttt: RESERVED_TAG,
+            cmd_sn: r.i.cmd_sn,
+            exp_stat_sn: 0,
+        }),
+        ahs: vec![],
+        data: vec![1; 100],
+    }
+    .encode(Digests::default())
+    .unwrap();
+    r.i.c.rx_pdu(&b[..48], bufs, &Dir, 0);
+    assert!(r.i.c.is_closing());
+}
