@@ -696,3 +696,40 @@ fn only_a_write_command_may_leave_its_data_behind() {
     r.i.c.rx_pdu(&b[..48], bufs, &Dir, 0);
     assert!(r.i.c.is_closing());
 }
+
+#[test]
+fn commands_beyond_the_window_are_dropped_and_the_connection_goes_on() {
+    // libiscsi 1.19 over iSER ignores MaxCmdSN; RFC 7143 §3.2.2.1 has the target ignore
+    // what lies beyond it, silently, and the connection must serve what follows
+    let mut r = Rdma::new();
+    r.i.c.set_window_limit(2);
+    r.login();
+    let bufs = RemoteBufs {
+        write: None,
+        read: Some(READ_BUF),
+    };
+    r.scsi(1, true, false, 512, &[], bufs);
+    // CmdSN well past MaxCmdSN (the window holds 2 from ExpCmdSN)
+    r.i.cmd_sn += 4;
+    r.scsi(2, true, false, 512, &[], bufs);
+    r.i.cmd_sn -= 5;
+    let cmd = cmd_events(r.i.events());
+    assert_eq!(cmd.iter().map(|c| c.itt).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(r.i.c.stats().dropped_out_of_window, 1);
+    assert!(!r.i.c.is_closing());
+    r.i.c.complete_command(
+        1,
+        CommandResult {
+            status: 0,
+            sense: vec![],
+            data: Some(Buf::from(vec![1u8; 512])),
+            write_transfer_len: None,
+        },
+    );
+    assert_eq!(r.recv().len(), 2);
+    // the next command in the window is served; nothing of the dropped one is left
+    r.scsi(3, true, false, 512, &[], bufs);
+    let cmd = cmd_events(r.i.events());
+    assert_eq!(cmd.iter().map(|c| c.itt).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(r.i.c.tasks_in_flight(), 1);
+}
