@@ -32,7 +32,12 @@ LI_OUT=/tmp/libiscsi-out
 #   more than the ones below do over iSER, and each run costs minutes under TCG: the TCP
 #   conformance test (tests/tests/conformance.rs) covers them.
 # SCSI.Inquiry's AllocLength and BlockLimits fail the same against LIO (libiscsi takes the
-# allocation length where the residual should count, issue 24).
+# allocation length where the residual should count, issue 24). iSCSI.iSCSIcmdsn's two tests
+# send a TEST UNIT READY outside [ExpCmdSN, MaxCmdSN], which the target must ignore silently
+# (RFC 7143 §3.2.2.1) and does; they then fail in libiscsi itself: its iSER service refuses
+# the poll timeout it needs to notice the silence ("revents is not POLLIN").
+# iSCSI.iSCSIResiduals runs test by test: libiscsi 1.19's iSER transport refuses a READ with
+# no expected length (Read10Invalid) and has segfaulted in Read10Residuals.
 LI_SUITES="
 SCSI.Inquiry:5:2
 SCSI.TestUnitReady:1:0
@@ -46,19 +51,21 @@ SCSI.Write10:5:0
 SCSI.Write12:5:0
 SCSI.Write16:5:0
 SCSI.WriteVerify10:6:0
-SCSI.WriteVerify12:-:-
+SCSI.WriteVerify12:6:0
 SCSI.WriteVerify16:6:0
 SCSI.WriteSame10:10:0
-SCSI.Verify10:-:-
-SCSI.CompareAndWrite:-:-
+SCSI.Verify10:8:0
+SCSI.CompareAndWrite:5:0
+iSCSI.iSCSIcmdsn:0:2
 iSCSI.iSCSIResiduals:-:-
-iSCSI.iSCSIcmdsn:-:-
 "
 # Tests left out, and why (each fails the same against LIO's isert):
 #   *.Async  1000 commands queued at once: libiscsi 1.19's iSER transport posts every one
 #            (no MaxCmdSN check, lib/iser.c iscsi_iser_queue_pdu) from a pool of 256 send
 #            descriptors it takes without a NULL check (iser_initialize_headers): segfault.
 LI_SKIP_TESTS="SCSI.Read10.Async SCSI.Write10.Async"
+# Suites run test by test (a crash in one test hides no other)
+LI_PER_TEST="iSCSI.iSCSIResiduals"
 # LIBISCSI_MEASURE=1: print the counts, check nothing (to fill the table)
 LI_MEASURE=${LIBISCSI_MEASURE:-0}
 
@@ -108,6 +115,11 @@ step "qemu-io: $LI_N WRITEs over iser:// read back the same over iser://, over T
 # cu_run NAME: one iscsi-test-cu run of suite or test NAME; adds its counts to the cu_*
 # totals (a run that printed no summary, crashed or timed out counts in cu_broken)
 cu_run() {
+  _again=
+  cu_run_once "$1"
+}
+cu_run_once() {
+  _name=$1
   case $1 in iSCSI.*) _t=60 ;; *) _t=120 ;; esac
   timeout $_t iscsi-test-cu -d "${LI_CU_URL:-$LI_URL}" -t "$1" > "$LI_OUT/$1.txt" 2>&1
   _rc=$?
@@ -115,12 +127,41 @@ cu_run() {
   # CUnit's summary: "tests  Total Ran Passed Failed Inactive"
   set -- $(sed -n 's/^ *tests *\([0-9]*\) *\([0-9]*\) *\([0-9]*\) *\([0-9]*\).*/\1 \2 \3 \4/p' "$LI_OUT/$1.txt") x x x x
   if [ "$1" = x ] || [ $_rc -gt 1 ]; then
+    tail -n 12 "$LI_OUT/$_name.txt"
+    # libiscsi 1.19 once aborted on a corrupted heap of its own in SCSI.WriteVerify12 (not
+    # seen again, nor against LIO): a crash gets one more run, a hang does not
+    if [ $_rc != 124 ] && [ -z "${_again:-}" ]; then
+      echo "LIBISCSI_ISER $_name crashed (status $_rc): once more"
+      _again=1
+      cu_run_once "$_name"
+      return
+    fi
     cu_broken="$cu_broken rc=$_rc"
-    tail -n 12 "$LI_OUT/$1.txt"
     return
   fi
   cu_total=$((cu_total + $1)); cu_passed=$((cu_passed + $3)); cu_failed=$((cu_failed + $4))
 }
+# cu_suite SUITE: SUITE over ${LI_CU_URL:-$LI_URL}, whole, or test by test when it is in
+# LI_PER_TEST or holds a test of LI_SKIP_TESTS (left out); sets cu_total, cu_passed,
+# cu_failed, cu_broken and skipped
+cu_suite() {
+  cu_total=0 cu_passed=0 cu_failed=0 cu_broken=
+  skipped=
+  for t in $LI_SKIP_TESTS; do
+    case $t in "$1".*) skipped="$skipped $t" ;; esac
+  done
+  case " $LI_PER_TEST " in *" $1 "*) _per_test=1 ;; *) _per_test=$skipped ;; esac
+  rm -f "$LI_OUT/$1".*txt "$LI_OUT/$1.txt"
+  if [ -z "$_per_test" ]; then
+    cu_run "$1"
+  else
+    for t in $(iscsi-test-cu -l | grep "^$1\."); do
+      case " $skipped " in *" $t "*) continue ;; esac
+      cu_run "$t"
+    done
+  fi
+}
+
 # LIBISCSI_VS_LIO=1: the same WRITEs from libiscsi over iser:// to LIO (the kernel's target,
 # configured through configfs: a fileio backstore, one iSER and one TCP portal), read back
 # over TCP; a diagnostic for the record (LIO_VS_LIBISCSI lines), not a check
@@ -156,13 +197,12 @@ if [ "${LIBISCSI_VS_LIO:-0}" = 1 ]; then
     printf 'LIO_VS_LIBISCSI file bytes at %s (wrote %s): ' "$off" "${w%%:*}"
     dd if="$lio_file" bs=1 skip="$off" count=16 status=none | od -An -tx1 | tr -s ' '
   done
-  for suite in SCSI.Inquiry SCSI.WriteVerify12; do
-    cu_total=0 cu_passed=0 cu_failed=0 cu_broken=
+  for suite in SCSI.Inquiry SCSI.WriteVerify12 iSCSI.iSCSIcmdsn iSCSI.iSCSIResiduals; do
     LI_CU_URL="iser://$IP:3262/$lio_iqn/0"
-    cu_run "$suite"
+    cu_suite "$suite"
     LI_CU_URL=
     echo "LIO_VS_LIBISCSI suite=$suite tests=$cu_total passed=$cu_passed failed=$cu_failed broken=[${cu_broken# }]"
-    grep -h -E "^ *Test: .*FAILED|^ *[0-9]+\. test_" "$LI_OUT/$suite.txt" | head -n 6
+    grep -h -E "^ *Test: .*FAILED|^ *[0-9]+\. test_|Segmentation|Abort" "$LI_OUT/$suite"*.txt | head -n 12
   done
   echo 0 > $G/enable
   rm -f "$G/lun/lun_0/lio0"; rmdir "$G/np/$IP:3262" "$G/np/127.0.0.1:3263" $G/lun/lun_0 $G \
@@ -173,24 +213,13 @@ step "iscsi-test-cu over iser://, suite by suite"
 LI_FAILED=
 for entry in $LI_SUITES; do
   suite=${entry%%:*}; rest=${entry#*:}; want_pass=${rest%%:*}; want_fail=${rest#*:}
-  cu_total=0 cu_passed=0 cu_failed=0 cu_broken=
   t0=$(cut -d. -f1 /proc/uptime)
-  skipped=
-  for t in $LI_SKIP_TESTS; do
-    case $t in "$suite".*) skipped="$skipped $t" ;; esac
-  done
-  if [ -z "$skipped" ]; then
-    cu_run "$suite"
-  else
-    for t in $(iscsi-test-cu -l | grep "^$suite\."); do
-      case " $skipped " in *" $t "*) continue ;; esac
-      cu_run "$t"
-    done
-  fi
+  cu_suite "$suite"
   secs=$(( $(cut -d. -f1 /proc/uptime) - t0 ))
   notes=$(cat "$LI_OUT/$suite"*.txt | grep -c -i "skipped")
   echo "LIBISCSI_ISER suite=$suite tests=$cu_total passed=$cu_passed failed=$cu_failed skip_notes=$notes secs=$secs left_out=[${skipped# }] broken=[${cu_broken# }]"
-  [ "$cu_failed" = 0 ] || grep -h -E "^ *Test: .*FAILED|^ *[0-9]+\. test_" "$LI_OUT/$suite"*.txt | head -n 12
+  [ "$cu_failed" = 0 ] && [ -z "$cu_broken" ] ||
+    grep -h -E "^ *Test: .*FAILED|^ *[0-9]+\. test_|Segmentation|Abort" "$LI_OUT/$suite"*.txt | head -n 12
   [ "$LI_MEASURE" = 1 ] || [ "$want_pass" = - ] && continue
   [ -z "$cu_broken" ] || LI_FAILED="$LI_FAILED $suite(crashed-or-hung:${cu_broken# })"
   if [ "$cu_passed" -lt "$want_pass" ] || [ "$cu_failed" -gt "$want_fail" ]; then
