@@ -12,6 +12,16 @@ const WRITE_BUF: RemoteBuf = RemoteBuf {
     stag: 0x2222,
     va: 0x8000_0000,
 };
+/// The buffers a READ announces.
+const READS_ONLY: RemoteBufs = RemoteBufs {
+    write: None,
+    read: Some(READ_BUF),
+};
+/// The buffers a WRITE announces.
+const WRITES_ONLY: RemoteBufs = RemoteBufs {
+    write: Some(WRITE_BUF),
+    read: None,
+};
 
 /// A stand-in for the iSER key negotiator (the real one lives in the `iser` crate).
 #[derive(Default)]
@@ -84,16 +94,7 @@ impl Rdma {
 
     /// One Send: the PDU without padding.
     fn send_bufs(&mut self, bhs: Bhs, data: &[u8], bufs: RemoteBufs) {
-        let b = Pdu {
-            bhs,
-            ahs: vec![],
-            data: data.to_vec(),
-        }
-        .encode(Digests::default())
-        .unwrap();
-        self.i
-            .c
-            .rx_pdu(&b[..48 + data.len()], bufs, &Dir, self.i.now);
+        self.send_cut(bhs, data, 48 + data.len(), bufs);
     }
 
     fn send(&mut self, bhs: Bhs, data: &[u8]) {
@@ -188,7 +189,8 @@ impl Rdma {
         String::from_utf8(r[0].data.clone()).unwrap()
     }
 
-    fn scsi(&mut self, itt: u32, read: bool, write: bool, edtl: u32, imm: &[u8], bufs: RemoteBufs) {
+    /// The BHS of the next SCSI READ(10) or WRITE(10) command (takes its CmdSN).
+    fn command_bhs(&mut self, itt: u32, read: bool, write: bool, edtl: u32) -> Bhs {
         let mut cdb = [0u8; 16];
         cdb[0] = if write { 0x2a } else { 0x28 };
         let h = Bhs::ScsiCommand(ScsiCommandHdr {
@@ -205,7 +207,24 @@ impl Rdma {
             cdb,
         });
         self.i.cmd_sn += 1;
+        h
+    }
+
+    fn scsi(&mut self, itt: u32, read: bool, write: bool, edtl: u32, imm: &[u8], bufs: RemoteBufs) {
+        let h = self.command_bhs(itt, read, write, edtl);
         self.send_bufs(h, imm, bufs);
+    }
+
+    /// Command `bhs` with `data` as its data segment, and a Send of its first `send` bytes.
+    fn send_cut(&mut self, bhs: Bhs, data: &[u8], send: usize, bufs: RemoteBufs) {
+        let b = Pdu {
+            bhs,
+            ahs: vec![],
+            data: data.to_vec(),
+        }
+        .encode(Digests::default())
+        .unwrap();
+        self.i.c.rx_pdu(&b[..send], bufs, &Dir, self.i.now);
     }
 
     fn write(&mut self, itt: u32, edtl: u32, imm: &[u8]) {
@@ -266,10 +285,7 @@ fn login_without_rdma_extensions_fails() {
 fn read_puts_data_then_sends_only_the_response() {
     let mut r = Rdma::new();
     r.login();
-    let bufs = RemoteBufs {
-        write: None,
-        read: Some(READ_BUF),
-    };
+    let bufs = READS_ONLY;
     r.scsi(1, true, false, 8192, &[], bufs);
     let cmd = cmd_events(r.i.events());
     assert_eq!((cmd[0].itt, cmd[0].expected_read_len), (1, 8192));
@@ -534,32 +550,9 @@ impl Rdma {
     /// A WRITE whose BHS announces `imm` bytes of immediate data while the Send carries its
     /// BHS alone (libiscsi 1.19's iSER initiator), with `bufs` announced.
     fn write_header_only(&mut self, itt: u32, edtl: u32, imm: u32, bufs: RemoteBufs) {
-        let mut cdb = [0u8; 16];
-        cdb[0] = 0x2a;
-        let h = Bhs::ScsiCommand(ScsiCommandHdr {
-            immediate: false,
-            final_: true,
-            read: false,
-            write: true,
-            attr: 1,
-            lun: fields::lun_encode(1),
-            itt,
-            edtl,
-            cmd_sn: self.i.cmd_sn,
-            exp_stat_sn: self.i.exp_stat_sn,
-            cdb,
-        });
-        self.i.cmd_sn += 1;
-        let b = Pdu {
-            bhs: h,
-            ahs: vec![],
-            data: vec![0xee; imm as usize],
-        }
-        .encode(Digests::default())
-        .unwrap();
-        assert_eq!(u32::from_be_bytes([0, b[5], b[6], b[7]]), imm);
+        let h = self.command_bhs(itt, false, true, edtl);
         // the Send ends after the BHS: the data bytes behind it are stale, never data
-        self.i.c.rx_pdu(&b[..48], bufs, &Dir, self.i.now);
+        self.send_cut(h, &vec![0xee; imm as usize], 48, bufs);
     }
 }
 
@@ -567,44 +560,30 @@ impl Rdma {
 fn immediate_data_left_in_the_write_buffer_is_fetched_from_its_start() {
     let mut r = Rdma::new();
     r.login();
-    let bufs = RemoteBufs {
-        write: Some(WRITE_BUF),
-        read: None,
-    };
-    // all of the data announced as immediate (a 512-byte WRITE): one Get of it all
-    r.write_header_only(1, 512, 512, bufs);
-    let out = r.recv();
-    let Out::Get {
-        itt: 1,
-        xfer,
-        remote: WRITE_BUF,
-        offset: 0,
-        len: 512,
-    } = out[0]
-    else {
-        panic!("{out:?}")
-    };
-    assert!(r.i.events().is_empty(), "delivered before its data");
-    let data: Vec<u8> = (0..512u32).map(|i| (i % 13) as u8).collect();
-    assert!(r.i.c.data_arrived(1, xfer, &data));
-    assert_eq!(cmd_events(r.i.events())[0].data_out, data);
-    r.i.c.complete_command(1, CommandResult::good());
-    assert_eq!(response(&r.pdus()[0]).status, 0);
-    // part of it immediate, the rest solicited: still one Get of everything from byte 0
-    r.write_header_only(2, 65536, 8192, bufs);
-    let out = r.recv();
-    let Out::Get {
-        itt: 2,
-        xfer,
-        remote: WRITE_BUF,
-        offset: 0,
-        len: 65536,
-    } = out[0]
-    else {
-        panic!("{out:?}")
-    };
-    assert!(r.i.c.data_arrived(2, xfer, &[3; 65536]));
-    assert_eq!(cmd_events(r.i.events())[0].data_out, vec![3; 65536]);
+    let bufs = WRITES_ONLY;
+    // all of the data announced as immediate (a 512-byte WRITE), or part of it with the
+    // rest solicited: either way one Get of everything from the write buffer's byte 0
+    for (itt, edtl, imm) in [(1, 512, 512), (2, 65536, 8192)] {
+        r.write_header_only(itt, edtl, imm, bufs);
+        let out = r.recv();
+        let Out::Get {
+            itt: got_itt,
+            xfer,
+            remote: WRITE_BUF,
+            offset: 0,
+            len,
+        } = out[0]
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!((got_itt, len), (itt, edtl));
+        assert!(r.i.events().is_empty(), "delivered before its data");
+        let data: Vec<u8> = (0..edtl).map(|i| (i % 13) as u8).collect();
+        assert!(r.i.c.data_arrived(itt, xfer, &data));
+        assert_eq!(cmd_events(r.i.events())[0].data_out, data);
+        r.i.c.complete_command(itt, CommandResult::good());
+        assert_eq!(response(&r.pdus()[0]).status, 0);
+    }
     assert_eq!(r.i.c.stats().immediate_data_fetched, 2);
     assert!(!r.i.c.is_closing());
 }
@@ -615,10 +594,7 @@ fn a_short_send_without_a_write_buffer_still_closes() {
     // not the data
     let mut r = Rdma::new();
     r.login();
-    let read_only = RemoteBufs {
-        write: None,
-        read: Some(READ_BUF),
-    };
+    let read_only = READS_ONLY;
     r.write_header_only(1, 512, 512, read_only);
     assert!(matches!(
         r.i.events().last(),
@@ -636,31 +612,9 @@ fn a_short_send_without_a_write_buffer_still_closes() {
 fn a_send_with_part_of_the_immediate_data_still_closes() {
     let mut r = Rdma::new();
     r.login();
-    let bufs = RemoteBufs {
-        write: Some(WRITE_BUF),
-        read: None,
-    };
-    let h = Bhs::ScsiCommand(ScsiCommandHdr {
-        immediate: false,
-        final_: true,
-        read: false,
-        write: true,
-        attr: 1,
-        lun: fields::lun_encode(1),
-        itt: 1,
-        edtl: 4096,
-        cmd_sn: r.i.cmd_sn,
-        exp_stat_sn: r.i.exp_stat_sn,
-        cdb: [0x2a; 16],
-    });
-    let b = Pdu {
-        bhs: h,
-        ahs: vec![],
-        data: vec![1; 1024],
-    }
-    .encode(Digests::default())
-    .unwrap();
-    r.i.c.rx_pdu(&b[..48 + 100], bufs, &Dir, 0);
+    let bufs = WRITES_ONLY;
+    let h = r.command_bhs(1, false, true, 4096);
+    r.send_cut(h, &[1; 1024], 48 + 100, bufs);
     assert!(matches!(
         r.i.events().last(),
         Some(Event::Close(ConnError::Protocol(
@@ -679,21 +633,15 @@ fn only_a_write_command_may_leave_its_data_behind() {
         write: Some(WRITE_BUF),
         read: Some(READ_BUF),
     };
-    let b = Pdu {
-        bhs: Bhs::NopOut(NopOut {
-            immediate: true,
-            lun: 0,
-            itt: 9,
-            ttt: RESERVED_TAG,
-            cmd_sn: r.i.cmd_sn,
-            exp_stat_sn: 0,
-        }),
-        ahs: vec![],
-        data: vec![1; 100],
-    }
-    .encode(Digests::default())
-    .unwrap();
-    r.i.c.rx_pdu(&b[..48], bufs, &Dir, 0);
+    let nop = Bhs::NopOut(NopOut {
+        immediate: true,
+        lun: 0,
+        itt: 9,
+        ttt: RESERVED_TAG,
+        cmd_sn: r.i.cmd_sn,
+        exp_stat_sn: 0,
+    });
+    r.send_cut(nop, &[1; 100], 48, bufs);
     assert!(r.i.c.is_closing());
 }
 
@@ -704,10 +652,7 @@ fn commands_beyond_the_window_are_dropped_and_the_connection_goes_on() {
     let mut r = Rdma::new();
     r.i.c.set_window_limit(2);
     r.login();
-    let bufs = RemoteBufs {
-        write: None,
-        read: Some(READ_BUF),
-    };
+    let bufs = READS_ONLY;
     r.scsi(1, true, false, 512, &[], bufs);
     // CmdSN well past MaxCmdSN (the window holds 2 from ExpCmdSN)
     r.i.cmd_sn += 4;
