@@ -236,6 +236,16 @@ impl Rdma {
     }
 }
 
+/// A READ's good result with `data`.
+fn good_read(data: Vec<u8>) -> CommandResult {
+    CommandResult {
+        status: 0,
+        sense: vec![],
+        data: Some(Buf::from(data)),
+        write_transfer_len: None,
+    }
+}
+
 fn response(p: &Pdu) -> ScsiResponse {
     match p.bhs {
         Bhs::ScsiResponse(r) => r,
@@ -289,15 +299,7 @@ fn read_puts_data_then_sends_only_the_response() {
     r.scsi(1, true, false, 8192, &[], bufs);
     let cmd = cmd_events(r.i.events());
     assert_eq!((cmd[0].itt, cmd[0].expected_read_len), (1, 8192));
-    r.i.c.complete_command(
-        1,
-        CommandResult {
-            status: 0,
-            sense: vec![],
-            data: Some(Buf::from(vec![7u8; 8192])),
-            write_transfer_len: None,
-        },
-    );
+    r.i.c.complete_command(1, good_read(vec![7u8; 8192]));
     let out = r.recv();
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(matches!(
@@ -662,15 +664,7 @@ fn commands_beyond_the_window_are_dropped_and_the_connection_goes_on() {
     assert_eq!(cmd.iter().map(|c| c.itt).collect::<Vec<_>>(), vec![1]);
     assert_eq!(r.i.c.stats().dropped_out_of_window, 1);
     assert!(!r.i.c.is_closing());
-    r.i.c.complete_command(
-        1,
-        CommandResult {
-            status: 0,
-            sense: vec![],
-            data: Some(Buf::from(vec![1u8; 512])),
-            write_transfer_len: None,
-        },
-    );
+    r.i.c.complete_command(1, good_read(vec![1u8; 512]));
     assert_eq!(r.recv().len(), 2);
     // the next command in the window is served; nothing of the dropped one is left
     r.scsi(3, true, false, 512, &[], bufs);
