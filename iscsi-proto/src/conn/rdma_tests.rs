@@ -237,7 +237,7 @@ impl Rdma {
 }
 
 /// A READ's good result with `data`.
-fn good_read(data: Vec<u8>) -> CommandResult {
+fn good_read(data: Vec<u8>) -> CommandResult<Buf> {
     CommandResult {
         status: 0,
         sense: vec![],
