@@ -215,6 +215,18 @@ impl Rdma {
         self.send_bufs(h, imm, bufs);
     }
 
+    /// An immediate NOP-Out (ITT 9) asking for an echo.
+    fn immediate_nop(&self) -> Bhs {
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 9,
+            ttt: RESERVED_TAG,
+            cmd_sn: self.i.cmd_sn,
+            exp_stat_sn: 0,
+        })
+    }
+
     /// Command `bhs` with `data` as its data segment, and a Send of its first `send` bytes.
     fn send_cut(&mut self, bhs: Bhs, data: &[u8], send: usize, bufs: RemoteBufs) {
         let b = Pdu {
@@ -522,14 +534,7 @@ fn send_length_must_match_the_pdu() {
     let mut r = Rdma::new();
     r.login();
     let b = Pdu {
-        bhs: Bhs::NopOut(NopOut {
-            immediate: true,
-            lun: 0,
-            itt: 9,
-            ttt: RESERVED_TAG,
-            cmd_sn: r.i.cmd_sn,
-            exp_stat_sn: 0,
-        }),
+        bhs: r.immediate_nop(),
         ahs: vec![],
         data: vec![1; 100],
     }
@@ -635,14 +640,7 @@ fn only_a_write_command_may_leave_its_data_behind() {
         write: Some(WRITE_BUF),
         read: Some(READ_BUF),
     };
-    let nop = Bhs::NopOut(NopOut {
-        immediate: true,
-        lun: 0,
-        itt: 9,
-        ttt: RESERVED_TAG,
-        cmd_sn: r.i.cmd_sn,
-        exp_stat_sn: 0,
-    });
+    let nop = r.immediate_nop();
     r.send_cut(nop, &[1; 100], 48, bufs);
     assert!(r.i.c.is_closing());
 }
