@@ -11,7 +11,10 @@
 #   - the same LUN read over iSCSI/TCP (iface default) gives the same bytes as over iSER
 #     (sha256 of the first 64 MiB of the raw device through each transport);
 #   - numatgtd only: a misbehaving initiator (tools iser-hostile) refused or dropped with no
-#     queue pair left (one that logs in and stops posting receives: dropped in 15 s); the target drops a connection under running I/O and the initiator
+#     queue pair left (one that logs in and stops posting receives: dropped in 15 s);
+#     libiscsi's user-space iSER initiator (guest-iser-libiscsi.sh: inq, a WRITE/READ data
+#     compare, iscsi-test-cu suite by suite); the target drops a connection under running
+#     I/O and the initiator
 #     recovers with a new login;
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
 #     the target still runs and a fresh iSER login reads the same bytes;
@@ -277,6 +280,9 @@ if [ "$TARGET" = numatgtd ]; then
     fail "the configured iSER portal $ISER_PORTAL was deleted"
   iscsiadm -m node -p "$RT_PORTAL" -o delete >/dev/null 2>&1
   step "iSER portal $RT_PORTAL added, discovered through, removed; the configured one is fixed"
+
+  # libiscsi's user-space iSER initiator on a target of its own (guest-iser-libiscsi.sh)
+  . /vmtest/guest-iser-libiscsi.sh
 fi
 
 step "kill an iSER session mid-I/O"

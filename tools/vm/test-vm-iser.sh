@@ -9,6 +9,9 @@
 # by tgtadm --lld iser; TARGET=tgtd runs Debian's tgtd, the baseline peer.
 # Env: TARGET=numatgtd|tgtd  NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
 #      SAME_TARGET (see guest-iser.sh)
+#      LIBISCSI_MEASURE=1: print libiscsi's iscsi-test-cu counts over iser:// without
+#      checking them against guest-iser-libiscsi.sh's table; LIBISCSI_VS_LIO=1: the same
+#      libiscsi WRITEs to LIO too, for the record
 #      VM_TIMEOUT (420) and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
@@ -41,7 +44,9 @@ case "$TARGET" in
       /tmp/*) VM_FILES="$VM_FILES $HOSTILE"; export ISER_HOSTILE=/vmtest/$(basename "$HOSTILE") ;;
       *) export ISER_HOSTILE=$HOSTILE ;;
     esac
-    VM_ENV="$VM_ENV ISER_HOSTILE"
+    VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO"
+    # libiscsi's iSER initiator step, sourced by guest-iser.sh
+    VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh"
     ;;
   tgtd) ;;
   *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;

@@ -54,6 +54,9 @@ pub struct ConnStats {
     /// Data-Out PDUs out of DataSN order (the task ended with CHECK CONDITION).
     pub data_sequence_errors: u64,
     pub rejects_sent: u64,
+    /// RDMA: WRITE commands whose immediate data was left in the initiator's write buffer
+    /// (a Send of the header only) and fetched by RDMA READ with the rest.
+    pub immediate_data_fetched: u64,
 }
 
 /// One iSCSI connection (and its single-connection session), target side.

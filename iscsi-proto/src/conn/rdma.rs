@@ -161,6 +161,21 @@ impl<B: DataBuf> Connection<B> {
             return;
         };
         r.rx_bufs = bufs;
+        let mut hdr = super::frame_header(pdu);
+        if immediate_data_left_in_write_buffer(&hdr, pdu.len(), bufs) {
+            // fetch it with the rest of the data, from the write buffer's first byte: the
+            // PDU goes on as a command without immediate data (see the function)
+            hdr[5..8].fill(0);
+            self.stats.immediate_data_fetched += 1;
+            self.rx_rdma_pdu(&hdr, dir);
+        } else {
+            self.rx_rdma_pdu(pdu, dir);
+        }
+    }
+
+    /// [`Self::rx_pdu`] once the PDU is final: checks its length against its BHS and
+    /// dispatches it.
+    fn rx_rdma_pdu(&mut self, pdu: &[u8], dir: &dyn Directory) {
         let max = self.max_rx_data();
         let hdr = super::frame_header(pdu);
         let f = Frame::from_header(&hdr, Digests::default());
@@ -261,6 +276,33 @@ impl<B: DataBuf> Connection<B> {
             Framing::Stream(_) => RemoteBufs::default(),
         }
     }
+}
+
+/// True for a SCSI WRITE command whose Send carried its BHS alone although the BHS
+/// announces immediate data, with a write buffer advertised: the initiator left the
+/// immediate data in its write buffer instead of sending it.
+///
+/// libiscsi 1.19's iSER initiator does exactly this (lib/iser.c, `iser_prepare_write_cmd`:
+/// the whole transfer is copied into one registered buffer, WSV is set with the buffer's
+/// own address as write VA, and the Send gets the headers only, while the generic command
+/// code has already put the immediate length in DataSegmentLength). RFC 7145 wants the
+/// immediate data in the Send, so the data segment is simply absent here, never to be read
+/// from the receive buffer (whatever lies there is stale). What the initiator did
+/// advertise is a write buffer that holds every byte of the command from offset 0: a
+/// command without immediate data whose data all comes by RDMA READ from the write VA
+/// reads exactly those bytes. That is the same VA reading as Linux ib_iser's (the VA of
+/// the first byte not sent in the Send), so nothing else changes.
+///
+/// Only the whole data segment missing counts (a Send holding part of it is a protocol
+/// error as before), and only with no AHS and a write buffer announced.
+pub(crate) fn immediate_data_left_in_write_buffer(
+    bhs: &[u8; 48],
+    got: usize,
+    bufs: RemoteBufs,
+) -> bool {
+    let is_write_cmd = bhs[0] & 0x3f == crate::pdu::op::SCSI_CMD && bhs[1] & 0x20 != 0;
+    let data_len = u32::from_be_bytes([0, bhs[5], bhs[6], bhs[7]]);
+    is_write_cmd && bhs[4] == 0 && data_len > 0 && got == 48 && bufs.write.is_some()
 }
 
 impl Task {

@@ -12,6 +12,16 @@ const WRITE_BUF: RemoteBuf = RemoteBuf {
     stag: 0x2222,
     va: 0x8000_0000,
 };
+/// The buffers a READ announces.
+const READS_ONLY: RemoteBufs = RemoteBufs {
+    write: None,
+    read: Some(READ_BUF),
+};
+/// The buffers a WRITE announces.
+const WRITES_ONLY: RemoteBufs = RemoteBufs {
+    write: Some(WRITE_BUF),
+    read: None,
+};
 
 /// A stand-in for the iSER key negotiator (the real one lives in the `iser` crate).
 #[derive(Default)]
@@ -84,16 +94,7 @@ impl Rdma {
 
     /// One Send: the PDU without padding.
     fn send_bufs(&mut self, bhs: Bhs, data: &[u8], bufs: RemoteBufs) {
-        let b = Pdu {
-            bhs,
-            ahs: vec![],
-            data: data.to_vec(),
-        }
-        .encode(Digests::default())
-        .unwrap();
-        self.i
-            .c
-            .rx_pdu(&b[..48 + data.len()], bufs, &Dir, self.i.now);
+        self.send_cut(bhs, data, 48 + data.len(), bufs);
     }
 
     fn send(&mut self, bhs: Bhs, data: &[u8]) {
@@ -188,7 +189,8 @@ impl Rdma {
         String::from_utf8(r[0].data.clone()).unwrap()
     }
 
-    fn scsi(&mut self, itt: u32, read: bool, write: bool, edtl: u32, imm: &[u8], bufs: RemoteBufs) {
+    /// The BHS of the next SCSI READ(10) or WRITE(10) command (takes its CmdSN).
+    fn command_bhs(&mut self, itt: u32, read: bool, write: bool, edtl: u32) -> Bhs {
         let mut cdb = [0u8; 16];
         cdb[0] = if write { 0x2a } else { 0x28 };
         let h = Bhs::ScsiCommand(ScsiCommandHdr {
@@ -205,7 +207,36 @@ impl Rdma {
             cdb,
         });
         self.i.cmd_sn += 1;
+        h
+    }
+
+    fn scsi(&mut self, itt: u32, read: bool, write: bool, edtl: u32, imm: &[u8], bufs: RemoteBufs) {
+        let h = self.command_bhs(itt, read, write, edtl);
         self.send_bufs(h, imm, bufs);
+    }
+
+    /// An immediate NOP-Out (ITT 9) asking for an echo.
+    fn immediate_nop(&self) -> Bhs {
+        Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 9,
+            ttt: RESERVED_TAG,
+            cmd_sn: self.i.cmd_sn,
+            exp_stat_sn: 0,
+        })
+    }
+
+    /// Command `bhs` with `data` as its data segment, and a Send of its first `send` bytes.
+    fn send_cut(&mut self, bhs: Bhs, data: &[u8], send: usize, bufs: RemoteBufs) {
+        let b = Pdu {
+            bhs,
+            ahs: vec![],
+            data: data.to_vec(),
+        }
+        .encode(Digests::default())
+        .unwrap();
+        self.i.c.rx_pdu(&b[..send], bufs, &Dir, self.i.now);
     }
 
     fn write(&mut self, itt: u32, edtl: u32, imm: &[u8]) {
@@ -214,6 +245,16 @@ impl Rdma {
             read: None,
         };
         self.scsi(itt, false, true, edtl, imm, bufs);
+    }
+}
+
+/// A READ's good result with `data`.
+fn good_read(data: Vec<u8>) -> CommandResult<Buf> {
+    CommandResult {
+        status: 0,
+        sense: vec![],
+        data: Some(Buf::from(data)),
+        write_transfer_len: None,
     }
 }
 
@@ -266,22 +307,11 @@ fn login_without_rdma_extensions_fails() {
 fn read_puts_data_then_sends_only_the_response() {
     let mut r = Rdma::new();
     r.login();
-    let bufs = RemoteBufs {
-        write: None,
-        read: Some(READ_BUF),
-    };
+    let bufs = READS_ONLY;
     r.scsi(1, true, false, 8192, &[], bufs);
     let cmd = cmd_events(r.i.events());
     assert_eq!((cmd[0].itt, cmd[0].expected_read_len), (1, 8192));
-    r.i.c.complete_command(
-        1,
-        CommandResult {
-            status: 0,
-            sense: vec![],
-            data: Some(Buf::from(vec![7u8; 8192])),
-            write_transfer_len: None,
-        },
-    );
+    r.i.c.complete_command(1, good_read(vec![7u8; 8192]));
     let out = r.recv();
     assert_eq!(out.len(), 2, "{out:?}");
     assert!(matches!(
@@ -504,14 +534,7 @@ fn send_length_must_match_the_pdu() {
     let mut r = Rdma::new();
     r.login();
     let b = Pdu {
-        bhs: Bhs::NopOut(NopOut {
-            immediate: true,
-            lun: 0,
-            itt: 9,
-            ttt: RESERVED_TAG,
-            cmd_sn: r.i.cmd_sn,
-            exp_stat_sn: 0,
-        }),
+        bhs: r.immediate_nop(),
         ahs: vec![],
         data: vec![1; 100],
     }
@@ -528,4 +551,122 @@ fn send_length_must_match_the_pdu() {
             ProtocolError::PduSizeMismatch { .. }
         )))
     ));
+}
+
+impl Rdma {
+    /// A WRITE whose BHS announces `imm` bytes of immediate data while the Send carries its
+    /// BHS alone (libiscsi 1.19's iSER initiator), with `bufs` announced.
+    fn write_header_only(&mut self, itt: u32, edtl: u32, imm: u32, bufs: RemoteBufs) {
+        let h = self.command_bhs(itt, false, true, edtl);
+        // the Send ends after the BHS: the data bytes behind it are stale, never data
+        self.send_cut(h, &vec![0xee; imm as usize], 48, bufs);
+    }
+}
+
+#[test]
+fn immediate_data_left_in_the_write_buffer_is_fetched_from_its_start() {
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = WRITES_ONLY;
+    // all of the data announced as immediate (a 512-byte WRITE), or part of it with the
+    // rest solicited: either way one Get of everything from the write buffer's byte 0
+    for (itt, edtl, imm) in [(1, 512, 512), (2, 65536, 8192)] {
+        r.write_header_only(itt, edtl, imm, bufs);
+        let out = r.recv();
+        let Out::Get {
+            itt: got_itt,
+            xfer,
+            remote: WRITE_BUF,
+            offset: 0,
+            len,
+        } = out[0]
+        else {
+            panic!("{out:?}")
+        };
+        assert_eq!((got_itt, len), (itt, edtl));
+        assert!(r.i.events().is_empty(), "delivered before its data");
+        let data: Vec<u8> = (0..edtl).map(|i| (i % 13) as u8).collect();
+        assert!(r.i.c.data_arrived(itt, xfer, &data));
+        assert_eq!(cmd_events(r.i.events())[0].data_out, data);
+        r.i.c.complete_command(itt, CommandResult::good());
+        assert_eq!(response(&r.pdus()[0]).status, 0);
+    }
+    assert_eq!(r.i.c.stats().immediate_data_fetched, 2);
+    assert!(!r.i.c.is_closing());
+}
+
+#[test]
+fn a_short_send_without_a_write_buffer_still_closes() {
+    // no write buffer announced: nowhere to fetch from, and the receive buffer's bytes are
+    // not the data
+    let mut r = Rdma::new();
+    r.login();
+    let read_only = READS_ONLY;
+    r.write_header_only(1, 512, 512, read_only);
+    assert!(matches!(
+        r.i.events().last(),
+        Some(Event::Close(ConnError::Protocol(
+            ProtocolError::PduSizeMismatch {
+                got: 48,
+                expected: 560
+            }
+        )))
+    ));
+    assert_eq!(r.i.c.stats().immediate_data_fetched, 0);
+}
+
+#[test]
+fn a_send_with_part_of_the_immediate_data_still_closes() {
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = WRITES_ONLY;
+    let h = r.command_bhs(1, false, true, 4096);
+    r.send_cut(h, &[1; 1024], 48 + 100, bufs);
+    assert!(matches!(
+        r.i.events().last(),
+        Some(Event::Close(ConnError::Protocol(
+            ProtocolError::PduSizeMismatch { .. }
+        )))
+    ));
+}
+
+#[test]
+fn only_a_write_command_may_leave_its_data_behind() {
+    // a NOP-Out (or a READ) whose Send lacks its data segment is a protocol error, write
+    // buffer or not
+    let mut r = Rdma::new();
+    r.login();
+    let bufs = RemoteBufs {
+        write: Some(WRITE_BUF),
+        read: Some(READ_BUF),
+    };
+    let nop = r.immediate_nop();
+    r.send_cut(nop, &[1; 100], 48, bufs);
+    assert!(r.i.c.is_closing());
+}
+
+#[test]
+fn commands_beyond_the_window_are_dropped_and_the_connection_goes_on() {
+    // libiscsi 1.19 over iSER ignores MaxCmdSN; RFC 7143 §3.2.2.1 has the target ignore
+    // what lies beyond it, silently, and the connection must serve what follows
+    let mut r = Rdma::new();
+    r.i.c.set_window_limit(2);
+    r.login();
+    let bufs = READS_ONLY;
+    r.scsi(1, true, false, 512, &[], bufs);
+    // CmdSN well past MaxCmdSN (the window holds 2 from ExpCmdSN)
+    r.i.cmd_sn += 4;
+    r.scsi(2, true, false, 512, &[], bufs);
+    r.i.cmd_sn -= 5;
+    let cmd = cmd_events(r.i.events());
+    assert_eq!(cmd.iter().map(|c| c.itt).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(r.i.c.stats().dropped_out_of_window, 1);
+    assert!(!r.i.c.is_closing());
+    r.i.c.complete_command(1, good_read(vec![1u8; 512]));
+    assert_eq!(r.recv().len(), 2);
+    // the next command in the window is served; nothing of the dropped one is left
+    r.scsi(3, true, false, 512, &[], bufs);
+    let cmd = cmd_events(r.i.events());
+    assert_eq!(cmd.iter().map(|c| c.itt).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(r.i.c.tasks_in_flight(), 1);
 }

@@ -53,7 +53,8 @@ pub enum CreditError {
     /// A receive completed while none was posted (an accounting bug in the driver).
     #[error("credits: a receive completed with none posted")]
     NothingPosted,
-    /// A command arrived beyond the granted window (the initiator ignored MaxCmdSN).
+    /// A command arrived beyond the granted window (the initiator ignored MaxCmdSN); its
+    /// receive is counted as held all the same.
     #[error("credits: command beyond the granted window")]
     WindowOverrun,
     /// A PDU outside the window arrived when only the window's receives were left (the
@@ -124,15 +125,21 @@ impl Credits {
 
     /// A command inside the window (a non-immediate SCSI command, Text or Logout, which
     /// take a CmdSN) consumed a receive.
+    ///
+    /// A command beyond the granted window (the initiator ignored MaxCmdSN, as libiscsi
+    /// 1.19's iSER initiator does: it posts every command at once) still consumed a posted
+    /// receive: it is counted as held like any other, so the driver reposts or releases its
+    /// buffer as usual and nothing leaks, and [`CreditError::WindowOverrun`] tells the
+    /// driver (the connection drops the command itself, RFC 7143 §3.2.2.1).
     pub fn on_command(&mut self) -> Result<(), CreditError> {
         if self.posted == 0 {
             return Err(CreditError::NothingPosted);
         }
+        self.posted -= 1;
+        self.held += 1;
         if self.granted == 0 {
             return Err(CreditError::WindowOverrun);
         }
-        self.posted -= 1;
-        self.held += 1;
         self.granted -= 1;
         Ok(())
     }
@@ -215,7 +222,6 @@ mod tests {
         for _ in 0..128 {
             c.on_command().unwrap();
         }
-        assert_eq!(c.on_command(), Err(CreditError::WindowOverrun));
         assert_eq!(c.grant(), 0, "six receives left, all reserve");
         for _ in 0..6 {
             c.on_unexpected().unwrap();
@@ -225,6 +231,29 @@ mod tests {
         assert_eq!(c.grant(), 4);
         assert_eq!(c.posted(), 10);
         assert_eq!(c.held(), 124);
+    }
+
+    #[test]
+    fn a_command_beyond_the_window_is_held_like_any_other() {
+        // libiscsi 1.19 over iSER posts commands past MaxCmdSN: each still took a receive,
+        // whose buffer the driver reposts; the accounting must follow, or buffers leak
+        let mut c = Credits::new(CreditsConfig {
+            max_posted: 8,
+            reserve: 2,
+            max_window: 100,
+        })
+        .unwrap();
+        c.post(8).unwrap();
+        assert_eq!(c.grant(), 6);
+        for _ in 0..6 {
+            c.on_command().unwrap();
+        }
+        assert_eq!(c.on_command(), Err(CreditError::WindowOverrun));
+        assert_eq!((c.posted(), c.held(), c.window()), (1, 7, 0));
+        // the driver reposts all seven buffers (the overrun one included): all back
+        c.repost(7).unwrap();
+        assert_eq!((c.posted(), c.held()), (8, 0));
+        assert_eq!(c.grant(), 6, "the window opens again");
     }
 
     #[test]
@@ -316,8 +345,14 @@ mod tests {
                     Op::Grant => { c.grant(); Ok(()) }
                     Op::Flush => { c.flush(); flushed = true; Ok(()) }
                 };
-                if r.is_err() {
-                    prop_assert_eq!(&c, &before, "a refused step changes nothing");
+                match r {
+                    // the receive was taken all the same (see on_command)
+                    Err(CreditError::WindowOverrun) => {
+                        prop_assert_eq!(c.posted() + 1, before.posted());
+                        prop_assert_eq!(c.window(), 0);
+                    }
+                    Err(_) => prop_assert_eq!(&c, &before, "a refused step changes nothing"),
+                    Ok(()) => {}
                 }
                 prop_assert!(c.posted() + c.held() <= max_posted);
                 prop_assert!(c.window() <= c.posted(), "never grant more than posted");
