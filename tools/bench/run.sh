@@ -50,10 +50,13 @@
 #   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
 #   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), BASE_BIN (unset; a
 #   numatgtd binary: the numatgtd-base column, numatgtd/base ratios), RBD (0; 1: the RBD
-#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column).
+#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column), ISER (0; 1: run
+#   tools/bench/iser.sh instead: the iSER benchmark in the QEMU guest, its own knobs).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# ISER=1 (issue 24): the iSER benchmark in the QEMU guest instead, tools/bench/iser.sh
+if [ "${ISER:-0}" = 1 ]; then exec "$HERE/iser.sh" "$@"; fi
 # shellcheck source=../bench-lib.sh
 . "$REPO/tools/bench-lib.sh"
 say() { echo "bench: $*" >&2; }
