@@ -7,7 +7,7 @@ reads RUN_DIR/raw.tsv (one line per fio run, written in the guest by
 tools/vm/guest-iser-bench.sh: transport point target round json target_ticks guest_busy_ticks
 guest_total_ticks), the fio JSON files in RUN_DIR/raw/, RUN_DIR/syscalls.tsv (target transport
 point ios strace_file) and RUN_DIR/meta.txt (key=value), and writes RUN_DIR/results.md (also
-printed), RUN_DIR/results.csv and RUN_DIR/chart.dat (for tools/bench/chart-iser.gp).
+printed), RUN_DIR/results.csv and RUN_DIR/chart.dat and chart.ref (for tools/bench/chart-iser.gp: the IOPS reference's name).
 """
 import csv
 import json
@@ -155,18 +155,20 @@ def main():
     lines.append("")
     head = ["transport", "workload"]
     head += ["%s IOPS" % SHORT[t] for t in targets]
-    head += ["numatgtd/tgtd"] + (["numatgtd/LIO"] if has["lio"] else []) + (["numatgtd/base"] if has["numatgtd-base"] else [])
+    head += (["numatgtd/tgtd"] if has["tgtd"] else []) + (["numatgtd/LIO"] if has["lio"] else []) + (["numatgtd/base"] if has["numatgtd-base"] else [])
     head += ["MB/s " + " · ".join(SHORT[t] for t in targets)]
     head += ["p50/p99 µs %s" % SHORT[t] for t in targets]
     head += ["target CPU µs/IO %s" % SHORT[t] for t in user]
-    head += ["target CPU numatgtd/tgtd"] + (["target CPU numatgtd/base"] if has["numatgtd-base"] else [])
+    head += (["target CPU numatgtd/tgtd"] if has["tgtd"] else []) + (["target CPU numatgtd/base"] if has["numatgtd-base"] else [])
     head += ["guest CPU µs/IO %s" % SHORT[t] for t in targets]
-    head += ["guest CPU numatgtd/tgtd"] + (["guest CPU numatgtd/LIO"] if has["lio"] else [])
+    head += (["guest CPU numatgtd/tgtd"] if has["tgtd"] else []) + (["guest CPU numatgtd/LIO"] if has["lio"] else []) + (["guest CPU numatgtd/base"] if has["numatgtd-base"] else [])
     head += ["guest busy % " + " · ".join(SHORT[t] for t in targets)]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     csv_rows = []
     chart = []
+    # the chart's IOPS reference: tgtd, else (TGTD=0) numatgtd-base, else LIO
+    ref = next((t for t in ("tgtd", "numatgtd-base", "lio") if has[t]), "numatgtd")
     for x, p in order:
         get = {t: {k: m(x, p, t, k) for k in KEYS} for t in targets}
         n = get["numatgtd"] if has["numatgtd"] else dict.fromkeys(KEYS)
@@ -176,13 +178,13 @@ def main():
         r_base = ratio(n["iops"], g("numatgtd-base", "iops"))
         row = [x, LABELS.get(p, p)]
         row += [fmt(get[t]["iops"]) for t in targets]
-        row += [rfmt(r_tgtd, True)] + ([rfmt(r_lio, True)] if has["lio"] else []) + ([rfmt(r_base, True)] if has["numatgtd-base"] else [])
+        row += ([rfmt(r_tgtd, True)] if has["tgtd"] else []) + ([rfmt(r_lio, True)] if has["lio"] else []) + ([rfmt(r_base, True)] if has["numatgtd-base"] else [])
         row += [" · ".join(fmt(get[t]["mbps"], 1) for t in targets)]
         row += ["%s / %s" % (fmt(get[t]["p50"], 0), fmt(get[t]["p99"], 0)) for t in targets]
         row += [fmt(get[t]["cpu"], 1) for t in user]
-        row += [rfmt(ratio(n["cpu"], g("tgtd", "cpu")))] + ([rfmt(ratio(n["cpu"], g("numatgtd-base", "cpu")))] if has["numatgtd-base"] else [])
+        row += ([rfmt(ratio(n["cpu"], g("tgtd", "cpu")))] if has["tgtd"] else []) + ([rfmt(ratio(n["cpu"], g("numatgtd-base", "cpu")))] if has["numatgtd-base"] else [])
         row += [fmt(get[t]["guest"], 1) for t in targets]
-        row += [rfmt(ratio(n["guest"], g("tgtd", "guest")))] + ([rfmt(ratio(n["guest"], g("lio", "guest")))] if has["lio"] else [])
+        row += ([rfmt(ratio(n["guest"], g("tgtd", "guest")))] if has["tgtd"] else []) + ([rfmt(ratio(n["guest"], g("lio", "guest")))] if has["lio"] else []) + ([rfmt(ratio(n["guest"], g("numatgtd-base", "guest")))] if has["numatgtd-base"] else [])
         row += [" · ".join(fmt(get[t]["busy"], 0) for t in targets)]
         lines.append("| " + " | ".join(row) + " |")
         c = {"transport": x, "point": p}
@@ -196,7 +198,7 @@ def main():
         csv_rows.append(c)
         nan = lambda v: "NaN" if v is None else "%.4f" % v  # noqa: E731
         chart.append("\t".join(["%s %s" % (x, LABELS.get(p, p))]
-                               + [nan(ratio(g(t, "iops"), g("tgtd", "iops"))) for t in ("numatgtd", "numatgtd-base", "lio")]
+                               + [nan(ratio(g(t, "iops"), g(ref, "iops"))) for t in ("numatgtd", "numatgtd-base", "lio")]
                                + [nan(g(t, "guest")) for t in ORDER]
                                + [nan(g(t, "cpu")) for t in ORDER]))
     lines.append("")
@@ -237,6 +239,7 @@ def main():
         w.writeheader()
         w.writerows(csv_rows)
     open(os.path.join(run_dir, "chart.dat"), "w").write("\n".join(chart) + "\n")
+    open(os.path.join(run_dir, "chart.ref"), "w").write(SHORT[ref] + "\n")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@
 # Env: QUICK=1 (smoke: 1 round of 2 s points, a 64 MiB LUN, ~7 min), ROUNDS (3), SECS (5), POINTS
 #   ("rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"), TRANSPORTS ("iser tcp"), LUN_MB
 #   (128; QUICK: 64), NUMATGTD_BIN (default: cargo build --release -p target-server), BASE_BIN (unset),
-#   TGTD (1; 0: no tgtd column), LIO (1), STRACE (1: system calls per I/O, strace -c over STRACE_SECS (2) s of
-#   STRACE_POINT (rr4k-qd32)), BENCH_OUT (target/bench), VM_MEM (3582), VM_TIMEOUT (from
+#   TGTD (1, with BASE_BIN 0: see VM_MEM below; 0: no tgtd column), LIO (1), STRACE (1: system calls per I/O, strace -c over STRACE_SECS (2) s of
+#   STRACE_POINT (rr4k-qd32)), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
 #   the estimate). Root (9p export of /, iscsid and the targets in the guest).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +39,7 @@ done
 fio --enghelp 2> /dev/null | grep -qw libaio || { say "$(command -v fio) has no libaio engine"; exit 1; }
 ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so > /dev/null 2>&1 ||
   { say "no rxe verbs provider (ibverbs-providers): run tools/install-test-deps.sh"; exit 1; }
-LIO=${LIO:-1} TGTD=${TGTD:-1}
+LIO=${LIO:-1}
 if [ "$LIO" = 1 ] && [ ! -d /usr/lib/python3/dist-packages/rtslib_fb ]; then
   say "python3-rtslib-fb missing (tools/install-bench-deps.sh): no LIO column"; LIO=0
 fi
@@ -50,8 +50,12 @@ TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LUN_MB=${LUN_MB:-128}
 STRACE=${STRACE:-1} STRACE_SECS=${STRACE_SECS:-2} STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
 for v in ROUNDS SECS LUN_MB STRACE_SECS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { say "$v: a positive integer, not ${!v}"; exit 1; }; done
+# shellcheck source=points.sh
+. "$HERE/points.sh"
+for p in $POINTS $STRACE_POINT; do point_spec "$p" > /dev/null || { say "unknown point $p"; exit 1; }; done
 BASE_BIN=${BASE_BIN:-}
 [ -z "$BASE_BIN" ] || [ -x "$BASE_BIN" ] || { say "BASE_BIN=$BASE_BIN is not an executable"; exit 1; }
+TGTD=${TGTD:-$([ -z "$BASE_BIN" ] && echo 1 || echo 0)} # see VM_MEM below
 
 if [ -d "${HOME:-/root}/.cargo/bin" ]; then PATH="${HOME:-/root}/.cargo/bin:$PATH"; fi
 BIN_SRC=${NUMATGTD_BIN:-}
@@ -81,17 +85,17 @@ n_x=0; for x in $TRANSPORTS; do n_x=$((n_x + 1)); done
 # boot + set-up ~90 s, warm-up ~10 s per target, ~3 s of fio start-up per run under TCG,
 # strace windows ~10 s each
 EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10)))
-# At most 3.5 GiB: all of it below the 4 GiB line of QEMU's pc machine. With 4 or 6 GiB, Debian's tgtd
-# 1.0.85 fails every iSER connection (rdma_create_qp: Invalid argument, after its 1 GiB
-# hugepage pool falls back to valloc) and then dies of SIGSEGV in librdmacm; with 2 and 3 GiB
-# it works (seen 2026-11-27). numatgtd sizes its cache from the memory it finds and registers
-# it for RDMA (pinned); tgtd pins its 1 GiB pool, on the node it runs on. 3582 MiB is the
-# most that stays below the line; with BASE_BIN a node can run out (the OOM killer takes a
-# numatgtd): then LUN_MB=64, or TGTD=0 for a before/after of numatgtd alone
-export VM_MEM=${VM_MEM:-3582}
+# 3 GiB. With 3.5, 4 or 6 GiB, Debian's tgtd 1.0.85 fails every iSER connection
+# (rdma_create_qp: Invalid argument, after its 1 GiB hugepage pool falls back to valloc) and
+# then dies of SIGSEGV in librdmacm; with 2 and 3 GiB it works (seen 2026-11-27). tgtd pins
+# its 1 GiB pool for RDMA, on the node it runs on; numatgtd sizes its cache from the memory it
+# finds and registers all of it for RDMA (pinned). A second numatgtd (BASE_BIN) beside them
+# does not fit (the OOM killer takes a numatgtd), so with BASE_BIN tgtd is left out by
+# default (TGTD=0): a before/after of numatgtd, LIO as the reference
+export VM_MEM=${VM_MEM:-3072}
 export VM_TIMEOUT=${VM_TIMEOUT:-$((EST_S * 2 + 300))} VM_OUT=$RUN_DIR
 export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT"
-export VM_FILES=
+export VM_FILES=$HERE/points.sh # the points by name, /vmtest/points.sh in the guest
 
 VMPID=
 TAILPID=
@@ -161,7 +165,7 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BI
 python3 "$HERE/iser-report.py" "$RUN_DIR"
 if command -v gnuplot > /dev/null; then
   in_run() { grep -q "^guest_targets=.*\b$1\b" "$RUN_DIR/meta.txt" && echo 1 || echo 0; }
-  if gnuplot -e "dir='$RUN_DIR'; has_base=$(in_run numatgtd-base); has_lio=$(in_run lio); title='numatgtd vs tgtd vs LIO over iSER (soft-RoCE) and TCP, QEMU TCG guest (ratios only), $(date -u +%F), ${SECS} s x $ROUNDS rounds'" \
+  if gnuplot -e "dir='$RUN_DIR'; has_base=$(in_run numatgtd-base); has_tgtd=$(in_run tgtd); has_lio=$(in_run lio); ref='$(cat "$RUN_DIR/chart.ref" 2> /dev/null || echo tgtd)'; title='numatgtd vs tgtd vs LIO over iSER (soft-RoCE) and TCP, QEMU TCG guest (ratios only), $(date -u +%F), ${SECS} s x $ROUNDS rounds'" \
     "$HERE/chart-iser.gp" 2> "$RUN_DIR/gnuplot.err"; then
     say "chart: $RUN_DIR/chart.png"
   else

@@ -111,19 +111,8 @@ fi
 FILE_TARGETS=() # the targets with a LUN file on tmpfs (not the null ones; none with RBD=1)
 for t in "${TARGETS[@]}"; do [[ "$t" == *-null ]] || [ "$RBD" = 1 ] || FILE_TARGETS+=("$t"); done
 
-point_spec() { # POINT -> "rw bs_bytes qd"
-  case $1 in
-    rr4k-qd1) echo "randread 4096 1" ;;
-    rr4k-qd32) echo "randread 4096 32" ;;
-    rw4k-qd32) echo "randwrite 4096 32" ;;
-    sr64k-qd8) echo "read 65536 8" ;;
-    sr64k-qd32) echo "read 65536 32" ;;
-    sr512k-qd8) echo "read 524288 8" ;;
-    sr512k-qd32) echo "read 524288 32" ;;
-    sw128k-qd8) echo "write 131072 8" ;;
-    *) return 1 ;;
-  esac
-}
+# shellcheck source=points.sh
+. "$HERE/points.sh" # point_spec
 for p in $POINTS; do point_spec "$p" >/dev/null || { say "unknown point $p (known: $ALL_POINTS)"; exit 1; }; done
 for s in $SESSIONS; do [[ "$s" =~ ^[1-9][0-9]?$ ]] || { say "SESSIONS: 1..99, not $s"; exit 1; }; done
 

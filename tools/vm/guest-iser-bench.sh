@@ -93,18 +93,7 @@ fail() {
   stop_all
   exit 1
 }
-point_spec() { # POINT -> "rw bs_bytes qd"
-  case $1 in
-    rr4k-qd1) echo "randread 4096 1" ;;
-    rr4k-qd32) echo "randread 4096 32" ;;
-    rw4k-qd32) echo "randwrite 4096 32" ;;
-    sr64k-qd8) echo "read 65536 8" ;;
-    sr512k-qd8) echo "read 524288 8" ;;
-    sr512k-qd32) echo "read 524288 32" ;;
-    sw128k-qd8) echo "write 131072 8" ;;
-    *) return 1 ;;
-  esac
-}
+. /vmtest/points.sh # point_spec, shipped by tools/bench/iser.sh
 for p in $POINTS $STRACE_POINT; do point_spec "$p" > /dev/null || fail "unknown point $p"; done
 ticks() { [ -n "$1" ] && awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" || echo -; }
 guest_cpu() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
