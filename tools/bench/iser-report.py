@@ -12,6 +12,7 @@ printed), RUN_DIR/results.csv and RUN_DIR/chart.dat and chart.ref (for tools/ben
 import csv
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -78,30 +79,56 @@ def rw_of(point):
 
 
 def syscalls(run_dir):
-    """syscalls.tsv -> [(target, transport, point, ios, total_calls, [(name, calls), ...])]"""
+    """syscalls.tsv -> [(target, transport, point, ios, total_calls, secs, [(name, calls), ...])]
+
+    Each trace is `strace -f -ttt` output ("PID SECONDS.USEC name(args) = ret"; an interrupted
+    call also prints a "<... name resumed>" line, not counted again); the .ios file holds
+    "SECONDS.USEC completed_ios" samples of the disk every 0.1 s. I/Os are counted between the
+    first and the last traced call (linear between samples), so strace's attach time is out."""
     out = []
     path = os.path.join(run_dir, "syscalls.tsv")
     if not os.path.exists(path):
         return out
+    call = re.compile(r"^(?:\d+\s+)?(\d+\.\d+)\s+([a-z_][a-z0-9_]*)\(")
+    stamp = re.compile(r"^(?:\d+\s+)?(\d+\.\d+)\s")
     for line in open(path):
         f = line.rstrip("\n").split("\t")
         if len(f) < 5:
             continue
-        t, x, point, ios, name = f[:5]
-        calls, total = [], None
+        t, x, point, trace, iosf = f[:5]
+        counts, first, last = {}, None, None
         try:
-            for sl in open(os.path.join(run_dir, "raw", name)):
-                tok = sl.split()
-                if len(tok) < 5 or not tok[0][0].isdigit():
+            for tl in open(os.path.join(run_dir, "raw", trace), errors="replace"):
+                m = stamp.match(tl)
+                if not m:
                     continue
-                if tok[-1] == "total":
-                    total = int(tok[3])
-                else:
-                    calls.append((tok[-1], int(tok[3])))
+                ts = float(m.group(1))
+                first = ts if first is None else first
+                last = ts
+                c = call.match(tl)
+                if c:
+                    counts[c.group(2)] = counts.get(c.group(2), 0) + 1
+            samples = []
+            for sl in open(os.path.join(run_dir, "raw", iosf)):
+                a = sl.split()
+                if len(a) == 2:
+                    samples.append((float(a[0]), int(a[1])))
         except (OSError, ValueError):
-            pass
-        calls.sort(key=lambda c: -c[1])
-        out.append((t, x, point, int(ios), total, calls))
+            continue
+        if first is None or len(samples) < 2:
+            continue
+
+        def ios_at(ts):
+            if ts <= samples[0][0]:
+                return samples[0][1]
+            for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
+                if t0 <= ts <= t1:
+                    return v0 + (v1 - v0) * ((ts - t0) / (t1 - t0) if t1 > t0 else 0)
+            return samples[-1][1]
+
+        ios = ios_at(last) - ios_at(first)
+        calls = sorted(counts.items(), key=lambda c: -c[1])
+        out.append((t, x, point, ios, sum(counts.values()), last - first, calls))
     return out
 
 
@@ -213,19 +240,19 @@ def main():
         lines.append("")
         lines.append("### System calls per I/O (user-space targets)")
         lines.append("")
-        lines.append("`strace -c -f -p PID` for %s s in the middle of a separate %s run per target and transport; I/Os = the disk's completed "
-                     "reads+writes (/sys/block/DEV/stat) over the same window. strace stops the target at every system call, so I/Os in the window "
-                     "are few and batching may differ from the untraced run: compare the targets, not the absolute rate." % (
-                         meta.get("strace_secs", "?"), LABELS.get(sc[0][2], sc[0][2])))
+        lines.append("`strace -f -ttt -p PID` for %s s in the middle of a separate %s run per target and transport; I/Os = the disk's completed "
+                     "reads+writes (/sys/block/DEV/stat, sampled every 0.1 s) between the first and the last traced call. strace stops the "
+                     "target at every system call, so few I/Os happen in the window and batching may differ from an untraced run: compare the "
+                     "targets, not the rate." % (meta.get("strace_secs", "?"), LABELS.get(sc[0][2], sc[0][2])))
         lines.append("")
-        lines.append("| target | transport | I/Os in window | system calls | per I/O | most frequent (per I/O) |")
-        lines.append("|---|---|---|---|---|---|")
-        for t, x, point, ios, total, calls in sc:
-            per = (total / ios) if ios > 0 and total is not None else None
+        lines.append("| target | transport | traced s | I/Os | system calls | per I/O | most frequent (per I/O) |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for t, x, point, ios, total, secs, calls in sc:
+            per = (total / ios) if ios > 0 else None
             top = ", ".join("%s %.2f" % (nm, c / ios) for nm, c in calls[:5]) if ios > 0 else "-"
-            lines.append("| %s | %s | %d | %s | %s | %s |" % (t, x, ios, "-" if total is None else total, fmt(per, 2), top))
+            lines.append("| %s | %s | %.1f | %.0f | %d | %s | %s |" % (t, x, secs, ios, total, fmt(per, 2), top))
             csv_rows.append({"transport": x, "point": "syscalls-" + point, "%s_syscalls_per_io" % t: fmt(per, 3),
-                             "%s_syscall_ios" % t: str(ios)})
+                             "%s_syscall_ios" % t: "%.0f" % ios})
     text = "\n".join(lines) + "\n"
     open(os.path.join(run_dir, "results.md"), "w").write(text)
     sys.stdout.write(text)

@@ -27,14 +27,14 @@
 # guest-wide /proc/stat counters (busy = user+nice+system+irq+softirq+steal; total adds idle
 # and iowait), before and after; a line per run in /vmtest/out/raw.tsv:
 #   transport point target round json target_ticks guest_busy_ticks guest_total_ticks
-# (target_ticks "-" for LIO). With STRACE=1, afterwards: strace -c -f -p PID for STRACE_SECS
-# s in the middle of a STRACE_POINT run per user-space target and transport, the disk's
-# completed I/Os (/sys/block/DEV/stat) over the same window: /vmtest/out/syscalls.tsv
-#   target transport point ios strace_file
+# (target_ticks "-" for LIO). With STRACE=1, afterwards: strace -f -ttt -p PID for STRACE_SECS
+# s in the middle of a STRACE_POINT run per user-space target and transport, and the disk's
+# completed I/Os (/sys/block/DEV/stat) sampled every 0.1 s meanwhile: /vmtest/out/syscalls.tsv
+#   target transport point trace_file ios_file
 # Everything is bounded by timeout; every process started here is stopped by PID; the
 # sessions are logged out and LIO's configuration cleared before the guest powers off.
 # Env: NUMATGTD (required), NUMATGTD_BASE, TGTD (1; 0: no tgtd), LIO (1), ROUNDS, SECS, POINTS, TRANSPORTS
-#      ("iser tcp"), LUN_MB, STRACE (1), STRACE_SECS (2), STRACE_POINT (rr4k-qd32)
+#      ("iser tcp"), LUN_MB, STRACE (1), STRACE_SECS (4), STRACE_POINT (rr4k-qd32)
 # Prints ISER_BENCH_OK at the end, ISER_BENCH_FAIL: <why> (exit 1) otherwise.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u
@@ -51,7 +51,7 @@ POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"}
 TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LIO=${LIO:-1}
 STRACE=${STRACE:-1}
-STRACE_SECS=${STRACE_SECS:-2}
+STRACE_SECS=${STRACE_SECS:-4}
 STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
 D=/tmp/bench
 mkdir -p "$D"
@@ -301,17 +301,21 @@ if [ "$STRACE" = 1 ] && command -v strace > /dev/null; then
     [ -n "${PID[$t]}" ] || continue
     for x in $TRANSPORTS; do
       dev=${DEV[$t.$x]}
-      timeout -k 5 $((STRACE_SECS + 40)) fio --name=s --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
-        --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((STRACE_SECS + 4)) --norandommap --randrepeat=0 \
+      timeout -k 5 $((STRACE_SECS + 60)) fio --name=s --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
+        --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((STRACE_SECS + 6)) --norandommap --randrepeat=0 \
         --output-format=json --output="$OUT/raw/strace-$x-$t.json" > /dev/null 2>&1 &
       FIOPID=$!
       sleep 1.5
-      i0=$(disk_ios "$dev")
-      timeout -s INT -k 5 "$STRACE_SECS" strace -c -f -q -p "${PID[$t]}" -o "$OUT/raw/strace-$x-$t.txt" 2> /dev/null
-      i1=$(disk_ios "$dev")
+      # the disk's completed I/Os every 0.1 s with the wall clock strace -ttt stamps (bash
+      # builtins only): the report counts the I/Os between the first and the last traced call,
+      # so the seconds strace spends attaching to every thread do not count
+      ( while :; do read -r r1 _ _ _ w1 _ < "/sys/block/$dev/stat"; echo "$EPOCHREALTIME $((r1 + w1))"; sleep 0.1; done ) > "$OUT/raw/strace-$x-$t.ios" &
+      SAMPLER=$!
+      timeout -s INT -k 5 "$STRACE_SECS" strace -f -ttt -q -p "${PID[$t]}" -o "$OUT/raw/strace-$x-$t.txt" 2> /dev/null
+      kill "$SAMPLER" 2> /dev/null; wait "$SAMPLER" 2> /dev/null
       wait "$FIOPID"
-      printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$x" "$STRACE_POINT" $((i1 - i0)) "strace-$x-$t.txt" >> "$OUT/syscalls.tsv"
-      step "strace $t over $x: $((i1 - i0)) I/Os in $STRACE_SECS s, $(awk '$NF == "total" { print $4 }' "$OUT/raw/strace-$x-$t.txt") system calls"
+      printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$x" "$STRACE_POINT" "strace-$x-$t.txt" "strace-$x-$t.ios" >> "$OUT/syscalls.tsv"
+      step "strace $t over $x: $(grep -c . "$OUT/raw/strace-$x-$t.txt") trace lines"
     done
   done
 fi
