@@ -24,7 +24,8 @@
 # Env: QUICK=1 (smoke: 1 round of 2 s points, a 64 MiB LUN, ~7 min), ROUNDS (3), SECS (5), POINTS
 #   ("rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"), TRANSPORTS ("iser tcp"), LUN_MB
 #   (128; QUICK: 64), NUMATGTD_BIN (default: cargo build --release -p target-server), BASE_BIN (unset),
-#   TGTD (1, with BASE_BIN 0: see VM_MEM below; 0: no tgtd column), LIO (1), STRACE (1: system calls per I/O, strace -f over STRACE_SECS (4) s of
+#   TGTD (1, with BASE_BIN 0: see VM_MEM below; 0: no tgtd column), LIO (1), STRACE (0; 1: system
+#   calls per I/O, strace -f over STRACE_SECS (4) s of
 #   STRACE_POINT (rr4k-qd32)), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
 #   the estimate). Root (9p export of /, iscsid and the targets in the guest).
 set -euo pipefail
@@ -48,7 +49,7 @@ ROUNDS=${ROUNDS:-3} SECS=${SECS:-5}
 POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"}
 TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LUN_MB=${LUN_MB:-128}
-STRACE=${STRACE:-1} STRACE_SECS=${STRACE_SECS:-4} STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
+STRACE=${STRACE:-0} STRACE_SECS=${STRACE_SECS:-4} STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
 for v in ROUNDS SECS LUN_MB STRACE_SECS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { say "$v: a positive integer, not ${!v}"; exit 1; }; done
 # shellcheck source=points.sh
 . "$HERE/points.sh"

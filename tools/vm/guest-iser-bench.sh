@@ -34,7 +34,7 @@
 # Everything is bounded by timeout; every process started here is stopped by PID; the
 # sessions are logged out and LIO's configuration cleared before the guest powers off.
 # Env: NUMATGTD (required), NUMATGTD_BASE, TGTD (1; 0: no tgtd), LIO (1), ROUNDS, SECS, POINTS, TRANSPORTS
-#      ("iser tcp"), LUN_MB, STRACE (1), STRACE_SECS (4), STRACE_POINT (rr4k-qd32)
+#      ("iser tcp"), LUN_MB, STRACE (0), STRACE_SECS (4), STRACE_POINT (rr4k-qd32)
 # Prints ISER_BENCH_OK at the end, ISER_BENCH_FAIL: <why> (exit 1) otherwise.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u
@@ -50,7 +50,7 @@ SECS=${SECS:-5}
 POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"}
 TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LIO=${LIO:-1}
-STRACE=${STRACE:-1}
+STRACE=${STRACE:-0}
 STRACE_SECS=${STRACE_SECS:-4}
 STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
 D=/tmp/bench
