@@ -86,13 +86,14 @@ n_x=0; for x in $TRANSPORTS; do n_x=$((n_x + 1)); done
 # boot + set-up ~90 s, warm-up ~10 s per target, ~3 s of fio start-up per run under TCG,
 # strace windows ~10 s each
 EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10)))
-# 3 GiB. With 3.5, 4 or 6 GiB, Debian's tgtd 1.0.85 fails every iSER connection
-# (rdma_create_qp: Invalid argument, after its 1 GiB hugepage pool falls back to valloc) and
-# then dies of SIGSEGV in librdmacm; with 2 and 3 GiB it works (seen 2026-11-27). tgtd pins
-# its 1 GiB pool for RDMA, on the node it runs on; numatgtd sizes its cache from the memory it
-# finds and registers all of it for RDMA (pinned). A second numatgtd (BASE_BIN) beside them
-# does not fit (the OOM killer takes a numatgtd), so with BASE_BIN tgtd is left out by
-# default (TGTD=0): a before/after of numatgtd, LIO as the reference
+# 3 GiB. Debian's tgtd 1.0.85 sometimes fails an iSER connection over soft-RoCE
+# (rdma_create_qp: Invalid argument, right after its 1 GiB hugepage pool falls back to
+# valloc) and then dies of SIGSEGV in librdmacm: in 1 of 5 boots with 2-3 GiB, in each of 3
+# boots with 3.5, 4 and 6 GiB (2026-11-27); the guest script restarts it up to 3 times.
+# tgtd pins that 1 GiB pool for RDMA, on the node it runs on; numatgtd sizes its cache from
+# the memory it finds and registers all of it for RDMA (pinned). A second numatgtd
+# (BASE_BIN) beside them does not fit (the OOM killer took both numatgtd), so with BASE_BIN
+# tgtd is left out by default (TGTD=0): a before/after of numatgtd, LIO as the reference
 export VM_MEM=${VM_MEM:-3072}
 export VM_TIMEOUT=${VM_TIMEOUT:-$((EST_S * 2 + 300))} VM_OUT=$RUN_DIR
 export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT"
