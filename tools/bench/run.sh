@@ -50,10 +50,13 @@
 #   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
 #   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), BASE_BIN (unset; a
 #   numatgtd binary: the numatgtd-base column, numatgtd/base ratios), RBD (0; 1: the RBD
-#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column).
+#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column), ISER (0; 1: run
+#   tools/bench/iser.sh instead: the iSER benchmark in the QEMU guest, its own knobs).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# ISER=1 (issue 24): the iSER benchmark in the QEMU guest instead, tools/bench/iser.sh
+if [ "${ISER:-0}" = 1 ]; then exec "$HERE/iser.sh" "$@"; fi
 # shellcheck source=../bench-lib.sh
 . "$REPO/tools/bench-lib.sh"
 say() { echo "bench: $*" >&2; }
@@ -108,19 +111,8 @@ fi
 FILE_TARGETS=() # the targets with a LUN file on tmpfs (not the null ones; none with RBD=1)
 for t in "${TARGETS[@]}"; do [[ "$t" == *-null ]] || [ "$RBD" = 1 ] || FILE_TARGETS+=("$t"); done
 
-point_spec() { # POINT -> "rw bs_bytes qd"
-  case $1 in
-    rr4k-qd1) echo "randread 4096 1" ;;
-    rr4k-qd32) echo "randread 4096 32" ;;
-    rw4k-qd32) echo "randwrite 4096 32" ;;
-    sr64k-qd8) echo "read 65536 8" ;;
-    sr64k-qd32) echo "read 65536 32" ;;
-    sr512k-qd8) echo "read 524288 8" ;;
-    sr512k-qd32) echo "read 524288 32" ;;
-    sw128k-qd8) echo "write 131072 8" ;;
-    *) return 1 ;;
-  esac
-}
+# shellcheck source=points.sh
+. "$HERE/points.sh" # point_spec
 for p in $POINTS; do point_spec "$p" >/dev/null || { say "unknown point $p (known: $ALL_POINTS)"; exit 1; }; done
 for s in $SESSIONS; do [[ "$s" =~ ^[1-9][0-9]?$ ]] || { say "SESSIONS: 1..99, not $s"; exit 1; }; done
 
