@@ -240,15 +240,7 @@ fn send_and_expect_drop(addr: SocketAddr, timeout: Duration, msg: &[u8]) -> Res<
     if !established {
         return Err("a well-formed connect request was rejected".into());
     }
-    c.buf.write_at(HALF, msg).map_err(|e| e.to_string())?;
-    let sge = c.mr.sge(HALF, msg.len() as u32).ok_or("sge")?;
-    let opts = SendOptions {
-        signaled: true,
-        ..Default::default()
-    };
-    c.conn
-        .post_send(1, &[sge], opts)
-        .map_err(|e| format!("post Send: {e}"))?;
+    send(&c, 1, msg)?;
     let until = Instant::now() + Duration::from_secs(15);
     wait_cm(&mut c.poll, &c.ch, until, &[CmEventKind::Disconnected])
         .map_err(|e| format!("target did not drop the connection: {e}"))?;
