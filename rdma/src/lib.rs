@@ -13,6 +13,7 @@
 //! - [`cq`]: a completion queue with its own completion channel (fd for mio).
 //! - [`qp`]: a queue pair on a CM id: accept/connect/disconnect, receives, Sends (with
 //!   Invalidate, inline), RDMA READ and WRITE.
+//! - [`srq`]: a shared receive queue several queue pairs draw their receives from.
 //! - [`batch`]: several send-queue requests posted with one call (one doorbell).
 
 #![warn(missing_docs)]
@@ -25,6 +26,7 @@ pub mod device;
 mod error;
 pub mod mr;
 pub mod qp;
+pub mod srq;
 
 pub use batch::{BatchError, MAX_BATCH, SendBatch};
 pub use cm::{CmEvent, CmEventKind, CmId, EventChannel, Listener};
@@ -34,3 +36,4 @@ pub use device::{Device, LinkLayer, Port, PortState, devices};
 pub use error::{Error, Result};
 pub use mr::{Access, Buffer, MemoryHolder, MemoryRegion};
 pub use qp::{Connection, QpCaps, Remote, SendOptions, Sge};
+pub use srq::SharedReceiveQueue;

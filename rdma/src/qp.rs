@@ -16,6 +16,7 @@ use crate::cm::CmId;
 use crate::context::ProtectionDomain;
 use crate::cq::CompletionQueue;
 use crate::error::{Error, LIBRDMACM, Result};
+use crate::srq::SharedReceiveQueue;
 
 /// One local scatter/gather entry: `len` bytes at `addr` of the region `lkey` names. Same
 /// layout as `struct ibv_sge`.
@@ -82,6 +83,8 @@ pub struct Connection {
     caps: QpCaps,
     id: CmId,
     _cq: Arc<CompletionQueue>,
+    // after the queue pair: a shared receive queue outlives every queue pair on it
+    _srq: Option<Arc<SharedReceiveQueue>>,
     _pd: Arc<ProtectionDomain>,
 }
 
@@ -104,9 +107,28 @@ impl Connection {
         cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> std::result::Result<Connection, (Error, CmId)> {
+        Connection::create_on(id, pd, cq, caps, None)
+    }
+
+    /// As [`Connection::create`], the receives drawn from `srq` when given (then the queue
+    /// pair has no receive queue of its own: [`Connection::post_recv`] fails, receives are
+    /// posted to the shared queue; `caps.max_recv_wr` is ignored).
+    pub fn create_on(
+        id: CmId,
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+    ) -> std::result::Result<Connection, (Error, CmId)> {
         if id.verbs() != pd.context().as_ptr() {
             return Err((
                 Error::Invalid("protection domain is not on the CM id's device"),
+                id,
+            ));
+        }
+        if srq.is_some_and(|s| !s.in_pd(pd)) {
+            return Err((
+                Error::Invalid("shared receive queue of another protection domain"),
                 id,
             ));
         }
@@ -114,10 +136,10 @@ impl Connection {
             qp_context: std::ptr::null_mut(),
             send_cq: cq.as_ptr(),
             recv_cq: cq.as_ptr(),
-            srq: std::ptr::null_mut(),
+            srq: srq.map_or(std::ptr::null_mut(), |s| s.as_ptr()),
             cap: ffi::ibv_qp_cap {
                 max_send_wr: caps.max_send_wr,
-                max_recv_wr: caps.max_recv_wr,
+                max_recv_wr: if srq.is_some() { 0 } else { caps.max_recv_wr },
                 max_send_sge: caps.max_send_sge,
                 max_recv_sge: caps.max_recv_sge,
                 max_inline_data: caps.max_inline_data,
@@ -125,8 +147,9 @@ impl Connection {
             qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
         };
-        // SAFETY: the id, PD and CQ are live and on the same device (checked above); `attr`
-        // is a valid in/out attribute block (the real caps are written back).
+        // SAFETY: the id, PD, CQ (and SRQ) are live and on the same device (checked above;
+        // an SRQ is made in a PD of its own device); `attr` is a valid in/out attribute
+        // block (the real caps are written back).
         if unsafe { ffi::rdma_create_qp(id.as_ptr(), pd.as_ptr(), &mut attr) } != 0 {
             return Err((Error::last("rdma_create_qp", LIBRDMACM), id));
         }
@@ -150,6 +173,7 @@ impl Connection {
             },
             id,
             _cq: cq.clone(),
+            _srq: srq.cloned(),
             _pd: pd.clone(),
         })
     }
@@ -438,7 +462,7 @@ fn new_send_wr(
 }
 
 /// A post's return: 0, or an errno (ENOMEM: the queue is full; EINVAL: a bad request).
-fn post_result(call: &'static str, rc: libc::c_int) -> Result<()> {
+pub(crate) fn post_result(call: &'static str, rc: libc::c_int) -> Result<()> {
     if rc == 0 {
         return Ok(());
     }

@@ -4,8 +4,8 @@
 //! differs is touched: targets removed from the file go (their sessions are closed, their
 //! cached data written back); changed targets are rebuilt from the file (their sessions are
 //! closed and the initiators log in again); added targets appear; portals are bound and
-//! closed (iSER portals only at the next start); accounts and discovery authentication are
-//! replaced. Sessions of unchanged targets
+//! closed, TCP and iSER alike (a portal the daemon started with stays until restart);
+//! accounts and discovery authentication are replaced. Sessions of unchanged targets
 //! never notice. Settings that only apply at start (cache sizing, NUMA, threads) are
 //! reported as needing a restart.
 
@@ -183,8 +183,10 @@ fn apply_accounts(ctx: &Ctx, diff: &config::ConfigDiff, next: &config::Config) {
     }
 }
 
-/// iSCSI portals closed and bound as the file says; iSER portals are bound at start only
-/// (tgtadm cannot add them either, yet). Returns what could not be done (also logged).
+/// iSCSI and iSER portals closed and bound as the file says, as tgtadm's `--mode portal`
+/// does: a portal added at run time (by tgtadm or an earlier reload) can go, one the daemon
+/// started with stays until restart (reported `Fixed`); a changed portal's NOP settings
+/// apply at the next start. Returns what could not be done (also logged).
 fn apply_portals(ctx: &Ctx, diff: &config::ConfigDiff) -> Vec<String> {
     let mut portal_errors = Vec::new();
     if let Some(acceptor) = &ctx.portals {
@@ -198,22 +200,54 @@ fn apply_portals(ctx: &Ctx, diff: &config::ConfigDiff) -> Vec<String> {
                 portal_errors.push(format!("portal {a}: {e:?}"));
             }
         }
+        apply_iser_portals(acceptor, diff, &mut portal_errors);
     }
-    for (what, list) in [
-        ("added", &diff.iser_portals_added),
-        ("removed", &diff.iser_portals_removed),
-        ("changed", &diff.iser_portals_changed),
-    ] {
-        for a in list {
-            portal_errors.push(format!(
-                "iser portal {a} {what}: takes effect at the next start"
-            ));
-        }
+    for a in &diff.iser_portals_changed {
+        portal_errors.push(format!(
+            "iser portal {a} changed: takes effect at the next start"
+        ));
     }
     for e in &portal_errors {
         tracing::warn!("reload: {e}");
     }
     portal_errors
+}
+
+/// The iSER half of [`apply_portals`].
+#[cfg(feature = "iser")]
+fn apply_iser_portals(
+    acceptor: &crate::mgmt::portals::PortalAcceptor,
+    diff: &config::ConfigDiff,
+    errors: &mut Vec<String>,
+) {
+    for a in &diff.iser_portals_removed {
+        if let Err(e) = acceptor.remove_iser(*a) {
+            errors.push(format!("iser portal {a}: {e:?}"));
+        }
+    }
+    for a in &diff.iser_portals_added {
+        if let Err(e) = acceptor.add_iser(*a) {
+            errors.push(format!("iser portal {a}: {e:?}"));
+        }
+    }
+}
+
+/// Without iSER a portal cannot be added.
+#[cfg(not(feature = "iser"))]
+fn apply_iser_portals(
+    _acceptor: &crate::mgmt::portals::PortalAcceptor,
+    diff: &config::ConfigDiff,
+    errors: &mut Vec<String>,
+) {
+    for a in diff
+        .iser_portals_added
+        .iter()
+        .chain(&diff.iser_portals_removed)
+    {
+        errors.push(format!(
+            "iser portal {a}: this numatgtd is built without iSER"
+        ));
+    }
 }
 
 /// The one-line summary of an applied reload.

@@ -116,6 +116,16 @@ fn counters_match_what_the_initiator_did() {
     assert_eq!(m.get("numatgt_luns"), Some(&1.0));
     assert!(m.contains_key("numatgt_cache_hits_total{node=\"0\"}"));
     assert!(m.contains_key("process_resident_memory_bytes"));
+    // no iSER connection over TCP: the iSER gauges are there, at zero
+    assert_eq!(m.get("numatgt_iser_connections"), Some(&0.0));
+    for kind in ["receive", "send", "staging"] {
+        let k = format!("numatgt_iser_registered_bytes{{kind=\"{kind}\"}}");
+        assert_eq!(m.get(&k), Some(&0.0), "{k}");
+    }
+    assert_eq!(
+        m.get("numatgt_iser_posted_receives{queue=\"shared\"}"),
+        Some(&0.0)
+    );
     assert!(
         m.keys()
             .any(|k| k.starts_with("numatgt_build_info{version=")),

@@ -149,3 +149,42 @@ fn reload_touches_only_changed_targets() {
         d.log_tail(40)
     );
 }
+
+/// A reload binds an iSER portal added to the file and closes it again when the file drops
+/// it, as tgtadm's `--lld iser --mode portal` does; on a host without an RDMA device the
+/// reload says why the portal could not be bound (never "at the next start").
+#[test]
+fn reload_binds_and_closes_iser_portals() {
+    require_numatgtd("reload");
+    let d = Daemon::start(&[LunSpec::new(1, 512, 8 * MIB)]);
+    let base = std::fs::read_to_string(&d.config_path).expect("read config");
+    let port = tests::daemon::free_port();
+    let portal = format!("127.0.0.1:{port}");
+    let path = d.config_path.display().to_string();
+    let reload = |yaml: &str| {
+        std::fs::write(&d.config_path, yaml).expect("write config");
+        let r = d.admin_tool(&numatgtadm_bin(), &["--reload", &path]);
+        format!("{}{}", r.stdout, r.stderr)
+    };
+    let listed = || {
+        let r = d.tgtadm(&["--lld", "iser", "--mode", "portal", "--op", "show"]);
+        r.stdout.contains(&portal)
+    };
+    let out = reload(&format!("{base}iser_portals:\n  - address: {portal}\n"));
+    assert!(!out.contains("next start"), "{out}");
+    let rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut e| e.next().is_some());
+    if !rdma {
+        assert!(
+            out.contains(&format!("iser portal {portal}: Bind(")),
+            "no RDMA device: the reload must say the portal was not bound: {out}"
+        );
+        return;
+    }
+    assert!(listed(), "the reload bound the iSER portal {portal}: {out}");
+    let out = reload(&format!("{base}iser_portals: []\n"));
+    assert!(!out.contains(&format!("iser portal {portal}")), "{out}");
+    assert!(
+        !listed(),
+        "the reload closed the iSER portal {portal}: {out}"
+    );
+}

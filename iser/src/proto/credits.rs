@@ -1,9 +1,11 @@
 //! Receive credits: every Send from the initiator consumes one posted receive, and a Send
-//! that finds none is lost (RNR) — fatal for the connection. So the target grants a
-//! command window (MaxCmdSN − ExpCmdSN + 1) no larger than the receives it has posted,
-//! less a reserve for PDUs outside the window (NOP-Out, task management, Text, Logout,
-//! immediate commands, unsolicited Data-Out), and never larger than the initiator can
-//! take.
+//! that finds none is answered Receiver-Not-Ready: retried by the initiator's adapter
+//! while its RNR retry count lasts, then fatal for the connection. So the target grants a
+//! command window (MaxCmdSN − ExpCmdSN + 1) no larger than the receives it has posted for
+//! the connection, less a reserve for PDUs outside the window (NOP-Out, task management,
+//! Text, Logout, immediate commands, unsolicited Data-Out), and never larger than the
+//! initiator can take. (A target whose connections draw from a shared receive queue counts
+//! each connection's share here and leaves bursts above the pool to RNR retries.)
 //!
 //! [`Credits`] counts receives as posted, held (completed, buffer still in use) or free,
 //! and the window granted so far. MaxCmdSN never moves back: a grant only grows the

@@ -30,6 +30,7 @@ pub fn gather(src: &Source) -> Vec<MetricFamily> {
     protocol(src, &mut out);
     luns(src, &mut out);
     nodes(src, &mut out);
+    iser(&mut out);
     let mut process = src.process.collect();
     // the collector rounds CPU time down to whole seconds: give it clock-tick precision
     if let Some(cpu) = process_cpu_seconds() {
@@ -209,6 +210,47 @@ fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
         refused.add(&[("limit", l.label())], limits.refusals(l) as f64);
     }
     for f in [logins, auth, tmf, rejects, digests, refused] {
+        push(out, f);
+    }
+}
+
+/// What iSER holds registered with RDMA devices and keeps posted (zeros without iSER).
+fn iser(out: &mut Vec<MetricFamily>) {
+    use crate::transport::IserMemoryKind as Kind;
+    let g = crate::transport::iser_gauges();
+    let mut conns = Family::gauge(
+        "numatgt_iser_connections",
+        "iSER connections holding RDMA resources (queue pairs not yet released).",
+    );
+    conns.add(&[], g.connections as f64);
+    let mut bytes = Family::gauge(
+        "numatgt_iser_registered_bytes",
+        "Memory iSER has registered (pinned) with RDMA devices, by use: receive and send \
+         buffers, staging chunks, the block cache's arenas.",
+    );
+    for (k, b) in Kind::ALL.iter().zip(g.bytes) {
+        bytes.add(&[("kind", k.label())], b as f64);
+    }
+    let mut posted = Family::gauge(
+        "numatgt_iser_posted_receives",
+        "Receives iSER keeps posted: in shared receive queues, or in per-connection receive \
+         queues.",
+    );
+    posted.add(&[("queue", "shared")], g.posted_shared as f64);
+    posted.add(&[("queue", "connection")], g.posted_own as f64);
+    let mut srqs = Family::gauge(
+        "numatgt_iser_shared_receive_queues",
+        "Shared receive queues (one per event thread and RDMA device with connections).",
+    );
+    srqs.add(&[], g.srqs as f64);
+    let mut pages = Family::counter(
+        "numatgt_iser_shared_pool_pages_total",
+        "Pages of the shared receive and staging pools made so far, by where the kernel \
+         placed them: on the NUMA node of the event thread that made them (local) or not.",
+    );
+    pages.add(&[("placement", "local")], g.pool_pages[0] as f64);
+    pages.add(&[("placement", "remote")], g.pool_pages[1] as f64);
+    for f in [conns, bytes, posted, srqs, pages] {
         push(out, f);
     }
 }

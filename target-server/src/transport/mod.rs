@@ -37,8 +37,10 @@ use crate::backend::payload::Payload;
 
 #[cfg(feature = "iser")]
 mod iser;
+mod iser_memory;
 mod tcp;
 
+pub use iser_memory::{Kind as IserMemoryKind, snapshot as iser_gauges};
 pub use tcp::bind_portal;
 
 /// Poll sources (file descriptors) one link may register; it numbers them `0..MAX_SOURCES`.

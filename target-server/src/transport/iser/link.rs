@@ -48,7 +48,9 @@ use super::device::DeviceRes;
 use super::error::IserError;
 use super::listen::Incoming;
 use super::ops::{Op, Ops, Pool};
+use super::share::{self, Member};
 use crate::backend::payload::Payload;
+use crate::transport::iser_memory::{self, Kind};
 
 /// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
 /// outside the command window.
@@ -59,16 +61,23 @@ const MAX_WINDOW: u32 = 128;
 const RECV_DATA: usize = 8192;
 /// Bytes per receive buffer: iSER header, BHS, data, rounded up to a cache-line multiple.
 const RECV_LEN: usize = (ISER_HEADERS_LEN + RECV_DATA).next_multiple_of(64);
-/// Send buffers: login responses may carry 8 KiB; full-feature ones at most 128 bytes.
-const SENDS: usize = 64;
+/// Send buffers in two sizes: small ones for responses (BHS and sense data, NOP-Ins
+/// without data), a few large ones for what may carry up to 8 KiB (login and text
+/// responses, NOP-In echoes).
+const SMALL_SENDS: usize = 128;
+const SMALL_LEN: usize = 512;
+const LARGE_SENDS: usize = 4;
 const SEND_LEN: usize = (ISER_HEADERS_LEN + 8192).next_multiple_of(64);
-/// Staging memory for RDMA READ / WRITE: chunks of this size.
+/// Bytes of all send buffers of a connection.
+const SEND_BYTES: usize = SMALL_SENDS * SMALL_LEN + LARGE_SENDS * SEND_LEN;
+/// Staging memory for RDMA READ / WRITE: chunks of this size. A connection registers a few
+/// of its own (so it always has a completion coming that frees one) and borrows from its
+/// thread's shared ones ([`share::SHARED_CHUNKS`]).
 const CHUNK: usize = 128 * 1024;
-const CHUNKS: usize = 32;
+const OWN_CHUNKS: usize = 2;
 /// Send-queue depth: Sends, RDMA WRITEs and READs outstanding at once.
 const SQ_DEPTH: u32 = 256;
-/// Marks receive work requests (the rest are send-queue requests, by slab index).
-const RECV_WR: u64 = 1 << 63;
+use share::RECV_WR;
 /// RDMA READs this side issues at once, at most (further capped by what the initiator
 /// serves).
 const MAX_READ_DEPTH: u8 = 16;
@@ -148,20 +157,26 @@ impl Phase {
 /// The RDMA side of one iSER connection (see the module documentation).
 pub struct IserLink {
     // field order is drop order: the queue pair (and its CM id) goes before the memory
-    // regions it used, those before the completion queue and the protection domain
+    // regions it used (its own, then the shared ones), those before the completion queue
+    // and the protection domain
     qp: rdma::Connection,
-    recv_mr: MemoryRegion,
+    /// Its own receive queue's buffers; None when it draws from the shared receive queue.
+    own_recv: Option<(MemoryRegion, Arc<Buffer>)>,
     send_mr: MemoryRegion,
     stage_mr: MemoryRegion,
-    recv: Arc<Buffer>,
     send: Arc<Buffer>,
     stage: Arc<Buffer>,
+    /// Its thread's shared receive queue and staging chunks on the device.
+    member: Member,
     cq: Arc<CompletionQueue>,
     cm: EventChannel,
     dev: Arc<DeviceRes>,
     /// Scatter/gather entries per send-queue request (the queue pair's real limit).
     max_sge: usize,
-    send_slots: Pool,
+    small_slots: Pool,
+    large_slots: Pool,
+    /// Its own staging chunks (numbered `0..OWN_CHUNKS`; shared chunk `i` is
+    /// `OWN_CHUNKS + i`).
     chunks: Pool,
     ops: Ops,
     pending: VecDeque<Pending>,
@@ -209,21 +224,28 @@ impl IserLink {
                     .map_err(|source| IserError::Register { len, source })?;
                 Ok((b, mr))
             };
-            let (recv, recv_mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
-            let (send, send_mr) = reg(SEND_LEN * SENDS, Access::LOCAL_WRITE)?;
-            let (stage, stage_mr) = reg(CHUNK * CHUNKS, Access::LOCAL_WRITE)?;
+            let member = Member::join(&dev, RECV_LEN, CHUNK);
+            let own_recv = match member.recv() {
+                Some(_) => None,
+                None => {
+                    let (b, mr) = reg(RECV_LEN * RECVS as usize, Access::LOCAL_WRITE)?;
+                    Some((mr, b))
+                }
+            };
+            let (send, send_mr) = reg(SEND_BYTES, Access::LOCAL_WRITE)?;
+            let (stage, stage_mr) = reg(CHUNK * OWN_CHUNKS, Access::LOCAL_WRITE)?;
             Ok((
                 dev.clone(),
                 cq,
-                recv,
-                recv_mr,
+                member,
+                own_recv,
                 send,
                 send_mr,
                 stage,
                 stage_mr,
             ))
         };
-        let (dev, cq, recv, recv_mr, send, send_mr, stage, stage_mr) = match setup() {
+        let (dev, cq, member, own_recv, send, send_mr, stage, stage_mr) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = id.reject(&[]);
@@ -237,7 +259,8 @@ impl IserLink {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let qp = rdma::Connection::create(id, dev.pd(), &cq, caps).map_err(|(e, id)| {
+        let srq = member.recv().map(|r| r.srq());
+        let qp = rdma::Connection::create_on(id, dev.pd(), &cq, caps, srq).map_err(|(e, id)| {
             let _ = id.reject(&[]);
             IserError::rdma("queue pair")(e)
         })?;
@@ -248,20 +271,22 @@ impl IserLink {
         })?;
         let sq_max = qp.caps().max_send_wr.min(SQ_DEPTH);
         let qp_sge = qp.caps().max_send_sge;
+        let own_receives = own_recv.is_some();
         let mut link = IserLink {
             qp,
-            recv_mr,
+            own_recv,
             send_mr,
             stage_mr,
-            recv,
             send,
             stage,
+            member,
             cq,
             cm: channel,
             max_sge: (qp_sge as usize).clamp(1, MAX_SGE as usize),
             dev,
-            send_slots: Pool::new(SENDS),
-            chunks: Pool::new(CHUNKS),
+            small_slots: Pool::new(SMALL_SENDS),
+            large_slots: Pool::new(LARGE_SENDS),
+            chunks: Pool::new(OWN_CHUNKS),
             ops: Ops::with_depth(sq_max as usize),
             pending: VecDeque::new(),
             credits,
@@ -278,9 +303,12 @@ impl IserLink {
             link.qp.reject();
             e
         };
-        for i in 0..RECVS {
-            if let Err(e) = link.post_recv(i) {
-                return Err(fail(&link, e));
+        link.count_memory(1);
+        if own_receives {
+            for i in 0..RECVS {
+                if let Err(e) = link.post_recv(i) {
+                    return Err(fail(&link, e));
+                }
             }
         }
         if let Err(e) = link.credits.post(RECVS) {
@@ -320,9 +348,28 @@ impl IserLink {
         self.dev.name()
     }
 
+    /// Adds (`sign` 1) or removes (-1) this connection's own registered memory and posted
+    /// receives to the gauges.
+    fn count_memory(&self, sign: i64) {
+        iser_memory::add_connections(sign);
+        iser_memory::add(Kind::Send, sign * SEND_BYTES as i64);
+        iser_memory::add(Kind::Staging, sign * (CHUNK * OWN_CHUNKS) as i64);
+        if self.own_recv.is_some() {
+            iser_memory::add(Kind::Receive, sign * (RECV_LEN * RECVS as usize) as i64);
+            iser_memory::add_posted(false, sign * i64::from(RECVS));
+        }
+    }
+
+    /// Posts receive buffer `i` (again): on the connection's own receive queue, or back
+    /// into the shared one.
     fn post_recv(&self, i: u32) -> Result<(), IserError> {
-        let sge = self
-            .recv_mr
+        let Some((mr, _)) = &self.own_recv else {
+            return match self.member.recv() {
+                Some(pool) => pool.repost(i),
+                None => Err(IserError::OutOfRange("shared receive")),
+            };
+        };
+        let sge = mr
             .sge(i as usize * RECV_LEN, RECV_LEN as u32)
             .ok_or(IserError::OutOfRange("receive buffer"))?;
         self.qp
@@ -431,11 +478,12 @@ impl IserLink {
         now_ms: u64,
     ) -> Result<(), IserError> {
         if c.wr_id & RECV_WR != 0 {
+            let i = (c.wr_id & !RECV_WR) as u32;
             if !c.status.is_success() {
                 self.credits.flush();
+                self.recycle_failed_recv(i);
                 return Err(IserError::ReceiveFailed(c.status));
             }
-            let i = (c.wr_id & !RECV_WR) as u32;
             self.received(i, c.byte_len as usize, conn, dir, now_ms)?;
             self.post_recv(i)?;
             if let Err(e) = self.credits.repost(1) {
@@ -462,10 +510,11 @@ impl IserLink {
             len,
         } = op
         {
+            let (buf, at) = self.chunk_at(chunk)?;
             // SAFETY: the RDMA READ into this chunk has completed; the chunk is released
             // (and may be read into again) only after the slice's last use below; only this
-            // thread touches the buffer.
-            let data = unsafe { self.stage.slice_quiescent(chunk * CHUNK, len) };
+            // thread touches it (a shared chunk is this connection's until it frees it).
+            let data = unsafe { buf.slice_quiescent(at, len) };
             let data = data.map_err(IserError::rdma("reading a staging chunk"))?;
             if !conn.data_arrived(itt, xfer, data) {
                 tracing::debug!(itt, "write data of an ended task dropped");
@@ -480,9 +529,57 @@ impl IserLink {
     /// this way) and releases those earlier ones. Returns `wr`'s op, None when it is not on
     /// the queue.
     fn retire_through(&mut self, wr: u64) -> Option<Op> {
-        let (slots, chunks) = (&mut self.send_slots, &mut self.chunks);
-        self.ops
-            .retire_through(wr, |op| release_into(slots, chunks, &op))
+        let mut bufs = Bufs {
+            small: &mut self.small_slots,
+            large: &mut self.large_slots,
+            own: &mut self.chunks,
+            shared: self.member.chunks(),
+        };
+        self.ops.retire_through(wr, |op| bufs.release(&op))
+    }
+
+    /// A receive that completed in error: a shared buffer goes back into the shared queue
+    /// (it is the pool's, not this connection's), unless the device is gone.
+    fn recycle_failed_recv(&self, i: u32) {
+        if self.own_recv.is_none() && !matches!(self.phase, Phase::DeviceGone) {
+            if let Err(e) = self.post_recv(i) {
+                tracing::debug!("shared receive {i} not reposted: {e}");
+            }
+        }
+    }
+
+    /// The buffer holding staging chunk `chunk` (own or shared) and the chunk's offset in it.
+    fn chunk_at(&self, chunk: usize) -> Result<(&Buffer, usize), IserError> {
+        if chunk < OWN_CHUNKS {
+            return Ok((&self.stage, chunk * CHUNK));
+        }
+        let shared = self
+            .member
+            .chunks()
+            .ok_or(IserError::OutOfRange("staging chunk"))?;
+        Ok((shared.buffer(), (chunk - OWN_CHUNKS) * shared.chunk_len()))
+    }
+
+    /// Takes a staging chunk: an own one first, else a shared one. The flag says it was the
+    /// connection's last own chunk (its request is then signaled, so a completion that
+    /// frees own chunks is always coming while the connection waits for one).
+    fn alloc_chunk(&mut self) -> Option<(usize, bool)> {
+        if let Some(c) = self.chunks.alloc() {
+            return Some((c, self.chunks.available() == 0));
+        }
+        let i = self.member.chunks()?.alloc()?;
+        Some((OWN_CHUNKS + i, false))
+    }
+
+    /// Gives staging chunk `chunk` back where it came from.
+    fn free_chunk(&mut self, chunk: usize) {
+        Bufs {
+            small: &mut self.small_slots,
+            large: &mut self.large_slots,
+            own: &mut self.chunks,
+            shared: self.member.chunks(),
+        }
+        .free_chunk(chunk);
     }
 
     /// Requests on the send queue not known to be completed.
@@ -492,7 +589,13 @@ impl IserLink {
 
     /// Gives an op's buffers back (cache blocks are unpinned when it is dropped).
     fn release(&mut self, op: &Op) {
-        release_into(&mut self.send_slots, &mut self.chunks, op);
+        Bufs {
+            small: &mut self.small_slots,
+            large: &mut self.large_slots,
+            own: &mut self.chunks,
+            shared: self.member.chunks(),
+        }
+        .release(op);
     }
 
     /// One received iSER message (receive buffer `i`, `len` bytes).
@@ -508,9 +611,19 @@ impl IserLink {
             return Err(IserError::ReceiveTooLong { len, cap: RECV_LEN });
         }
         // SAFETY: the receive into buffer `i` has completed; the caller posts it again only
-        // after this function returns, when the slice is gone; only this thread touches it.
-        let bytes = unsafe { self.recv.slice_quiescent(i as usize * RECV_LEN, len) };
-        let bytes = bytes.map_err(IserError::rdma("reading a receive buffer"))?;
+        // after this function returns, when the slice is gone; only this thread touches it
+        // (a shared buffer belongs to the completion's connection until it is reposted).
+        let bytes = unsafe {
+            match &self.own_recv {
+                Some((_, buf)) => buf
+                    .slice_quiescent(i as usize * RECV_LEN, len)
+                    .map_err(IserError::rdma("reading a receive buffer")),
+                None => match self.member.recv() {
+                    Some(pool) => pool.received(i, len),
+                    None => Err(IserError::OutOfRange("shared receive")),
+                },
+            }
+        }?;
         let (msg, pdu) = IserMessage::split(bytes)?;
         let IserMessage::Control(hdr) = msg else {
             // Linux never sends Hello; iSERHelloRequired is never negotiated Yes here
@@ -714,15 +827,19 @@ impl IserLink {
                 if self.sq_used() >= self.sq_max {
                     return Ok(false);
                 }
-                let Some(slot) = self.send_slots.alloc() else {
-                    return Ok(false);
-                };
                 let len = ISER_HEADERS_LEN + data.len();
                 if len > SEND_LEN {
-                    self.send_slots.free(slot);
                     return Err(IserError::PduTooLong(len));
                 }
-                let at = slot * SEND_LEN;
+                let slot = if len <= SMALL_LEN {
+                    self.small_slots.alloc()
+                } else {
+                    self.large_slots.alloc().map(|l| SMALL_SENDS + l)
+                };
+                let Some(slot) = slot else {
+                    return Ok(false);
+                };
+                let at = slot_offset(slot);
                 let iser_hdr = ControlHeader::NONE.encode();
                 // SAFETY: the slot is free (no Send from it in flight) and owned by this
                 // thread until its Send completes.
@@ -733,17 +850,18 @@ impl IserLink {
                         .and_then(|()| self.send.write_quiescent(at + ISER_HEADERS_LEN, data))
                 };
                 if let Err(e) = r {
-                    self.send_slots.free(slot);
+                    self.release(&Op::Send { slot });
                     return Err(IserError::rdma("writing a send buffer")(e));
                 }
                 let Some(sge) = self.send_mr.sge(at, len as u32) else {
-                    self.send_slots.free(slot);
+                    self.release(&Op::Send { slot });
                     return Err(IserError::OutOfRange("send buffer"));
                 };
                 let wr = self.ops.insert(Op::Send { slot });
                 if let Err(e) = self.queue(wr, Request::Send(&[sge]), false) {
-                    self.ops.take(wr);
-                    self.send_slots.free(slot);
+                    if let Some(op) = self.ops.take(wr) {
+                        self.release(&op);
+                    }
                     return Err(e);
                 }
                 Ok(true)
@@ -765,7 +883,7 @@ impl IserLink {
             if self.sq_used() >= self.sq_max {
                 return Ok(false);
             }
-            let Some(chunk) = self.chunks.alloc() else {
+            let Some((chunk, last_own)) = self.alloc_chunk() else {
                 return Ok(false);
             };
             let n = CHUNK.min(len - p.done);
@@ -779,16 +897,19 @@ impl IserLink {
                 RdmaTx::Put { data, .. } => match self.stage_copy(data, chunk, p.done, n) {
                     Ok(()) => Op::Write { chunk },
                     Err(e) => {
-                        self.chunks.free(chunk);
+                        self.free_chunk(chunk);
                         return Err(e);
                     }
                 },
-                RdmaTx::Pdu { .. } => return Ok(true),
+                RdmaTx::Pdu { .. } => {
+                    self.free_chunk(chunk);
+                    return Ok(true);
+                }
             };
             let wr = self.ops.insert(op);
-            if let Err(e) = self.post_rdma(wr, chunk, n, remote, p.done, read) {
+            if let Err(e) = self.post_rdma(wr, (chunk, last_own), n, remote, p.done, read) {
                 self.ops.take(wr);
-                self.chunks.free(chunk);
+                self.free_chunk(chunk);
                 return Err(e);
             }
             p.done += n;
@@ -811,9 +932,10 @@ impl IserLink {
             if piece.is_empty() {
                 return Err(IserError::ShortData);
             }
-            // SAFETY: the chunk is free (no RDMA on it in flight) and owned by this thread
-            // until its WRITE completes.
-            let r = unsafe { self.stage.write_quiescent(chunk * CHUNK + at, piece) };
+            let (buf, base) = self.chunk_at(chunk)?;
+            // SAFETY: the chunk is free (no RDMA on it in flight) and this connection's
+            // until its WRITE completes; only this thread touches it.
+            let r = unsafe { buf.write_quiescent(base + at, piece) };
             r.map_err(IserError::rdma("writing a staging chunk"))?;
             at += piece.len();
         }
@@ -825,16 +947,17 @@ impl IserLink {
     fn post_rdma(
         &mut self,
         wr: u64,
-        chunk: usize,
+        (chunk, last_own): (usize, bool),
         n: usize,
         remote: RemoteBuf,
         offset: usize,
         read: bool,
     ) -> Result<(), IserError> {
-        let sge = self
-            .stage_mr
-            .sge(chunk * CHUNK, n as u32)
-            .ok_or(IserError::OutOfRange("staging chunk"))?;
+        let sge = match chunk.checked_sub(OWN_CHUNKS) {
+            None => self.stage_mr.sge(chunk * CHUNK, n as u32),
+            Some(i) => self.member.chunks().and_then(|s| s.sge(i, n)),
+        };
+        let sge = sge.ok_or(IserError::OutOfRange("staging chunk"))?;
         let to = Remote {
             addr: remote.va.wrapping_add(offset as u64),
             rkey: remote.stag,
@@ -844,8 +967,7 @@ impl IserLink {
         } else {
             Request::Write(&[sge], to)
         };
-        let last_chunk = self.chunks.available() == 0;
-        self.queue(wr, req, last_chunk)
+        self.queue(wr, req, last_own)
     }
 
     /// The timer's check (every tick): `Err` when the established connection has had
@@ -947,10 +1069,11 @@ impl IserLink {
                 }
             };
             for c in &batch[..n] {
-                // flushed requests complete with an error, signaled or not
-                if c.wr_id & RECV_WR == 0
-                    && let Some(op) = self.retire_through(c.wr_id)
-                {
+                // flushed requests complete with an error, signaled or not; a flushed
+                // shared receive goes back into the shared queue
+                if c.wr_id & RECV_WR != 0 {
+                    self.recycle_failed_recv((c.wr_id & !RECV_WR) as u32);
+                } else if let Some(op) = self.retire_through(c.wr_id) {
                     self.release(&op);
                 }
             }
@@ -968,12 +1091,54 @@ impl IserLink {
     }
 }
 
-/// Gives an op's buffers back to their pools (cache blocks are unpinned when it is dropped).
-fn release_into(send_slots: &mut Pool, chunks: &mut Pool, op: &Op) {
-    match *op {
-        Op::Send { slot } => send_slots.free(slot),
-        Op::Write { chunk } | Op::Read { chunk, .. } => chunks.free(chunk),
-        Op::WriteFrom { .. } => {}
+/// The buffer pools an op's buffers go back to.
+struct Bufs<'a> {
+    small: &'a mut Pool,
+    large: &'a mut Pool,
+    own: &'a mut Pool,
+    shared: Option<&'a share::SharedChunks>,
+}
+
+impl Bufs<'_> {
+    /// Gives an op's buffers back to their pools (cache blocks are unpinned when it is
+    /// dropped).
+    fn release(&mut self, op: &Op) {
+        match *op {
+            Op::Send { slot } if slot < SMALL_SENDS => self.small.free(slot),
+            Op::Send { slot } => self.large.free(slot - SMALL_SENDS),
+            Op::Write { chunk } | Op::Read { chunk, .. } => self.free_chunk(chunk),
+            Op::WriteFrom { .. } => {}
+        }
+    }
+
+    fn free_chunk(&mut self, chunk: usize) {
+        match chunk.checked_sub(OWN_CHUNKS) {
+            None => self.own.free(chunk),
+            Some(i) => {
+                if let Some(s) = self.shared {
+                    s.free(i);
+                }
+            }
+        }
+    }
+}
+
+/// Offset of send slot `slot` in the send buffer: the small slots first, then the large.
+fn slot_offset(slot: usize) -> usize {
+    match slot.checked_sub(SMALL_SENDS) {
+        None => slot * SMALL_LEN,
+        Some(l) => SMALL_SENDS * SMALL_LEN + l * SEND_LEN,
+    }
+}
+
+impl Drop for IserLink {
+    fn drop(&mut self) {
+        // a link dropped with requests still out (teardown cut short, device removed) gives
+        // the shared chunks they hold back to its thread
+        for op in self.ops.take_all() {
+            self.release(&op);
+        }
+        self.count_memory(-1);
     }
 }
 
@@ -985,5 +1150,53 @@ mod tests {
         assert!(RECV_LEN >= ISER_HEADERS_LEN + RECV_DATA);
         assert!(SEND_LEN >= ISER_HEADERS_LEN + 8192);
         assert!(RECVS > MAX_WINDOW);
+        // a response with the largest sense data fits a small send buffer
+        assert!(SMALL_LEN >= ISER_HEADERS_LEN + 2 + 252);
     };
+
+    #[test]
+    fn send_slots_do_not_overlap() {
+        let mut end = 0;
+        for slot in 0..SMALL_SENDS + LARGE_SENDS {
+            let at = slot_offset(slot);
+            assert_eq!(at, end, "slot {slot}");
+            end = at
+                + if slot < SMALL_SENDS {
+                    SMALL_LEN
+                } else {
+                    SEND_LEN
+                };
+        }
+        assert_eq!(end, SEND_BYTES);
+    }
+
+    #[test]
+    fn ops_go_back_to_their_pools() {
+        let (mut small, mut large, mut own) = (
+            Pool::new(SMALL_SENDS),
+            Pool::new(LARGE_SENDS),
+            Pool::new(OWN_CHUNKS),
+        );
+        let s = small.alloc().unwrap();
+        let l = large.alloc().unwrap();
+        let c = own.alloc().unwrap();
+        let mut bufs = Bufs {
+            small: &mut small,
+            large: &mut large,
+            own: &mut own,
+            shared: None,
+        };
+        bufs.release(&Op::Send { slot: s });
+        bufs.release(&Op::Send {
+            slot: SMALL_SENDS + l,
+        });
+        bufs.release(&Op::Write { chunk: c });
+        // a shared chunk without a shared set is ignored, not put in the own pool
+        bufs.release(&Op::Write {
+            chunk: OWN_CHUNKS + 3,
+        });
+        assert_eq!(small.available(), SMALL_SENDS);
+        assert_eq!(large.available(), LARGE_SENDS);
+        assert_eq!(own.available(), OWN_CHUNKS);
+    }
 }

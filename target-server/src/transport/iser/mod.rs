@@ -7,13 +7,16 @@
 //!
 //! Split: `listen` (RDMA listeners and connect requests), `link` (one connection's RDMA side:
 //! set-up, completions, posting, teardown), `ops` (send-queue requests in flight, buffer
-//! slots), `device` (what the connections on one RDMA device share), `error`.
+//! slots), `share` (what the connections of one event thread on one device share: the
+//! shared receive queue, staging chunks), `device` (what the connections on one RDMA device
+//! share), `error`.
 
 mod device;
 mod error;
 mod link;
 mod listen;
 mod ops;
+mod share;
 
 pub use error::IserError;
 pub use listen::IserListener;

@@ -123,6 +123,13 @@ impl Ops {
             .is_some_and(Option::is_some)
     }
 
+    /// Takes every request still held (the link is being dropped).
+    pub(super) fn take_all(&mut self) -> Vec<Op> {
+        self.queued.clear();
+        self.free.clear();
+        self.slots.drain(..).flatten().collect()
+    }
+
     /// Removes and returns the request with id `wr` (None: unknown or already taken).
     pub(super) fn take(&mut self, wr: u64) -> Option<Op> {
         let i = usize::try_from(wr).ok()?;
