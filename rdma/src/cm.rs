@@ -224,26 +224,24 @@ impl Listener {
     /// on an RDMA device, `rdma_bind_addr` fails (`EADDRNOTAVAIL` / `ENODEV`).
     pub fn bind(addr: SocketAddr, backlog: i32) -> Result<Listener> {
         let (id, channel) = CmId::on_new_channel()?;
-        let (mut storage, _len) = sockaddr_of(addr);
-        // SAFETY: the id is live; `storage` holds a sockaddr_in or sockaddr_in6 matching its
-        // family and lives across the call (librdmacm copies it).
-        let rc = unsafe {
-            ffi::rdma_bind_addr(
-                id.as_ptr(),
-                (&mut storage as *mut libc::sockaddr_storage).cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last("rdma_bind_addr", LIBRDMACM));
-        }
-        // SAFETY: the id is live and bound.
-        if unsafe { ffi::rdma_listen(id.as_ptr(), backlog) } != 0 {
-            return Err(Error::last("rdma_listen", LIBRDMACM));
-        }
+        listen(&id, addr, backlog)?;
         Ok(Listener {
             id: Some(id),
             channel,
         })
+    }
+
+    /// Listens again on `addr` after [`Listener::close`] (the device came back): a new id
+    /// on the same event channel, so a registered fd stays the one to poll. Does nothing
+    /// while open.
+    pub fn reopen(&mut self, addr: SocketAddr, backlog: i32) -> Result<()> {
+        if self.id.is_some() {
+            return Ok(());
+        }
+        let id = CmId::on_channel(&self.channel)?;
+        listen(&id, addr, backlog)?;
+        self.id = Some(id);
+        Ok(())
     }
 
     /// The listening id's handle (events about the listener itself carry it); 0 once
@@ -272,6 +270,27 @@ impl Listener {
     pub fn channel(&self) -> EventChannel {
         EventChannel(self.channel.clone())
     }
+}
+
+/// Binds `id` to `addr` (a port 0 picks one) and listens with `backlog`.
+fn listen(id: &CmId, addr: SocketAddr, backlog: i32) -> Result<()> {
+    let (mut storage, _len) = sockaddr_of(addr);
+    // SAFETY: the id is live; `storage` holds a sockaddr_in or sockaddr_in6 matching its
+    // family and lives across the call (librdmacm copies it).
+    let rc = unsafe {
+        ffi::rdma_bind_addr(
+            id.as_ptr(),
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::last("rdma_bind_addr", LIBRDMACM));
+    }
+    // SAFETY: the id is live and bound.
+    if unsafe { ffi::rdma_listen(id.as_ptr(), backlog) } != 0 {
+        return Err(Error::last("rdma_listen", LIBRDMACM));
+    }
+    Ok(())
 }
 
 /// Reads one event of `channel` without blocking: `Ok(None)` when it is empty.
@@ -357,6 +376,12 @@ impl CmId {
     /// and the client's first step.
     fn on_new_channel() -> Result<(CmId, Arc<Channel>)> {
         let channel = Arc::new(Channel::new()?);
+        let id = CmId::on_channel(&channel)?;
+        Ok((id, channel))
+    }
+
+    /// A new RDMA_PS_TCP id whose events arrive on `channel`.
+    fn on_channel(channel: &Arc<Channel>) -> Result<CmId> {
         let mut raw: *mut ffi::rdma_cm_id = std::ptr::null_mut();
         // SAFETY: the channel is live; `raw` is a valid out pointer; the context is unused.
         let rc = unsafe {
@@ -371,11 +396,10 @@ impl CmId {
             return Err(Error::last("rdma_create_id", LIBRDMACM));
         }
         let id = NonNull::new(raw).ok_or(Error::Invalid("rdma_create_id returned no id"))?;
-        let id = CmId {
+        Ok(CmId {
             id,
-            _channel: Arc::clone(&channel),
-        };
-        Ok((id, channel))
+            _channel: Arc::clone(channel),
+        })
     }
 
     /// A new RDMA_PS_TCP id on a new event channel (non-blocking), for the active side.

@@ -19,7 +19,8 @@
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
 #     the target still runs and a fresh iSER login reads the same bytes;
 #   - numatgtd only: `rdma link delete` of the device under running iSER reads finishes
-#     within 10 s while a TCP session to the same daemon keeps reading the same bytes;
+#     within 10 s while a TCP session to the same daemon keeps reading the same bytes; the
+#     device added again, the portal listens again and a new iSER session reads the same;
 #   - stop the target by PID.
 # tgt 1.0.85 quirks handled here (TARGET=tgtd only): iSER logins need an initiator-name ACL
 # besides -I ALL (fixed upstream later), and a target made with --lld iser refuses TCP logins,
@@ -422,6 +423,20 @@ if [ "$TARGET" = numatgtd ]; then
   timeout 60 iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I "$IFACE" --logout >/dev/null 2>&1
   iscsiadm -m session >/dev/null 2>&1 && fail "a session is left after the device removal"
   step "TCP read the same $DATA_MB MiB after the removal; sessions closed"
+
+  # the device comes back: the closed portal listens again (tried every 2 s) and a new
+  # iSER session reads the same bytes, with no restart
+  cm_listening && fail "the iSER portal still listens after its device was removed"
+  t0=$(date +%s%N)
+  rdma link add rxe0 type rxe netdev "$ND" || fail "rdma link add rxe0 again"
+  wait_for 15 "the iSER portal listening again after rdma link add rxe0" cm_listening
+  RMS=$(( ($(date +%s%N) - t0) / 1000000 ))
+  grep "listens again" "$LOG" | tail -n 1
+  login "$IQN" "$ISER_PORTAL" "$IFACE" iser
+  BACK_SHA=$(raw_sha)
+  [ "$BACK_SHA" = "$ISER_SHA" ] || fail "after the device returned the first $DATA_MB MiB read $BACK_SHA, want $ISER_SHA"
+  logout "$IQN" "$ISER_PORTAL" "$IFACE"
+  step "rxe0 back: the portal listened again in $RMS ms, a new iSER session read the same bytes"
 fi
 
 step "stop target (pid $TPID)"

@@ -406,6 +406,9 @@ impl EventThread {
 
     fn tick(&mut self) {
         self.retiring.retain_mut(|link| !link.drained());
+        for l in &mut self.listeners {
+            l.on_tick();
+        }
         if self.index == 0 {
             // the summaries of refusal bursts that are over
             self.shared.registry.limits.flush_logs();

@@ -145,13 +145,22 @@ impl PortalAcceptor {
 fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
     let mut listeners: Vec<Option<(Box<dyn Listener>, SocketAddr)>> = Vec::new();
     let mut events = Events::with_capacity(64);
+    // the listeners' timer (a closed iSER portal tries to listen again)
+    let tick = std::time::Duration::from_secs(1);
+    let mut last_tick = std::time::Instant::now();
     loop {
-        if let Err(e) = poll.poll(&mut events, None) {
+        if let Err(e) = poll.poll(&mut events, Some(tick)) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             tracing::error!("portal acceptor poll failed: {e}");
             return;
+        }
+        if last_tick.elapsed() >= tick {
+            last_tick = std::time::Instant::now();
+            for (l, _) in listeners.iter_mut().flatten() {
+                l.on_tick();
+            }
         }
         for ev in events.iter() {
             match ev.token() {

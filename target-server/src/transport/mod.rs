@@ -59,6 +59,9 @@ pub trait Listener: Send {
     /// Takes every connection waiting, each to `out`, without blocking. Failures are logged
     /// here (bad connect requests are refused); the next readiness event tries again.
     fn accept(&mut self, out: &mut dyn FnMut(Box<dyn Accepted>));
+    /// The timer's call (every tick of the thread that polls it, about twice a second):
+    /// a portal whose device went away tries to listen again (iSER). Never blocks long.
+    fn on_tick(&mut self) {}
 }
 
 /// Where an accepted connection is to be served.

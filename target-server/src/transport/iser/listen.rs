@@ -1,10 +1,12 @@
 //! iSER portals: an RDMA CM listener per portal ([`IserListener`], its event channel in an
 //! event thread's poll set) and the connect requests it takes ([`Incoming`]): the iSER
 //! private data checked, the new id moved to an event channel of its own, the NUMA node of
-//! its RDMA device found, so that the event thread of that node adopts it.
+//! its RDMA device found, so that the event thread of that node adopts it. A portal closed by
+//! the removal of its device listens again when a device has its address once more.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
 
 use iser::proto::CmRequest;
 use rdma::{CmEvent, CmEventKind, CmId, Context, EventChannel, Listener};
@@ -26,14 +28,28 @@ pub struct Incoming {
 pub struct IserListener {
     listener: Listener,
     addr: SocketAddr,
+    /// Closed by a device removal: since when, and when listening was last tried again.
+    closed: Option<Closed>,
 }
+
+/// A portal closed by the removal of its device.
+struct Closed {
+    since: Instant,
+    tried: Instant,
+}
+
+/// Connect requests queued on a portal (rdma_listen's backlog).
+const BACKLOG: i32 = 128;
+/// How often a closed portal tries to listen again.
+const RETRY: Duration = Duration::from_secs(2);
 
 impl IserListener {
     /// Listens for iSER connections on `addr` (RDMA CM, port space TCP).
     pub fn bind(addr: SocketAddr) -> Result<IserListener, rdma::Error> {
         Ok(IserListener {
-            listener: Listener::bind(addr, 128)?,
+            listener: Listener::bind(addr, BACKLOG)?,
             addr,
+            closed: None,
         })
     }
 
@@ -60,8 +76,13 @@ impl IserListener {
                         && self.listener.is_open() =>
                 {
                     tracing::warn!(portal = %self.addr,
-                        "RDMA device removed: the iSER portal is closed and takes no more connections");
+                        "RDMA device removed: the iSER portal is closed until an RDMA device has its address again");
                     self.listener.close();
+                    let now = Instant::now();
+                    self.closed = Some(Closed {
+                        since: now,
+                        tried: now,
+                    });
                     super::device::watch_removal();
                 }
                 Ok(Some(ev)) => {
@@ -72,6 +93,29 @@ impl IserListener {
                     tracing::warn!(portal = %self.addr, "reading iSER connect requests: {e}");
                     return out;
                 }
+            }
+        }
+    }
+
+    /// A portal closed by a device removal listens again once an RDMA device has its
+    /// address (the device came back, or the address moved to another one): tried every
+    /// [`RETRY`], on the same event channel (the registered fd stays valid).
+    pub fn revive(&mut self) {
+        let Some(c) = &mut self.closed else {
+            return;
+        };
+        if c.tried.elapsed() < RETRY {
+            return;
+        }
+        c.tried = Instant::now();
+        match self.listener.reopen(self.addr, BACKLOG) {
+            Ok(()) => {
+                tracing::info!(portal = %self.addr, closed_secs = c.since.elapsed().as_secs(),
+                    "the iSER portal listens again: an RDMA device has its address");
+                self.closed = None;
+            }
+            Err(e) => {
+                tracing::debug!(portal = %self.addr, "the iSER portal cannot listen yet: {e}")
             }
         }
     }

@@ -67,6 +67,10 @@ impl Listener for IserListener {
             out(Box::new(inc));
         }
     }
+
+    fn on_tick(&mut self) {
+        self.revive();
+    }
 }
 
 impl Accepted for Incoming {
