@@ -206,6 +206,20 @@ if [ "$TARGET" = numatgtd ]; then
   nq=$(qps)
   [ "$nq" -ge 1 ] || { timeout 5 rdma resource show qp; fail "rdma resource show lists no queue pair of numatgtd during a session"; }
   step "tgtadm show and metrics list the iSER session; numatgtd holds $nq queue pair(s)"
+  # the connection draws its receives from its event thread's shared receive queue, whose
+  # memory (and the shared staging chunks) the kernel placed on that thread's NUMA node
+  grep -E '^numatgt_iser_(connections|registered_bytes|posted_receives|shared_receive_queues|shared_pool_pages_total)' /tmp/metrics.txt
+  grep -q '^numatgt_iser_connections 1$' /tmp/metrics.txt || fail "metrics: numatgt_iser_connections is not 1"
+  grep -q '^numatgt_iser_shared_receive_queues 1$' /tmp/metrics.txt || fail "metrics: not one shared receive queue"
+  grep -q '^numatgt_iser_posted_receives{queue="shared"} 144$' /tmp/metrics.txt ||
+    fail "metrics: the shared receive queue does not hold 144 receives for one connection"
+  grep -q '^numatgt_iser_shared_pool_pages_total{placement="remote"} 0$' /tmp/metrics.txt ||
+    fail "metrics: shared pool pages placed off their event thread's node"
+  for what in receive staging; do
+    grep -E "iSER shared $what memory of this event thread: [1-9][0-9]* pages on its node [0-9]+, 0 elsewhere" "$LOG" | tail -n 1 |
+      grep . || fail "log: no placement of the shared $what memory on its event thread's node"
+  done
+  step "iSER memory: one shared receive queue (144 receives), its pages and the staging chunks' on the event thread's node"
 fi
 step "mkfs.ext4 + mount"
 timeout 180 mkfs.ext4 -q -F "/dev/$DEV" || fail "mkfs.ext4"

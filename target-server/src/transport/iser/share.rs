@@ -298,6 +298,10 @@ impl Member {
                 tracing::warn!(device = dev.name(), "shared receive queue not grown: {e}");
             }
         }
+        if n == 1 {
+            // a new share, its first slab registered (pinned, so placed for good)
+            share.check_placement();
+        }
         Member { share }
     }
 
@@ -365,20 +369,19 @@ impl Share {
                 tracing::warn!(device = dev.name(), "no shared staging chunks: {e}");
             })
             .ok();
-        let share = Share {
+        Share {
             recv,
             chunks,
             dev: Arc::clone(dev),
             members: Mutex::new(0),
-        };
-        share.check_placement();
-        share
+        }
     }
 
     /// Asks the kernel where the pages of the pool's first slab and of the shared chunks
     /// are (`move_pages(2)`), counts them as on the calling thread's node or not (the
-    /// `numatgt_iser_shared_pool_pages` gauge) and logs it: the proof that an event thread's
-    /// iSER memory is its node's. Runs once per pool, at set-up.
+    /// `numatgt_iser_shared_pool_pages_total` counter) and logs it: the proof that an event
+    /// thread's iSER memory is its node's. Runs once per share, when its first connection
+    /// joined.
     fn check_placement(&self) {
         let Some(node) = this_node() else {
             return;
