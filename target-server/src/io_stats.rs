@@ -145,10 +145,21 @@ pub fn error_kind(status: u8, sense: &[u8]) -> Option<usize> {
     }
 }
 
+/// The clock's origin: its first use in this process.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// Nanoseconds since the first call in this process (a monotonic clock).
 pub fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    epoch().elapsed().as_nanos() as u64
+}
+
+/// `at` on the [`now_ns`] clock (0 when before its origin), without reading the clock
+/// once the origin is set: an event loop stamps its commands with its turn's wake-up.
+pub fn ns_at(at: Instant) -> u64 {
+    at.saturating_duration_since(epoch()).as_nanos() as u64
 }
 
 /// Indexes of [`IoCounters::c`].

@@ -15,7 +15,7 @@ use crate::backend::StorageCtx;
 use crate::backend::reply::{Answer, CompletionSink, ReplyTo, completed};
 use crate::conn_id::ConnId;
 use crate::dispatch;
-use crate::io_stats::{IoKind, IoTag, NO_STATS, now_ns};
+use crate::io_stats::{IoKind, IoTag, NO_STATS};
 
 /// What the steps need besides the connection.
 struct Env<'a> {
@@ -24,6 +24,8 @@ struct Env<'a> {
     sink: &'a Arc<dyn CompletionSink>,
     id: ConnId,
     node: usize,
+    /// This loop turn's wake-up on `io_stats::now_ns`'s clock: when its commands arrived.
+    turn_ns: u64,
 }
 
 impl EventThread {
@@ -46,6 +48,7 @@ impl EventThread {
             sink: &self.sink,
             id,
             node: self.node,
+            turn_ns: self.turn_ns,
         };
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
@@ -137,7 +140,8 @@ impl Slot {
         let session = &*session;
         let luns = &session.luns.1;
         let mut tag = IoTag {
-            started_ns: now_ns(),
+            // the turn's wake-up: when the command was seen (no clock read per command)
+            started_ns: env.turn_ns,
             kind: IoKind::OTHER,
             stats: luns
                 .map

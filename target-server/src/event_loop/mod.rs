@@ -69,6 +69,8 @@ pub struct EventThread {
     touched: Vec<usize>,
     /// [`EventThread::now_ms`]: the clock as of this loop turn's wake-up.
     turn_ms: u64,
+    /// The same wake-up on the I/O statistics' clock (`io_stats::now_ns`).
+    turn_ns: u64,
 }
 
 impl EventThread {
@@ -97,6 +99,7 @@ impl EventThread {
             current: None,
             touched: Vec::new(),
             turn_ms: 0,
+            turn_ns: 0,
         }
     }
 
@@ -161,6 +164,7 @@ impl EventThread {
             }
             let woke = Instant::now();
             self.turn_ms = woke.duration_since(self.shared.started).as_millis() as u64;
+            self.turn_ns = crate::io_stats::ns_at(woke);
             if !spin.is_zero() && !events.is_empty() {
                 spin_until = Some(woke + spin);
             }
