@@ -250,18 +250,12 @@ impl Connection {
 
     /// Posts one receive into `sge`.
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<()> {
-        let mut list = [to_ffi(sge)];
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: list.as_mut_ptr(),
-            num_sge: 1,
-        };
-        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: the QP is live; `wr` and its one-entry list live across the call (the
-        // provider copies them); the device checks the entry against its lkey's region.
-        let rc = unsafe { ffi::ibv_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
-        post_result("ibv_post_recv", rc)
+        with_recv_wr(wr_id, sge, |wr, bad| {
+            // SAFETY: the QP is live; `wr` and its one-entry list live across the call (the
+            // provider copies them); the device checks the entry against its lkey's region.
+            let rc = unsafe { ffi::ibv_post_recv(self.qp.as_ptr(), wr, bad) };
+            post_result("ibv_post_recv", rc)
+        })
     }
 
     /// Posts a Send of `sges` (Send with Invalidate when `opts.invalidate` is set).
@@ -403,6 +397,24 @@ fn conn_param(
         srq: 0,
         qp_num: 0,
     })
+}
+
+/// Calls `post` with a one-entry receive work request for `sge` and a bad-request out
+/// pointer, both valid for the call.
+pub(crate) fn with_recv_wr(
+    wr_id: u64,
+    sge: Sge,
+    post: impl FnOnce(&mut ffi::ibv_recv_wr, &mut *mut ffi::ibv_recv_wr) -> Result<()>,
+) -> Result<()> {
+    let mut list = [to_ffi(sge)];
+    let mut wr = ffi::ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: list.as_mut_ptr(),
+        num_sge: 1,
+    };
+    let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+    post(&mut wr, &mut bad)
 }
 
 fn to_ffi(s: Sge) -> ffi::ibv_sge {

@@ -73,22 +73,13 @@ impl SharedReceiveQueue {
 
     /// Posts one receive into `sge`.
     pub fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<()> {
-        let mut list = [ffi::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        }];
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: list.as_mut_ptr(),
-            num_sge: 1,
-        };
-        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: the SRQ is live; `wr` and its one-entry list live across the call (the
-        // provider copies them); the device checks the entry against its lkey's region.
-        let rc = unsafe { ffi::ibv_post_srq_recv(self.srq.as_ptr(), &mut wr, &mut bad) };
-        crate::qp::post_result("ibv_post_srq_recv", rc)
+        crate::qp::with_recv_wr(wr_id, sge, |wr, bad| {
+            // SAFETY: the SRQ is live; `wr` and its one-entry list live across the call
+            // (the provider copies them); the device checks the entry against its lkey's
+            // region.
+            let rc = unsafe { ffi::ibv_post_srq_recv(self.srq.as_ptr(), wr, bad) };
+            crate::qp::post_result("ibv_post_srq_recv", rc)
+        })
     }
 }
 

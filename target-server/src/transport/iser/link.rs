@@ -571,15 +571,19 @@ impl IserLink {
         Some((OWN_CHUNKS + i, false))
     }
 
-    /// Gives staging chunk `chunk` back where it came from.
-    fn free_chunk(&mut self, chunk: usize) {
+    /// The pools buffers go back to.
+    fn bufs(&mut self) -> Bufs<'_> {
         Bufs {
             small: &mut self.small_slots,
             large: &mut self.large_slots,
             own: &mut self.chunks,
             shared: self.member.chunks(),
         }
-        .free_chunk(chunk);
+    }
+
+    /// Gives staging chunk `chunk` back where it came from.
+    fn free_chunk(&mut self, chunk: usize) {
+        self.bufs().free_chunk(chunk);
     }
 
     /// Requests on the send queue not known to be completed.
@@ -589,13 +593,7 @@ impl IserLink {
 
     /// Gives an op's buffers back (cache blocks are unpinned when it is dropped).
     fn release(&mut self, op: &Op) {
-        Bufs {
-            small: &mut self.small_slots,
-            large: &mut self.large_slots,
-            own: &mut self.chunks,
-            shared: self.member.chunks(),
-        }
-        .release(op);
+        self.bufs().release(op);
     }
 
     /// One received iSER message (receive buffer `i`, `len` bytes).
