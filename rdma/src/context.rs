@@ -92,6 +92,13 @@ impl Context {
         ))
     }
 
+    /// Whether `id` is bound to this very context. librdmacm may open a device anew when
+    /// its device list changes (another device added or removed), so contexts of one device
+    /// name are told apart by this, not by name.
+    pub fn is_of(&self, id: &CmId) -> bool {
+        self.ctx.as_ptr() == id.verbs()
+    }
+
     /// The device's kernel name (e.g. `rxe0`).
     pub fn device_name(&self) -> String {
         // SAFETY: the context is open; `device` is set at open and constant, and its name is

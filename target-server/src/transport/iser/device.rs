@@ -74,12 +74,24 @@ impl DeviceRes {
     /// The shared state of `id`'s device, set up (and the arenas registered) by the first
     /// connection on it.
     pub fn of_id(id: &CmId, cache: Option<&Arc<BlockCache>>) -> Result<Arc<DeviceRes>, IserError> {
-        let ctx = Context::of_id(id).map_err(IserError::rdma("device context"))?;
-        let name = ctx.device_name();
         let mut all = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = all.iter().find(|d| d.name == name) {
+        // by context, not by name: librdmacm opens a device anew when its device list
+        // changes (a device added or removed), and a protection domain of the old context
+        // cannot hold queue pairs of the new one
+        if let Some(d) = all.iter().find(|d| d.ctx.is_of(id)) {
             return Ok(Arc::clone(d));
         }
+        let ctx = Context::of_id(id).map_err(IserError::rdma("device context"))?;
+        let name = ctx.device_name();
+        // an older context of the same device is no longer handed out; its objects go with
+        // the last connection holding them
+        all.retain(|d| {
+            let stale = d.name == name;
+            if stale {
+                tracing::info!(device = %name, "RDMA device context opened anew by librdmacm: new connections get new verbs objects");
+            }
+            !stale
+        });
         let pd = ProtectionDomain::new(&ctx).map_err(IserError::rdma("protection domain"))?;
         let d = Arc::new(DeviceRes {
             arenas: OnceLock::new(),
