@@ -59,14 +59,15 @@ sc_metric() {
     $1 == f || index($1, f "{") == 1 { seen = 1; if (sel == "" || index($1, sel)) s += $NF }
     END { if (seen) printf "%.0f\n", s; else print "n/a" }' "$SC_OUT/metrics.txt"
 }
+# sc_disks: SC_DISKS, the iSCSI sessions' disks; SC_ODD, those not of the LUN's size
 sc_disks() {
-  _n=0
+  SC_DISKS=0 SC_ODD=
   for _b in /sys/class/iscsi_session/session*/device/target*/*/block/*; do
     [ -b "/dev/${_b##*/}" ] || continue
-    [ "$(cat "$_b/size")" = $((LUN_MB * 2048)) ] || fail "iSER disk ${_b##*/} has $(cat "$_b/size") sectors, want $((LUN_MB * 2048))"
-    _n=$((_n + 1))
+    SC_DISKS=$((SC_DISKS + 1))
+    _s=$(cat "$_b/size")
+    [ "$_s" = $((LUN_MB * 2048)) ] || SC_ODD="$SC_ODD ${_b##*/}:$_s"
   done
-  echo $_n
 }
 # sc_each FIRST LAST OP: iscsiadm --OP (login | logout) of ifaces iscale<FIRST..LAST> all at
 # once, each bounded; fails naming every one that did not succeed
@@ -159,10 +160,13 @@ for n in $SC_NS; do
   [ "$got" = "$n" ] && [ "$iser" = "$n" ] ||
     { timeout 10 iscsiadm -m session; fail "$n iSER logins: $got session(s), $iser over iser"; }
   i=0
-  while [ "$(sc_disks)" != "$n" ]; do
-    i=$((i + 1)); [ $i -le 150 ] || fail "$n iSER sessions: $(sc_disks) disk(s) after 30 s"
+  sc_disks
+  while [ "$SC_DISKS" != "$n" ]; do
+    i=$((i + 1)); [ $i -le 150 ] || fail "$n iSER sessions: $SC_DISKS disk(s) after 30 s"
     sleep 0.2
+    sc_disks
   done
+  [ -z "$SC_ODD" ] || fail "$n iSER sessions: disks not of $LUN_MB MiB (name:sectors):$SC_ODD"
   nq=$(qps)
   [ "$nq" = "$n" ] || { timeout 5 rdma resource show qp; fail "$n iSER sessions: numatgtd holds $nq queue pair(s)"; }
   set -- $(sc_res mr)
