@@ -113,8 +113,13 @@ iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I iscale1 -o update -n node.sessio
   fail "iscsiadm update login retries"
 iscsiadm -m node -T "$IQN" -p "$ISER_PORTAL" -I iscale1 -o update -n node.conn[0].timeo.login_timeout -v 30 ||
   fail "iscsiadm update login timeout"
-SC_IFREC=$(find /etc/iscsi /var/lib/iscsi -path '*/ifaces/iscale1' 2>/dev/null | head -n 1)
-SC_NODEREC=$(find /etc/iscsi /var/lib/iscsi -path "*/nodes/$IQN/*/iscale1" 2>/dev/null | head -n 1)
+SC_IFREC= SC_NODEREC=
+for d in /etc/iscsi /var/lib/iscsi; do
+  for f in "$d/ifaces/iscale1" "$d/nodes/$IQN/"*/iscale1; do
+    [ -f "$f" ] || continue
+    case $f in */ifaces/*) SC_IFREC=$f ;; *) SC_NODEREC=$f ;; esac
+  done
+done
 for i in $(seq 2 "$SC_MAX"); do
   if [ -n "$SC_IFREC" ] && [ -n "$SC_NODEREC" ]; then
     sed "s/^iface.iscsi_ifacename = iscale1\$/iface.iscsi_ifacename = iscale$i/" "$SC_IFREC" > "${SC_IFREC%1}$i" &&
