@@ -18,6 +18,9 @@
 #     recovers with a new login;
 #   - a session killed mid-I/O (logout with O_DIRECT reads and writes in flight), after which
 #     the target still runs and a fresh iSER login reads the same bytes;
+#   - numatgtd only: 1, 8 and 32 iSER sessions from this host at once (what each connection
+#     costs in registered memory, ISER_SCALE lines), then a storm of logins and logouts; no
+#     queue pair may be left (guest-iser-scale.sh);
 #   - numatgtd only: `rdma link delete` of the device under running iSER reads finishes
 #     within 10 s while a TCP session to the same daemon keeps reading the same bytes; the
 #     device added again, the portal listens again and a new iSER session reads the same;
@@ -31,6 +34,9 @@
 #      NUMATGTD     path of the numatgtd binary as the guest sees it
 #      SAME_TARGET  1: TCP reads use the iSER target itself; 0: a second TCP target on the
 #                   same file (default 1 for numatgtd, 0 for tgtd)
+#      ISER_LIBISCSI=0  leave out the libiscsi step (guest-iser-libiscsi.sh), for fast runs
+#      ISER_SCALE=0     leave out the scale and storm step (guest-iser-scale.sh); its knobs:
+#                   ISER_SCALE_NS ("1 8 32"), ISER_STORM_ROUNDS (10), ISER_MAX_CONN_KIB
 # Prints VM_ISER_OK target=... on success, ISER_TEST_FAIL: <why> otherwise (exit 1), and one
 # ISER_PERF line with the measured read throughputs.
 set -u
@@ -297,7 +303,11 @@ if [ "$TARGET" = numatgtd ]; then
   step "iSER portal $RT_PORTAL added, discovered through, removed; the configured one is fixed"
 
   # libiscsi's user-space iSER initiator on a target of its own (guest-iser-libiscsi.sh)
-  . /vmtest/guest-iser-libiscsi.sh
+  if [ "${ISER_LIBISCSI:-1}" = 1 ]; then
+    . /vmtest/guest-iser-libiscsi.sh
+  else
+    step "libiscsi's iSER step left out (ISER_LIBISCSI=0)"
+  fi
 fi
 
 step "kill an iSER session mid-I/O"
@@ -351,6 +361,16 @@ AGAIN_SHA=$(raw_sha)
 logout "$IQN" "$ISER_PORTAL" "$IFACE"
 timeout 5 rdma statistic show link rxe0/1 2>/dev/null | grep -o -E '(sent_pkts|rcvd_pkts) [0-9]+' | tr '\n' ' '
 echo
+
+if [ "$TARGET" = numatgtd ]; then
+  # many iSER sessions from this host at once, then a login/logout storm (guest-iser-scale.sh):
+  # what each connection costs with 1, 8 and 32 of them, and no queue pair left behind
+  if [ "${ISER_SCALE:-1}" = 1 ]; then
+    . /vmtest/guest-iser-scale.sh
+  else
+    step "iSER scale and storm step left out (ISER_SCALE=0)"
+  fi
+fi
 
 if [ "$TARGET" = numatgtd ]; then
   # device removal (issue 24): `rdma link delete` of the device under running iSER reads

@@ -9,16 +9,19 @@
 # by tgtadm --lld iser; TARGET=tgtd runs Debian's tgtd, the baseline peer.
 # Env: TARGET=numatgtd|tgtd  NUMATGTD_BIN (default <repo>/target/debug/numatgtd)
 #      SAME_TARGET (see guest-iser.sh)
+#      ISER_LIBISCSI=0: leave out the libiscsi step (fast runs); ISER_SCALE=0: leave out the
+#      many-sessions step; ISER_SCALE_NS ("1 8 32") sessions at once, ISER_STORM_ROUNDS (10),
+#      ISER_MAX_CONN_KIB: bound on the registered KiB per connection at the largest N
 #      LIBISCSI_MEASURE=1: print libiscsi's iscsi-test-cu counts over iser:// without
 #      checking them against guest-iser-libiscsi.sh's table; LIBISCSI_VS_LIO=1: the same
 #      libiscsi WRITEs to LIO too, for the record
-#      VM_TIMEOUT (420) and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
+#      VM_TIMEOUT (720) and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 export TARGET=${TARGET:-numatgtd}
-export VM_TIMEOUT=${VM_TIMEOUT:-420}
+export VM_TIMEOUT=${VM_TIMEOUT:-720}
 [ "$(id -u)" = 0 ] || { echo "test-vm-iser: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 # the guest runs the host's userspace: tgtd/numatgtd need the rxe verbs provider
 if ! ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so >/dev/null 2>&1; then
@@ -44,9 +47,10 @@ case "$TARGET" in
       /tmp/*) VM_FILES="$VM_FILES $HOSTILE"; export ISER_HOSTILE=/vmtest/$(basename "$HOSTILE") ;;
       *) export ISER_HOSTILE=$HOSTILE ;;
     esac
-    VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO"
-    # libiscsi's iSER initiator step, sourced by guest-iser.sh
-    VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh"
+    VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO ISER_LIBISCSI"
+    VM_ENV="$VM_ENV ISER_SCALE ISER_SCALE_NS ISER_STORM_ROUNDS ISER_MAX_CONN_KIB"
+    # libiscsi's iSER initiator step and the many-sessions step, sourced by guest-iser.sh
+    VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh $HERE/guest-iser-scale.sh"
     ;;
   tgtd) ;;
   *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;
