@@ -52,6 +52,8 @@ const SRQ_ENV: &str = "NUMATGTD_ISER_SRQ";
 struct Slab {
     mr: MemoryRegion,
     buf: Arc<Buffer>,
+    /// Its buffers posted (all of them unless a post failed).
+    posted: u32,
 }
 
 /// A shared receive queue and its buffers (see the module documentation). Buffer `i` is
@@ -88,20 +90,35 @@ impl RecvPool {
             let buf = Arc::new(Buffer::new(len).map_err(IserError::rdma("receive buffers"))?);
             let mr = MemoryRegion::register(pd, buf.clone(), Access::LOCAL_WRITE)
                 .map_err(|source| IserError::Register { len, source })?;
+            // a slab with any receive posted is kept (the posted receives point into it),
+            // even when a later post fails
+            let mut failed = None;
+            let mut n = 0;
             for j in 0..SLAB {
-                let sge = mr
+                let posted_one = mr
                     .sge(j as usize * self.buf_len, self.buf_len as u32)
-                    .ok_or(IserError::OutOfRange("receive buffer"))?;
-                self.srq
-                    .post_recv(RECV_WR | u64::from(*posted + j), sge)
-                    .map_err(IserError::rdma("posting a shared receive"))?;
+                    .ok_or(IserError::OutOfRange("receive buffer"))
+                    .and_then(|sge| {
+                        self.srq
+                            .post_recv(RECV_WR | u64::from(*posted + j), sge)
+                            .map_err(IserError::rdma("posting a shared receive"))
+                    });
+                if let Err(e) = posted_one {
+                    failed = Some(e);
+                    break;
+                }
+                n += 1;
             }
-            if cell.set(Slab { mr, buf }).is_err() {
-                break;
+            if n > 0 {
+                // the lock is held and `posted` names a new slab: the cell is empty
+                let _ = cell.set(Slab { mr, buf, posted: n });
+                *posted += SLAB;
+                iser_memory::add(Kind::Receive, len as i64);
+                iser_memory::add_posted(true, i64::from(n));
             }
-            *posted += SLAB;
-            iser_memory::add(Kind::Receive, len as i64);
-            iser_memory::add_posted(true, i64::from(SLAB));
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -147,12 +164,13 @@ impl RecvPool {
 
 impl Drop for RecvPool {
     fn drop(&mut self) {
-        let n = self.slabs.iter().filter(|s| s.get().is_some()).count() as i64;
+        let slabs = self.slabs.iter().filter_map(OnceLock::get);
+        let (n, posted) = slabs.fold((0i64, 0i64), |(n, p), s| (n + 1, p + i64::from(s.posted)));
         iser_memory::add(
             Kind::Receive,
             -(n * (self.buf_len as i64) * i64::from(SLAB)),
         );
-        iser_memory::add_posted(true, -(n * i64::from(SLAB)));
+        iser_memory::add_posted(true, -posted);
         iser_memory::add_srqs(-1);
     }
 }
@@ -305,9 +323,13 @@ impl Member {
         Member { share }
     }
 
-    /// The shared receive pool, when the device has one.
+    /// The shared receive pool, when the device has one with receives posted (a pool whose
+    /// first slab could not be registered is not used: the connection posts its own).
     pub fn recv(&self) -> Option<&RecvPool> {
-        self.share.recv.as_ref()
+        self.share
+            .recv
+            .as_ref()
+            .filter(|p| p.slabs.first().is_some_and(|s| s.get().is_some()))
     }
 
     /// The shared staging chunks, when registered.
