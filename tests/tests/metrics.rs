@@ -126,6 +126,11 @@ fn counters_match_what_the_initiator_did() {
         m.get("numatgt_iser_posted_receives{queue=\"shared\"}"),
         Some(&0.0)
     );
+    for (direction, path) in [("in", "direct"), ("in", "staged"), ("out", "staged")] {
+        let k =
+            format!("numatgt_iser_data_bytes_total{{direction=\"{direction}\",path=\"{path}\"}}");
+        assert_eq!(m.get(&k), Some(&0.0), "{k}");
+    }
     assert!(
         m.keys()
             .any(|k| k.starts_with("numatgt_build_info{version=")),

@@ -132,6 +132,51 @@ def syscalls(run_dir):
     return out
 
 
+def thread_group(comm):
+    """A thread's role from its name: numatgtd's event threads (ev-nN-M), I/O workers
+    (io-nN-M), flushers (flush-nN-M) and io_uring's kernel workers (iou-wrk-TID); tgtd's
+    threads all say tgtd (its first is the event loop)."""
+    for prefix in ("ev-", "io-", "flush-", "iou-wrk-", "iou-sqp-"):
+        if comm.startswith(prefix):
+            return prefix.rstrip("-") + ("" if prefix.startswith("iou") else "-*")
+    return comm
+
+
+def profile(run_dir, hz):
+    """profile.tsv -> [(target, point, ios, [(group, threads, user_ticks, sys_ticks), ...])]"""
+    path = os.path.join(run_dir, "profile.tsv")
+    if not os.path.exists(path):
+        return []
+    out = []
+    for line in open(path):
+        f = line.rstrip("\n").split("\t")
+        if len(f) < 4:
+            continue
+        t, point, tf = f[0], f[1], f[2]
+        try:
+            rows = open(os.path.join(run_dir, "raw", tf)).read().split("\n")
+        except OSError:
+            continue
+        ios = 0
+        groups = {}
+        first = {}
+        for r in rows:
+            w = r.split()
+            if len(w) == 2 and w[0] == "ios":
+                ios = int(w[1])
+            elif len(w) == 6:
+                tid, comm, u0, s0, u1, s1 = w[0], w[1], int(w[2]), int(w[3]), int(w[4]), int(w[5])
+                g = thread_group(comm)
+                if t == "tgtd":
+                    first.setdefault("tgtd", int(tid))
+                    g = "tgtd (main)" if int(tid) == first["tgtd"] else "tgtd (workers)"
+                n, uu, ss = groups.get(g, (0, 0, 0))
+                groups[g] = (n + 1, uu + u1 - u0, ss + s1 - s0)
+        out.append((t, point, ios, sorted(((g, n, uu, ss) for g, (n, uu, ss) in groups.items()),
+                                           key=lambda x: -(x[2] + x[3]))))
+    return out
+
+
 def main():
     run_dir = sys.argv[1]
     meta = {}
@@ -253,6 +298,28 @@ def main():
             lines.append("| %s | %s | %.1f | %.0f | %d | %s | %s |" % (t, x, secs, ios, total, fmt(per, 2), top))
             csv_rows.append({"transport": x, "point": "syscalls-" + point, "%s_syscalls_per_io" % t: fmt(per, 3),
                              "%s_syscall_ios" % t: "%.0f" % ios})
+    pr = profile(run_dir, hz)
+    if pr:
+        lines.append("")
+        lines.append("### Where the user-space targets' CPU goes (iSER)")
+        lines.append("")
+        lines.append("A separate %s s window in the middle of a fio run per target and point: every thread's utime and stime "
+                     "(/proc/PID/task/*/stat) before and after, summed by role, per I/O completed by the disk in the window. "
+                     "Tick-based (1/%d s), so a role with a few ticks is noise." % (meta.get("profile_secs", "?"), hz))
+        lines.append("")
+        lines.append("| target | point | I/Os | threads (role) | user µs/IO | system µs/IO | total µs/IO |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for t, point, ios, groups in pr:
+            tot_u = sum(g[2] for g in groups)
+            tot_s = sum(g[3] for g in groups)
+            per = lambda ticks: fmt(ticks * 1e6 / hz / ios, 0) if ios > 0 else "-"  # noqa: E731
+            for g, n, uu, ss in groups:
+                if uu + ss == 0:
+                    continue
+                lines.append("| %s | %s | %d | %s (%d) | %s | %s | %s |" % (t, LABELS.get(point, point), ios, g, n, per(uu), per(ss), per(uu + ss)))
+            lines.append("| %s | %s | %d | **all** | %s | %s | **%s** |" % (t, LABELS.get(point, point), ios, per(tot_u), per(tot_s), per(tot_u + tot_s)))
+            csv_rows.append({"transport": "iser", "point": "profile-" + point, "%s_profile_ios" % t: str(ios),
+                             "%s_profile_user_us_per_io" % t: per(tot_u), "%s_profile_sys_us_per_io" % t: per(tot_s)})
     text = "\n".join(lines) + "\n"
     open(os.path.join(run_dir, "results.md"), "w").write(text)
     sys.stdout.write(text)

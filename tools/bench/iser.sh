@@ -26,7 +26,9 @@
 #   (128; QUICK: 64), NUMATGTD_BIN (default: cargo build --release -p target-server), BASE_BIN (unset),
 #   TGTD (1, with BASE_BIN 0: see VM_MEM below; 0: no tgtd column), LIO (1), STRACE (0; 1: system
 #   calls per I/O, strace -f over STRACE_SECS (4) s of
-#   STRACE_POINT (rr4k-qd32)), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
+#   STRACE_POINT (rr4k-qd32)), PROFILE (0; 1: where the user-space targets' CPU goes over iSER:
+#   per-thread user and system CPU time over a PROFILE_SECS (6) s window
+#   per PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), raw/profile-*), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
 #   the estimate). Root (9p export of /, iscsid and the targets in the guest).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -50,10 +52,11 @@ POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"}
 TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LUN_MB=${LUN_MB:-128}
 STRACE=${STRACE:-0} STRACE_SECS=${STRACE_SECS:-4} STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
-for v in ROUNDS SECS LUN_MB STRACE_SECS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { say "$v: a positive integer, not ${!v}"; exit 1; }; done
+PROFILE=${PROFILE:-0} PROFILE_SECS=${PROFILE_SECS:-6} PROFILE_POINTS=${PROFILE_POINTS:-"sr512k-qd8 sw128k-qd8"}
+for v in ROUNDS SECS LUN_MB STRACE_SECS PROFILE_SECS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { say "$v: a positive integer, not ${!v}"; exit 1; }; done
 # shellcheck source=points.sh
 . "$HERE/points.sh"
-for p in $POINTS $STRACE_POINT; do point_spec "$p" > /dev/null || { say "unknown point $p"; exit 1; }; done
+for p in $POINTS $STRACE_POINT $PROFILE_POINTS; do point_spec "$p" > /dev/null || { say "unknown point $p"; exit 1; }; done
 BASE_BIN=${BASE_BIN:-}
 [ -z "$BASE_BIN" ] || [ -x "$BASE_BIN" ] || { say "BASE_BIN=$BASE_BIN is not an executable"; exit 1; }
 TGTD=${TGTD:-$([ -z "$BASE_BIN" ] && echo 1 || echo 0)} # see VM_MEM below
@@ -79,13 +82,13 @@ case "$RUN_DIR" in /tmp/*) GUEST_DIR=/vmtest/out ;; esac
 cp "$BIN_SRC" "$RUN_DIR/numatgtd"
 export NUMATGTD=$GUEST_DIR/numatgtd NUMATGTD_BASE=
 if [ -n "$BASE_BIN" ]; then cp "$BASE_BIN" "$RUN_DIR/numatgtd-base"; NUMATGTD_BASE=$GUEST_DIR/numatgtd-base; fi
-export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT
+export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS
 n_t=$((1 + TGTD + LIO)); [ -z "$BASE_BIN" ] || n_t=$((n_t + 1))
 n_p=0; for p in $POINTS; do n_p=$((n_p + 1)); done
 n_x=0; for x in $TRANSPORTS; do n_x=$((n_x + 1)); done
 # boot + set-up ~90 s, warm-up ~10 s per target, ~3 s of fio start-up per run under TCG,
 # strace windows ~10 s each
-EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10)))
+EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10) + PROFILE * (n_t - LIO) * 2 * (PROFILE_SECS + 60)))
 # 3 GiB. Debian's tgtd 1.0.85 sometimes fails an iSER connection over soft-RoCE
 # (rdma_create_qp: Invalid argument, right after its 1 GiB hugepage pool falls back to
 # valloc) and then dies of SIGSEGV in librdmacm: in 1 of 5 boots with 2-3 GiB, in each of 3
@@ -96,7 +99,7 @@ EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t -
 # tgtd is left out by default (TGTD=0): a before/after of numatgtd, LIO as the reference
 export VM_MEM=${VM_MEM:-3072}
 export VM_TIMEOUT=${VM_TIMEOUT:-$((EST_S * 2 + 300))} VM_OUT=$RUN_DIR
-export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT"
+export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS"
 export VM_FILES=$HERE/points.sh # the points by name, /vmtest/points.sh in the guest
 
 VMPID=
@@ -146,7 +149,7 @@ if [ "$rc" != 0 ] || ! grep -q ISER_BENCH_OK "$RUN_DIR/guest.log"; then
   WARN="${WARN:+$WARN; }the guest run did not finish (status $rc, see guest.log): the table is partial"
 fi
 
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }TGTD=$TGTD LIO=$LIO ROUNDS=$ROUNDS SECS=$SECS POINTS=\"$POINTS\" TRANSPORTS=\"$TRANSPORTS\" LUN_MB=$LUN_MB STRACE=$STRACE tools/bench/iser.sh"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }TGTD=$TGTD LIO=$LIO ROUNDS=$ROUNDS SECS=$SECS POINTS=\"$POINTS\" TRANSPORTS=\"$TRANSPORTS\" LUN_MB=$LUN_MB STRACE=$STRACE${PROFILE:+ PROFILE=$PROFILE} tools/bench/iser.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "host_cpus=$NCPU"
@@ -157,6 +160,7 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BI
   echo "rounds=$ROUNDS"
   echo "lun_mb=$LUN_MB"
   echo "strace_secs=$STRACE_SECS"
+  echo "profile_secs=$PROFILE_SECS"
   echo "vm=qemu $(qemu-system-x86_64 --version | head -n 1 | awk '{ print $4 }') TCG, ${VM_MEM} MiB, 2 vCPUs, 2 NUMA nodes"
   echo "load_before=$LOAD0"
   echo "load_after=$LOAD1"

@@ -31,10 +31,18 @@
 # s in the middle of a STRACE_POINT run per user-space target and transport, and the disk's
 # completed I/Os (/sys/block/DEV/stat) sampled every 0.1 s meanwhile: /vmtest/out/syscalls.tsv
 #   target transport point trace_file ios_file
+# With PROFILE=1, afterwards: where each user-space target's CPU goes over iSER, per
+# PROFILE_POINT (default "sr512k-qd8 sw128k-qd8"): a PROFILE_SECS (6) s window in the middle
+# of a fio run, every thread's utime and stime (/proc/PID/task/*/stat) before and after
+# (raw/profile-POINT-TARGET.threads: first line "ios N", the disk's I/Os in the window, then
+# tid comm utime0 stime0 utime1 stime1 in ticks); /vmtest/out/profile.tsv: target point
+# threads_file ios. No perf: under TCG its samples land in the idle loop, and a system-wide
+# perf record slowed the 128K writes 30-fold (27 I/Os in 6 s instead of 832, 2026-11-27).
 # Everything is bounded by timeout; every process started here is stopped by PID; the
 # sessions are logged out and LIO's configuration cleared before the guest powers off.
 # Env: NUMATGTD (required), NUMATGTD_BASE, TGTD (1; 0: no tgtd), LIO (1), ROUNDS, SECS, POINTS, TRANSPORTS
-#      ("iser tcp"), LUN_MB, STRACE (0), STRACE_SECS (4), STRACE_POINT (rr4k-qd32)
+#      ("iser tcp"), LUN_MB, STRACE (0), STRACE_SECS (4), STRACE_POINT (rr4k-qd32),
+#      PROFILE (0), PROFILE_SECS (6), PROFILE_POINTS ("sr512k-qd8 sw128k-qd8")
 # Prints ISER_BENCH_OK at the end, ISER_BENCH_FAIL: <why> (exit 1) otherwise.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u
@@ -53,6 +61,9 @@ LIO=${LIO:-1}
 STRACE=${STRACE:-0}
 STRACE_SECS=${STRACE_SECS:-4}
 STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
+PROFILE=${PROFILE:-0}
+PROFILE_SECS=${PROFILE_SECS:-6}
+PROFILE_POINTS=${PROFILE_POINTS:-"sr512k-qd8 sw128k-qd8"}
 D=/tmp/bench
 mkdir -p "$D"
 PY=/usr/bin/python3 # the distribution's, with python3-rtslib-fb
@@ -335,6 +346,40 @@ if [ "$STRACE" = 1 ] && command -v strace > /dev/null; then
       wait "$FIOPID"
       printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$x" "$STRACE_POINT" "strace-$x-$t.txt" "strace-$x-$t.ios" >> "$OUT/syscalls.tsv"
       step "strace $t over $x: $(grep -c . "$OUT/raw/strace-$x-$t.txt") trace lines"
+    done
+  done
+fi
+
+# ---- where the CPU goes (iSER): per-thread user/system time and a system-wide profile
+thread_ticks() { # PID: tid comm utime stime per thread
+  local t c
+  for t in /proc/"$1"/task/*; do
+    c=$(cat "$t/comm" 2> /dev/null) || continue
+    awk -v tid="${t##*/}" -v comm="${c// /_}" '{ sub(/^.*\) /, ""); print tid, comm, $12, $13 }' "$t/stat" 2> /dev/null
+  done
+}
+if [ "$PROFILE" = 1 ]; then
+  : > "$OUT/profile.tsv"
+  for p in $PROFILE_POINTS; do
+    set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3
+    for t in "${TARGETS[@]}"; do
+      [ -n "${PID[$t]}" ] || continue
+      dev=${DEV[$t.iser]}
+      f=profile-$p-$t
+      timeout -k 5 $((PROFILE_SECS + 60)) fio --name=pr --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
+        --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((PROFILE_SECS + 6)) --norandommap --randrepeat=0 \
+        --output-format=json --output="$OUT/raw/$f.json" > /dev/null 2>&1 &
+      FIOPID=$!
+      sleep 2
+      thread_ticks "${PID[$t]}" | sort > "$D/$f.t0"
+      read -r r0 _ _ _ w0 _ < "/sys/block/$dev/stat"
+      sleep "$PROFILE_SECS"
+      read -r r1 _ _ _ w1 _ < "/sys/block/$dev/stat"
+      thread_ticks "${PID[$t]}" | sort > "$D/$f.t1"
+      wait "$FIOPID"
+      { echo "ios $((r1 + w1 - r0 - w0))"; join "$D/$f.t0" "$D/$f.t1" | awk '{ print $1, $2, $3, $4, $6, $7 }'; } > "$OUT/raw/$f.threads"
+      printf '%s\t%s\t%s\t%s\n' "$t" "$p" "$f.threads" "$((r1 + w1 - r0 - w0))" >> "$OUT/profile.tsv"
+      step "profile $t $p: $((r1 + w1 - r0 - w0)) I/Os in ${PROFILE_SECS} s"
     done
   done
 fi

@@ -133,6 +133,12 @@ read_mbps() {
 # qps: queue pairs numatgtd holds (rdma resource show names the thread that made each one:
 # numatgtd's event threads are ev-n<node>-<index>)
 qps() { timeout 5 rdma resource show qp 2>/dev/null | grep -c -E "comm ev-n[0-9]+-[0-9]+ *$"; }
+# iSER data bytes so far by direction and path (numatgt_iser_data_bytes_total), "-" when
+# the metrics do not answer
+iser_data() { # DIRECTION PATH
+  timeout 10 curl -sf http://127.0.0.1:9470/metrics |
+    awk -v k="numatgt_iser_data_bytes_total{direction=\"$1\",path=\"$2\"}" '$1 == k { print int($2); f = 1 } END { if (!f) print "-" }'
+}
 # cpu_ms: the target's CPU time so far (user + system, /proc/PID/stat fields 14 and 15), in ms
 cpu_ms() {
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$TPID/stat"
@@ -244,12 +250,25 @@ timeout 60 umount "$MNT" || fail "final umount"
 echo 3 > /proc/sys/vm/drop_caches
 
 step "raw reads over iSER"
+if [ "$TARGET" = numatgtd ]; then d0=$(iser_data in direct) s0=$(iser_data in staged); fi
 c0=$(cpu_ms)
 ISER_MBPS=$(read_mbps)
 ISER_CPU=$(( $(cpu_ms) - c0 ))
 [ -n "$ISER_MBPS" ] || fail "O_DIRECT read of $DATA_MB MiB over iSER"
 ISER_SHA=$(raw_sha)
 step "iSER: $DATA_MB MiB O_DIRECT read: $ISER_MBPS; sha256 $ISER_SHA"
+if [ "$TARGET" = numatgtd ]; then
+  # cached READ data leaves by RDMA WRITE straight from the cache blocks on either node:
+  # none of it is forwarded to the node holding the blocks and gathered into a buffer to
+  # be copied out again (a connection adds its bytes to the totals once a second)
+  sleep 2.5
+  d1=$(iser_data in direct) s1=$(iser_data in staged)
+  case "$d0$s0$d1$s1" in *-*) fail "metrics: no numatgt_iser_data_bytes_total{direction=\"in\",...}" ;; esac
+  direct=$((d1 - d0)) staged=$((s1 - s0))
+  step "iSER READ data of the raw reads (two passes): $direct bytes straight from cache blocks, $staged through staging chunks"
+  [ "$direct" -ge $((DATA_MB << 20)) ] || fail "fewer than $DATA_MB MiB of READ data went out from cache blocks ($direct)"
+  [ "$staged" -le $((direct / 8)) ] || fail "READ data through staging chunks ($staged bytes) above 1/8 of the direct bytes ($direct)"
+fi
 logout "$IQN" "$ISER_PORTAL" "$IFACE"
 
 step "the same LUN over iSCSI/TCP ($TCP_IQN, iface default)"

@@ -52,6 +52,11 @@ pub struct StorageCtx<'a> {
     pub node: usize,
     pub cache: Option<&'a Arc<BlockCache>>,
     pub router: Option<&'a Router>,
+    /// The connection sends READ data straight out of pinned cache blocks, whichever node
+    /// holds them (iSER: RDMA WRITEs from registered arenas, no CPU touching the bytes): a
+    /// cached READ is then served where it arrived, never forwarded to the node holding its
+    /// blocks (forwarding buys local memory copies; there is no copy to make local).
+    pub sends_from_blocks: bool,
     /// The daemon's state directory (persistent reservation files).
     pub state_dir: Option<&'a std::path::Path>,
     /// Ends tasks of other sessions (PREEMPT AND ABORT).

@@ -91,7 +91,7 @@ pub fn read(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: 
     // Algorithm 1: serve where most of the request's blocks live (unless it is small, the
     // target node is saturated, or routing is off)
     let serve_on = match ctx.router {
-        Some(router) => {
+        Some(router) if !ctx.sends_from_blocks => {
             let route = router.route(
                 &RouteRequest {
                     lun: lun.cache_id,
@@ -107,7 +107,7 @@ pub fn read(lun: &Arc<Lun>, lba: u64, blocks: u32, ctx: &StorageCtx<'_>, reply: 
             }
             route.node
         }
-        None => ctx.node,
+        _ => ctx.node,
     };
     if serve_on != ctx.node {
         // forwarded (marked: it is never routed again): node `serve_on` gathers from its

@@ -95,6 +95,10 @@ struct Bench {
     _dir: TempDir,
     lun: Arc<Lun>,
     cache: Option<Arc<BlockCache>>,
+    /// Algorithm 1 over the cache (two-node benches only).
+    router: Option<cache::Router>,
+    /// What the connection says of itself (`StorageCtx::sends_from_blocks`).
+    sends_from_blocks: std::cell::Cell<bool>,
     workers: QueuedWorkers,
     answers: Arc<Answers>,
     next_itt: RefCell<u32>,
@@ -126,6 +130,30 @@ impl Bench {
 
     /// As `new`, with the LUN's configuration changed by `f` first.
     fn with(tag: &str, mode: config::CacheMode, f: impl FnOnce(&mut config::LunConfig)) -> Bench {
+        Bench::on_nodes(tag, mode, 1, f)
+    }
+
+    /// A cached LUN over a cache of two (virtual) nodes with the affinity router on; the
+    /// commands come from node 0.
+    fn two_nodes(tag: &str) -> Bench {
+        let mut b = Bench::on_nodes(tag, config::CacheMode::Numa, 2, |_| {});
+        let geometry = *b.cache.as_ref().expect("cached").geometry();
+        b.router = Some(cache::Router::new(
+            geometry,
+            cache::RouterPolicy {
+                min_forward_bytes: 0,
+                max_queue: usize::MAX,
+            },
+        ));
+        b
+    }
+
+    fn on_nodes(
+        tag: &str,
+        mode: config::CacheMode,
+        nodes: usize,
+        f: impl FnOnce(&mut config::LunConfig),
+    ) -> Bench {
         let dir = temp_dir(tag);
         let path = dir.0.join("lun.img");
         let mut lc = config::LunConfig::new(1, path);
@@ -157,12 +185,14 @@ impl Bench {
                 dirty_limit_bytes: 16 * CACHE_BLOCK as u64,
                 ..CacheConfig::default()
             };
-            Arc::new(BlockCache::new(cfg, &Topology::split(&[0], 1, 1)).expect("cache"))
+            Arc::new(BlockCache::new(cfg, &Topology::split(&[0], nodes, 1)).expect("cache"))
         });
         Bench {
             _dir: dir,
             lun: Arc::new(lun),
             cache,
+            router: None,
+            sends_from_blocks: std::cell::Cell::new(false),
             workers: QueuedWorkers::default(),
             answers: Arc::new(Answers::default()),
             next_itt: RefCell::new(1),
@@ -174,7 +204,8 @@ impl Bench {
             workers: &self.workers,
             node: 0,
             cache: self.cache.as_ref(),
-            router: None,
+            router: self.router.as_ref(),
+            sends_from_blocks: self.sends_from_blocks.get(),
             state_dir: None,
             tasks: None,
             registry: None,
@@ -387,6 +418,49 @@ fn a_cold_read_fills_the_cache_and_the_second_is_a_hit() {
         panic!("the second read must be a cache hit");
     };
     assert_eq!(r.data.map(|p| p.contiguous().into_owned()), Some(data));
+}
+
+#[test]
+fn a_cached_read_is_forwarded_to_its_blocks_node_unless_the_link_sends_from_blocks() {
+    let b = Bench::two_nodes("route");
+    let router = b.router.expect("router");
+    let data = pattern(7, LUN_BLOCKS as usize * BS);
+    assert_eq!(b.write(0, &data, false).status, 0x00);
+    // a cache block whose home is node 1 (the commands come from node 0)
+    let per_block = (CACHE_BLOCK / BS) as u64;
+    let far = (0..LUN_BLOCKS / per_block)
+        .find(|i| {
+            let a = router.affinity(b.lun.cache_id, i * CACHE_BLOCK as u64, CACHE_BLOCK as u64);
+            a.is_some_and(|a| a.bytes[1] > a.bytes[0])
+        })
+        .expect("some block lives on node 1");
+    let lba = far * per_block;
+    let want = &data[lba as usize * BS..(lba + per_block) as usize * BS];
+    // TCP (copies the bytes): node 1 gathers them into its own memory
+    let a = storage::read(&b.lun, lba, per_block as u32, &b.ctx(), b.reply());
+    assert!(matches!(a, Answer::Later(_)), "forwarded to node 1");
+    assert_eq!(b.workers.len(), 1);
+    let r = b.finish(a);
+    assert!(matches!(r.data, Some(Payload::Block(_))), "gathered");
+    assert_eq!(
+        r.data.map(|p| p.contiguous().into_owned()).as_deref(),
+        Some(want)
+    );
+    // iSER with registered arenas: the blocks themselves, at once, on node 0
+    b.sends_from_blocks.set(true);
+    let a = storage::read(&b.lun, lba, per_block as u32, &b.ctx(), b.reply());
+    let Answer::Now(r) = a else {
+        panic!("a link that sends from blocks is served where the command arrived");
+    };
+    assert_eq!(b.workers.len(), 0);
+    assert!(
+        matches!(r.data, Some(Payload::Blocks(_))),
+        "the pinned blocks"
+    );
+    assert_eq!(
+        r.data.map(|p| p.contiguous().into_owned()).as_deref(),
+        Some(want)
+    );
 }
 
 #[test]

@@ -34,13 +34,14 @@ impl EventThread {
         let Some(id) = self.id(s) else { return };
         self.current = Some(s);
         let shared = Arc::clone(&self.shared);
-        let env = Env {
+        let mut env = Env {
             shared: &shared,
             storage: StorageCtx {
                 workers: &shared.workers,
                 node: self.node,
                 cache: shared.cache.as_ref(),
                 router: shared.router.as_ref(),
+                sends_from_blocks: false,
                 state_dir: shared.registry.state_dir(),
                 tasks: Some(&*shared),
                 registry: Some(&shared.registry),
@@ -53,6 +54,7 @@ impl EventThread {
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
+        env.storage.sends_from_blocks = slot.link.sends_from_blocks();
         while let Some(ev) = slot.conn.poll_event() {
             // the connection's log context for everything but the per-command path (entering
             // a span costs a lock in the log filter: not once per command)

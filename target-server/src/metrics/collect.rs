@@ -250,7 +250,18 @@ fn iser(out: &mut Vec<MetricFamily>) {
     );
     pages.add(&[("placement", "local")], g.pool_pages[0] as f64);
     pages.add(&[("placement", "remote")], g.pool_pages[1] as f64);
-    for f in [conns, bytes, posted, srqs, pages] {
+    let mut data = Family::counter(
+        "numatgt_iser_data_bytes_total",
+        "Command data iSER moved by RDMA, by iSCSI direction (in: READ data to the initiator, \
+         out: WRITE data from it) and path: direct (RDMA straight from pinned cache blocks, no \
+         copy) or staged (through registered staging chunks, one copy). Added once a second \
+         per connection.",
+    );
+    for (p, b) in crate::transport::IserDataPath::ALL.iter().zip(g.data) {
+        let (direction, path) = p.labels();
+        data.add(&[("direction", direction), ("path", path)], b as f64);
+    }
+    for f in [conns, bytes, posted, srqs, pages, data] {
         push(out, f);
     }
 }

@@ -1,7 +1,9 @@
 //! Gauges of what iSER holds registered with RDMA devices (bytes pinned, by use), the
 //! receives it keeps posted, its shared receive queues and connections: updated when a
 //! connection, a shared pool or a device's cache registration comes or goes (never per
-//! I/O), read by the metrics scrape. Compiled without iSER too (all zero then).
+//! I/O), read by the metrics scrape. And the bytes its RDMA data moved, by path (straight
+//! from cache blocks or through staging chunks): each connection counts its own and adds
+//! them here once a tick and when it ends. Compiled without iSER too (all zero then).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -39,6 +41,41 @@ static POSTED_OWN: AtomicI64 = AtomicI64::new(0);
 static SRQS: AtomicI64 = AtomicI64::new(0);
 static CONNECTIONS: AtomicI64 = AtomicI64::new(0);
 static POOL_PAGES: [AtomicI64; 2] = [const { AtomicI64::new(0) }; 2];
+static DATA: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
+
+/// How RDMA moved a command's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPath {
+    /// READ data sent by RDMA WRITEs straight from pinned cache blocks.
+    InDirect,
+    /// READ data copied into staging chunks, then sent by RDMA WRITEs.
+    InStaged,
+    /// WRITE data fetched by RDMA READs into staging chunks, then copied out.
+    OutStaged,
+}
+
+impl DataPath {
+    /// Every path, in the order the metrics list them.
+    pub const ALL: [DataPath; 3] = [DataPath::InDirect, DataPath::InStaged, DataPath::OutStaged];
+
+    /// The metric labels: iSCSI's direction (in: to the initiator) and the path.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            DataPath::InDirect => ("in", "direct"),
+            DataPath::InStaged => ("in", "staged"),
+            DataPath::OutStaged => ("out", "staged"),
+        }
+    }
+}
+
+/// Bytes a connection moved by `DataPath::ALL` order, added to the totals.
+pub fn add_data(bytes: [u64; 3]) {
+    for (total, b) in DATA.iter().zip(bytes) {
+        if b > 0 {
+            total.fetch_add(b as i64, Ordering::Relaxed);
+        }
+    }
+}
 
 fn slot(k: Kind) -> &'static AtomicI64 {
     &BYTES[k as usize]
@@ -86,6 +123,8 @@ pub struct Snapshot {
     pub connections: i64,
     /// Pages of the shared pools made so far, on their thread's node and elsewhere.
     pub pool_pages: [i64; 2],
+    /// Data bytes moved so far by [`DataPath::ALL`] order.
+    pub data: [i64; 3],
 }
 
 /// Reads the gauges.
@@ -103,6 +142,11 @@ pub fn snapshot() -> Snapshot {
         pool_pages: [
             POOL_PAGES[0].load(Ordering::Relaxed),
             POOL_PAGES[1].load(Ordering::Relaxed),
+        ],
+        data: [
+            DATA[0].load(Ordering::Relaxed),
+            DATA[1].load(Ordering::Relaxed),
+            DATA[2].load(Ordering::Relaxed),
         ],
     }
 }

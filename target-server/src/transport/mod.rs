@@ -40,7 +40,7 @@ mod iser;
 mod iser_memory;
 mod tcp;
 
-pub use iser_memory::{Kind as IserMemoryKind, snapshot as iser_gauges};
+pub use iser_memory::{DataPath as IserDataPath, Kind as IserMemoryKind, snapshot as iser_gauges};
 pub use tcp::bind_portal;
 
 /// Poll sources (file descriptors) one link may register; it numbers them `0..MAX_SOURCES`.
@@ -192,6 +192,13 @@ pub trait Link: Send {
     fn may_close(&mut self, conn: &Connection<Payload>) -> bool;
     /// The connection is closed: out of the poll set, the teardown started.
     fn retire(&mut self, registry: &mio::Registry);
+    /// True when READ data leaves straight from pinned cache blocks on any node (no CPU copy
+    /// of the bytes: iSER once the device has the cache arenas registered). The backend then
+    /// serves a cached READ on the connection's own node instead of forwarding it to the
+    /// node that holds its blocks, which would gather them into a new buffer to send.
+    fn sends_from_blocks(&self) -> bool {
+        false
+    }
     /// Every timer tick (about a second) while the connection is open: `Err` ends it (iSER:
     /// nothing it sent completed for too long).
     fn on_tick(&mut self, _now_ms: u64) -> Result<(), LinkError> {

@@ -183,6 +183,11 @@ impl DeviceRes {
         &self.name
     }
 
+    /// True once the cache arenas are registered: READ data can go out from cache blocks.
+    pub fn sends_from_cache(&self) -> bool {
+        self.arenas.get().is_some_and(|a| !a.is_empty())
+    }
+
     /// The local key covering `len` bytes at `addr`, when they lie in a registered arena.
     pub fn lkey_of(&self, addr: usize, len: usize) -> Option<u32> {
         let end = addr.checked_add(len)?;

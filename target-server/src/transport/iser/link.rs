@@ -50,7 +50,7 @@ use super::listen::Incoming;
 use super::ops::{Op, Ops, Pool};
 use super::share::{self, Member};
 use crate::backend::payload::Payload;
-use crate::transport::iser_memory::{self, Kind};
+use crate::transport::iser_memory::{self, DataPath, Kind};
 
 /// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
 /// outside the command window.
@@ -193,6 +193,9 @@ pub struct IserLink {
     phase: Phase,
     /// The scatter/gather list of the READ being posted from cache blocks (reused).
     sges: Vec<Sge>,
+    /// Data bytes moved since the last [`IserLink::watchdog`], by `DataPath::ALL` order
+    /// (added to the daemon's totals there and when the link is dropped).
+    moved: [u64; 3],
 }
 
 impl IserLink {
@@ -297,6 +300,7 @@ impl IserLink {
             stalled_since: None,
             phase: Phase::Connecting,
             sges: Vec::with_capacity(64),
+            moved: [0; 3],
         };
         let fail = |link: &IserLink, e: IserError| {
             // the id belongs to the queue pair now: reject through it
@@ -678,7 +682,7 @@ impl IserLink {
                     self.pending.push_front(p);
                     return Ok(());
                 }
-                let remote = *remote;
+                let (remote, len) = (*remote, *len as u64);
                 let RdmaTx::Put { data, .. } = p.tx else {
                     self.sges = sges;
                     continue;
@@ -686,6 +690,7 @@ impl IserLink {
                 let r = self.put_direct(&sges, remote, data);
                 self.sges = sges;
                 r?;
+                self.moved[DataPath::InDirect as usize] += len;
                 continue;
             }
             self.sges = sges;
@@ -749,6 +754,12 @@ impl IserLink {
         }
         self.batch.clear();
         Err(IserError::rdma("posting send-queue requests")(error))
+    }
+
+    /// True when READ data from the cache goes out straight from its blocks (see
+    /// [`Link::sends_from_blocks`](crate::transport::Link::sends_from_blocks)).
+    pub fn sends_from_blocks(&self) -> bool {
+        self.dev.sends_from_cache()
     }
 
     /// Fills `sges` with the first `len` bytes of `data` when all of them lie in
@@ -911,6 +922,12 @@ impl IserLink {
                 return Err(e);
             }
             p.done += n;
+            let path = if read {
+                DataPath::OutStaged
+            } else {
+                DataPath::InStaged
+            };
+            self.moved[path as usize] += n as u64;
         }
         Ok(true)
     }
@@ -971,6 +988,7 @@ impl IserLink {
     /// The timer's check (every tick): `Err` when the established connection has had
     /// requests on its send queue with none completing for [`STALL_LIMIT_MS`].
     pub fn watchdog(&mut self, now_ms: u64) -> Result<(), IserError> {
+        iser_memory::add_data(std::mem::take(&mut self.moved));
         let progress = std::mem::take(&mut self.sq_progress);
         if progress || self.ops.queued() == 0 || !matches!(self.phase, Phase::Established) {
             self.stalled_since = None;
@@ -1137,6 +1155,7 @@ impl Drop for IserLink {
             self.release(&op);
         }
         self.count_memory(-1);
+        iser_memory::add_data(self.moved);
     }
 }
 

@@ -131,6 +131,10 @@ impl Link for IserLink {
         self.pump(conn).map_err(LinkError::from)
     }
 
+    fn sends_from_blocks(&self) -> bool {
+        IserLink::sends_from_blocks(self)
+    }
+
     /// Once everything it sent has completed: a Send still on the queue would be flushed
     /// by the disconnect.
     fn may_close(&mut self, _conn: &Connection<Payload>) -> bool {
