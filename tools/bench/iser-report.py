@@ -209,9 +209,9 @@ def main():
     lines.append("# numatgtd vs Debian's tgtd vs LIO over iSER and TCP (`tools/bench/iser.sh`, %s)" % meta.get("date", "?"))
     lines.append("")
     lines.append("- **TCG numbers are for ratios only**: the guest's 2 vCPUs are emulated by QEMU TCG on a 2-core host, so absolute IOPS, MB/s and µs are far below real hardware; compare targets within the same boot.")
-    lines.append("- host: %s CPUs, kernel %s; guest: %s (%s MiB seen), kernel %s, soft-RoCE rdma_rxe on a dummy netdev; %s" % (
+    lines.append("- host: %s CPUs, kernel %s; guest: %s (%s MiB seen), kernel %s, soft-RoCE rdma_rxe on a dummy netdev (MTU %s); %s" % (
         meta.get("host_cpus", "?"), meta.get("host_kernel", "?"), meta.get("vm", "?"), meta.get("guest_mem_mb", "?"),
-        meta.get("guest_kernel", "?"), meta.get("fio_version", "fio")))
+        meta.get("guest_kernel", "?"), meta.get("net_mtu", "1500"), meta.get("fio_version", "fio")))
     lines.append("- numatgtd `%s`%s; tgtd %s%s" % (
         meta.get("numatgtd", "?"),
         ("; numatgtd-base (column base) `%s`, started and given its LUN the same way" % meta["numatgtd_base"]) if has["numatgtd-base"] else "",

@@ -28,7 +28,9 @@
 #   calls per I/O, strace -f over STRACE_SECS (4) s of
 #   STRACE_POINT (rr4k-qd32)), PROFILE (0; 1: where the user-space targets' CPU goes over iSER:
 #   per-thread user and system CPU time over a PROFILE_SECS (6) s window
-#   per PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), raw/profile-*), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
+#   per PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), raw/profile-*), NET_MTU (1500: the guest's
+#   dummy netdev under soft-RoCE; RoCE's path MTU follows it, 1024 bytes at 1500 and 4096 at
+#   9000, as jumbo frames give real RoCE), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
 #   the estimate). Root (9p export of /, iscsid and the targets in the guest).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -52,6 +54,8 @@ POINTS=${POINTS:-"rr4k-qd1 rr4k-qd32 rw4k-qd32 sr512k-qd8 sw128k-qd8"}
 TRANSPORTS=${TRANSPORTS:-"iser tcp"}
 LUN_MB=${LUN_MB:-128}
 STRACE=${STRACE:-0} STRACE_SECS=${STRACE_SECS:-4} STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
+NET_MTU=${NET_MTU:-1500}
+[[ "$NET_MTU" =~ ^[1-9][0-9]*$ ]] || { say "NET_MTU: a positive integer, not $NET_MTU"; exit 1; }
 PROFILE=${PROFILE:-0} PROFILE_SECS=${PROFILE_SECS:-6} PROFILE_POINTS=${PROFILE_POINTS:-"sr512k-qd8 sw128k-qd8"}
 for v in ROUNDS SECS LUN_MB STRACE_SECS PROFILE_SECS; do [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { say "$v: a positive integer, not ${!v}"; exit 1; }; done
 # shellcheck source=points.sh
@@ -82,7 +86,7 @@ case "$RUN_DIR" in /tmp/*) GUEST_DIR=/vmtest/out ;; esac
 cp "$BIN_SRC" "$RUN_DIR/numatgtd"
 export NUMATGTD=$GUEST_DIR/numatgtd NUMATGTD_BASE=
 if [ -n "$BASE_BIN" ]; then cp "$BASE_BIN" "$RUN_DIR/numatgtd-base"; NUMATGTD_BASE=$GUEST_DIR/numatgtd-base; fi
-export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS
+export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU
 n_t=$((1 + TGTD + LIO)); [ -z "$BASE_BIN" ] || n_t=$((n_t + 1))
 n_p=0; for p in $POINTS; do n_p=$((n_p + 1)); done
 n_x=0; for x in $TRANSPORTS; do n_x=$((n_x + 1)); done
@@ -99,7 +103,7 @@ EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t -
 # tgtd is left out by default (TGTD=0): a before/after of numatgtd, LIO as the reference
 export VM_MEM=${VM_MEM:-3072}
 export VM_TIMEOUT=${VM_TIMEOUT:-$((EST_S * 2 + 300))} VM_OUT=$RUN_DIR
-export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS"
+export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU"
 export VM_FILES=$HERE/points.sh # the points by name, /vmtest/points.sh in the guest
 
 VMPID=
@@ -149,7 +153,7 @@ if [ "$rc" != 0 ] || ! grep -q ISER_BENCH_OK "$RUN_DIR/guest.log"; then
   WARN="${WARN:+$WARN; }the guest run did not finish (status $rc, see guest.log): the table is partial"
 fi
 
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }TGTD=$TGTD LIO=$LIO ROUNDS=$ROUNDS SECS=$SECS POINTS=\"$POINTS\" TRANSPORTS=\"$TRANSPORTS\" LUN_MB=$LUN_MB STRACE=$STRACE${PROFILE:+ PROFILE=$PROFILE} tools/bench/iser.sh"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }TGTD=$TGTD LIO=$LIO ROUNDS=$ROUNDS SECS=$SECS POINTS=\"$POINTS\" TRANSPORTS=\"$TRANSPORTS\" LUN_MB=$LUN_MB STRACE=$STRACE PROFILE=$PROFILE NET_MTU=$NET_MTU tools/bench/iser.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "host_cpus=$NCPU"
@@ -161,6 +165,7 @@ rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BI
   echo "lun_mb=$LUN_MB"
   echo "strace_secs=$STRACE_SECS"
   echo "profile_secs=$PROFILE_SECS"
+  echo "net_mtu=$NET_MTU"
   echo "vm=qemu $(qemu-system-x86_64 --version | head -n 1 | awk '{ print $4 }') TCG, ${VM_MEM} MiB, 2 vCPUs, 2 NUMA nodes"
   echo "load_before=$LOAD0"
   echo "load_after=$LOAD1"

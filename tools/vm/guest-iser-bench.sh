@@ -42,7 +42,8 @@
 # sessions are logged out and LIO's configuration cleared before the guest powers off.
 # Env: NUMATGTD (required), NUMATGTD_BASE, TGTD (1; 0: no tgtd), LIO (1), ROUNDS, SECS, POINTS, TRANSPORTS
 #      ("iser tcp"), LUN_MB, STRACE (0), STRACE_SECS (4), STRACE_POINT (rr4k-qd32),
-#      PROFILE (0), PROFILE_SECS (6), PROFILE_POINTS ("sr512k-qd8 sw128k-qd8")
+#      PROFILE (0), PROFILE_SECS (6), PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), NET_MTU (1500:
+#      the dummy netdev's MTU; soft-RoCE's path MTU follows it: 1024 at 1500, 4096 at 9000)
 # Prints ISER_BENCH_OK at the end, ISER_BENCH_FAIL: <why> (exit 1) otherwise.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -u
@@ -62,6 +63,7 @@ STRACE=${STRACE:-0}
 STRACE_SECS=${STRACE_SECS:-4}
 STRACE_POINT=${STRACE_POINT:-rr4k-qd32}
 PROFILE=${PROFILE:-0}
+NET_MTU=${NET_MTU:-1500}
 PROFILE_SECS=${PROFILE_SECS:-6}
 PROFILE_POINTS=${PROFILE_POINTS:-"sr512k-qd8 sw128k-qd8"}
 D=/tmp/bench
@@ -162,8 +164,10 @@ step "guest: $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1024) }' /proc/me
 modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_iser dummy || fail "modprobe rdma_rxe ib_uverbs rdma_ucm ib_iser dummy"
 ip link add "$ND" type dummy || fail "ip link add $ND"
 ip addr add "$IP/24" dev "$ND" || fail "ip addr add $IP"
+ip link set "$ND" mtu "$NET_MTU" || fail "ip link set $ND mtu $NET_MTU"
 ip link set "$ND" up || fail "ip link set $ND up"
 rdma link add rxe0 type rxe netdev "$ND" || fail "rdma link add rxe0"
+step "soft-RoCE: netdev MTU $NET_MTU, rxe0 active MTU $(timeout 5 ibv_devinfo -d rxe0 2> /dev/null | awk '/active_mtu/ { print $2 }')"
 timeout 60 head -c "${LUN_MB}M" /dev/urandom > "$D/lun-numatgtd.img" || fail "LUN data"
 LUN_SHA=$(timeout 60 sha256sum "$D/lun-numatgtd.img" | cut -c1-16)
 
