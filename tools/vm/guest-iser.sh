@@ -21,6 +21,9 @@
 #   - numatgtd only: 1, 8 and 32 iSER sessions from this host at once (what each connection
 #     costs in registered memory, ISER_SCALE lines), then a storm of logins and logouts; no
 #     queue pair may be left (guest-iser-scale.sh);
+#   - numatgtd only: one target through two iSER portals (the second added by tgtadm) under
+#     dm-multipath, data written and read back through the map over both paths, one path
+#     logged out under reads that finish with the same bytes (guest-iser-mpath.sh);
 #   - numatgtd only: `rdma link delete` of the device under running iSER reads finishes
 #     within 10 s while a TCP session to the same daemon keeps reading the same bytes; the
 #     device added again, the portal listens again and a new iSER session reads the same;
@@ -37,6 +40,8 @@
 #      ISER_LIBISCSI=0  leave out the libiscsi step (guest-iser-libiscsi.sh), for fast runs
 #      ISER_SCALE=0     leave out the scale and storm step (guest-iser-scale.sh); its knobs:
 #                   ISER_SCALE_NS ("1 8 32"), ISER_STORM_ROUNDS (10), ISER_MAX_CONN_KIB
+#      ISER_MPATH=0     leave out the dm-multipath step over two iSER portals
+#                   (guest-iser-mpath.sh); its knobs: MP_MB (32), MP_IP2 (192.168.77.2)
 # Prints VM_ISER_OK target=... on success, ISER_TEST_FAIL: <why> otherwise (exit 1), and one
 # ISER_PERF line with the measured read throughputs.
 set -u
@@ -388,6 +393,16 @@ if [ "$TARGET" = numatgtd ]; then
     . /vmtest/guest-iser-scale.sh
   else
     step "iSER scale and storm step left out (ISER_SCALE=0)"
+  fi
+fi
+
+if [ "$TARGET" = numatgtd ]; then
+  # one target through two iSER portals under dm-multipath, a path lost under reads
+  # (guest-iser-mpath.sh)
+  if [ "${ISER_MPATH:-1}" = 1 ]; then
+    . /vmtest/guest-iser-mpath.sh
+  else
+    step "iSER multipath step left out (ISER_MPATH=0)"
   fi
 fi
 

@@ -11,7 +11,8 @@
 #      SAME_TARGET (see guest-iser.sh)
 #      ISER_LIBISCSI=0: leave out the libiscsi step (fast runs); ISER_SCALE=0: leave out the
 #      many-sessions step; ISER_SCALE_NS ("1 8 32") sessions at once, ISER_STORM_ROUNDS (10),
-#      ISER_MAX_CONN_KIB: bound on the registered KiB per connection at the largest N
+#      ISER_MAX_CONN_KIB: bound on the registered KiB per connection at the largest N;
+#      ISER_MPATH=0: leave out the dm-multipath step over two iSER portals (MP_MB, MP_IP2)
 #      LIBISCSI_MEASURE=1: print libiscsi's iscsi-test-cu counts over iser:// without
 #      checking them against guest-iser-libiscsi.sh's table; LIBISCSI_VS_LIO=1: the same
 #      libiscsi WRITEs to LIO too, for the record
@@ -48,9 +49,9 @@ case "$TARGET" in
       *) export ISER_HOSTILE=$HOSTILE ;;
     esac
     VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO ISER_LIBISCSI"
-    VM_ENV="$VM_ENV ISER_SCALE ISER_SCALE_NS ISER_STORM_ROUNDS ISER_MAX_CONN_KIB"
+    VM_ENV="$VM_ENV ISER_SCALE ISER_SCALE_NS ISER_STORM_ROUNDS ISER_MAX_CONN_KIB ISER_MPATH MP_MB MP_IP2"
     # libiscsi's iSER initiator step and the many-sessions step, sourced by guest-iser.sh
-    VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh $HERE/guest-iser-scale.sh"
+    VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh $HERE/guest-iser-scale.sh $HERE/guest-iser-mpath.sh"
     ;;
   tgtd) ;;
   *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;
