@@ -131,6 +131,14 @@ fn counters_match_what_the_initiator_did() {
             format!("numatgt_iser_data_bytes_total{{direction=\"{direction}\",path=\"{path}\"}}");
         assert_eq!(m.get(&k), Some(&0.0), "{k}");
     }
+    for call in ["cq_event", "cq_arm", "post_send"] {
+        let k = format!("numatgt_iser_verbs_calls_total{{call=\"{call}\"}}");
+        assert_eq!(m.get(&k), Some(&0.0), "{k}");
+    }
+    for queue in ["send", "receive"] {
+        let k = format!("numatgt_iser_completions_total{{queue=\"{queue}\"}}");
+        assert_eq!(m.get(&k), Some(&0.0), "{k}");
+    }
     assert!(
         m.keys()
             .any(|k| k.starts_with("numatgt_build_info{version=")),

@@ -55,6 +55,25 @@ def run_metrics(run_dir, row, hz):
     return m
 
 
+CALLS = ("cq_event", "cq_arm", "post_send", "send", "receive")
+
+
+def run_calls(run_dir, row):
+    """numatgtd's iSER verbs calls and completions per I/O of one fio run (raw/NAME.calls:
+    the counters before and after), None without them."""
+    name = row["json"][:-len(".json")] if row["json"].endswith(".json") else row["json"]
+    try:
+        lines = open(os.path.join(run_dir, "raw", name + ".calls")).read().split("\n")
+        before, after = [int(v) for v in lines[0].split()], [int(v) for v in lines[1].split()]
+        job = json.load(open(os.path.join(run_dir, "raw", row["json"])))["jobs"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    ios = job["read"]["total_ios"] + job["write"]["total_ios"]
+    if ios <= 0 or len(before) != len(CALLS) or len(after) != len(CALLS):
+        return None
+    return {k: (a - b) / ios for k, a, b in zip(CALLS, after, before)}
+
+
 def med(vals):
     vals = [v for v in vals if v is not None]
     return statistics.median_low(vals) if vals else None
@@ -185,6 +204,7 @@ def main():
         meta[k] = v
     hz = int(meta.get("guest_hz") or 100)
     runs = {}  # (transport, point, target) -> [metrics per round]
+    calls = {}  # (point, numatgtd target) -> [iSER verbs calls per I/O per round]
     order = []  # (transport, point) in run order
     targets = []
     for line in open(os.path.join(run_dir, "raw.tsv")):
@@ -198,6 +218,9 @@ def main():
         if row["target"] not in targets:
             targets.append(row["target"])
         runs.setdefault((row["x"], row["point"], row["target"]), []).append(run_metrics(run_dir, row, hz))
+        c = run_calls(run_dir, row)
+        if c is not None:
+            calls.setdefault((row["point"], row["target"]), []).append(c)
     targets = [t for t in ORDER if t in targets]
     user = [t for t in targets if t != "lio"]
     has = {t: t in targets for t in ORDER}
@@ -298,6 +321,23 @@ def main():
             lines.append("| %s | %s | %.1f | %.0f | %d | %s | %s |" % (t, x, secs, ios, total, fmt(per, 2), top))
             csv_rows.append({"transport": x, "point": "syscalls-" + point, "%s_syscalls_per_io" % t: fmt(per, 3),
                              "%s_syscall_ios" % t: "%.0f" % ios})
+    if calls:
+        lines.append("")
+        lines.append("### numatgtd's iSER verbs calls per I/O")
+        lines.append("")
+        lines.append("From its metrics (`numatgt_iser_verbs_calls_total`, `numatgt_iser_completions_total`) before and after each iSER run, "
+                     "per I/O fio completed, median of the rounds. With soft-RoCE each call enters the kernel: a wake-up reads a completion "
+                     "event (cq_event) and re-arms the queue (cq_arm); a post_send is one doorbell for a batch of RDMA WRITEs/READs and Sends. "
+                     "Completions: send (Sends, RDMA READs, signaled WRITEs), receive (iSER messages).")
+        lines.append("")
+        lines.append("| target | point | cq_event | cq_arm | post_send | verbs calls | send completions | receive completions |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for (point, t), rs in calls.items():
+            m = {k: med([r[k] for r in rs]) for k in CALLS}
+            tot = m["cq_event"] + m["cq_arm"] + m["post_send"]
+            lines.append("| %s | %s | %.2f | %.2f | %.2f | **%.2f** | %.2f | %.2f |" % (
+                t, LABELS.get(point, point), m["cq_event"], m["cq_arm"], m["post_send"], tot, m["send"], m["receive"]))
+            csv_rows.append({"transport": "iser", "point": "calls-" + point, "%s_verbs_calls_per_io" % t: "%.3f" % tot})
     pr = profile(run_dir, hz)
     if pr:
         lines.append("")

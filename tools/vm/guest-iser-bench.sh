@@ -70,7 +70,7 @@ D=/tmp/bench
 mkdir -p "$D"
 PY=/usr/bin/python3 # the distribution's, with python3-rtslib-fb
 INAME=$(sed -n 's/^InitiatorName=//p' /etc/iscsi/initiatorname.iscsi)
-declare -A PID IQN_OF DEV CTL
+declare -A PID IQN_OF DEV CTL METRICS
 TARGETS=()
 SESSIONS_UP=0
 LIO_UP=0
@@ -109,6 +109,16 @@ fail() {
 . /vmtest/points.sh # point_spec, shipped by tools/bench/iser.sh
 for p in $POINTS $STRACE_POINT; do point_spec "$p" > /dev/null || fail "unknown point $p"; done
 ticks() { [ -n "$1" ] && awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" || echo -; }
+# numatgtd's iSER verbs calls and completions so far (numatgt_iser_verbs_calls_total,
+# numatgt_iser_completions_total): "cq_event cq_arm post_send send receive", "-" without
+iser_calls() { # METRICS_ADDRESS
+  [ -n "$1" ] || { echo -; return; }
+  timeout 10 curl -sf "http://$1/metrics" 2> /dev/null | awk '
+    /^numatgt_iser_verbs_calls_total\{call="cq_event"\}/ { e = $2 } /^numatgt_iser_verbs_calls_total\{call="cq_arm"\}/ { a = $2 }
+    /^numatgt_iser_verbs_calls_total\{call="post_send"\}/ { p = $2 }
+    /^numatgt_iser_completions_total\{queue="send"\}/ { s = $2 } /^numatgt_iser_completions_total\{queue="receive"\}/ { r = $2 }
+    END { if (r == "") print "-"; else printf "%d %d %d %d %d\n", e, a, p, s, r }'
+}
 guest_cpu() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
 disk_ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
 tcp_listening() { ss -Hltn "sport = :$1" | grep -q .; }
@@ -194,8 +204,10 @@ start_numatgtd() { # NAME BIN TCP_PORT ISER_PORT CTL
   [ -x "$2" ] || fail "$t binary not visible in the guest: '$2'"
   cp "$D/lun-numatgtd.img" "$D/lun-$t.img" 2> /dev/null
   mkdir -p "$D/state-$t"
-  "$2" -f -C "$5" --iscsi "portal=127.0.0.1:$3" --iser "portal=$IP:$4" --state-dir "$D/state-$t" > "$OUT/$t.log" 2>&1 &
-  PID[$t]=$! CTL[$t]=$5 IQN_OF[$t]=iqn.2026-11.org.numatgt:bench-$t
+  # the metrics on a port of its own (two numatgtd may run; everything else default)
+  "$2" -f -C "$5" --iscsi "portal=127.0.0.1:$3" --iser "portal=$IP:$4" --state-dir "$D/state-$t" \
+    --metrics "127.0.0.1:$((9400 + $3 % 100))" > "$OUT/$t.log" 2>&1 &
+  PID[$t]=$! CTL[$t]=$5 IQN_OF[$t]=iqn.2026-11.org.numatgt:bench-$t METRICS[$t]=127.0.0.1:$((9400 + $3 % 100))
   wait_up "$t" "${PID[$t]}" "$3" "$4"
   timeout 20 tgtadm -C "$5" --lld iser --op new --mode target --tid 1 -T "${IQN_OF[$t]}" || fail "$t: tgtadm new target"
   timeout 20 tgtadm -C "$5" --lld iser --op new --mode logicalunit --tid 1 --lun 1 -b "$D/lun-$t.img" || fail "$t: tgtadm new lun"
@@ -307,11 +319,14 @@ measure() { # TRANSPORT POINT TARGET ROUND
   dev=${DEV[$t.$x]}
   name=$x-$p-$t-r$r
   [ -z "${PID[$t]}" ] || kill -0 "${PID[$t]}" 2> /dev/null || fail "$t (pid ${PID[$t]}) exited ($OUT/$t.log)"
+  k0=-; [ "$x" = iser ] && k0=$(iser_calls "${METRICS[$t]:-}")
   c0=$(ticks "${PID[$t]}"); g0=$(guest_cpu)
   timeout -k 5 $((SECS + 40)) fio --name=p --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
     --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime="$SECS" --norandommap --randrepeat=0 \
     --output-format=json --output="$OUT/raw/$name.json" > "$OUT/raw/$name.err" 2>&1 || echo "fio failed: $name: $(tail -n 2 "$OUT/raw/$name.err" | tr '\n' ' ')"
   c1=$(ticks "${PID[$t]}"); g1=$(guest_cpu)
+  # a connection adds its counts once a second: the scrape waits for the last of them
+  if [ "$k0" != - ]; then sleep 1.2; printf '%s\n%s\n' "$k0" "$(iser_calls "${METRICS[$t]:-}")" > "$OUT/raw/$name.calls"; fi
   [ "$c0" = - ] || c0=$((c1 - c0))
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$x" "$p" "$t" "$r" "$name.json" "$c0" \
     $(( ${g1% *} - ${g0% *} )) $(( ${g1#* } - ${g0#* } )) >> "$OUT/raw.tsv"

@@ -144,6 +144,15 @@ iser_data() { # DIRECTION PATH
   timeout 10 curl -sf http://127.0.0.1:9470/metrics |
     awk -v k="numatgt_iser_data_bytes_total{direction=\"$1\",path=\"$2\"}" '$1 == k { print int($2); f = 1 } END { if (!f) print "-" }'
 }
+# the iSER data path's verbs calls and completions so far: "cq_event cq_arm post_send send
+# receive" (numatgt_iser_verbs_calls_total, numatgt_iser_completions_total)
+iser_calls() {
+  timeout 10 curl -sf http://127.0.0.1:9470/metrics | awk '
+    /^numatgt_iser_verbs_calls_total\{call="cq_event"\}/ { e = $2 } /^numatgt_iser_verbs_calls_total\{call="cq_arm"\}/ { a = $2 }
+    /^numatgt_iser_verbs_calls_total\{call="post_send"\}/ { p = $2 }
+    /^numatgt_iser_completions_total\{queue="send"\}/ { s = $2 } /^numatgt_iser_completions_total\{queue="receive"\}/ { r = $2 }
+    END { if (r == "") print "-"; else printf "%d %d %d %d %d\n", e, a, p, s, r }'
+}
 # cpu_ms: the target's CPU time so far (user + system, /proc/PID/stat fields 14 and 15), in ms
 cpu_ms() {
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$TPID/stat"
@@ -255,7 +264,8 @@ timeout 60 umount "$MNT" || fail "final umount"
 echo 3 > /proc/sys/vm/drop_caches
 
 step "raw reads over iSER"
-if [ "$TARGET" = numatgtd ]; then d0=$(iser_data in direct) s0=$(iser_data in staged); fi
+if [ "$TARGET" = numatgtd ]; then d0=$(iser_data in direct) s0=$(iser_data in staged) k0=$(iser_calls); fi
+io0=$(awk '{ print $1 + $5 }' "/sys/block/$DEV/stat")
 c0=$(cpu_ms)
 ISER_MBPS=$(read_mbps)
 ISER_CPU=$(( $(cpu_ms) - c0 ))
@@ -270,6 +280,17 @@ if [ "$TARGET" = numatgtd ]; then
   d1=$(iser_data in direct) s1=$(iser_data in staged)
   case "$d0$s0$d1$s1" in *-*) fail "metrics: no numatgt_iser_data_bytes_total{direction=\"in\",...}" ;; esac
   direct=$((d1 - d0)) staged=$((s1 - s0))
+  # what each 1 MiB read (QD1) cost in verbs calls that enter the kernel on soft-RoCE: one
+  # wake-up (event read + re-arm) for the command's receive and one for the response Send's
+  # completion, one post per command (the RDMA WRITEs and the Send in one batch)
+  k1=$(iser_calls) ios=$(( $(awk '{ print $1 + $5 }' "/sys/block/$DEV/stat") - io0 ))
+  case "$k0$k1" in *-*) fail "metrics: no numatgt_iser_verbs_calls_total" ;; esac
+  set -- $k0 $k1
+  ev=$(($6 - $1)) arm=$(($7 - $2)) post=$(($8 - $3)) sc=$(($9 - $4)) rc=$((${10} - $5))
+  echo "ISER_CALLS ios=$ios cq_event=$ev cq_arm=$arm post_send=$post send_completions=$sc receive_completions=$rc" \
+    "per_io=$(awk -v i="$ios" -v n="$((ev + arm + post))" 'BEGIN { printf "%.2f", i ? n / i : -1 }')"
+  [ "$ios" -gt 0 ] && [ "$rc" -ge "$ios" ] || fail "fewer receive completions ($rc) than reads ($ios)"
+  [ $((ev + arm + post)) -le $((ios * 6)) ] || fail "more than 6 verbs calls per 1 MiB read ($((ev + arm + post)) for $ios)"
   step "iSER READ data of the raw reads (two passes): $direct bytes straight from cache blocks, $staged through staging chunks"
   [ "$direct" -ge $((DATA_MB << 20)) ] || fail "fewer than $DATA_MB MiB of READ data went out from cache blocks ($direct)"
   [ "$staged" -le $((direct / 8)) ] || fail "READ data through staging chunks ($staged bytes) above 1/8 of the direct bytes ($direct)"

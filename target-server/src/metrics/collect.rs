@@ -261,7 +261,29 @@ fn iser(out: &mut Vec<MetricFamily>) {
         let (direction, path) = p.labels();
         data.add(&[("direction", direction), ("path", path)], b as f64);
     }
-    for f in [conns, bytes, posted, srqs, pages, data] {
+    let mut calls = Family::counter(
+        "numatgt_iser_verbs_calls_total",
+        "Verbs calls of the iSER data path that enter the kernel with soft-RoCE (rxe): \
+         completion events read (one per wake-up: cq_event), completion queue re-arms \
+         (cq_arm) and send-queue posts (post_send, one doorbell per batch). Added once a \
+         second per connection.",
+    );
+    let mut completions = Family::counter(
+        "numatgt_iser_completions_total",
+        "Work completions iSER polled, by queue: send (Sends, RDMA READs, signaled RDMA \
+         WRITEs; unsignaled WRITEs complete without one) and receive (iSER messages). \
+         Added once a second per connection.",
+    );
+    for (c, n) in crate::transport::IserCall::ALL.iter().zip(g.calls) {
+        use crate::transport::IserCall as C;
+        match c {
+            C::SendCompletion | C::RecvCompletion => {
+                completions.add(&[("queue", c.label())], n as f64);
+            }
+            _ => calls.add(&[("call", c.label())], n as f64),
+        }
+    }
+    for f in [conns, bytes, posted, srqs, pages, data, calls, completions] {
         push(out, f);
     }
 }

@@ -37,10 +37,12 @@ use crate::backend::payload::Payload;
 
 #[cfg(feature = "iser")]
 mod iser;
-mod iser_memory;
+mod iser_stats;
 mod tcp;
 
-pub use iser_memory::{DataPath as IserDataPath, Kind as IserMemoryKind, snapshot as iser_gauges};
+pub use iser_stats::{
+    Call as IserCall, DataPath as IserDataPath, Kind as IserMemoryKind, snapshot as iser_gauges,
+};
 pub use tcp::bind_portal;
 
 /// Poll sources (file descriptors) one link may register; it numbers them `0..MAX_SOURCES`.

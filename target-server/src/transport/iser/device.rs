@@ -18,7 +18,7 @@ use cache::{BlockCache, NodeArena};
 use rdma::{Access, CmId, Context, MemoryRegion, ProtectionDomain};
 
 use super::error::IserError;
-use crate::transport::iser_memory::{self, Kind};
+use crate::transport::iser_stats::{self, Kind};
 
 /// One registered arena (the region is deregistered before the arena can go).
 struct ArenaRegion {
@@ -148,7 +148,7 @@ impl DeviceRes {
                 }
             }
         }
-        iser_memory::add(Kind::Cache, arenas.iter().map(|a| a.len as i64).sum());
+        iser_stats::add(Kind::Cache, arenas.iter().map(|a| a.len as i64).sum());
         if !arenas.is_empty() {
             tracing::info!(device = %self.name, arenas = arenas.len(),
                 bytes = arenas.iter().map(|a| a.len).sum::<usize>(),
@@ -202,7 +202,7 @@ impl DeviceRes {
 impl Drop for DeviceRes {
     fn drop(&mut self) {
         if let Some(arenas) = self.arenas.get() {
-            iser_memory::add(
+            iser_stats::add(
                 Kind::Cache,
                 -arenas.iter().map(|a| a.len as i64).sum::<i64>(),
             );

@@ -50,7 +50,7 @@ use super::listen::Incoming;
 use super::ops::{Op, Ops, Pool};
 use super::share::{self, Member};
 use crate::backend::payload::Payload;
-use crate::transport::iser_memory::{self, DataPath, Kind};
+use crate::transport::iser_stats::{self, Call, DataPath, Kind};
 
 /// Receives posted per connection: Linux's `cmds_max` (128) plus the reserve for PDUs
 /// outside the command window.
@@ -196,6 +196,9 @@ pub struct IserLink {
     /// Data bytes moved since the last [`IserLink::watchdog`], by `DataPath::ALL` order
     /// (added to the daemon's totals there and when the link is dropped).
     moved: [u64; 3],
+    /// Verbs calls and completions since the last [`IserLink::watchdog`], by `Call::ALL`
+    /// order (added to the daemon's totals like `moved`).
+    calls: [u64; 5],
 }
 
 impl IserLink {
@@ -301,6 +304,7 @@ impl IserLink {
             phase: Phase::Connecting,
             sges: Vec::with_capacity(64),
             moved: [0; 3],
+            calls: [0; 5],
         };
         let fail = |link: &IserLink, e: IserError| {
             // the id belongs to the queue pair now: reject through it
@@ -324,6 +328,7 @@ impl IserLink {
                 IserError::rdma("arming the completion queue")(e),
             ));
         }
+        link.calls[Call::CqArm as usize] += 1;
         let negotiated = request.negotiate(false);
         let depth = initiator_depth.clamp(1, MAX_READ_DEPTH);
         link.qp
@@ -355,12 +360,12 @@ impl IserLink {
     /// Adds (`sign` 1) or removes (-1) this connection's own registered memory and posted
     /// receives to the gauges.
     fn count_memory(&self, sign: i64) {
-        iser_memory::add_connections(sign);
-        iser_memory::add(Kind::Send, sign * SEND_BYTES as i64);
-        iser_memory::add(Kind::Staging, sign * (CHUNK * OWN_CHUNKS) as i64);
+        iser_stats::add_connections(sign);
+        iser_stats::add(Kind::Send, sign * SEND_BYTES as i64);
+        iser_stats::add(Kind::Staging, sign * (CHUNK * OWN_CHUNKS) as i64);
         if self.own_recv.is_some() {
-            iser_memory::add(Kind::Receive, sign * (RECV_LEN * RECVS as usize) as i64);
-            iser_memory::add_posted(false, sign * i64::from(RECVS));
+            iser_stats::add(Kind::Receive, sign * (RECV_LEN * RECVS as usize) as i64);
+            iser_stats::add_posted(false, sign * i64::from(RECVS));
         }
     }
 
@@ -456,9 +461,11 @@ impl IserLink {
         if let Err(e) = self.cq.get_event() {
             return Err(IserError::rdma("completion channel")(e));
         }
+        self.calls[Call::CqEvent as usize] += 1;
         self.cq
             .arm(false)
             .map_err(IserError::rdma("arming the completion queue"))?;
+        self.calls[Call::CqArm as usize] += 1;
         let mut batch = [Completion::default(); POLL_BATCH];
         loop {
             let n = self
@@ -482,6 +489,7 @@ impl IserLink {
         now_ms: u64,
     ) -> Result<(), IserError> {
         if c.wr_id & RECV_WR != 0 {
+            self.calls[Call::RecvCompletion as usize] += 1;
             let i = (c.wr_id & !RECV_WR) as u32;
             if !c.status.is_success() {
                 self.credits.flush();
@@ -495,6 +503,7 @@ impl IserLink {
             }
             return Ok(());
         }
+        self.calls[Call::SendCompletion as usize] += 1;
         let Some(op) = self.retire_through(c.wr_id) else {
             return Err(IserError::UnknownRequest(c.wr_id));
         };
@@ -740,6 +749,9 @@ impl IserLink {
     /// Posts the batch. On failure the requests that did not go on the queue are taken
     /// back (their buffers released) and the error returned: the connection ends.
     fn post_batch(&mut self) -> Result<(), IserError> {
+        if !self.batch.is_empty() {
+            self.calls[Call::PostSend as usize] += 1;
+        }
         let Err(BatchError { posted, error }) = self.qp.post_batch(&mut self.batch) else {
             return Ok(());
         };
@@ -988,7 +1000,8 @@ impl IserLink {
     /// The timer's check (every tick): `Err` when the established connection has had
     /// requests on its send queue with none completing for [`STALL_LIMIT_MS`].
     pub fn watchdog(&mut self, now_ms: u64) -> Result<(), IserError> {
-        iser_memory::add_data(std::mem::take(&mut self.moved));
+        iser_stats::add_data(std::mem::take(&mut self.moved));
+        iser_stats::add_calls(std::mem::take(&mut self.calls));
         let progress = std::mem::take(&mut self.sq_progress);
         if progress || self.ops.queued() == 0 || !matches!(self.phase, Phase::Established) {
             self.stalled_since = None;
@@ -1155,7 +1168,8 @@ impl Drop for IserLink {
             self.release(&op);
         }
         self.count_memory(-1);
-        iser_memory::add_data(self.moved);
+        iser_stats::add_data(self.moved);
+        iser_stats::add_calls(self.calls);
     }
 }
 

@@ -27,7 +27,7 @@ use rdma::{Access, Buffer, MemoryRegion, Sge, SharedReceiveQueue};
 
 use super::device::DeviceRes;
 use super::error::IserError;
-use crate::transport::iser_memory::{self, Kind};
+use crate::transport::iser_stats::{self, Kind};
 
 /// Marks receive work requests (the rest are send-queue requests, by slab index).
 pub const RECV_WR: u64 = 1 << 63;
@@ -113,8 +113,8 @@ impl RecvPool {
                 // the lock is held and `posted` names a new slab: the cell is empty
                 let _ = cell.set(Slab { mr, buf, posted: n });
                 *posted += SLAB;
-                iser_memory::add(Kind::Receive, len as i64);
-                iser_memory::add_posted(true, i64::from(n));
+                iser_stats::add(Kind::Receive, len as i64);
+                iser_stats::add_posted(true, i64::from(n));
             }
             if let Some(e) = failed {
                 return Err(e);
@@ -166,12 +166,12 @@ impl Drop for RecvPool {
     fn drop(&mut self) {
         let slabs = self.slabs.iter().filter_map(OnceLock::get);
         let (n, posted) = slabs.fold((0i64, 0i64), |(n, p), s| (n + 1, p + i64::from(s.posted)));
-        iser_memory::add(
+        iser_stats::add(
             Kind::Receive,
             -(n * (self.buf_len as i64) * i64::from(SLAB)),
         );
-        iser_memory::add_posted(true, -posted);
-        iser_memory::add_srqs(-1);
+        iser_stats::add_posted(true, -posted);
+        iser_stats::add_srqs(-1);
     }
 }
 
@@ -263,7 +263,7 @@ impl SharedChunks {
 
 impl Drop for SharedChunks {
     fn drop(&mut self) {
-        iser_memory::add(Kind::Staging, -((self.chunk * SHARED_CHUNKS) as i64));
+        iser_stats::add(Kind::Staging, -((self.chunk * SHARED_CHUNKS) as i64));
     }
 }
 
@@ -356,7 +356,7 @@ impl Share {
         } else {
             match SharedReceiveQueue::new(dev.pd(), CAP) {
                 Ok(srq) => {
-                    iser_memory::add_srqs(1);
+                    iser_stats::add_srqs(1);
                     Some(RecvPool {
                         srq,
                         slabs: (0..MAX_SLABS).map(|_| OnceLock::new()).collect(),
@@ -378,7 +378,7 @@ impl Share {
             let buf = Arc::new(Buffer::new(len).map_err(IserError::rdma("staging memory"))?);
             let mr = MemoryRegion::register(dev.pd(), buf.clone(), Access::LOCAL_WRITE)
                 .map_err(|source| IserError::Register { len, source })?;
-            iser_memory::add(Kind::Staging, len as i64);
+            iser_stats::add(Kind::Staging, len as i64);
             Ok(SharedChunks {
                 mr,
                 buf,
@@ -424,7 +424,7 @@ impl Share {
                 .iter()
                 .filter(|&&n| n >= 0 && n != node as i32)
                 .count();
-            iser_memory::add_pool_pages(local as i64, remote as i64);
+            iser_stats::add_pool_pages(local as i64, remote as i64);
             tracing::info!(
                 device = self.dev.name(),
                 node,

@@ -1,9 +1,12 @@
 //! Gauges of what iSER holds registered with RDMA devices (bytes pinned, by use), the
 //! receives it keeps posted, its shared receive queues and connections: updated when a
 //! connection, a shared pool or a device's cache registration comes or goes (never per
-//! I/O), read by the metrics scrape. And the bytes its RDMA data moved, by path (straight
-//! from cache blocks or through staging chunks): each connection counts its own and adds
-//! them here once a tick and when it ends. Compiled without iSER too (all zero then).
+//! I/O), read by the metrics scrape. And counters of the data path: the bytes its RDMA data
+//! moved, by path (straight from cache blocks or through staging chunks), and the verbs
+//! calls that enter the kernel on soft-RoCE (completion events read, completion queue
+//! re-arms, send-queue posts) with the completions they took; each connection counts its
+//! own and adds them here once a tick and when it ends. Compiled without iSER too (all
+//! zero then).
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -68,6 +71,54 @@ impl DataPath {
     }
 }
 
+static CALLS: [AtomicI64; 5] = [const { AtomicI64::new(0) }; 5];
+
+/// What the event loop asked of the verbs library for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// A completion event read from the connection's completion channel (one wake-up).
+    CqEvent,
+    /// The completion queue armed again (`ibv_req_notify_cq`).
+    CqArm,
+    /// A batch posted on the send queue (`ibv_post_send`: one doorbell).
+    PostSend,
+    /// Completions polled of send-queue requests (Sends, RDMA READs, signaled WRITEs).
+    SendCompletion,
+    /// Completions polled of receives (iSER messages that arrived).
+    RecvCompletion,
+}
+
+impl Call {
+    /// Every call, in the order the counters hold them.
+    pub const ALL: [Call; 5] = [
+        Call::CqEvent,
+        Call::CqArm,
+        Call::PostSend,
+        Call::SendCompletion,
+        Call::RecvCompletion,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Call::CqEvent => "cq_event",
+            Call::CqArm => "cq_arm",
+            Call::PostSend => "post_send",
+            Call::SendCompletion => "send",
+            Call::RecvCompletion => "receive",
+        }
+    }
+}
+
+/// A connection's counts by `Call::ALL` order, added to the totals.
+pub fn add_calls(counts: [u64; 5]) {
+    for (total, n) in CALLS.iter().zip(counts) {
+        if n > 0 {
+            total.fetch_add(n as i64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Bytes a connection moved by `DataPath::ALL` order, added to the totals.
 pub fn add_data(bytes: [u64; 3]) {
     for (total, b) in DATA.iter().zip(bytes) {
@@ -125,6 +176,8 @@ pub struct Snapshot {
     pub pool_pages: [i64; 2],
     /// Data bytes moved so far by [`DataPath::ALL`] order.
     pub data: [i64; 3],
+    /// Verbs calls and completions so far by [`Call::ALL`] order.
+    pub calls: [i64; 5],
 }
 
 /// Reads the gauges.
@@ -148,5 +201,6 @@ pub fn snapshot() -> Snapshot {
             DATA[1].load(Ordering::Relaxed),
             DATA[2].load(Ordering::Relaxed),
         ],
+        calls: std::array::from_fn(|i| CALLS[i].load(Ordering::Relaxed)),
     }
 }
