@@ -112,18 +112,19 @@ impl Call {
 
 /// A connection's counts by `Call::ALL` order, added to the totals.
 pub fn add_calls(counts: [u64; 5]) {
-    for (total, n) in CALLS.iter().zip(counts) {
-        if n > 0 {
-            total.fetch_add(n as i64, Ordering::Relaxed);
-        }
-    }
+    add_to(&CALLS, &counts);
 }
 
 /// Bytes a connection moved by `DataPath::ALL` order, added to the totals.
 pub fn add_data(bytes: [u64; 3]) {
-    for (total, b) in DATA.iter().zip(bytes) {
-        if b > 0 {
-            total.fetch_add(b as i64, Ordering::Relaxed);
+    add_to(&DATA, &bytes);
+}
+
+/// Adds a connection's counts to the shared totals (skipping zeros: no write to the line).
+fn add_to(totals: &[AtomicI64], counts: &[u64]) {
+    for (total, &n) in totals.iter().zip(counts) {
+        if n > 0 {
+            total.fetch_add(n as i64, Ordering::Relaxed);
         }
     }
 }
