@@ -54,8 +54,8 @@ use crate::coherence::{PieceList, PiecePool};
 use crate::counters::{CounterSnapshot, NodeCounters};
 use crate::geometry::{BlockSpan, Geometry, GeometryError, RangeError, Spans};
 use crate::partition::{
-    BlockKey, DirtyProbe, DirtyRange, Lookup, Partition, PartitionError, PartitionStats, ReadAhead,
-    UpdateOutcome, WriteOutcome,
+    BlockKey, DirtyProbe, DirtyRange, Landing, Lookup, Partition, PartitionError, PartitionStats,
+    ReadAhead, UpdateOutcome, WriteOutcome,
 };
 use crate::topology::Topology;
 
@@ -320,6 +320,24 @@ impl BlockCache {
             data,
             self.config.dirty_limit_bytes,
         )
+    }
+
+    /// A fresh slot of the block's home partition for write data that a device will put
+    /// there before the write is committed (see [`Landing`]): `span`'s bytes, whole
+    /// sectors. `None`: unaligned, or no slot can be reused.
+    pub fn land(&self, lun: u32, span: &BlockSpan) -> Option<Landing> {
+        let key = BlockKey {
+            lun,
+            block_no: span.block_no(),
+        };
+        self.part(lun, span.block_no())
+            .reserve_landing(key, span.start(), span.len())
+    }
+
+    /// Commits a landing as a write-back under this cache's dirty limit
+    /// ([`Landing::commit`]).
+    pub fn commit_landing(&self, l: Landing) -> Result<u64, (Landing, WriteOutcome)> {
+        l.commit(self.config.dirty_limit_bytes)
     }
 
     /// Write-through (WCE=0 or bypass), one piece, **after** `data` is in the backing store:

@@ -29,8 +29,8 @@ pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Sp
 pub use io_pool::{IoJob, IoPool, IoRequest};
 pub use op_latency::{LATENCY_BOUNDS_NS, LATENCY_BUCKETS, OpHistogram, OpLatency, StoreOp};
 pub use partition::{
-    BlockKey, BlockRef, DirtyProbe, DirtyRange, Fill, FillRaced, FillRun, Lookup, Partition,
-    PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,
+    BlockKey, BlockRef, DirtyProbe, DirtyRange, Fill, FillRaced, FillRun, Landing, Lookup,
+    Partition, PartitionStats, ReadAhead, UpdateOutcome, WriteOutcome,
 };
 pub use router::{Affinity, Route, RouteReason, RouteRequest, Router, RouterPolicy};
 pub use store::{

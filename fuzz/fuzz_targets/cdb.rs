@@ -96,6 +96,7 @@ fuzz_target!(|data: &[u8]| {
         let ctx = CmdCtx {
             cdb,
             data_out,
+            landed: 0,
             luns: &luns[..usize::from(shape >> 6) + 1],
         };
         match lu.execute_nexus(&nexuses[n % 2], &ctx) {
@@ -183,7 +184,10 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
             );
         }
         Action::SetTargetPortGroups(asks) => {
-            assert!(lu.explicit_alua(), "SET TARGET PORT GROUPS on an implicit-only LU");
+            assert!(
+                lu.explicit_alua(),
+                "SET TARGET PORT GROUPS on an implicit-only LU"
+            );
             let groups = lu.port_groups();
             for (g, _) in asks {
                 assert!(groups.iter().any(|x| x.id == g), "unknown group {g}");
@@ -258,7 +262,10 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
         Action::ExtendedCopy(job) => {
             for s in &job.segments {
                 let n = job.cscds.len();
-                assert!(usize::from(s.src) < n && usize::from(s.dst) < n, "xcopy index");
+                assert!(
+                    usize::from(s.src) < n && usize::from(s.dst) < n,
+                    "xcopy index"
+                );
             }
         }
         Action::SelfTest { lba, blocks } => {

@@ -417,7 +417,7 @@ impl Harness {
                         cmd.itt
                     );
                     assert_eq!(
-                        cmd.data_out.len() as u64,
+                        cmd.data_out.len() as u64 + u64::from(cmd.landed),
                         u64::from(cmd.expected_write_len),
                         "a command is delivered with all of its write data"
                     );
@@ -431,7 +431,10 @@ impl Harness {
                 }
                 Event::TaskMgmt(t) => self.tmfs.push(t.itt),
                 Event::LoggedOut | Event::Close(_) => self.closed = true,
-                Event::LoginFailed { .. } | Event::Rejected(_) | Event::DigestError { .. } => {}
+                Event::LoginFailed { .. }
+                | Event::Rejected(_)
+                | Event::DigestError { .. }
+                | Event::DataFetch { .. } => {}
             }
         }
         let _ = self.c.take_drop_reason();

@@ -97,6 +97,7 @@ mod tests {
             &CmdCtx {
                 cdb,
                 data_out: &[],
+                landed: 0,
                 luns: &[1],
             },
         ) {

@@ -112,6 +112,7 @@ mod tests {
         let cmd = crate::CmdCtx {
             cdb,
             data_out: data,
+            landed: 0,
             luns: &[1],
         };
         match lu.execute_nexus(n, &cmd) {
@@ -232,6 +233,7 @@ mod tests {
         let cmd = crate::CmdCtx {
             cdb: &cdb,
             data_out: &p,
+            landed: 0,
             luns: &[1],
         };
         assert!(matches!(

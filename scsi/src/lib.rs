@@ -66,7 +66,7 @@ pub use nexus::{Nexus, NexusId};
 pub use op_class::{OpClass, op_class};
 pub use pr::{PrStateError, PrType};
 pub use report_luns::encode_lun;
-pub use rw::{data_out_len, verify_compare};
+pub use rw::{WriteExtent, data_out_len, verify_compare, write_extent};
 pub use sense::Sense;
 pub use thin::{LbaExtent, lba_status_completion};
 pub use ua::UnitAttention;
@@ -177,6 +177,10 @@ pub struct CmdCtx<'a> {
     pub cdb: &'a [u8],
     /// Data-Out payload received for the command (write data, mode parameter list).
     pub data_out: &'a [u8],
+    /// Write data bytes that follow `data_out` but were put elsewhere by the transport
+    /// (landed straight where the server keeps them): only a plain WRITE has any. Lengths
+    /// count them; nothing here reads them.
+    pub landed: u64,
     /// LUNs of the target visible to this initiator (for REPORT LUNS).
     pub luns: &'a [u64],
 }

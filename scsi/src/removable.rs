@@ -212,6 +212,7 @@ mod tests {
         let cmd = CmdCtx {
             cdb,
             data_out: &[],
+            landed: 0,
             luns: &[1],
         };
         match lu.execute_nexus(n, &cmd) {

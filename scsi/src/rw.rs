@@ -66,6 +66,41 @@ fn decode(cdb: &[u8]) -> Rw {
     }
 }
 
+/// Where a plain WRITE puts its data, read from the CDB alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteExtent {
+    pub lba: u64,
+    pub blocks: u32,
+    /// FUA: the write must be durable before GOOD.
+    pub fua: bool,
+}
+
+/// The extent of a WRITE(6/10/12/16) without protection information (WRPROTECT 0), from
+/// its CDB; `None` for any other command or a short CDB. For a transport that places the
+/// data before the command runs: nothing is checked here (range, reservations, the
+/// logical unit's state) — the command is executed in full when its data is in.
+pub fn write_extent(cdb: &[u8]) -> Option<WriteExtent> {
+    let need = match *cdb.first()? {
+        WRITE_6 => 6,
+        WRITE_10 => 10,
+        WRITE_12 => 12,
+        WRITE_16 => 16,
+        _ => return None,
+    };
+    if cdb.len() < need {
+        return None;
+    }
+    let rw = decode(cdb);
+    if rw.flags >> 5 != 0 {
+        return None;
+    }
+    Some(WriteExtent {
+        lba: rw.lba,
+        blocks: rw.blocks,
+        fua: rw.flags & 0x08 != 0,
+    })
+}
+
 /// LOGICAL BLOCK ADDRESS OUT OF RANGE unless `lba .. lba + blocks` lies within the medium.
 pub(crate) fn check_range(lu: &LogicalUnit, lba: u64, blocks: u64) -> Result<(), Sense> {
     let cap = lu.num_blocks();
@@ -102,12 +137,12 @@ pub(crate) fn read_write(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result<
     if rw.write {
         let need = u64::from(rw.blocks) * u64::from(lu.params().block_size);
         let mut blocks = rw.blocks;
-        if (ctx.data_out.len() as u64) < need {
+        let got = ctx.data_out.len() as u64 + ctx.landed;
+        if got < need {
             // The initiator's expected transfer length is below the CDB's (residual overflow,
             // reported by the transport). As FCP-4 allows: process the command for the whole
             // blocks that did arrive; a partial block is refused without writing anything.
             let bs = u64::from(lu.params().block_size);
-            let got = ctx.data_out.len() as u64;
             if got % bs != 0 {
                 return Err(Sense::invalid_field_in_information_unit());
             }
@@ -285,6 +320,44 @@ mod tests {
         [0x2A, if fua { 0x08 } else { 0 }, 0, 0, 0, 0, 0, 0, 1, 0]
     }
 
+    #[test]
+    fn write_extent_reads_plain_writes_only() {
+        use super::{WriteExtent, write_extent};
+        assert_eq!(
+            write_extent(&w10(true)),
+            Some(WriteExtent {
+                lba: 0,
+                blocks: 1,
+                fua: true
+            })
+        );
+        let mut w16 = [0u8; 16];
+        w16[0] = 0x8A;
+        w16[2..10].copy_from_slice(&0x1_0000_0000u64.to_be_bytes());
+        w16[10..14].copy_from_slice(&256u32.to_be_bytes());
+        assert_eq!(
+            write_extent(&w16),
+            Some(WriteExtent {
+                lba: 0x1_0000_0000,
+                blocks: 256,
+                fua: false
+            })
+        );
+        // WRITE(6) of 0 blocks means 256
+        assert_eq!(
+            write_extent(&[0x0A, 0, 0, 8, 0, 0]).map(|e| e.blocks),
+            Some(256)
+        );
+        // protection information, other opcodes, short CDBs: no
+        let mut prot = w10(false);
+        prot[1] = 0x20;
+        assert_eq!(write_extent(&prot), None);
+        assert_eq!(write_extent(&r10(0, 1)), None);
+        assert_eq!(write_extent(&[0x2E, 0, 0, 0, 0, 0, 0, 0, 1, 0]), None);
+        assert_eq!(write_extent(&w16[..10]), None);
+        assert_eq!(write_extent(&[]), None);
+    }
+
     fn durable_of(a: Action) -> bool {
         match a {
             Action::Write { durable, .. } => durable,
@@ -449,6 +522,7 @@ mod tests {
             lu.execute(&CmdCtx {
                 cdb: &v,
                 data_out: &[],
+                landed: 0,
                 luns: &[]
             }),
             Action::good()
@@ -459,6 +533,7 @@ mod tests {
             lu.execute(&CmdCtx {
                 cdb: &v,
                 data_out: &data,
+                landed: 0,
                 luns: &[]
             }),
             Action::Verify {
@@ -473,6 +548,7 @@ mod tests {
             lu.execute(&CmdCtx {
                 cdb: &v,
                 data_out: &data[..512],
+                landed: 0,
                 luns: &[]
             }),
             Action::Verify {
@@ -491,6 +567,49 @@ mod tests {
         assert_eq!((s.key, s.asc, s.ascq, s.info), (0x0E, 0x1D, 0, Some(600)));
         let s = verify_compare(&medium, &other[512..], 512, true).expect("same-block miscompare");
         assert_eq!(s.info, Some(88));
+    }
+
+    #[test]
+    fn landed_write_data_counts_as_write_data() {
+        let lu = lu();
+        let mut w = r10(8, 4);
+        w[0] = 0x2A;
+        // one block came with the command, three landed elsewhere: a write of all four
+        let a = lu.execute(&CmdCtx {
+            cdb: &w,
+            data_out: &[0; 512],
+            landed: 3 * 512,
+            luns: &[],
+        });
+        assert!(
+            matches!(
+                a,
+                Action::Write {
+                    lba: 8,
+                    blocks: 4,
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
+        // still short of the CDB: the whole blocks in, as without landing
+        let a = lu.execute(&CmdCtx {
+            cdb: &w,
+            data_out: &[0; 512],
+            landed: 512,
+            luns: &[],
+        });
+        assert!(
+            matches!(
+                a,
+                Action::Write {
+                    lba: 8,
+                    blocks: 2,
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn exec(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8]) -> Action {
     let cmd = CmdCtx {
         cdb,
         data_out,
+        landed: 0,
         luns: &[0, 1, 300],
     };
     match lu.execute_nexus(&n, &cmd) {

@@ -99,6 +99,7 @@ fn unknown_opcode() {
     let a = lu.execute(&CmdCtx {
         cdb: &[0xC0, 0, 0, 0, 0, 0],
         data_out: &[],
+        landed: 0,
         luns: &[],
     });
     let Action::Complete(c) = a else {
@@ -108,6 +109,7 @@ fn unknown_opcode() {
     let a = lu.execute(&CmdCtx {
         cdb: &[],
         data_out: &[],
+        landed: 0,
         luns: &[],
     });
     assert!(matches!(a, Action::Complete(Completion { status: 2, .. })));
@@ -122,6 +124,7 @@ fn padded_cdb_is_accepted() {
     let a = lu.execute(&CmdCtx {
         cdb: &cdb,
         data_out: &[],
+        landed: 0,
         luns: &[],
     });
     let Action::Complete(c) = a else {
@@ -280,6 +283,7 @@ fn complete_of(lu: &LogicalUnit, cdb: &[u8]) -> Completion {
     match lu.execute(&CmdCtx {
         cdb,
         data_out: &[],
+        landed: 0,
         luns: &[],
     }) {
         Action::Complete(c) => c,
@@ -293,7 +297,7 @@ proptest! {
     #[test]
     fn maintenance_in_never_panics(cdb in maintenance_in_strategy(), readonly in any::<bool>()) {
         let lu = LogicalUnit::new(params(512, 2048, readonly));
-        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &[], luns: &[] });
+        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &[], landed: 0, luns: &[] });
         check_result(&lu, &cdb, &[], &a);
         let Action::Complete(c) = a else { panic!("{a:?}") };
         if c.status == status::GOOD {
@@ -334,7 +338,7 @@ proptest! {
         }
         // through a nexus: the anonymous `execute` refuses reservation commands
         let n = Nexus::iscsi(NexusId(1), "iqn.2026-11.test:api", 1, "iqn.2026-11.org.numatgt:demo", 1);
-        let a = match lu.execute_nexus(&n, &CmdCtx { cdb: &cdb, data_out: &[], luns: &[] }) {
+        let a = match lu.execute_nexus(&n, &CmdCtx { cdb: &cdb, data_out: &[], landed: 0, luns: &[] }) {
             Outcome::Action(a) => a,
             Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),
         };
@@ -369,7 +373,7 @@ proptest! {
         luns in prop::collection::vec(any::<u64>(), 0..5),
     ) {
         let lu = LogicalUnit::new(params(bs, nb, readonly));
-        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &data_out, luns: &luns });
+        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &data_out, landed: 0, luns: &luns });
         check_result(&lu, &cdb, &data_out, &a);
         let c = execute_unmapped(&cdb, &luns, readonly);
         if c.status == status::CHECK_CONDITION {
@@ -390,7 +394,7 @@ proptest! {
         } else {
             vec![0x15, 0x10, 0, 0, len as u8, 0]
         };
-        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &list, luns: &[] });
+        let a = lu.execute(&CmdCtx { cdb: &cdb, data_out: &list, landed: 0, luns: &[] });
         check_result(&lu, &cdb, &list, &a);
     }
 }
@@ -406,6 +410,7 @@ fn management_sets_descriptor_sense() {
     match lu.execute(&CmdCtx {
         cdb: &cdb,
         data_out: &[],
+        landed: 0,
         luns: &[0],
     }) {
         Action::Complete(c) => {

@@ -68,6 +68,7 @@ fn run_outcome(lu: &LogicalUnit, n: &Nexus, cdb: &[u8], data: &[u8]) -> Outcome 
         &CmdCtx {
             cdb,
             data_out: data,
+            landed: 0,
             luns: &[0],
         },
     )
@@ -202,6 +203,7 @@ fn legacy_execute_has_no_power_on_ua_and_no_reservations() {
     let legacy = |cdb: &[u8], data: &[u8]| match lu.execute(&CmdCtx {
         cdb,
         data_out: data,
+        landed: 0,
         luns: &[0],
     }) {
         Action::Complete(c) => c,

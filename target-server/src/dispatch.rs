@@ -11,6 +11,7 @@ use iscsi_proto::ScsiCommand;
 use scsi::task_mgmt::{self, ResetKind, TaskFunction, TaskScope, TmfPlan, TmfVerdict};
 use scsi::{Action, CmdCtx};
 
+use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
 use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
@@ -31,6 +32,7 @@ use crate::registry::{Lun, LunSet, Target};
 /// action started.
 pub fn execute(
     cmd: &mut ScsiCommand,
+    landing: Option<Landing>,
     target: &Target,
     luns: &LunSet,
     nexus: Option<&scsi::Nexus>,
@@ -45,6 +47,16 @@ pub fn execute(
         let r = completed(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
         return (stamped(Answer::Now(r), stamp), IoKind::OTHER);
     };
+    if cmd.landed > 0 && landing.is_none() {
+        // the transport reported write data put somewhere it cannot show: never write
+        // what is not there
+        tracing::error!(itt = cmd.itt, "write data landed nowhere");
+        let r = completed(
+            lun.scsi
+                .check_condition(&scsi::Sense::internal_target_failure()),
+        );
+        return (stamped(Answer::Now(r), stamp), IoKind::OTHER);
+    }
     follow_outside_resize(lun);
     let action = match scsi_outcome(cmd, lun, luns, nexus) {
         scsi::Outcome::Action(a) => a,
@@ -58,7 +70,7 @@ pub fn execute(
     if let Some(refusal) = refusal_if_owned_elsewhere(lun, &action) {
         return (stamped(Answer::Now(completed(refusal)), stamp), kind);
     }
-    let answer = start(action, cmd, lun, target, luns, ctx, reply);
+    let answer = start(action, cmd, landing, lun, target, luns, ctx, reply);
     (stamped(answer, stamp), kind)
 }
 
@@ -96,6 +108,7 @@ fn scsi_outcome(
     let cmd_ctx = CmdCtx {
         cdb: &cmd.cdb,
         data_out: &cmd.data_out,
+        landed: u64::from(cmd.landed),
         luns: &luns.numbers,
     };
     match nexus {
@@ -128,9 +141,14 @@ fn refusal_if_owned_elsewhere(lun: &Lun, action: &Action) -> Option<scsi::Comple
 
 /// Starts `action` on the backend: the one place where an action meets the store, the
 /// cache and the I/O workers. Emulated results are answered at once.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the command, its landing and its context"
+)]
 fn start(
     action: Action,
     cmd: &mut ScsiCommand,
+    landing: Option<Landing>,
     lun: &Arc<Lun>,
     target: &Target,
     luns: &LunSet,
@@ -154,6 +172,21 @@ fn start(
             blocks,
             fua: _,
         } => storage::read(lun, lba, blocks, ctx, reply),
+        Action::Write {
+            lba,
+            blocks,
+            durable,
+            data_offset: 0,
+        } if let Some(landing) = landing => storage::write_landed(
+            lun,
+            lba,
+            blocks,
+            durable,
+            &mut cmd.data_out,
+            landing,
+            ctx,
+            reply,
+        ),
         Action::Write {
             lba,
             blocks,

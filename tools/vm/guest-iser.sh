@@ -252,10 +252,28 @@ timeout 180 mkfs.ext4 -q -F "/dev/$DEV" || fail "mkfs.ext4"
 mkdir -p "$MNT"
 timeout 60 mount "/dev/$DEV" "$MNT" || fail "mount"
 step "write $DATA_MB MiB of random data"
+if [ "$TARGET" = numatgtd ]; then wd0=$(iser_data out direct) ws0=$(iser_data out staged); fi
 timeout 180 dd if=/dev/urandom of="$MNT/blob" bs=1M count=$DATA_MB status=none || fail "write blob"
 sha256sum "$MNT/blob" > /tmp/blob.sha256 || fail "sha256"
 timeout 120 sync || fail "sync"
 timeout 60 umount "$MNT" || fail "umount"
+if [ "$TARGET" = numatgtd ]; then
+  # the file's WRITE data beyond each command's immediate 8 KiB is fetched by RDMA READ
+  # straight into the cache slots that keep it (no staging chunk, no copy)
+  sleep 2.5
+  wd1=$(iser_data out direct) ws1=$(iser_data out staged)
+  case "$wd0$ws0$wd1$ws1" in *-*) fail "metrics: no numatgt_iser_data_bytes_total{direction=\"out\",...}" ;; esac
+  landed=$((wd1 - wd0)) wstaged=$((ws1 - ws0))
+  step "iSER WRITE data of the file: $landed bytes landed in cache slots, $wstaged through staging chunks"
+  [ "$landed" -ge $((DATA_MB << 19)) ] || fail "fewer than $((DATA_MB / 2)) MiB of WRITE data landed in cache slots ($landed)"
+  [ "$wstaged" -le $((landed / 4)) ] || fail "WRITE data through staging chunks ($wstaged bytes) above 1/4 of the landed bytes ($landed)"
+  # umount flushed the cache (SYNCHRONIZE CACHE): the backing file holds what the
+  # initiator reads
+  f=$(sha256sum < "$LUN_FILE" | cut -d' ' -f1)
+  d=$(timeout 120 dd if="/dev/$DEV" bs=1M iflag=direct status=none | sha256sum | cut -d' ' -f1)
+  [ "$f" = "$d" ] || fail "the backing file differs from the LUN's content after the flush ($f vs $d)"
+  step "after the flush the backing file equals the LUN as read over iSER"
+fi
 echo 3 > /proc/sys/vm/drop_caches
 step "remount + verify"
 timeout 60 mount -o ro "/dev/$DEV" "$MNT" || fail "remount"

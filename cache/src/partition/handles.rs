@@ -6,7 +6,7 @@ use crate::counters::NodeCounters;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{BlockKey, Partition};
+use super::{BlockKey, Partition, WriteOutcome};
 use crate::bits::{self, Mask};
 
 /// Outcome of asking for one block's dirty sectors.
@@ -304,3 +304,123 @@ impl std::fmt::Debug for DirtyRange {
             .finish()
     }
 }
+
+/// A fresh slot reserved for one block's write data that a device puts there (an RDMA
+/// READ from the initiator) before the write is committed: the data lands where the cache
+/// will keep it, with no copy. Bytes `[start, start + len)` of the block. Until
+/// [`commit`](Landing::commit) nothing sees the slot: readers and flushers keep using the
+/// block's cached copy, if any. Dropping it frees the slot — only once no device write
+/// into it can be in flight any more (the owner of the DMA keeps it until then). `Send`.
+pub struct Landing {
+    pub(super) part: Arc<Partition>,
+    pub(super) slot: u32,
+    pub(super) key: BlockKey,
+    pub(super) start: u32,
+    pub(super) len: u32,
+    pub(super) done: bool,
+}
+
+impl Landing {
+    pub fn key(&self) -> BlockKey {
+        self.key
+    }
+    /// Where the bytes begin in the block.
+    pub fn start(&self) -> usize {
+        self.start as usize
+    }
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Home node of the block (whose memory holds the slot).
+    pub fn node(&self) -> usize {
+        self.part.node
+    }
+
+    /// The address of the landing bytes, for a device to write them (`len()` bytes, in
+    /// the node arena, so inside its memory registration).
+    pub fn dma_addr(&self) -> usize {
+        self.part.slot_mem(self.slot) as usize + self.start as usize
+    }
+
+    /// Copies `data` into the landing at byte `at` (from its start); false when it does not
+    /// fit (nothing copied).
+    pub fn fill(&mut self, at: usize, data: &[u8]) -> bool {
+        if at
+            .checked_add(data.len())
+            .is_none_or(|e| e > self.len as usize)
+        {
+            return false;
+        }
+        // SAFETY: the range lies inside the landing's bytes (checked above), which lie inside
+        // the slot; the slot is reserved for this landing alone (no reference reads it, no
+        // other writer), and `&mut self` rules out another copy through it at once.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.part
+                    .slot_mem(self.slot)
+                    .add((self.start as usize) + at),
+                data.len(),
+            );
+        }
+        true
+    }
+
+    /// The landing bytes (to copy them elsewhere when the write does not go through the
+    /// cache after all).
+    ///
+    /// # Safety
+    /// No device write into the landing may be in flight (its DMA completed or was
+    /// flushed): the bytes are read as they are.
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the range lies inside the slot, which only this landing uses; the caller
+        // guarantees no device writes it meanwhile, and `fill` needs `&mut self`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.part.slot_mem(self.slot).add(self.start as usize),
+                self.len as usize,
+            )
+        }
+    }
+
+    /// Makes the landing the block's cached copy, its bytes valid and dirty, as a
+    /// write-back of them would ([`Partition::write_back`]). On `Err` nothing changed and
+    /// the landing is handed back (the outcome says why: `Throttled`, `Busy`).
+    ///
+    /// The caller must own the data: every device write into the landing has completed.
+    pub fn commit(mut self, dirty_limit: u64) -> Result<u64, (Landing, WriteOutcome)> {
+        match self.part.commit_landing(&self, dirty_limit) {
+            WriteOutcome::Written { newly_dirty } => {
+                self.done = true;
+                Ok(newly_dirty)
+            }
+            refused => Err((self, refused)),
+        }
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if !self.done {
+            self.part.release_landing(self.slot);
+        }
+    }
+}
+
+impl std::fmt::Debug for Landing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Landing")
+            .field("key", &self.key)
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .field("node", &self.part.node)
+            .finish()
+    }
+}
+
+// SAFETY: a Landing owns its reserved slot alone and an Arc to the partition; nothing in it
+// is tied to the creating thread.
+unsafe impl Send for Landing {}

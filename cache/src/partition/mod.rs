@@ -302,15 +302,23 @@ impl Partition {
             return Some(i);
         }
         let j = st.alloc(&self.counters)?;
-        // Copy the valid sectors the write does not cover, old slot -> new slot.
+        self.move_into(st, i, j, lo, hi);
+        Some(j)
+    }
+
+    /// Copy-on-write: slot `j` (ours alone: allocated, on no list, unmapped) becomes the
+    /// cached copy of mapped slot `i`'s block. `i`'s valid sectors outside `[lo, hi)` (the
+    /// ones the write does not cover) are copied over, its bitmaps, dirty state and flush
+    /// token move with them, and `i` is detached (freed once unpinned).
+    fn move_into(&self, st: &mut State, i: u32, j: u32, lo: usize, hi: usize) {
         let ss = self.sector_shift;
         let mut from = 0;
         while let Some((a, e)) = bits::next_run(st.valid_of(i), from, self.bits) {
             for (pa, pe) in [(a, e.min(lo)), (a.max(hi), e)] {
                 if pa < pe {
                     // SAFETY: both ranges are inside their slots; slot i's valid sectors are
-                    // not written while it is pinned, slot j is ours alone (just allocated,
-                    // on no list, unmapped), and the slots differ, so the ranges do not overlap.
+                    // not written while it is pinned, slot j is ours alone (allocated, on no
+                    // list, unmapped), and the slots differ, so the ranges do not overlap.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             self.slot_mem(i).add(pa << ss),
@@ -345,7 +353,93 @@ impl Partition {
             NodeCounters::add(&st.counters.cached_blocks, 1);
         }
         st.settle(i);
-        Some(j)
+    }
+
+    /// A fresh slot for write data of block `key`, bytes `[start, start + len)`, that a
+    /// device will put there (an RDMA READ) before the write is committed
+    /// ([`Landing::commit`]). The slot is unmapped and held (on no list, never handed out
+    /// again) until the landing is committed or dropped; the block's cached copy, if any,
+    /// stays as it is meanwhile. `None`: the range is not whole sectors of one block, or no
+    /// slot can be reused.
+    pub fn reserve_landing(
+        self: &Arc<Self>,
+        key: BlockKey,
+        start: usize,
+        len: usize,
+    ) -> Option<Landing> {
+        self.aligned(start, len)?;
+        let mut st = self.state.lock();
+        let Some(j) = st.alloc(&self.counters) else {
+            NodeCounters::add(&self.counters.no_space, 1);
+            return None;
+        };
+        let s = &mut st.slots[j as usize];
+        s.key = key;
+        s.pins = 1;
+        Some(Landing {
+            part: Arc::clone(self),
+            slot: j,
+            key,
+            start: start as u32,
+            len: len as u32,
+            done: false,
+        })
+    }
+
+    /// Makes a landing's slot the cached copy of its block, its bytes valid and dirty (a
+    /// write-back, as [`write_back`](Partition::write_back) would leave them): sectors of
+    /// the old copy the landing does not cover are copied over, its dirty state and any
+    /// flush in flight move along (that flush cannot mark the new data clean: the
+    /// generation changes). Refuses as `write_back` does (`Throttled`, `Busy` for a fill in
+    /// flight), changing nothing.
+    fn commit_landing(&self, l: &Landing, dirty_limit: u64) -> WriteOutcome {
+        let (lo, hi) = self.sectors(l.start as usize, l.len as usize);
+        let c = &self.counters;
+        let ss = self.sector();
+        let mut st = self.state.lock();
+        let j = l.slot;
+        let existing = st.map.get(&l.key).copied();
+        let newly = match existing {
+            Some(i) if st.slots[i as usize].busy => {
+                NodeCounters::add(&c.busy, 1);
+                return WriteOutcome::Busy;
+            }
+            Some(i) => (hi - lo - bits::count_range(st.dirty_of(i), lo, hi)) as u64 * ss,
+            None => (hi - lo) as u64 * ss,
+        };
+        if newly > 0 {
+            let dirty = c.dirty_bytes.load(Ordering::Relaxed);
+            if dirty.saturating_add(newly) > dirty_limit {
+                NodeCounters::add(&c.throttled, 1);
+                return WriteOutcome::Throttled;
+            }
+        }
+        match existing {
+            Some(i) => self.move_into(&mut st, i, j, lo, hi),
+            None => st.map_fresh(j, l.key),
+        }
+        bits::set_range(st.valid_mut(j), lo, hi);
+        st.slots[j as usize].valid_n = bits::count(st.valid_of(j)) as u32;
+        let g = st.next_generation();
+        if st.slots[j as usize].dirty_n == 0 {
+            st.slots[j as usize].dirty_since = self.clock.load(Ordering::Relaxed);
+        }
+        bits::set_range(st.dirty_mut(j), lo, hi);
+        let s = &mut st.slots[j as usize];
+        s.generation = g;
+        s.pins -= 1;
+        st.slots[j as usize].dirty_n = bits::count(st.dirty_of(j)) as u32;
+        NodeCounters::add(&c.dirty_bytes, newly);
+        st.settle(j);
+        WriteOutcome::Written { newly_dirty: newly }
+    }
+
+    /// A landing given up: its slot is free again.
+    fn release_landing(&self, slot: u32) {
+        let mut st = self.state.lock();
+        let s = &mut st.slots[slot as usize];
+        s.pins = s.pins.saturating_sub(1);
+        st.settle(slot);
     }
 
     /// Copy `data` into sectors `[lo, hi)` of slot `t` and mark them valid.

@@ -287,3 +287,127 @@ fn write_through_update_marks_fill_stale() {
     );
     p.check_invariants().unwrap();
 }
+
+fn landing_with(p: &Arc<Partition>, b: u64, start: usize, len: usize, byte: u8) -> Landing {
+    let mut l = p.reserve_landing(key(b), start, len).unwrap();
+    // what a device would write at its address
+    assert!(l.fill(0, &vec![byte; len]));
+    l
+}
+
+#[test]
+fn a_landing_is_invisible_until_committed_then_dirty() {
+    let p = part(4, 4096);
+    let old = fill_with(&p, 3, 0x11);
+    let l = landing_with(&p, 3, 1024, 2048, 0x22);
+    // readers still see the old copy
+    match p.lookup(key(3), 0, 4096, ReadAhead::None) {
+        Lookup::Hit(r) => assert!(r.bytes().iter().all(|&b| b == 0x11)),
+        other => panic!("{other:?}"),
+    }
+    p.check_invariants().unwrap();
+    assert_eq!(l.commit(u64::MAX).unwrap(), 2048);
+    // the old reference keeps its bytes (copy-on-write); a new lookup sees both parts
+    assert!(old.bytes().iter().all(|&b| b == 0x11));
+    match p.lookup(key(3), 0, 4096, ReadAhead::None) {
+        Lookup::Hit(r) => {
+            assert!(r.bytes()[..1024].iter().all(|&b| b == 0x11));
+            assert!(r.bytes()[1024..3072].iter().all(|&b| b == 0x22));
+            assert!(r.bytes()[3072..].iter().all(|&b| b == 0x11));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.dirty_sectors(), 4);
+    drop(old);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn a_dropped_landing_frees_its_slot_and_changes_nothing() {
+    let p = part(3, 4096);
+    drop(fill_with(&p, 0, 0x11));
+    drop(landing_with(&p, 0, 0, 4096, 0x33));
+    match p.lookup(key(0), 0, 4096, ReadAhead::None) {
+        Lookup::Hit(r) => assert!(r.bytes().iter().all(|&b| b == 0x11)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.dirty_sectors(), 0);
+    // landings hold their slots: two take the free ones, a third evicts the clean block,
+    // a fourth finds none; once dropped, all three slots are free again
+    let held: Vec<_> = (1..4)
+        .map(|b| p.reserve_landing(key(b), 0, 4096).unwrap())
+        .collect();
+    assert!(p.reserve_landing(key(4), 0, 4096).is_none());
+    p.check_invariants().unwrap();
+    drop(held);
+    let again: Vec<_> = (1..4)
+        .map(|b| p.reserve_landing(key(b), 0, 4096).unwrap())
+        .collect();
+    drop(again);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn a_landing_is_refused_unaligned_and_its_fill_bounded() {
+    let p = part(2, 4096);
+    assert!(p.reserve_landing(key(0), 100, 512).is_none());
+    assert!(p.reserve_landing(key(0), 0, 8192).is_none());
+    let mut l = p.reserve_landing(key(0), 512, 1024).unwrap();
+    assert!(!l.fill(512, &[0; 1024]));
+    assert!(l.fill(512, &[7; 512]));
+    assert_eq!(l.dma_addr() % 512, 0);
+    // SAFETY: no device writes into it
+    assert_eq!(unsafe { &l.bytes()[512..] }, &[7; 512][..]);
+}
+
+#[test]
+fn a_landing_commit_is_refused_over_the_dirty_limit_and_during_a_fill() {
+    let p = part(4, 4096);
+    let l = landing_with(&p, 0, 0, 4096, 0x44);
+    let (l, why) = p.commit_landing_for_test(l, 1024);
+    assert_eq!(why, WriteOutcome::Throttled);
+    let f = match p.lookup(key(0), 0, 4096, ReadAhead::None) {
+        Lookup::Miss(f) => f,
+        other => panic!("{other:?}"),
+    };
+    let (l, why) = p.commit_landing_for_test(l, u64::MAX);
+    assert_eq!(why, WriteOutcome::Busy);
+    f.abort();
+    assert!(l.commit(u64::MAX).is_ok());
+    assert_eq!(p.dirty_sectors(), 8);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn a_flush_in_flight_cannot_mark_a_committed_landing_clean() {
+    let p = part(4, 4096);
+    assert!(matches!(
+        p.write_back(key(0), 0, &[0x55; 4096], u64::MAX),
+        WriteOutcome::Written { .. }
+    ));
+    let mut out = Vec::new();
+    p.collect_dirty(4, &mut out);
+    let range = out.pop().unwrap();
+    // new data lands and commits while the old data is being written back
+    let l = landing_with(&p, 0, 0, 4096, 0x66);
+    l.commit(u64::MAX).unwrap();
+    assert!(!range.mark_clean());
+    assert_eq!(p.dirty_sectors(), 8);
+    // the next flush writes the new bytes
+    p.collect_dirty(4, &mut out);
+    let range = out.pop().unwrap();
+    assert!(range.runs().all(|(_, b)| b.iter().all(|&x| x == 0x66)));
+    assert!(range.mark_clean());
+    assert_eq!(p.dirty_sectors(), 0);
+    p.check_invariants().unwrap();
+}
+
+impl Partition {
+    /// `Landing::commit` with its refusal unpacked, for the tests above.
+    fn commit_landing_for_test(&self, l: Landing, limit: u64) -> (Landing, WriteOutcome) {
+        match l.commit(limit) {
+            Ok(n) => panic!("committed ({n} bytes)"),
+            Err(e) => e,
+        }
+    }
+}

@@ -12,7 +12,7 @@ use super::framing::Framing;
 use super::scsi::Task;
 use super::state::State;
 use super::tx::TxData;
-use super::{Connection, Directory, ProtocolError};
+use super::{Connection, Directory, Event, ProtocolError, ScsiCommand};
 use crate::DataBuf;
 use crate::pdu::{Bhs, Digests, Frame, check_frame};
 use std::collections::VecDeque;
@@ -121,6 +121,8 @@ pub(crate) struct TaskBufs {
     pub(crate) bufs: RemoteBufs,
     /// The Get in flight (its `xfer`), if any.
     pub(crate) get: Option<u32>,
+    /// Where the Get in flight began (bytes of write data before it).
+    pub(crate) get_from: u32,
 }
 
 impl<B: DataBuf> Connection<B> {
@@ -242,6 +244,38 @@ impl<B: DataBuf> Connection<B> {
         true
     }
 
+    /// Like [`data_arrived`](Connection::data_arrived), for `n` bytes the transport put
+    /// where the server asked ([`Event::DataFetch`]) instead of handing them over: they
+    /// count as received and as [`ScsiCommand::landed`]. A fetch is either all landed or
+    /// all handed over: false (nothing counted) for landed bytes after handed-over ones
+    /// of the same fetch, or when the task is gone or does not expect them.
+    pub fn data_landed(&mut self, itt: u32, xfer: u32, n: u32) -> bool {
+        if !matches!(self.state, State::FullFeature(_)) {
+            return false;
+        }
+        let Some(t) = self.tasks.get_mut(&itt) else {
+            return false;
+        };
+        if t.rdma.get != Some(xfer) || !t.count_landed(n) {
+            return false;
+        }
+        if t.write_done() {
+            t.rdma.get = None;
+        }
+        self.try_deliver(itt);
+        true
+    }
+
+    /// The command whose write data is being fetched ([`Event::DataFetch`]): its CDB, LUN,
+    /// attributes and the write data already in (`data_out`, immediate and unsolicited);
+    /// the fetch brings the rest, from `data_out.len()` on. `None` when the task is gone,
+    /// already delivered, or not fetching.
+    pub fn fetching_write(&self, itt: u32) -> Option<&ScsiCommand> {
+        let t = self.tasks.get(&itt)?;
+        t.rdma.get?;
+        t.cmd.as_ref()
+    }
+
     /// Queues an RDMA READ for the rest of a task's write data (instead of R2Ts).
     pub(crate) fn issue_get(&mut self, itt: u32) {
         let xfer = self.next_ttt;
@@ -257,6 +291,7 @@ impl<B: DataBuf> Connection<B> {
         };
         self.next_ttt = super::scsi::next_tag(xfer);
         t.rdma.get = Some(xfer);
+        t.rdma.get_from = offset;
         t.mark_solicited(offset + len);
         if let Framing::Rdma(r) = &mut self.framing {
             r.tx.push_back(RdmaTx::Get {
@@ -267,6 +302,7 @@ impl<B: DataBuf> Connection<B> {
                 len,
             });
         }
+        self.events.push_back(Event::DataFetch { itt });
     }
 
     /// The buffers announced with the PDU being dispatched (RDMA transport).
@@ -320,6 +356,29 @@ impl Task {
         Some((off, self.edtl_write - off))
     }
 
+    /// Counts `n` bytes landed where the server asked; false when more than was asked for,
+    /// or when bytes of this fetch were already handed over (`data_out` would miss them).
+    fn count_landed(&mut self, n: u32) -> bool {
+        if u64::from(self.received) + u64::from(n) > u64::from(self.next_r2t_offset) {
+            return false;
+        }
+        let Some(c) = self.cmd.as_mut() else {
+            return false;
+        };
+        let from = if c.landed == 0 {
+            self.rdma.get_from
+        } else {
+            self.received
+        };
+        if from != self.received || c.data_out.len() as u64 + u64::from(c.landed) != u64::from(from)
+        {
+            return false;
+        }
+        c.landed += n;
+        self.received += n;
+        true
+    }
+
     fn mark_solicited(&mut self, end: u32) {
         self.next_r2t_offset = end;
     }
@@ -331,7 +390,9 @@ impl Task {
     /// Appends data fetched by RDMA READ; false when more than was asked for.
     fn take_rdma_data(&mut self, data: &[u8]) -> bool {
         let n = data.len() as u64;
-        if u64::from(self.received) + n > u64::from(self.next_r2t_offset) {
+        if u64::from(self.received) + n > u64::from(self.next_r2t_offset)
+            || self.cmd.as_ref().is_some_and(|c| c.landed > 0)
+        {
             return false;
         }
         self.received += data.len() as u32;

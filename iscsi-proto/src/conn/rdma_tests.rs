@@ -409,6 +409,56 @@ fn write_with_immediate_data_gets_the_rest() {
 }
 
 #[test]
+fn write_data_may_land_where_the_server_asked() {
+    let mut r = Rdma::new();
+    r.login();
+    let data: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+    r.write(1, 65536, &data[..8192]);
+    let out = r.recv();
+    let Out::Get {
+        itt: 1,
+        xfer,
+        offset: 8192,
+        ..
+    } = out[0]
+    else {
+        panic!("{out:?}")
+    };
+    // the fetch is announced, and the command can be looked at with what is in so far
+    assert_eq!(r.i.fetches(), vec![1]);
+    let cmd = r.i.c.fetching_write(1).expect("fetching");
+    assert_eq!((cmd.itt, cmd.expected_write_len, cmd.landed), (1, 65536, 0));
+    assert_eq!(cmd.data_out, data[..8192]);
+    assert!(r.i.c.fetching_write(2).is_none());
+    // landed in parts, never more than asked, never under a wrong tag
+    assert!(!r.i.c.data_landed(1, xfer.wrapping_add(1), 1000));
+    assert!(!r.i.c.data_landed(1, xfer, 65536));
+    assert!(r.i.c.data_landed(1, xfer, 20000));
+    assert!(r.i.events().is_empty());
+    // a fetch is all landed or all handed over
+    assert!(!r.i.c.data_arrived(1, xfer, &data[28192..30000]));
+    assert!(r.i.c.data_landed(1, xfer, 65536 - 28192));
+    let cmd = cmd_events(r.i.events());
+    assert_eq!(cmd[0].data_out, data[..8192]);
+    assert_eq!(cmd[0].landed, 65536 - 8192);
+    assert!(r.i.c.fetching_write(1).is_none());
+    assert!(!r.i.c.data_landed(1, xfer, 1));
+    r.i.c.complete_command(1, CommandResult::good());
+    assert_eq!(response(&r.pdus()[0]).status, 0);
+
+    // handed over first: landing is refused for the rest of that fetch
+    r.write(2, 16384, &[]);
+    let Out::Get { xfer, .. } = r.recv()[0] else {
+        panic!()
+    };
+    assert!(r.i.c.data_arrived(2, xfer, &[1; 4096]));
+    assert!(!r.i.c.data_landed(2, xfer, 4096));
+    assert!(r.i.c.data_arrived(2, xfer, &[1; 12288]));
+    let cmd = cmd_events(r.i.events());
+    assert_eq!((cmd[0].data_out.len(), cmd[0].landed), (16384, 0));
+}
+
+#[test]
 fn write_without_immediate_data_gets_it_all() {
     let mut r = Rdma::new();
     r.login();
@@ -468,7 +518,7 @@ fn abort_of_a_task_waiting_for_its_get() {
     let t = tmf_pdu(&r.i, 1, 1, 6, 5, r.i.cmd_sn - 1);
     r.send(t, &[]);
     assert_eq!(r.i.c.tasks_in_flight(), 0);
-    assert!(matches!(r.i.c.poll_event(), Some(Event::TaskMgmt(_))));
+    assert!(matches!(r.i.events()[..], [Event::TaskMgmt(_)]));
     r.i.c.complete_tmf(6, TmfResponse::TaskNotExist);
     let p = r.pdus();
     assert_eq!(tmf_response(&p), Some((6, 0)));

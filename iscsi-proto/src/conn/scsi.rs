@@ -211,6 +211,7 @@ impl<B: DataBuf> Connection<B> {
                 expected_read_len,
                 expected_write_len: edtl_write,
                 data_out,
+                landed: 0,
                 immediate: c.immediate,
             }),
             received: dlen,
@@ -221,7 +222,11 @@ impl<B: DataBuf> Connection<B> {
             r2ts: self.spare_r2ts.pop().unwrap_or_default(),
             r2t_sn: 0,
             data_failed: false,
-            rdma: super::rdma::TaskBufs { bufs, get: None },
+            rdma: super::rdma::TaskBufs {
+                bufs,
+                get: None,
+                get_from: 0,
+            },
         };
         self.tasks.insert(c.itt, task);
         if c.immediate {

@@ -150,8 +150,26 @@ impl Ini {
         }
         out
     }
+    /// The connection's events, without the RDMA fetch notices ([`Ini::fetches`] has them).
     fn events(&mut self) -> Vec<Event> {
+        self.all_events()
+            .into_iter()
+            .filter(|e| !matches!(e, Event::DataFetch { .. }))
+            .collect()
+    }
+    fn all_events(&mut self) -> Vec<Event> {
         std::iter::from_fn(|| self.c.poll_event()).collect()
+    }
+    /// The ITTs of the RDMA fetch notices among the connection's events (the other events
+    /// are dropped).
+    fn fetches(&mut self) -> Vec<u32> {
+        self.all_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::DataFetch { itt } => Some(itt),
+                _ => None,
+            })
+            .collect()
     }
     fn login_pdu(&self, csg: u8, nsg: u8, t: bool, text: &str) -> (Bhs, Vec<u8>) {
         (

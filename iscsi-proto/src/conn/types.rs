@@ -147,6 +147,10 @@ pub struct ScsiCommand {
     /// comes from the connection's pool: hand it back with `Connection::recycle_buffer` once
     /// used, and the next write reuses it instead of allocating.
     pub data_out: Vec<u8>,
+    /// Write data bytes the transport put elsewhere instead of into `data_out` (an RDMA
+    /// READ into a place the server gave it, see [`Event::DataFetch`]); they follow
+    /// `data_out`'s bytes: `data_out.len() + landed` is the write length. 0 otherwise.
+    pub landed: u32,
     pub immediate: bool,
 }
 
@@ -290,6 +294,15 @@ pub enum Event {
     /// Entered full feature phase.
     LoggedIn(crate::login::SessionInfo),
     Command(ScsiCommand),
+    /// RDMA transport: the connection queued an [`RdmaTx::Get`](super::RdmaTx) for command
+    /// `itt`'s write data (the bytes after those already in its `data_out`). The server may
+    /// look at the command ([`Connection::fetching_write`](super::Connection::fetching_write))
+    /// and give the transport a place for the data to land in, so it need not be copied;
+    /// the transport then reports it with `data_landed` instead of `data_arrived`. The
+    /// `Command` event follows once all of it is in, as ever.
+    DataFetch {
+        itt: u32,
+    },
     /// The server answers with `complete_tmf`.
     TaskMgmt(TmfRequest),
     /// Logout response queued; close after output drains.

@@ -12,6 +12,7 @@
 
 pub mod flusher;
 pub mod jobs;
+pub mod landing;
 pub mod locked;
 pub mod payload;
 pub mod pr;

@@ -20,6 +20,7 @@ use iscsi_proto::CommandResult;
 
 use super::StorageCtx;
 use super::jobs::{Extent, Job};
+use super::landing::Landing;
 use super::payload::{BlockList, Payload};
 use super::reply::{Answer, ReplyTo, completed};
 use crate::registry::Lun;
@@ -386,6 +387,67 @@ pub fn write(
         reply,
     });
     Answer::Later(later)
+}
+
+/// A WRITE whose data landed in fresh cache slots ([`Landing`]) while it was fetched, the
+/// bytes in `data` (the write data that came with the command) being the first of it: when
+/// it is a write-back of exactly those bytes, the slots become the cached copies, dirty,
+/// under the range's write lock — no byte copied; GOOD at once. Otherwise (durable, the
+/// LUN's cache changed, the range held by another write, a block refused: throttled or
+/// being filled) the bytes not committed join `data` and the ordinary [`write`] takes
+/// them: what was committed stays (it is this command's data, in place).
+///
+/// The landing's fetch must be over (its transport gave it back).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "write's arguments and the landing"
+)]
+pub fn write_landed(
+    lun: &Arc<Lun>,
+    lba: u64,
+    blocks: u32,
+    durable: bool,
+    data: &mut Vec<u8>,
+    mut landing: Landing,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    let bs = u64::from(lun.store.block_size());
+    let (offset, len) = (lba.saturating_mul(bs), u64::from(blocks) * bs);
+    if let Some(cache) = ctx.cache_for(lun)
+        && !durable
+        && landing.holds(cache, lun, offset, len)
+        && let Some(hold) = lun.locks.try_write(offset, len)
+    {
+        let done = landing.commit();
+        drop(hold);
+        match done {
+            Ok(()) => return Answer::Now(good()),
+            Err(at) => {
+                // the blocks before `at` are in the cache; the rest is written the
+                // ordinary way (cache block boundaries are LUN block boundaries)
+                data.clear();
+                // SAFETY: the transport gave the landing back: its fetch is over.
+                unsafe { landing.append_rest(0, data) };
+                drop(landing);
+                let done = at as u64 / bs;
+                return write(
+                    lun,
+                    lba + done,
+                    blocks - done as u32,
+                    durable,
+                    data,
+                    0,
+                    ctx,
+                    reply,
+                );
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { landing.append_rest(data.len(), data) };
+    drop(landing);
+    write(lun, lba, blocks, durable, data, 0, ctx, reply)
 }
 
 /// On an I/O worker: a write that did not complete on the event thread.

@@ -603,3 +603,177 @@ fn a_write_through_to_a_cached_lun_excludes_other_writers_of_its_range() {
     let _held = u.lun.locks.write(0, BS as u64);
     assert_eq!(u.write(0, &pattern(6, BS), true).status, 0);
 }
+
+/// A WRITE(10) command of `blocks` at `lba` whose first `imm` bytes of `data` came with it
+/// (the rest to be fetched), FUA as given.
+fn fetching_write(lba: u32, data: &[u8], imm: usize, fua: bool) -> iscsi_proto::ScsiCommand {
+    let blocks = (data.len() / BS) as u16;
+    let mut cdb = [0x2A, if fua { 0x08 } else { 0 }, 0, 0, 0, 0, 0, 0, 0, 0];
+    cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+    cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+    iscsi_proto::ScsiCommand {
+        itt: 9,
+        lun: 1,
+        cdb: iscsi_proto::Cdb::new(&cdb).expect("cdb"),
+        attr: 1,
+        read: false,
+        write: true,
+        expected_read_len: 0,
+        expected_write_len: data.len() as u32,
+        data_out: data[..imm].to_vec(),
+        landed: 0,
+        immediate: false,
+    }
+}
+
+/// What the RDMA READs would do: the transfer's bytes from the fetch's start written into
+/// the landing's memory.
+fn land_rest(l: &super::landing::Landing, data: &[u8]) {
+    let from = l.fetch_from();
+    let mut pieces = Vec::new();
+    assert!(l.pieces(from, data.len() - from, &mut pieces));
+    let mut at = from;
+    for (addr, n) in pieces {
+        // SAFETY: the piece lies in the landing's reserved slot memory (Landing::pieces),
+        // which nothing else reads or writes until the landing is committed or dropped.
+        unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), addr as *mut u8, n) };
+        at += n;
+    }
+    assert_eq!(at, data.len());
+}
+
+#[test]
+fn write_data_landed_in_cache_slots_is_committed_in_place() {
+    let b = Bench::new("landing", config::CacheMode::Numa, true);
+    b.sends_from_blocks.set(true);
+    // (a cache full of dirty blocks has no slot for a landing: three of its 16 here)
+    let old = pattern(1, 320 * BS);
+    assert_eq!(b.write(0, &old, false).status, 0);
+    // 300 blocks from LBA 3: a partial cache block, a whole one, a partial one
+    let data = pattern(9, 300 * BS);
+    let mut cmd = fetching_write(3, &data, 8192, false);
+    let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("lands");
+    assert_eq!(
+        (landing.fetch_from(), landing.transfer_len()),
+        (8192, data.len())
+    );
+    land_rest(&landing, &data);
+    // nothing is visible before the command runs
+    assert_eq!(b.read(3, 300).1, old[3 * BS..303 * BS]);
+    let a = storage::write_landed(
+        &b.lun,
+        3,
+        300,
+        false,
+        &mut cmd.data_out,
+        landing,
+        &b.ctx(),
+        b.reply(),
+    );
+    let Answer::Now(r) = a else {
+        panic!("committed on the event thread")
+    };
+    assert_eq!(r.status, 0);
+    assert_eq!(b.workers.len(), 0, "no job: no copy");
+    assert_eq!(b.read(3, 300).1, data);
+    // around it, the old bytes (copied into the partial blocks' new slots)
+    assert_eq!(b.read(0, 3).1, old[..3 * BS]);
+    assert_eq!(b.read(303, 10).1, old[303 * BS..313 * BS]);
+    // dirty: SYNCHRONIZE CACHE's flush puts it on disk
+    let cache = b.cache.as_ref().expect("cache");
+    storage::flush_range(cache, &b.lun, 0, LUN_BLOCKS * BS as u64).expect("flush");
+    assert_eq!(b.on_disk(3, 300 * BS), data);
+    cache.check_invariants().expect("cache invariants");
+}
+
+#[test]
+fn landed_write_data_takes_the_ordinary_path_when_the_write_is_durable() {
+    let b = Bench::new("landing-durable", config::CacheMode::Numa, true);
+    b.sends_from_blocks.set(true);
+    let data = pattern(4, 256 * BS);
+    let mut cmd = fetching_write(64, &data, 4096, false);
+    let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("lands");
+    land_rest(&landing, &data);
+    // the command turned out durable (as FUA or WCE=0 make it): written through
+    let a = storage::write_landed(
+        &b.lun,
+        64,
+        256,
+        true,
+        &mut cmd.data_out,
+        landing,
+        &b.ctx(),
+        b.reply(),
+    );
+    assert_eq!(b.finish(a).status, 0);
+    assert_eq!(b.on_disk(64, data.len()), data);
+    assert_eq!(b.read(64, 256).1, data);
+    b.cache
+        .as_ref()
+        .expect("cache")
+        .check_invariants()
+        .expect("cache invariants");
+}
+
+#[test]
+fn a_landing_refused_half_way_writes_the_rest_the_ordinary_way() {
+    let b = Bench::new("landing-rest", config::CacheMode::Numa, true);
+    b.sends_from_blocks.set(true);
+    let cache = Arc::clone(b.cache.as_ref().expect("cache"));
+    let per_block = (CACHE_BLOCK / BS) as u64;
+    let data = pattern(6, 3 * CACHE_BLOCK);
+    let mut cmd = fetching_write(per_block as u32, &data, 0, false);
+    let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("lands");
+    land_rest(&landing, &data);
+    // the second block is being filled from disk when the command runs
+    let span = cache
+        .spans(2 * CACHE_BLOCK as u64, CACHE_BLOCK as u64)
+        .expect("span")
+        .next()
+        .expect("one");
+    let cache::Lookup::Miss(fill) = cache.lookup(b.lun.cache_id, &span, cache::ReadAhead::None)
+    else {
+        panic!("a miss");
+    };
+    let a = storage::write_landed(
+        &b.lun,
+        per_block,
+        3 * per_block as u32,
+        false,
+        &mut cmd.data_out,
+        landing,
+        &b.ctx(),
+        b.reply(),
+    );
+    assert!(matches!(a, Answer::Later(_)), "the rest waits on a worker");
+    fill.abort();
+    assert_eq!(b.finish(a).status, 0);
+    assert_eq!(b.read(per_block, 3 * per_block as u32).1, data);
+    cache.check_invariants().expect("cache invariants");
+}
+
+#[test]
+fn only_plain_write_back_writes_of_a_cached_lun_land() {
+    let b = Bench::new("landing-no", config::CacheMode::Numa, true);
+    let data = pattern(2, 64 * BS);
+    let cmd = fetching_write(0, &data, 0, false);
+    assert!(
+        super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).is_none(),
+        "the link cannot put data into cache blocks"
+    );
+    b.sends_from_blocks.set(true);
+    assert!(super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).is_some());
+    let fua = fetching_write(0, &data, 0, true);
+    assert!(super::landing::Landing::reserve(&b.lun, &fua, &b.ctx()).is_none());
+    let mut short = fetching_write(0, &data, 0, false);
+    short.expected_write_len -= BS as u32;
+    assert!(super::landing::Landing::reserve(&b.lun, &short, &b.ctx()).is_none());
+    let all_in = fetching_write(0, &data, data.len(), false);
+    assert!(super::landing::Landing::reserve(&b.lun, &all_in, &b.ctx()).is_none());
+    let wt = Bench::new("landing-wce0", config::CacheMode::Numa, false);
+    wt.sends_from_blocks.set(true);
+    assert!(super::landing::Landing::reserve(&wt.lun, &cmd, &wt.ctx()).is_none());
+    let off = Bench::new("landing-off", config::CacheMode::Off, true);
+    off.sends_from_blocks.set(true);
+    assert!(super::landing::Landing::reserve(&off.lun, &cmd, &off.ctx()).is_none());
+}

@@ -12,6 +12,7 @@ use super::EventThread;
 use super::shared::Shared;
 use super::slot::{NormalSession, Session, Slot};
 use crate::backend::StorageCtx;
+use crate::backend::landing::Landing;
 use crate::backend::reply::{Answer, CompletionSink, ReplyTo, completed};
 use crate::conn_id::ConnId;
 use crate::dispatch;
@@ -62,6 +63,7 @@ impl EventThread {
             match ev {
                 Event::LoggedIn(info) => slot.logged_in(&env, &info),
                 Event::Command(cmd) => slot.command(&env, cmd),
+                Event::DataFetch { itt } => slot.data_fetch(&env, itt),
                 Event::TaskMgmt(req) => slot.task_management(&env, &req),
                 Event::LoggedOut => {
                     tracing::info!("logout");
@@ -151,8 +153,15 @@ impl Slot {
                 .map_or(NO_STATS, |l| self.io.index_for(&l.stats)),
         };
         reply.set_tag(tag);
+        // a landing the link was given for this command: its data, when it landed there
+        let landing = if cmd.write {
+            self.link.take_landing(itt).filter(|_| cmd.landed > 0)
+        } else {
+            None
+        };
         let (answer, kind) = dispatch::execute(
             &mut cmd,
+            landing,
             &session.target,
             luns,
             Some(&session.nexus),
@@ -169,6 +178,24 @@ impl Slot {
                 self.conn.recycle_buffer(buffer);
                 self.inflight += 1;
             }
+        }
+    }
+
+    /// The connection is about to fetch a command's write data (RDMA): when it is a write
+    /// into the cache, the link is given fresh cache slots for it to land in.
+    fn data_fetch(&mut self, env: &Env<'_>, itt: u32) {
+        let Session::Normal(session) = &self.session else {
+            return;
+        };
+        let Some(cmd) = self.conn.fetching_write(itt) else {
+            return;
+        };
+        let Some(lun) = session.luns.1.map.get(&cmd.lun) else {
+            return;
+        };
+        if let Some(landing) = Landing::reserve(lun, cmd, &env.storage) {
+            // a landing the link cannot use is dropped here (its slots freed)
+            drop(self.link.land(itt, landing));
         }
     }
 

@@ -253,9 +253,9 @@ fn iser(out: &mut Vec<MetricFamily>) {
     let mut data = Family::counter(
         "numatgt_iser_data_bytes_total",
         "Command data iSER moved by RDMA, by iSCSI direction (in: READ data to the initiator, \
-         out: WRITE data from it) and path: direct (RDMA straight from pinned cache blocks, no \
-         copy) or staged (through registered staging chunks, one copy). Added once a second \
-         per connection.",
+         out: WRITE data from it) and path: direct (RDMA straight from pinned cache blocks, or \
+         into the cache slots that keep the data: no copy) or staged (through registered \
+         staging chunks, one copy). Added once a second per connection.",
     );
     for (p, b) in crate::transport::IserDataPath::ALL.iter().zip(g.data) {
         let (direction, path) = p.labels();

@@ -44,7 +44,7 @@ static POSTED_OWN: AtomicI64 = AtomicI64::new(0);
 static SRQS: AtomicI64 = AtomicI64::new(0);
 static CONNECTIONS: AtomicI64 = AtomicI64::new(0);
 static POOL_PAGES: [AtomicI64; 2] = [const { AtomicI64::new(0) }; 2];
-static DATA: [AtomicI64; 3] = [const { AtomicI64::new(0) }; 3];
+static DATA: [AtomicI64; 4] = [const { AtomicI64::new(0) }; 4];
 
 /// How RDMA moved a command's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,11 +55,18 @@ pub enum DataPath {
     InStaged,
     /// WRITE data fetched by RDMA READs into staging chunks, then copied out.
     OutStaged,
+    /// WRITE data fetched by RDMA READs straight into the cache slots it is kept in.
+    OutDirect,
 }
 
 impl DataPath {
     /// Every path, in the order the metrics list them.
-    pub const ALL: [DataPath; 3] = [DataPath::InDirect, DataPath::InStaged, DataPath::OutStaged];
+    pub const ALL: [DataPath; 4] = [
+        DataPath::InDirect,
+        DataPath::InStaged,
+        DataPath::OutStaged,
+        DataPath::OutDirect,
+    ];
 
     /// The metric labels: iSCSI's direction (in: to the initiator) and the path.
     pub fn labels(self) -> (&'static str, &'static str) {
@@ -67,6 +74,7 @@ impl DataPath {
             DataPath::InDirect => ("in", "direct"),
             DataPath::InStaged => ("in", "staged"),
             DataPath::OutStaged => ("out", "staged"),
+            DataPath::OutDirect => ("out", "direct"),
         }
     }
 }
@@ -116,7 +124,7 @@ pub fn add_calls(counts: [u64; 5]) {
 }
 
 /// Bytes a connection moved by `DataPath::ALL` order, added to the totals.
-pub fn add_data(bytes: [u64; 3]) {
+pub fn add_data(bytes: [u64; 4]) {
     add_to(&DATA, &bytes);
 }
 
@@ -176,7 +184,7 @@ pub struct Snapshot {
     /// Pages of the shared pools made so far, on their thread's node and elsewhere.
     pub pool_pages: [i64; 2],
     /// Data bytes moved so far by [`DataPath::ALL`] order.
-    pub data: [i64; 3],
+    pub data: [i64; 4],
     /// Verbs calls and completions so far by [`Call::ALL`] order.
     pub calls: [i64; 5],
 }
@@ -197,11 +205,7 @@ pub fn snapshot() -> Snapshot {
             POOL_PAGES[0].load(Ordering::Relaxed),
             POOL_PAGES[1].load(Ordering::Relaxed),
         ],
-        data: [
-            DATA[0].load(Ordering::Relaxed),
-            DATA[1].load(Ordering::Relaxed),
-            DATA[2].load(Ordering::Relaxed),
-        ],
+        data: std::array::from_fn(|i| DATA[i].load(Ordering::Relaxed)),
         calls: std::array::from_fn(|i| CALLS[i].load(Ordering::Relaxed)),
     }
 }

@@ -33,6 +33,7 @@ use iscsi_proto::conn::TransportKeys;
 use iscsi_proto::{Connection, Directory};
 use mio::{Interest, Token};
 
+use crate::backend::landing::Landing;
 use crate::backend::payload::Payload;
 
 #[cfg(feature = "iser")]
@@ -200,6 +201,21 @@ pub trait Link: Send {
     /// node that holds its blocks, which would gather them into a new buffer to send.
     fn sends_from_blocks(&self) -> bool {
         false
+    }
+
+    /// Takes `landing`: the place the server chose for the write data of command `itt`
+    /// that the connection is about to fetch ([`iscsi_proto::Event::DataFetch`]), for a
+    /// transport that fetches write data itself and can have it put there (reported with
+    /// `Connection::data_landed`). Gives it back when it cannot use it — the default: a
+    /// transport whose write data arrives in PDUs.
+    fn land(&mut self, _itt: u32, landing: Landing) -> Option<Landing> {
+        Some(landing)
+    }
+
+    /// The landing given for command `itt`, once nothing can write into it any more (its
+    /// fetch is over): for the command delivered with landed bytes, or to be dropped.
+    fn take_landing(&mut self, _itt: u32) -> Option<Landing> {
+        None
     }
     /// Every timer tick (about a second) while the connection is open: `Err` ends it (iSER:
     /// nothing it sent completed for too long).

@@ -46,9 +46,11 @@ use rdma::{
 
 use super::device::DeviceRes;
 use super::error::IserError;
+use super::landings::Landings;
 use super::listen::Incoming;
 use super::ops::{Op, Ops, Pool};
 use super::share::{self, Member};
+use crate::backend::landing::Landing;
 use crate::backend::payload::Payload;
 use crate::transport::iser_stats::{self, Call, DataPath, Kind};
 
@@ -100,6 +102,16 @@ struct Pending {
     tx: RdmaTx<Payload>,
     /// Bytes of a `Put` / `Get` posted so far.
     done: usize,
+}
+
+/// What became of a `Get` offered to its landing.
+enum Landed {
+    /// Its RDMA READs are queued, into the landing.
+    Posted,
+    /// Not enough send-queue room yet: try again after completions.
+    NoRoom,
+    /// No landing fits it: fetch it through staging chunks.
+    NoLanding,
 }
 
 /// A send-queue request to queue: its scatter/gather list, and the initiator's buffer of
@@ -195,10 +207,15 @@ pub struct IserLink {
     sges: Vec<Sge>,
     /// Data bytes moved since the last [`IserLink::watchdog`], by `DataPath::ALL` order
     /// (added to the daemon's totals there and when the link is dropped).
-    moved: [u64; 3],
+    moved: [u64; 4],
     /// Verbs calls and completions since the last [`IserLink::watchdog`], by `Call::ALL`
     /// order (added to the daemon's totals like `moved`).
     calls: [u64; 5],
+    /// Cache slots WRITE data is fetched into (dropped after the queue pair: no RDMA READ
+    /// can reach a freed slot).
+    landings: Landings,
+    /// The memory pieces of the landing being posted (reused).
+    pieces: Vec<(usize, usize)>,
 }
 
 impl IserLink {
@@ -303,8 +320,10 @@ impl IserLink {
             stalled_since: None,
             phase: Phase::Connecting,
             sges: Vec::with_capacity(64),
-            moved: [0; 3],
+            moved: [0; 4],
             calls: [0; 5],
+            landings: Landings::default(),
+            pieces: Vec::new(),
         };
         let fail = |link: &IserLink, e: IserError| {
             // the id belongs to the queue pair now: reject through it
@@ -516,6 +535,13 @@ impl IserLink {
                 vendor_err: c.vendor_err,
             });
         }
+        if let Op::Land { itt, xfer, len } = op {
+            self.landings.read_done(itt);
+            if !conn.data_landed(itt, xfer, len as u32) {
+                tracing::debug!(itt, "write data of an ended task landed: dropped");
+            }
+            return Ok(());
+        }
         if let Op::Read {
             chunk,
             itt,
@@ -662,6 +688,7 @@ impl IserLink {
         if !self.phase.established() {
             return Ok(());
         }
+        self.landings.sweep(conn);
         let gathered = self.gather(conn);
         let posted = self.post_batch();
         gathered.and(posted)
@@ -703,6 +730,24 @@ impl IserLink {
                 continue;
             }
             self.sges = sges;
+            if let RdmaTx::Get {
+                itt,
+                xfer,
+                remote,
+                offset,
+                len,
+            } = p.tx
+                && p.done == 0
+            {
+                match self.get_into_landing(itt, xfer, remote, offset as usize, len as usize)? {
+                    Landed::Posted => continue,
+                    Landed::NoRoom => {
+                        self.pending.push_front(p);
+                        return Ok(());
+                    }
+                    Landed::NoLanding => {}
+                }
+            }
             if !self.progress(&mut p)? {
                 self.pending.push_front(p);
                 return Ok(());
@@ -839,6 +884,84 @@ impl IserLink {
             offset += group.iter().map(|s| u64::from(s.len)).sum::<u64>();
         }
         Ok(())
+    }
+
+    /// Holds `landing` for command `itt`'s write data (see [`Landings`]); gives it back
+    /// when the READs could not reach it (the cache arenas are not registered) or the
+    /// command has one already.
+    pub fn land(&mut self, itt: u32, landing: Landing) -> Option<Landing> {
+        if !self.sends_from_blocks() || !self.phase.established() {
+            return Some(landing);
+        }
+        self.landings.add(itt, landing)
+    }
+
+    /// Command `itt`'s landing, once no RDMA READ into it is in flight.
+    pub fn take_landing(&mut self, itt: u32) -> Option<Landing> {
+        self.landings.take(itt)
+    }
+
+    /// Queues the RDMA READs of a `Get` straight into the landing held for it, `max_sge`
+    /// pieces each, when there is one made for exactly this fetch and every piece lies in
+    /// a registered arena.
+    fn get_into_landing(
+        &mut self,
+        itt: u32,
+        xfer: u32,
+        remote: RemoteBuf,
+        offset: usize,
+        len: usize,
+    ) -> Result<Landed, IserError> {
+        let Some(landing) = self.landings.for_fetch(itt, offset, len) else {
+            return Ok(Landed::NoLanding);
+        };
+        let mut pieces = std::mem::take(&mut self.pieces);
+        pieces.clear();
+        let mut sges = std::mem::take(&mut self.sges);
+        sges.clear();
+        let mapped = landing.pieces(offset, len, &mut pieces)
+            && pieces.iter().all(|&(addr, n)| {
+                let (Ok(n32), Some(lkey)) = (u32::try_from(n), self.dev.lkey_of(addr, n)) else {
+                    return false;
+                };
+                sges.push(Sge {
+                    addr: addr as u64,
+                    len: n32,
+                    lkey,
+                });
+                true
+            });
+        self.pieces = pieces;
+        if !mapped || sges.is_empty() {
+            self.sges = sges;
+            return Ok(Landed::NoLanding);
+        }
+        let wrs = sges.len().div_ceil(self.max_sge) as u32;
+        if self.sq_max - self.sq_used() < wrs {
+            self.sges = sges;
+            return Ok(Landed::NoRoom);
+        }
+        let mut done = 0usize;
+        let mut result = Ok(());
+        for group in sges.chunks(self.max_sge) {
+            let n: usize = group.iter().map(|s| s.len as usize).sum();
+            let wr = self.ops.insert(Op::Land { itt, xfer, len: n });
+            // the Get's buffer begins at its own first byte (`offset` of the transfer)
+            let from = Remote {
+                addr: remote.va.wrapping_add(done as u64),
+                rkey: remote.stag,
+            };
+            if let Err(e) = self.queue(wr, Request::Read(group, from), false) {
+                self.ops.take(wr);
+                result = Err(e);
+                break;
+            }
+            self.landings.posted(itt, 1);
+            done += n;
+        }
+        self.sges = sges;
+        self.moved[DataPath::OutDirect as usize] += done as u64;
+        result.map(|()| Landed::Posted)
     }
 
     /// Queues as much of `p` as possible; true when all of it is queued.
@@ -1136,7 +1259,7 @@ impl Bufs<'_> {
             Op::Send { slot } if slot < SMALL_SENDS => self.small.free(slot),
             Op::Send { slot } => self.large.free(slot - SMALL_SENDS),
             Op::Write { chunk } | Op::Read { chunk, .. } => self.free_chunk(chunk),
-            Op::WriteFrom { .. } => {}
+            Op::WriteFrom { .. } | Op::Land { .. } => {}
         }
     }
 

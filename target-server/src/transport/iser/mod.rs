@@ -13,6 +13,7 @@
 
 mod device;
 mod error;
+mod landings;
 mod link;
 mod listen;
 mod ops;
@@ -32,6 +33,7 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 
 use super::{Accepted, Adopted, Feed, Input, Link, LinkError, Listener, Placement, Ready, Sources};
+use crate::backend::landing::Landing;
 use crate::backend::payload::Payload;
 use link::IserLink;
 use listen::Incoming;
@@ -133,6 +135,14 @@ impl Link for IserLink {
 
     fn sends_from_blocks(&self) -> bool {
         IserLink::sends_from_blocks(self)
+    }
+
+    fn land(&mut self, itt: u32, landing: Landing) -> Option<Landing> {
+        IserLink::land(self, itt, landing)
+    }
+
+    fn take_landing(&mut self, itt: u32) -> Option<Landing> {
+        IserLink::take_landing(self, itt)
     }
 
     /// Once everything it sent has completed: a Send still on the queue would be flushed

@@ -30,6 +30,9 @@ pub(super) enum Op {
         xfer: u32,
         len: usize,
     },
+    /// An RDMA READ of `len` bytes for task `itt`, transfer `xfer`, straight into the
+    /// task's landing (the link's `Landings` hold it).
+    Land { itt: u32, xfer: u32, len: usize },
 }
 
 impl Op {
@@ -37,7 +40,7 @@ impl Op {
         match self {
             Op::Send { .. } => "Send",
             Op::Write { .. } | Op::WriteFrom { .. } => "RDMA WRITE",
-            Op::Read { .. } => "RDMA READ",
+            Op::Read { .. } | Op::Land { .. } => "RDMA READ",
         }
     }
 }
