@@ -82,10 +82,19 @@ pub struct Connection {
     qp: NonNull<ffi::ibv_qp>,
     caps: QpCaps,
     id: CmId,
-    _cq: Arc<CompletionQueue>,
+    _cqs: Cqs,
     // after the queue pair: a shared receive queue outlives every queue pair on it
     _srq: Option<Arc<SharedReceiveQueue>>,
     _pd: Arc<ProtectionDomain>,
+}
+
+/// The completion queue(s) a queue pair reports to, held while it lives.
+enum Cqs {
+    One(Arc<CompletionQueue>),
+    Two {
+        send: Arc<CompletionQueue>,
+        recv: Arc<CompletionQueue>,
+    },
 }
 
 // SAFETY: posting and CM calls on a queue pair are thread-safe in libibverbs/librdmacm; the
@@ -120,6 +129,39 @@ impl Connection {
         caps: QpCaps,
         srq: Option<&Arc<SharedReceiveQueue>>,
     ) -> std::result::Result<Connection, (Error, CmId)> {
+        Connection::create_split(id, pd, Cqs::One(cq.clone()), caps, srq)
+    }
+
+    /// As [`Connection::create_on`], with the completions of the sends going to `send_cq`
+    /// and those of the receives to `recv_cq` (each armed on its own: a side that needs no
+    /// wake-up for its completions leaves its queue unarmed and polls it when it wakes for
+    /// the other).
+    pub fn create_on_split(
+        id: CmId,
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+    ) -> std::result::Result<Connection, (Error, CmId)> {
+        let cqs = Cqs::Two {
+            send: send_cq.clone(),
+            recv: recv_cq.clone(),
+        };
+        Connection::create_split(id, pd, cqs, caps, srq)
+    }
+
+    fn create_split(
+        id: CmId,
+        pd: &Arc<ProtectionDomain>,
+        cqs: Cqs,
+        caps: QpCaps,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+    ) -> std::result::Result<Connection, (Error, CmId)> {
+        let (send_cq, recv_cq) = match &cqs {
+            Cqs::One(cq) => (cq.as_ptr(), cq.as_ptr()),
+            Cqs::Two { send, recv } => (send.as_ptr(), recv.as_ptr()),
+        };
         if id.verbs() != pd.context().as_ptr() {
             return Err((
                 Error::Invalid("protection domain is not on the CM id's device"),
@@ -134,8 +176,8 @@ impl Connection {
         }
         let mut attr = ffi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
-            send_cq: cq.as_ptr(),
-            recv_cq: cq.as_ptr(),
+            send_cq,
+            recv_cq,
             srq: srq.map_or(std::ptr::null_mut(), |s| s.as_ptr()),
             cap: ffi::ibv_qp_cap {
                 max_send_wr: caps.max_send_wr,
@@ -147,7 +189,7 @@ impl Connection {
             qp_type: ffi::ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
         };
-        // SAFETY: the id, PD, CQ (and SRQ) are live and on the same device (checked above;
+        // SAFETY: the id, PD, CQs (and SRQ) are live and on the same device (checked above;
         // an SRQ is made in a PD of its own device); `attr` is a valid in/out attribute
         // block (the real caps are written back).
         if unsafe { ffi::rdma_create_qp(id.as_ptr(), pd.as_ptr(), &mut attr) } != 0 {
@@ -172,7 +214,7 @@ impl Connection {
                 max_inline_data: c.max_inline_data,
             },
             id,
-            _cq: cq.clone(),
+            _cqs: cqs,
             _srq: srq.cloned(),
             _pd: pd.clone(),
         })

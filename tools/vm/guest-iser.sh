@@ -298,9 +298,10 @@ if [ "$TARGET" = numatgtd ]; then
   d1=$(iser_data in direct) s1=$(iser_data in staged)
   case "$d0$s0$d1$s1" in *-*) fail "metrics: no numatgt_iser_data_bytes_total{direction=\"in\",...}" ;; esac
   direct=$((d1 - d0)) staged=$((s1 - s0))
-  # what each 1 MiB read (QD1) cost in verbs calls that enter the kernel on soft-RoCE: one
-  # wake-up (event read + re-arm) for the command's receive and one for the response Send's
-  # completion, one post per command (the RDMA WRITEs and the Send in one batch)
+  # what each read cost in verbs calls that enter the kernel on soft-RoCE: one wake-up
+  # (event read + re-arm) for the command's receive, one post per command (the RDMA WRITEs
+  # and the Send in one batch); the response Send's completion wakes nobody (the send
+  # queue is armed only while something waits for it) and is taken at the next wake-up
   k1=$(iser_calls) ios=$(( $(awk '{ print $1 + $5 }' "/sys/block/$DEV/stat") - io0 ))
   case "$k0$k1" in *-*) fail "metrics: no numatgt_iser_verbs_calls_total" ;; esac
   set -- $k0 $k1
@@ -308,7 +309,7 @@ if [ "$TARGET" = numatgtd ]; then
   echo "ISER_CALLS ios=$ios cq_event=$ev cq_arm=$arm post_send=$post send_completions=$sc receive_completions=$rc" \
     "per_io=$(awk -v i="$ios" -v n="$((ev + arm + post))" 'BEGIN { printf "%.2f", i ? n / i : -1 }')"
   [ "$ios" -gt 0 ] && [ "$rc" -ge "$ios" ] || fail "fewer receive completions ($rc) than reads ($ios)"
-  [ $((ev + arm + post)) -le $((ios * 6)) ] || fail "more than 6 verbs calls per 1 MiB read ($((ev + arm + post)) for $ios)"
+  [ $((ev + arm + post)) -le $((ios * 3)) ] || fail "more than 3 verbs calls per read ($((ev + arm + post)) for $ios)"
   step "iSER READ data of the raw reads (two passes): $direct bytes straight from cache blocks, $staged through staging chunks"
   [ "$direct" -ge $((DATA_MB << 20)) ] || fail "fewer than $DATA_MB MiB of READ data went out from cache blocks ($direct)"
   [ "$staged" -le $((direct / 8)) ] || fail "READ data through staging chunks ($staged bytes) above 1/8 of the direct bytes ($direct)"

@@ -84,9 +84,10 @@ static CALLS: [AtomicI64; 5] = [const { AtomicI64::new(0) }; 5];
 /// What the event loop asked of the verbs library for a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
-    /// A completion event read from the connection's completion channel (one wake-up).
+    /// A completion event read from one of the connection's two completion channels (one
+    /// wake-up).
     CqEvent,
-    /// The completion queue armed again (`ibv_req_notify_cq`).
+    /// A completion queue armed (`ibv_req_notify_cq`).
     CqArm,
     /// A batch posted on the send queue (`ibv_post_send`: one doorbell).
     PostSend,

@@ -65,6 +65,9 @@ pub enum IserError {
     /// A READ's payload was handed to an earlier request (a bug).
     #[error("payload already handed over")]
     PayloadGone,
+    /// An RDMA READ's completion polled where its data cannot be delivered (a bug).
+    #[error("an RDMA READ completed where its data cannot be delivered")]
+    ReadUndeliverable,
 }
 
 impl IserError {

@@ -1,5 +1,6 @@
-//! One iSER connection's RDMA side (RFC 7145 over the `rdma` crate): its queue pair, its
-//! completion queue with a completion channel of its own, its own CM event channel (the id
+//! One iSER connection's RDMA side (RFC 7145 over the `rdma` crate): its queue pair, two
+//! completion queues (receives; the send queue's requests) each with a completion channel
+//! of its own, its own CM event channel (the id
 //! is migrated off the listener's), and the registered memory it sends from and receives
 //! into. The iSCSI side stays in `iscsi_proto::Connection` (RDMA datamover mode); this
 //! module moves bytes between the two:
@@ -11,8 +12,10 @@
 //!   grants never exceeds it ([`iser::proto::Credits`]);
 //! - [`IserLink::pump`] posts what the connection queues, in order: PDUs as Sends behind
 //!   an iSER header, READ data (`Put`) as RDMA WRITEs, the rest of WRITE data (`Get`) as
-//!   RDMA READs into node-local registered staging memory, handed back in place with
-//!   `data_arrived` when they complete (in posting order on the RC queue pair). Everything
+//!   RDMA READs — straight into the cache slots the server gave for it (`Link::land`,
+//!   reported with `data_landed`), else into node-local registered staging memory, handed
+//!   back in place with `data_arrived` — when they complete (in posting order on the RC
+//!   queue pair). Everything
 //!   one pump posts goes in one `ibv_post_send` call ([`rdma::SendBatch`]: one doorbell,
 //!   with soft-RoCE one system call);
 //! - selective signaling: RDMA WRITEs are posted unsignaled (as Linux's isert does); the
@@ -22,6 +25,10 @@
 //!   is signaled anyway when it takes the last staging chunk, leaves the send queue short
 //!   of room or ends a long unsignaled run, so a stalled pump always has a completion
 //!   coming that frees what it waits for;
+//! - wake-ups: the receive queue is armed at every wake-up; the send queue only while
+//!   something waits for its completions ([`IserLink::needs_send_events`]: an RDMA READ, a
+//!   stalled pump, a closing connection), else its completions are taken when the link
+//!   wakes for a receive or at the timer's check — a response costs no wake-up;
 //! - teardown ([`IserLink::drain`]): after a disconnect the link is kept until every posted
 //!   request has completed (flushed) and the CM's TIMEWAIT_EXIT came, so no buffer is
 //!   freed under the device.
@@ -180,7 +187,19 @@ pub struct IserLink {
     stage: Arc<Buffer>,
     /// Its thread's shared receive queue and staging chunks on the device.
     member: Member,
+    /// The receive side's completion queue: armed at every wake-up (a receive is input).
     cq: Arc<CompletionQueue>,
+    /// The send side's (Sends, RDMA WRITEs and READs): armed only while something waits
+    /// for its completions ([`IserLink::needs_send_events`]), else polled when the link
+    /// wakes for receives — a response Send's completion costs no wake-up of its own.
+    scq: Arc<CompletionQueue>,
+    /// `scq` is armed (no event read since).
+    send_armed: bool,
+    /// `scq` was armed during this pump: what completed before raised no event.
+    fresh_arm: bool,
+    /// RDMA READs posted and not completed (their completions carry WRITE data: while any
+    /// is out, `scq` stays armed).
+    reads_out: u32,
     cm: EventChannel,
     dev: Arc<DeviceRes>,
     /// Scatter/gather entries per send-queue request (the queue pair's real limit).
@@ -241,6 +260,10 @@ impl IserLink {
                 CompletionQueue::new(dev.context(), SQ_DEPTH + RECVS)
                     .map_err(IserError::rdma("completion queue"))?,
             );
+            let scq = Arc::new(
+                CompletionQueue::new(dev.context(), SQ_DEPTH)
+                    .map_err(IserError::rdma("send completion queue"))?,
+            );
             let reg = |len: usize, access: Access| -> Result<_, IserError> {
                 let b = Arc::new(Buffer::new(len).map_err(IserError::rdma("buffer"))?);
                 let mr = MemoryRegion::register(pd, b.clone(), access)
@@ -259,7 +282,7 @@ impl IserLink {
             let (stage, stage_mr) = reg(CHUNK * OWN_CHUNKS, Access::LOCAL_WRITE)?;
             Ok((
                 dev.clone(),
-                cq,
+                (cq, scq),
                 member,
                 own_recv,
                 send,
@@ -268,7 +291,7 @@ impl IserLink {
                 stage_mr,
             ))
         };
-        let (dev, cq, member, own_recv, send, send_mr, stage, stage_mr) = match setup() {
+        let (dev, (cq, scq), member, own_recv, send, send_mr, stage, stage_mr) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = id.reject(&[]);
@@ -283,10 +306,12 @@ impl IserLink {
             max_inline_data: 0,
         };
         let srq = member.recv().map(|r| r.srq());
-        let qp = rdma::Connection::create_on(id, dev.pd(), &cq, caps, srq).map_err(|(e, id)| {
-            let _ = id.reject(&[]);
-            IserError::rdma("queue pair")(e)
-        })?;
+        let qp = rdma::Connection::create_on_split(id, dev.pd(), &scq, &cq, caps, srq).map_err(
+            |(e, id)| {
+                let _ = id.reject(&[]);
+                IserError::rdma("queue pair")(e)
+            },
+        )?;
         let credits = Credits::new(CreditsConfig {
             max_posted: RECVS,
             reserve: iser::proto::credits::DEFAULT_RESERVE,
@@ -304,6 +329,10 @@ impl IserLink {
             stage,
             member,
             cq,
+            scq,
+            send_armed: false,
+            fresh_arm: false,
+            reads_out: 0,
             cm: channel,
             max_sge: (qp_sge as usize).clamp(1, MAX_SGE as usize),
             dev,
@@ -367,6 +396,10 @@ impl IserLink {
     }
 
     /// The CM event channel's fd (readable: CM events of this connection).
+    pub fn scq_fd(&self) -> RawFd {
+        self.scq.as_raw_fd()
+    }
+
     pub fn cm_fd(&self) -> RawFd {
         self.cm.as_raw_fd()
     }
@@ -495,6 +528,73 @@ impl IserLink {
                 self.completed(c, conn, dir, now_ms)?;
             }
             if n < batch.len() {
+                break;
+            }
+        }
+        // the send side's completions since the last wake-up, at no extra system call
+        self.poll_send(Some(conn))?;
+        self.settle_send_cq(conn)
+    }
+
+    /// The send completion queue raised its event: takes its completions (RDMA READs hand
+    /// their data to `conn`), and arms it again while something still waits for it.
+    pub fn complete_send(&mut self, conn: &mut Connection<Payload>) -> Result<(), IserError> {
+        if let Err(e) = self.scq.get_event() {
+            return Err(IserError::rdma("send completion channel")(e));
+        }
+        self.calls[Call::CqEvent as usize] += 1;
+        self.send_armed = false;
+        self.poll_send(Some(conn))?;
+        self.settle_send_cq(conn)
+    }
+
+    /// Something waits for the send queue's completions: an RDMA READ (its WRITE data),
+    /// requests waiting for send-queue room, buffers or staging chunks, or the closing
+    /// connection's last Sends. Otherwise they are taken when the link wakes for a receive
+    /// (or at the timer's check).
+    fn needs_send_events(&self) -> bool {
+        self.reads_out > 0
+            || !self.pending.is_empty()
+            || matches!(self.phase, Phase::Finishing { .. })
+    }
+
+    /// Arms the send completion queue when something waits for it and it is not armed,
+    /// then takes what completed before the arming (it raised no event).
+    fn settle_send_cq(&mut self, conn: &mut Connection<Payload>) -> Result<(), IserError> {
+        if self.send_armed || !self.needs_send_events() {
+            return Ok(());
+        }
+        self.arm_send()?;
+        self.poll_send(Some(conn))
+    }
+
+    fn arm_send(&mut self) -> Result<(), IserError> {
+        self.scq
+            .arm(false)
+            .map_err(IserError::rdma("arming the send completion queue"))?;
+        self.calls[Call::CqArm as usize] += 1;
+        self.send_armed = true;
+        self.fresh_arm = true;
+        Ok(())
+    }
+
+    /// Takes every completion of the send queue. Without `conn` (the timer's check, a
+    /// closing link) only while no RDMA READ is out: a READ's completion carries data for
+    /// the connection.
+    fn poll_send(&mut self, mut conn: Option<&mut Connection<Payload>>) -> Result<(), IserError> {
+        if conn.is_none() && self.reads_out > 0 {
+            return Ok(());
+        }
+        let mut batch = [Completion::default(); POLL_BATCH];
+        loop {
+            let n = self
+                .scq
+                .poll(&mut batch)
+                .map_err(IserError::rdma("polling the send completion queue"))?;
+            for c in &batch[..n] {
+                self.send_completed(c, conn.as_deref_mut())?;
+            }
+            if n < batch.len() {
                 return Ok(());
             }
         }
@@ -522,6 +622,16 @@ impl IserLink {
             }
             return Ok(());
         }
+        self.send_completed(c, Some(conn))
+    }
+
+    /// One completion of the send queue: the request and those posted before it retire;
+    /// an RDMA READ's data goes to `conn` (which only the callers that may see one omit).
+    fn send_completed(
+        &mut self,
+        c: &Completion,
+        conn: Option<&mut Connection<Payload>>,
+    ) -> Result<(), IserError> {
         self.calls[Call::SendCompletion as usize] += 1;
         let Some(op) = self.retire_through(c.wr_id) else {
             return Err(IserError::UnknownRequest(c.wr_id));
@@ -535,6 +645,16 @@ impl IserLink {
                 vendor_err: c.vendor_err,
             });
         }
+        if !matches!(op, Op::Read { .. } | Op::Land { .. }) {
+            self.release(&op);
+            return Ok(());
+        }
+        self.reads_out = self.reads_out.saturating_sub(1);
+        let Some(conn) = conn else {
+            // not reachable: polled without the connection only while no READ is out
+            self.release(&op);
+            return Err(IserError::ReadUndeliverable);
+        };
         if let Op::Land { itt, xfer, len } = op {
             self.landings.read_done(itt);
             if !conn.data_landed(itt, xfer, len as u32) {
@@ -689,7 +809,17 @@ impl IserLink {
             return Ok(());
         }
         self.landings.sweep(conn);
-        let gathered = self.gather(conn);
+        self.fresh_arm = false;
+        let mut gathered = self.gather(conn);
+        if gathered.is_ok() && !self.send_armed && self.needs_send_events() {
+            // armed before the batch is posted: its completions raise events
+            gathered = self.arm_send();
+        }
+        if gathered.is_ok() && std::mem::take(&mut self.fresh_arm) {
+            // what completed before the arming raised no event: take it now (it frees
+            // buffers and queue room for another gather)
+            gathered = self.poll_send(Some(conn)).and_then(|()| self.gather(conn));
+        }
         let posted = self.post_batch();
         gathered.and(posted)
     }
@@ -796,6 +926,10 @@ impl IserLink {
     fn post_batch(&mut self) -> Result<(), IserError> {
         if !self.batch.is_empty() {
             self.calls[Call::PostSend as usize] += 1;
+            // nothing that needs its completion (an RDMA READ) is posted unarmed
+            if !self.send_armed && self.needs_send_events() {
+                self.arm_send()?;
+            }
         }
         let Err(BatchError { posted, error }) = self.qp.post_batch(&mut self.batch) else {
             return Ok(());
@@ -957,6 +1091,7 @@ impl IserLink {
                 break;
             }
             self.landings.posted(itt, 1);
+            self.reads_out += 1;
             done += n;
         }
         self.sges = sges;
@@ -1056,6 +1191,9 @@ impl IserLink {
                 self.free_chunk(chunk);
                 return Err(e);
             }
+            if read {
+                self.reads_out += 1;
+            }
             p.done += n;
             let path = if read {
                 DataPath::OutStaged
@@ -1125,6 +1263,11 @@ impl IserLink {
     pub fn watchdog(&mut self, now_ms: u64) -> Result<(), IserError> {
         iser_stats::add_data(std::mem::take(&mut self.moved));
         iser_stats::add_calls(std::mem::take(&mut self.calls));
+        if self.phase.established() {
+            // the send queue's completions nobody woke for (the last responses of a
+            // connection gone quiet): taken here, before the stall is judged
+            self.poll_send(None)?;
+        }
         let progress = std::mem::take(&mut self.sq_progress);
         if progress || self.ops.queued() == 0 || !matches!(self.phase, Phase::Established) {
             self.stalled_since = None;
@@ -1160,6 +1303,14 @@ impl IserLink {
             Phase::Finishing { since, .. } => since,
             Phase::Disconnected { .. } | Phase::DeviceGone => return true,
         };
+        if !self.idle() && self.phase.established() {
+            // wait for the last Sends with the send queue armed (what completed before
+            // the arming is taken now: it raised no event)
+            let armed = self.send_armed || self.arm_send().is_ok();
+            if armed && let Err(e) = self.poll_send(None) {
+                tracing::debug!("closing: {e}");
+            }
+        }
         self.idle() || since.elapsed() >= FINISH_LIMIT
     }
 
@@ -1211,9 +1362,24 @@ impl IserLink {
             return true;
         }
         while let Ok(true) = self.cq.get_event() {}
+        while let Ok(true) = self.scq.get_event() {}
         let mut batch = [Completion::default(); POLL_BATCH];
+        for cq in [Arc::clone(&self.cq), Arc::clone(&self.scq)] {
+            self.drain_cq(&cq, &mut batch);
+        }
+        matches!(
+            self.phase,
+            Phase::Disconnected {
+                timewait_exit: true,
+                ..
+            }
+        ) && self.ops.queued() == 0
+    }
+
+    /// Takes a disconnected link's flushed completions from `cq`, releasing their buffers.
+    fn drain_cq(&mut self, cq: &CompletionQueue, batch: &mut [Completion]) {
         loop {
-            let n = match self.cq.poll(&mut batch) {
+            let n = match cq.poll(batch) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!("draining: {e}");
@@ -1233,13 +1399,6 @@ impl IserLink {
                 break;
             }
         }
-        matches!(
-            self.phase,
-            Phase::Disconnected {
-                timewait_exit: true,
-                ..
-            }
-        ) && self.ops.queued() == 0
     }
 }
 

@@ -43,9 +43,11 @@ use listen::Incoming;
 /// spares the device work on freed memory).
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-/// The link's poll sources: its completion channel and its CM event channel.
+/// The link's poll sources: the completion channels of its receive and send sides and its
+/// CM event channel.
 const COMPLETIONS: usize = 0;
 const CM_EVENTS: usize = 1;
+const SEND_COMPLETIONS: usize = 2;
 
 impl Listener for IserListener {
     fn driver(&self) -> config::Driver {
@@ -110,6 +112,11 @@ impl Link for IserLink {
             &mut SourceFd(&self.cq_fd()),
             Interest::READABLE,
         )?;
+        sources.register(
+            SEND_COMPLETIONS,
+            &mut SourceFd(&self.scq_fd()),
+            Interest::READABLE,
+        )?;
         sources.register(CM_EVENTS, &mut SourceFd(&self.cm_fd()), Interest::READABLE)
     }
 
@@ -118,6 +125,10 @@ impl Link for IserLink {
             // completions are taken even while the connection finishes: its last Sends are
             // among them
             COMPLETIONS => match self.complete(feed.conn, feed.dir, feed.now_ms) {
+                Ok(()) => Input::Drained,
+                Err(e) => Input::Ended(e.into()),
+            },
+            SEND_COMPLETIONS => match self.complete_send(feed.conn) {
                 Ok(()) => Input::Drained,
                 Err(e) => Input::Ended(e.into()),
             },
@@ -157,6 +168,7 @@ impl Link for IserLink {
 
     fn retire(&mut self, registry: &mio::Registry) {
         let _ = registry.deregister(&mut SourceFd(&self.cq_fd()));
+        let _ = registry.deregister(&mut SourceFd(&self.scq_fd()));
         let _ = registry.deregister(&mut SourceFd(&self.cm_fd()));
         self.disconnect();
     }
