@@ -395,25 +395,13 @@ impl Partition {
     fn commit_landing(&self, l: &Landing, dirty_limit: u64) -> WriteOutcome {
         let (lo, hi) = self.sectors(l.start as usize, l.len as usize);
         let c = &self.counters;
-        let ss = self.sector();
         let mut st = self.state.lock();
         let j = l.slot;
         let existing = st.map.get(&l.key).copied();
-        let newly = match existing {
-            Some(i) if st.slots[i as usize].busy => {
-                NodeCounters::add(&c.busy, 1);
-                return WriteOutcome::Busy;
-            }
-            Some(i) => (hi - lo - bits::count_range(st.dirty_of(i), lo, hi)) as u64 * ss,
-            None => (hi - lo) as u64 * ss,
+        let newly = match self.admit_write(&st, existing, lo, hi, dirty_limit) {
+            Ok(n) => n,
+            Err(refused) => return refused,
         };
-        if newly > 0 {
-            let dirty = c.dirty_bytes.load(Ordering::Relaxed);
-            if dirty.saturating_add(newly) > dirty_limit {
-                NodeCounters::add(&c.throttled, 1);
-                return WriteOutcome::Throttled;
-            }
-        }
         match existing {
             Some(i) => self.move_into(&mut st, i, j, lo, hi),
             None => st.map_fresh(j, l.key),
@@ -457,6 +445,33 @@ impl Partition {
         st.slots[t as usize].generation = g;
     }
 
+    /// Whether a write-back of sectors `[lo, hi)` of a block (mapped in slot `existing`, if
+    /// cached) may go ahead: the bytes it newly makes dirty, or the refusal — `Busy` while
+    /// a fill is in flight, `Throttled` when the node's dirty bytes would pass `dirty_limit`.
+    fn admit_write(
+        &self,
+        st: &State,
+        existing: Option<u32>,
+        lo: usize,
+        hi: usize,
+        dirty_limit: u64,
+    ) -> Result<u64, WriteOutcome> {
+        let c = &self.counters;
+        let newly = match existing {
+            Some(i) if st.slots[i as usize].busy => {
+                NodeCounters::add(&c.busy, 1);
+                return Err(WriteOutcome::Busy);
+            }
+            Some(i) => (hi - lo - bits::count_range(st.dirty_of(i), lo, hi)) as u64,
+            None => (hi - lo) as u64,
+        } * self.sector();
+        if newly > 0 && c.dirty_bytes.load(Ordering::Relaxed).saturating_add(newly) > dirty_limit {
+            NodeCounters::add(&c.throttled, 1);
+            return Err(WriteOutcome::Throttled);
+        }
+        Ok(newly)
+    }
+
     /// Write-back: copy `data` into bytes `[start, ..)` of block `key` (allocating the block
     /// if absent) and mark those sectors valid and dirty. `start` and `data.len()` must be
     /// whole sectors. Refuses with `Throttled` when the node's dirty bytes would pass
@@ -472,24 +487,12 @@ impl Partition {
             return WriteOutcome::Unaligned;
         };
         let c = &self.counters;
-        let ss = self.sector();
         let mut st = self.state.lock();
         let existing = st.map.get(&key).copied();
-        let newly = match existing {
-            Some(i) if st.slots[i as usize].busy => {
-                NodeCounters::add(&c.busy, 1);
-                return WriteOutcome::Busy;
-            }
-            Some(i) => (hi - lo - bits::count_range(st.dirty_of(i), lo, hi)) as u64 * ss,
-            None => (hi - lo) as u64 * ss,
+        let newly = match self.admit_write(&st, existing, lo, hi, dirty_limit) {
+            Ok(n) => n,
+            Err(refused) => return refused,
         };
-        if newly > 0 {
-            let dirty = c.dirty_bytes.load(std::sync::atomic::Ordering::Relaxed);
-            if dirty.saturating_add(newly) > dirty_limit {
-                NodeCounters::add(&c.throttled, 1);
-                return WriteOutcome::Throttled;
-            }
-        }
         let t = match existing {
             Some(i) => self.place_write(&mut st, i, lo, hi),
             None => {

@@ -228,20 +228,7 @@ impl<B: DataBuf> Connection<B> {
     /// (aborted: drop the data) or does not expect it. Once all write data is in, the
     /// command goes to the server (`Event::Command`) in CmdSN order.
     pub fn data_arrived(&mut self, itt: u32, xfer: u32, data: &[u8]) -> bool {
-        if !matches!(self.state, State::FullFeature(_)) {
-            return false;
-        }
-        let Some(t) = self.tasks.get_mut(&itt) else {
-            return false;
-        };
-        if t.rdma.get != Some(xfer) || !t.take_rdma_data(data) {
-            return false;
-        }
-        if t.write_done() {
-            t.rdma.get = None;
-        }
-        self.try_deliver(itt);
-        true
+        self.fetched(itt, xfer, |t| t.take_rdma_data(data))
     }
 
     /// Like [`data_arrived`](Connection::data_arrived), for `n` bytes the transport put
@@ -250,13 +237,19 @@ impl<B: DataBuf> Connection<B> {
     /// all handed over: false (nothing counted) for landed bytes after handed-over ones
     /// of the same fetch, or when the task is gone or does not expect them.
     pub fn data_landed(&mut self, itt: u32, xfer: u32, n: u32) -> bool {
+        self.fetched(itt, xfer, |t| t.count_landed(n))
+    }
+
+    /// Part of Get `xfer` of task `itt` is in, `take` counting it into the task: ends the
+    /// fetch once all write data is in and delivers the command when it may go.
+    fn fetched(&mut self, itt: u32, xfer: u32, take: impl FnOnce(&mut Task) -> bool) -> bool {
         if !matches!(self.state, State::FullFeature(_)) {
             return false;
         }
         let Some(t) = self.tasks.get_mut(&itt) else {
             return false;
         };
-        if t.rdma.get != Some(xfer) || !t.count_landed(n) {
+        if t.rdma.get != Some(xfer) || !take(t) {
             return false;
         }
         if t.write_done() {
