@@ -26,6 +26,7 @@ LABELS = {
     "sr512k-qd8": "512K seq read QD8",
     "sr512k-qd32": "512K seq read QD32",
     "sw128k-qd8": "128K seq write QD8",
+    "sw128k-qd8-fua": "128K seq write QD8 FUA",
 }
 KEYS = ("iops", "mbps", "p50", "p99", "cpu", "guest", "busy", "fio")
 

@@ -113,7 +113,10 @@ for t in "${TARGETS[@]}"; do [[ "$t" == *-null ]] || [ "$RBD" = 1 ] || FILE_TARG
 
 # shellcheck source=points.sh
 . "$HERE/points.sh" # point_spec
-for p in $POINTS; do point_spec "$p" >/dev/null || { say "unknown point $p (known: $ALL_POINTS)"; exit 1; }; done
+for p in $POINTS; do
+  point_spec "$p" >/dev/null || { say "unknown point $p (known: $ALL_POINTS)"; exit 1; }
+  [ -z "$(point_fio_flags "$p")" ] || { say "point $p needs the kernel's block layer (tools/bench/iser.sh), not libiscsi"; exit 1; }
+done
 for s in $SESSIONS; do [[ "$s" =~ ^[1-9][0-9]?$ ]] || { say "SESSIONS: 1..99, not $s"; exit 1; }; done
 
 # ---- the daemon and the load generator

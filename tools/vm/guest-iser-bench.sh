@@ -314,14 +314,14 @@ done
   echo "tgtd_version=$(tgtd -V 2> /dev/null | head -n 1)"; echo "fio_version=$(fio --version)"
   for t in "${TARGETS[@]}"; do for x in $TRANSPORTS; do echo "dev_$t.$x=${DEV[$t.$x]}"; done; done; } > "$OUT/guest-meta.txt"
 measure() { # TRANSPORT POINT TARGET ROUND
-  local x=$1 p=$2 t=$3 r=$4 rw bs qd dev c0 c1 g0 g1 name
-  set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3
+  local x=$1 p=$2 t=$3 r=$4 rw bs qd fflags dev c0 c1 g0 g1 name
+  set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3 fflags=$(point_fio_flags "$p")
   dev=${DEV[$t.$x]}
   name=$x-$p-$t-r$r
   [ -z "${PID[$t]}" ] || kill -0 "${PID[$t]}" 2> /dev/null || fail "$t (pid ${PID[$t]}) exited ($OUT/$t.log)"
   k0=-; [ "$x" = iser ] && k0=$(iser_calls "${METRICS[$t]:-}")
   c0=$(ticks "${PID[$t]}"); g0=$(guest_cpu)
-  timeout -k 5 $((SECS + 40)) fio --name=p --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
+  timeout -k 5 $((SECS + 40)) fio --name=p --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" $fflags \
     --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime="$SECS" --norandommap --randrepeat=0 \
     --output-format=json --output="$OUT/raw/$name.json" > "$OUT/raw/$name.err" 2>&1 || echo "fio failed: $name: $(tail -n 2 "$OUT/raw/$name.err" | tr '\n' ' ')"
   c1=$(ticks "${PID[$t]}"); g1=$(guest_cpu)
@@ -345,12 +345,12 @@ echo "guest_load_after=$(cat /proc/loadavg)" >> "$OUT/guest-meta.txt"
 # ---- system calls per I/O of the user-space targets (a separate window: strace slows them)
 if [ "$STRACE" = 1 ] && command -v strace > /dev/null; then
   : > "$OUT/syscalls.tsv"
-  set -- $(point_spec "$STRACE_POINT"); rw=$1 bs=$2 qd=$3
+  set -- $(point_spec "$STRACE_POINT"); rw=$1 bs=$2 qd=$3 fflags=$(point_fio_flags "$STRACE_POINT")
   for t in "${TARGETS[@]}"; do
     [ -n "${PID[$t]}" ] || continue
     for x in $TRANSPORTS; do
       dev=${DEV[$t.$x]}
-      timeout -k 5 $((STRACE_SECS + 60)) fio --name=s --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
+      timeout -k 5 $((STRACE_SECS + 60)) fio --name=s --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" $fflags \
         --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((STRACE_SECS + 6)) --norandommap --randrepeat=0 \
         --output-format=json --output="$OUT/raw/strace-$x-$t.json" > /dev/null 2>&1 &
       FIOPID=$!
@@ -380,12 +380,12 @@ thread_ticks() { # PID: tid comm utime stime per thread
 if [ "$PROFILE" = 1 ]; then
   : > "$OUT/profile.tsv"
   for p in $PROFILE_POINTS; do
-    set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3
+    set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3 fflags=$(point_fio_flags "$p")
     for t in "${TARGETS[@]}"; do
       [ -n "${PID[$t]}" ] || continue
       dev=${DEV[$t.iser]}
       f=profile-$p-$t
-      timeout -k 5 $((PROFILE_SECS + 60)) fio --name=pr --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" \
+      timeout -k 5 $((PROFILE_SECS + 60)) fio --name=pr --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" $fflags \
         --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((PROFILE_SECS + 6)) --norandommap --randrepeat=0 \
         --output-format=json --output="$OUT/raw/$f.json" > /dev/null 2>&1 &
       FIOPID=$!

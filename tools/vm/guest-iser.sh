@@ -12,6 +12,8 @@
 #     (sha256 of the first 64 MiB of the raw device through each transport);
 #   - numatgtd only: a misbehaving initiator (tools iser-hostile) refused or dropped with no
 #     queue pair left (one that logs in and stops posting receives: dropped in 15 s);
+#     FUA writes to a cached LUN and writes to a cache=off LUN land in registered cache
+#     slots and are in the backing files when acknowledged (guest-iser-durable.sh);
 #     libiscsi's user-space iSER initiator (guest-iser-libiscsi.sh: inq, a WRITE/READ data
 #     compare, iscsi-test-cu suite by suite); the target drops a connection under running
 #     I/O and the initiator
@@ -365,6 +367,9 @@ if [ "$TARGET" = numatgtd ]; then
     fail "the configured iSER portal $ISER_PORTAL was deleted"
   iscsiadm -m node -p "$RT_PORTAL" -o delete >/dev/null 2>&1
   step "iSER portal $RT_PORTAL added, discovered through, removed; the configured one is fixed"
+
+  # durable (FUA) and uncached WRITE data lands in cache slots too (guest-iser-durable.sh)
+  . /vmtest/guest-iser-durable.sh
 
   # libiscsi's user-space iSER initiator on a target of its own (guest-iser-libiscsi.sh)
   if [ "${ISER_LIBISCSI:-1}" = 1 ]; then

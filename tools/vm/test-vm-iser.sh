@@ -50,8 +50,9 @@ case "$TARGET" in
     esac
     VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO ISER_LIBISCSI"
     VM_ENV="$VM_ENV ISER_SCALE ISER_SCALE_NS ISER_STORM_ROUNDS ISER_MAX_CONN_KIB ISER_MPATH MP_MB MP_IP2"
-    # libiscsi's iSER initiator step and the many-sessions step, sourced by guest-iser.sh
+    # the libiscsi, many-sessions, multipath and durable-writes steps, sourced by guest-iser.sh
     VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh $HERE/guest-iser-scale.sh $HERE/guest-iser-mpath.sh"
+    VM_FILES="$VM_FILES $HERE/guest-iser-durable.sh"
     ;;
   tgtd) ;;
   *) echo "$NAME: TARGET must be numatgtd or tgtd" >&2; exit 2 ;;

@@ -7,7 +7,7 @@ use std::io;
 
 use crate::block_cache::BlockCache;
 use crate::geometry::BlockSpan;
-use crate::partition::{DirtyRange, UpdateOutcome, WriteOutcome};
+use crate::partition::{DirtyRange, Landing, UpdateOutcome, WriteOutcome};
 
 use super::wait::Waiter;
 use crate::store::BackingStore;
@@ -124,6 +124,62 @@ pub fn write_through<S: AsRef<BackingStore> + ?Sized>(
         Some(c) => update_cached_copy(c, lun, offset, data, waiter),
         None => Ok(()),
     };
+    WrittenThrough { written, cached }
+}
+
+/// [`write_through`] of write data that a device put into fresh cache slots
+/// ([`Landing`]s, in order from `offset`): written to the backing store straight from the
+/// slots as one vectored write where the store can (O_DIRECT without a bounce: the slots are
+/// sector-aligned), then each slot becomes its block's cached copy, clean, where the block is
+/// cached ([`Landing::replace`]: the data is not copied again), and is freed where it is not.
+/// As `write_through` does, the cached copy follows even a failed write; a fill in the way is
+/// waited for as `waiter` says, and when it does not end the LUN's cache is dropped.
+///
+/// # Safety
+/// No device write into any of the landings may be in flight: their bytes are read as they
+/// are.
+pub unsafe fn write_through_landed<S: AsRef<BackingStore> + ?Sized>(
+    cache: Option<&BlockCache>,
+    store: &S,
+    offset: u64,
+    landings: &mut [Option<Landing>],
+    durable: bool,
+    waiter: &mut impl Waiter,
+) -> WrittenThrough {
+    let store = store.as_ref();
+    let written = {
+        let bufs: Vec<&[u8]> = landings
+            .iter()
+            .flatten()
+            // SAFETY: the caller guarantees no device writes into the landings meanwhile.
+            .map(|l| unsafe { l.bytes() })
+            .collect();
+        store.write_vectored_at(&bufs, offset, durable)
+    };
+    let mut cached = Ok(());
+    for slot in landings.iter_mut() {
+        let Some(mut l) = slot.take() else { continue };
+        let Some(c) = cache.filter(|_| cached.is_ok()) else {
+            continue; // dropped: the slot is free again
+        };
+        loop {
+            match l.replace() {
+                Ok(()) => break,
+                Err((_, UpdateOutcome::NotCached)) => break,
+                Err((back, UpdateOutcome::Busy)) if waiter.wait().is_ok() => l = back,
+                Err((back, last)) => {
+                    let key = back.key();
+                    drop(back);
+                    c.invalidate_lun(key.lun);
+                    cached = Err(Invalidated {
+                        block: key.block_no,
+                        last,
+                    });
+                    break;
+                }
+            }
+        }
+    }
     WrittenThrough { written, cached }
 }
 

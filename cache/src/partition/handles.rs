@@ -6,7 +6,7 @@ use crate::counters::NodeCounters;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{BlockKey, Partition, WriteOutcome};
+use super::{BlockKey, Partition, UpdateOutcome, WriteOutcome};
 use crate::bits::{self, Mask};
 
 /// Outcome of asking for one block's dirty sectors.
@@ -398,6 +398,24 @@ impl Landing {
                 Ok(newly_dirty)
             }
             refused => Err((self, refused)),
+        }
+    }
+}
+
+impl Landing {
+    /// After its bytes were written through to the backing store: becomes the block's cached
+    /// copy, clean, if the block is cached ([`Partition::replace_with_landing`]: no copy of
+    /// the write data). On `Err` nothing changed and the landing is handed back: `NotCached`
+    /// (drop it), `Busy` (a fill in flight: try again).
+    ///
+    /// The write must have completed, and every device write into the landing.
+    pub fn replace(mut self) -> Result<(), (Landing, UpdateOutcome)> {
+        match self.part.replace_with_landing(&self) {
+            UpdateOutcome::Updated => {
+                self.done = true;
+                Ok(())
+            }
+            other => Err((self, other)),
         }
     }
 }

@@ -422,6 +422,44 @@ impl Partition {
         WriteOutcome::Written { newly_dirty: newly }
     }
 
+    /// After a landing's bytes were written through to the backing store: when the block is
+    /// cached, the landing's slot becomes its cached copy (sectors of the old copy the
+    /// landing does not cover are copied over, as [`commit_landing`](Self::commit_landing)
+    /// does), the landed sectors valid and clean (they are on disk) — the write data is not
+    /// copied. Sectors a flush in flight is writing stay dirty (that flush cannot mark them
+    /// clean: the generation changes), as in [`write_through_update`](Self::write_through_update).
+    /// `NotCached`: nothing to do (the caller drops the landing). `Busy`: a fill is in flight
+    /// (it will not validate what it read); call again. Nothing changed on either.
+    fn replace_with_landing(&self, l: &Landing) -> UpdateOutcome {
+        let (lo, hi) = self.sectors(l.start as usize, l.len as usize);
+        let c = &self.counters;
+        let mut st = self.state.lock();
+        let j = l.slot;
+        let Some(&i) = st.map.get(&l.key) else {
+            return UpdateOutcome::NotCached;
+        };
+        if st.slots[i as usize].busy {
+            st.slots[i as usize].stale = true;
+            NodeCounters::add(&c.busy, 1);
+            return UpdateOutcome::Busy;
+        }
+        self.move_into(&mut st, i, j, lo, hi);
+        bits::set_range(st.valid_mut(j), lo, hi);
+        st.slots[j as usize].valid_n = bits::count(st.valid_of(j)) as u32;
+        if st.slots[j as usize].flush_id == 0 {
+            let cleaned = bits::count_range(st.dirty_of(j), lo, hi);
+            bits::clear_range(st.dirty_mut(j), lo, hi);
+            st.slots[j as usize].dirty_n -= cleaned as u32;
+            NodeCounters::sub(&c.dirty_bytes, cleaned as u64 * self.sector());
+        }
+        let g = st.next_generation();
+        let s = &mut st.slots[j as usize];
+        s.generation = g;
+        s.pins -= 1;
+        st.settle(j);
+        UpdateOutcome::Updated
+    }
+
     /// A landing given up: its slot is free again.
     fn release_landing(&self, slot: u32) {
         let mut st = self.state.lock();

@@ -402,6 +402,74 @@ fn a_flush_in_flight_cannot_mark_a_committed_landing_clean() {
     p.check_invariants().unwrap();
 }
 
+#[test]
+fn a_written_through_landing_replaces_a_cached_copy_clean_without_a_copy() {
+    let p = part(4, 4096);
+    // a cached block with dirty sectors at both ends of the landing
+    let old = fill_with(&p, 2, 0x11);
+    assert!(matches!(
+        p.write_back(key(2), 0, &[0x12; 1024], u64::MAX),
+        WriteOutcome::Written { .. }
+    ));
+    assert!(matches!(
+        p.write_back(key(2), 3072, &[0x13; 1024], u64::MAX),
+        WriteOutcome::Written { .. }
+    ));
+    let l = landing_with(&p, 2, 512, 3072, 0x77);
+    let addr = l.dma_addr();
+    l.replace().unwrap();
+    match p.lookup(key(2), 0, 4096, ReadAhead::None) {
+        Lookup::Hit(r) => {
+            // the landing's own memory is the cached copy now
+            assert_eq!(r.bytes().as_ptr() as usize + 512, addr);
+            assert!(r.bytes()[..512].iter().all(|&b| b == 0x12));
+            assert!(r.bytes()[512..3584].iter().all(|&b| b == 0x77));
+            assert!(r.bytes()[3584..].iter().all(|&b| b == 0x13));
+        }
+        other => panic!("{other:?}"),
+    }
+    // the landed sectors are clean (on disk); the old copy's dirty sectors outside stay dirty
+    assert_eq!(p.dirty_sectors(), 2);
+    // a reader of the old copy keeps its bytes (copy-on-write)
+    assert!(old.bytes().iter().all(|&b| b == 0x11));
+    drop(old);
+    p.check_invariants().unwrap();
+}
+
+#[test]
+fn a_written_through_landing_of_a_block_not_cached_or_being_filled_is_handed_back() {
+    let p = part(4, 4096);
+    let l = landing_with(&p, 5, 0, 4096, 0x21);
+    let (l, why) = l.replace().unwrap_err();
+    assert_eq!(why, UpdateOutcome::NotCached);
+    drop(l);
+    assert!(matches!(
+        p.lookup(key(5), 0, 4096, ReadAhead::None),
+        Lookup::Miss(_)
+    ));
+    // (that lookup's fill was aborted when dropped) a fill in flight: Busy, and the fill
+    // will not validate what it read
+    let f = match p.lookup(key(6), 0, 4096, ReadAhead::None) {
+        Lookup::Miss(f) => f,
+        other => panic!("{other:?}"),
+    };
+    let l = landing_with(&p, 6, 0, 4096, 0x31);
+    let (l, why) = l.replace().unwrap_err();
+    assert_eq!(why, UpdateOutcome::Busy);
+    let mut f = f;
+    for r in f.runs_mut() {
+        r.buf.fill(1);
+    }
+    assert!(f.complete().is_err(), "the fill raced with the write");
+    // the landing frees its slot: every slot can be had again
+    drop(l);
+    let all: Vec<_> = (10..14)
+        .map(|b| p.reserve_landing(key(b), 0, 4096).unwrap())
+        .collect();
+    drop(all);
+    p.check_invariants().unwrap();
+}
+
 impl Partition {
     /// `Landing::commit` with its refusal unpacked, for the tests above.
     fn commit_landing_for_test(&self, l: Landing, limit: u64) -> (Landing, WriteOutcome) {

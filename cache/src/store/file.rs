@@ -225,6 +225,62 @@ impl Store for FileStore {
         }
     }
 
+    /// One `pwritev2` for all of `bufs` when it can be (O_DIRECT: every buffer sector-aligned
+    /// in memory and length), so a durable write costs one durability point; what it did
+    /// not write (short, or refused with EINVAL by a file system that wants coarser
+    /// alignment) is finished buffer by buffer with [`write_at`](Store::write_at).
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64, durable: bool) -> io::Result<()> {
+        let sector_aligned = |b: &&[u8]| {
+            (b.as_ptr() as usize) % MIN_DIRECT_MEM_ALIGN == 0 && b.len() % MIN_DIRECT_MEM_ALIGN == 0
+        };
+        let mut done = 0usize;
+        if bufs.len() > 1
+            && bufs.len() <= MAX_IOVECS
+            && (!self.direct || bufs.iter().all(sector_aligned))
+        {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; MAX_IOVECS];
+            for (v, b) in iov.iter_mut().zip(bufs) {
+                v.iov_base = b.as_ptr() as *mut libc::c_void;
+                v.iov_len = b.len();
+            }
+            let flags = if durable { libc::RWF_DSYNC } else { 0 };
+            // SAFETY: the first bufs.len() iovecs point to the buffers' readable bytes, which
+            // outlive the call; the kernel only reads them.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    bufs.len() as libc::c_int,
+                    offset as libc::off_t,
+                    flags,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EINTR)) {
+                    return Err(e);
+                }
+            } else {
+                done = n as usize;
+            }
+        }
+        // the rest, buffer by buffer
+        let mut at = 0usize;
+        for b in bufs {
+            let (lo, hi) = (at, at + b.len());
+            at = hi;
+            if hi <= done {
+                continue;
+            }
+            let skip = done.saturating_sub(lo);
+            self.write_at(&b[skip..], offset + (lo + skip) as u64, durable)?;
+        }
+        Ok(())
+    }
+
     fn flush(&self) -> io::Result<()> {
         nix::unistd::fdatasync(self.file.as_raw_fd()).map_err(io::Error::from)
     }
@@ -312,6 +368,9 @@ impl Store for FileStore {
         }
     }
 }
+
+/// Buffers one vectored write takes (more are written one by one).
+const MAX_IOVECS: usize = 64;
 
 /// Call `call(done)` (one positional read or write, `done` bytes in) until `len` bytes are
 /// done: an interrupted call is made again, a failed one is the error, one that moved

@@ -250,6 +250,18 @@ impl BackingStore {
         self.store.write_at(data, offset, durable)
     }
 
+    /// Write `bufs` one after the other at `offset`, as one write where the store can
+    /// ([`Store::write_vectored_at`]); buffers of any alignment, as for
+    /// [`write_at`](BackingStore::write_at).
+    pub fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64, durable: bool) -> io::Result<()> {
+        if self.caps.readonly {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let len = bufs.iter().try_fold(0usize, |n, b| n.checked_add(b.len()));
+        self.check_range(offset, len.unwrap_or(usize::MAX))?;
+        self.store.write_vectored_at(bufs, offset, durable)
+    }
+
     /// Deallocate `len` bytes at `offset` so that they read back as zeros: the store's
     /// discard (a hole punched in a file, zeroed objects of an image); where it cannot, the
     /// store's zeroing (ZERO_RANGE), then plain zero writes, so reads return zeros in

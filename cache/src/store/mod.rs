@@ -173,6 +173,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + std::any::Any {
     /// Write all of `data` at byte `offset`, from memory of any alignment; `durable`: on
     /// stable storage before returning (FUA, write cache off).
     fn write_at(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()>;
+    /// Write `bufs`, one after the other, at byte `offset` (as one write where the store
+    /// can: one system call, one durability point); `durable` as for
+    /// [`write_at`](Store::write_at). By default each buffer is written on its own.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64, durable: bool) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at, durable)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Make every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// Deallocate `len` bytes at `offset`: they read back as zeros and their space is

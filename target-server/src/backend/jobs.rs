@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cache::coherence::PieceList;
 use cache::{BlockCache, IoRequest};
 
+use super::landing::Landing;
 use super::reply::Replier;
 use crate::registry::Lun;
 
@@ -62,6 +63,17 @@ pub enum Job {
         durable: bool,
         data: Vec<u8>,
         data_offset: usize,
+        reply: Replier,
+    },
+    /// A write whose data landed in cache slots, written through from them (durable, or a
+    /// LUN that does not cache); the command's buffer (its immediate data) goes back to the
+    /// connection with the result.
+    WriteLanded {
+        cache: Option<Arc<BlockCache>>,
+        at: Extent,
+        durable: bool,
+        landing: Landing,
+        data: Vec<u8>,
         reply: Replier,
     },
     Other(IoRequest),

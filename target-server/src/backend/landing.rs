@@ -1,14 +1,20 @@
-//! Write data that lands in the cache before its command runs. A transport that fetches a
-//! WRITE's data itself (iSER: an RDMA READ from the initiator's buffer) can have it put
-//! straight into fresh cache slots of the blocks it will become (`cache::Landing`), instead
-//! of into staging memory from which it would be copied twice (into the command's buffer,
-//! then into the cache). When the command runs, [`storage::write_landed`] makes those slots
-//! the cached copies, dirty, as a write-back would leave them — no byte copied — or, when
-//! the command turns out to need anything else (write-through, an error, a changed LUN),
-//! copies the bytes into the command's buffer for the ordinary path.
+//! Write data that lands in registered cache memory before its command runs. A transport
+//! that fetches a WRITE's data itself (iSER: an RDMA READ from the initiator's buffer) can
+//! have it put straight into fresh cache slots (`cache::Landing`: the node arenas' memory,
+//! registered with the device, sector-aligned) instead of into staging memory from which
+//! it would be copied into the command's buffer and on. When the command runs,
+//! [`storage::write_landed`] takes the slots as they are:
+//! - a write-back to a cached LUN: the slots become the blocks' cached copies, dirty — no
+//!   byte copied;
+//! - a durable write (FUA, WCE=0, `bsoflags=sync`) or a LUN that does not cache
+//!   (`cache: off`/`page`): an I/O worker writes the slots to the backing store as they
+//!   are (one vectored write; O_DIRECT straight from them, no bounce); a slot whose block
+//!   is cached then becomes its cached copy, clean (no copy either), the others are freed;
+//! - anything else (a changed LUN, the range held by another write, a refused block): the
+//!   bytes not taken are copied into the command's buffer for the ordinary path.
 //!
-//! Only a plain WRITE of a cached LUN with the write cache enabled and no FUA lands, for
-//! exactly the length its CDB gives; everything else is fetched as before.
+//! Only a plain WRITE (6/10/12/16) lands, for exactly the length its CDB gives, of a daemon
+//! with a cache (the slots are its memory); everything else is fetched as before.
 //!
 //! [`storage::write_landed`]: super::storage::write_landed
 
@@ -47,21 +53,21 @@ pub struct Landing {
 
 impl Landing {
     /// A landing for `cmd`, a command of `lun` whose write data is being fetched, when it
-    /// is a plain WRITE that will go into the cache (write cache on, no FUA, a cached LUN,
-    /// the transfer exactly the CDB's length) and the cache has slots: the write data in
-    /// so far (`data_out`) copied in, the rest to come from the transport.
+    /// is a plain WRITE (the transfer exactly the CDB's length) and the daemon's cache has
+    /// slots for it — whether the write will be cached or written through decides itself
+    /// when the command runs: the write data in so far (`data_out`) copied in, the rest to
+    /// come from the transport.
     pub fn reserve(lun: &Lun, cmd: &ScsiCommand, ctx: &StorageCtx<'_>) -> Option<Landing> {
         if !ctx.sends_from_blocks || cmd.landed != 0 {
             return None;
         }
-        let cache = ctx.cache_for(lun)?;
+        // the slots are the daemon's cache memory, also for a LUN that does not cache
+        let cache = ctx.cache?;
         let ext = scsi::write_extent(&cmd.cdb)?;
         let bs = u64::from(lun.store.block_size());
         let len = u64::from(ext.blocks).checked_mul(bs)?;
         let offset = ext.lba.checked_mul(bs)?;
-        if ext.fua
-            || lun.scsi.durable_writes(false)
-            || len != u64::from(cmd.expected_write_len)
+        if len != u64::from(cmd.expected_write_len)
             || len > MAX_LANDING
             || cmd.data_out.len() as u64 >= len
             // block boundaries must fall on LUN block boundaries (a rest after a refused
@@ -166,6 +172,12 @@ impl Landing {
             }
         }
         Ok(())
+    }
+
+    /// The slots, in transfer order (`None` once committed), for a write straight from them
+    /// (`coherence::write_through_landed`, which takes them).
+    pub(crate) fn blocks_mut(&mut self) -> &mut [Option<cache::Landing>] {
+        &mut self.blocks
     }
 
     /// Appends the bytes of the blocks not committed (all of them, or those from where

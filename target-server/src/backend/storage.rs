@@ -390,12 +390,14 @@ pub fn write(
 }
 
 /// A WRITE whose data landed in fresh cache slots ([`Landing`]) while it was fetched, the
-/// bytes in `data` (the write data that came with the command) being the first of it: when
-/// it is a write-back of exactly those bytes, the slots become the cached copies, dirty,
-/// under the range's write lock — no byte copied; GOOD at once. Otherwise (durable, the
-/// LUN's cache changed, the range held by another write, a block refused: throttled or
-/// being filled) the bytes not committed join `data` and the ordinary [`write`] takes
-/// them: what was committed stays (it is this command's data, in place).
+/// bytes in `data` (the write data that came with the command) being the first of it:
+/// - a write-back to a cached LUN: the slots become the cached copies, dirty, under the
+///   range's write lock — no byte copied; GOOD at once;
+/// - a durable write or a LUN that does not cache: an I/O worker writes the slots to the
+///   backing store as they are ([`write_landed_job`]);
+/// - otherwise (the LUN's cache changed, the range held by another write, a block refused:
+///   throttled or being filled) the bytes not committed join `data` and the ordinary
+///   [`write`] takes them: what was committed stays (it is this command's data, in place).
 ///
 /// The landing's fetch must be over (its transport gave it back).
 #[expect(
@@ -414,9 +416,29 @@ pub fn write_landed(
 ) -> Answer {
     let bs = u64::from(lun.store.block_size());
     let (offset, len) = (lba.saturating_mul(bs), u64::from(blocks) * bs);
-    if let Some(cache) = ctx.cache_for(lun)
-        && !durable
-        && landing.holds(cache, lun, offset, len)
+    let cached = ctx.cache_for(lun);
+    let held = ctx
+        .cache
+        .is_some_and(|c| landing.holds(c, lun, offset, len));
+    if held && (durable || cached.is_none()) {
+        let (reply, later) = reply.defer();
+        ctx.submit(Job::WriteLanded {
+            cache: cached.cloned(),
+            at: Extent {
+                lun: Arc::clone(lun),
+                lba,
+                offset,
+                len,
+            },
+            durable,
+            landing,
+            data: std::mem::take(data),
+            reply,
+        });
+        return Answer::Later(later);
+    }
+    if held
+        && cached.is_some()
         && let Some(hold) = lun.locks.try_write(offset, len)
     {
         let done = landing.commit();
@@ -450,6 +472,52 @@ pub fn write_landed(
     write(lun, lba, blocks, durable, data, 0, ctx, reply)
 }
 
+/// On an I/O worker: a WRITE's landed data (all of it, in `landing`) written through to the
+/// backing store straight from the slots — one vectored write, durable when `durable` —
+/// as [`write_job`] does for a write-through from the command's buffer: a cached LUN's range
+/// held exclusively, its older dirty data written first, and its cached blocks then taking
+/// the slots as their copies (`coherence::write_through_landed`: no copy). Slots not taken
+/// are freed.
+pub(crate) fn write_landed_job(
+    cache: Option<&Arc<BlockCache>>,
+    at: &Extent,
+    durable: bool,
+    landing: &mut Landing,
+) -> CommandResult<Payload> {
+    let (lun, lba, offset, len) = (&*at.lun, at.lba, at.offset, at.len);
+    if landing.transfer_len() as u64 != len {
+        return too_large(lun, true, lba);
+    }
+    let mut write = || {
+        // SAFETY: the transport gave the landing back before the command ran: no RDMA READ
+        // into it is in flight.
+        let done = unsafe {
+            coherence::write_through_landed(
+                cache.map(|c| &**c),
+                &*lun.store,
+                offset,
+                landing.blocks_mut(),
+                durable,
+                &mut Backoff::update_cached_copy(),
+            )
+        };
+        if let Err(e) = done.cached {
+            cache_dropped(lun, &e);
+        }
+        match done.written {
+            Ok(()) => good(),
+            Err(e) => io_failure(lun, &e, true, lba),
+        }
+    };
+    match cache {
+        Some(cache) => through_cached_range(cache, at, write),
+        None => {
+            let _hold = lun.locks.write(offset, len);
+            write()
+        }
+    }
+}
+
 /// On an I/O worker: a write that did not complete on the event thread.
 pub(crate) fn write_job(
     cache: Option<&Arc<BlockCache>>,
@@ -474,12 +542,25 @@ pub(crate) fn write_job(
         }
         // blocks the cache did take stay dirty: the flush below writes them first
     }
-    // through to the backing store, the range held exclusively: the disk write and the
-    // cached copy's update must not interleave with another write-through of these blocks
+    through_cached_range(cache, at, || {
+        write_through(Some(cache), lun, lba, offset, payload, durable)
+    })
+}
+
+/// A write-through to a cached LUN, in the order that keeps disk and cache in agreement:
+/// the range held exclusively (the disk write and the cached copy's update must not
+/// interleave with another write-through of these blocks), its older dirty data written
+/// back first, then `write`.
+fn through_cached_range(
+    cache: &BlockCache,
+    at: &Extent,
+    write: impl FnOnce() -> CommandResult<Payload>,
+) -> CommandResult<Payload> {
+    let (lun, offset, len) = (&*at.lun, at.offset, at.len);
     let _exclusive = lun.locks.exclusive(offset, len);
     match flush_range(cache, lun, offset, len) {
-        Ok(()) => write_through(Some(cache), lun, lba, offset, payload, durable),
-        Err(e) => io_failure(lun, &e, true, lba),
+        Ok(()) => write(),
+        Err(e) => io_failure(lun, &e, true, at.lba),
     }
 }
 
@@ -662,6 +743,18 @@ impl cache::IoJob for Job {
                 reply,
             } => {
                 let result = write_job(cache.as_ref(), &at, durable, &data, data_offset);
+                reply.send_with_buffer(result, data);
+            }
+            Job::WriteLanded {
+                cache,
+                at,
+                durable,
+                mut landing,
+                data,
+                reply,
+            } => {
+                let result = write_landed_job(cache.as_ref(), &at, durable, &mut landing);
+                drop(landing);
                 reply.send_with_buffer(result, data);
             }
             Job::Other(f) => f(),

@@ -122,7 +122,29 @@ fn temp_dir(tag: &str) -> TempDir {
     TempDir(p)
 }
 
+/// A cache of 16 blocks per node (as small as a test needs to fill it).
+fn test_cache(nodes: usize) -> Arc<BlockCache> {
+    let cfg = CacheConfig {
+        block_size: CACHE_BLOCK,
+        group_blocks: 1,
+        partitions_per_node: 2,
+        bytes_per_node: 16 * CACHE_BLOCK,
+        sector_size: BS,
+        huge_pages: false,
+        dirty_limit_bytes: 16 * CACHE_BLOCK as u64,
+        ..CacheConfig::default()
+    };
+    Arc::new(BlockCache::new(cfg, &Topology::split(&[0], nodes, 1)).expect("cache"))
+}
+
 impl Bench {
+    /// A `cache: off` LUN of a daemon that has a cache (for other LUNs).
+    fn uncached_beside_a_cache(tag: &str, write_cache: bool) -> Bench {
+        let mut b = Bench::new(tag, config::CacheMode::Off, write_cache);
+        b.cache = Some(test_cache(1));
+        b
+    }
+
     /// `mode` as a LUN's `cache:` setting; `write_cache`: the WCE bit.
     fn new(tag: &str, mode: config::CacheMode, write_cache: bool) -> Bench {
         Bench::with(tag, mode, |lc| lc.write_cache = write_cache)
@@ -174,19 +196,7 @@ impl Bench {
             None,
         )
         .expect("open LUN");
-        let cache = (mode == config::CacheMode::Numa).then(|| {
-            let cfg = CacheConfig {
-                block_size: CACHE_BLOCK,
-                group_blocks: 1,
-                partitions_per_node: 2,
-                bytes_per_node: 16 * CACHE_BLOCK,
-                sector_size: BS,
-                huge_pages: false,
-                dirty_limit_bytes: 16 * CACHE_BLOCK as u64,
-                ..CacheConfig::default()
-            };
-            Arc::new(BlockCache::new(cfg, &Topology::split(&[0], nodes, 1)).expect("cache"))
-        });
+        let cache = (mode == config::CacheMode::Numa).then(|| test_cache(nodes));
         Bench {
             _dir: dir,
             lun: Arc::new(lun),
@@ -687,32 +697,99 @@ fn write_data_landed_in_cache_slots_is_committed_in_place() {
 }
 
 #[test]
-fn landed_write_data_takes_the_ordinary_path_when_the_write_is_durable() {
+fn durable_landed_write_data_goes_to_disk_straight_from_its_slots() {
     let b = Bench::new("landing-durable", config::CacheMode::Numa, true);
     b.sends_from_blocks.set(true);
-    let data = pattern(4, 256 * BS);
-    let mut cmd = fetching_write(64, &data, 4096, false);
-    let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("lands");
+    let cache = Arc::clone(b.cache.as_ref().expect("cache"));
+    let per_block = (CACHE_BLOCK / BS) as u64;
+    // older dirty data of the range and around it, and a cached clean block the write
+    // covers in part
+    let old = pattern(1, 4 * CACHE_BLOCK);
+    assert_eq!(b.write(0, &old, false).status, 0);
+    let data = pattern(4, 2 * CACHE_BLOCK);
+    // from the middle of the first block to the middle of the third
+    let lba = per_block / 2;
+    let mut cmd = fetching_write(lba as u32, &data, 4096, true);
+    let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("FUA lands");
     land_rest(&landing, &data);
-    // the command turned out durable (as FUA or WCE=0 make it): written through
     let a = storage::write_landed(
         &b.lun,
-        64,
-        256,
+        lba,
+        (data.len() / BS) as u32,
         true,
         &mut cmd.data_out,
         landing,
         &b.ctx(),
         b.reply(),
     );
+    assert!(matches!(a, Answer::Later(_)), "written through on a worker");
     assert_eq!(b.finish(a).status, 0);
-    assert_eq!(b.on_disk(64, data.len()), data);
-    assert_eq!(b.read(64, 256).1, data);
-    b.cache
-        .as_ref()
-        .expect("cache")
-        .check_invariants()
-        .expect("cache invariants");
+    // on disk before GOOD, with the older dirty data of the range written first (the write
+    // lands over it) and the cached copy agreeing
+    let lo = lba as usize * BS;
+    assert_eq!(b.on_disk(lba, data.len()), data);
+    assert_eq!(b.on_disk(0, lo), old[..lo]);
+    assert_eq!(b.read(lba, (data.len() / BS) as u32).1, data);
+    assert_eq!(b.read(0, lba as u32).1, old[..lo]);
+    let tail = lo + data.len();
+    assert_eq!(
+        b.read(
+            tail as u64 / BS as u64,
+            ((4 * CACHE_BLOCK - tail) / BS) as u32
+        )
+        .1,
+        old[tail..]
+    );
+    cache.check_invariants().expect("cache invariants");
+    // the written blocks are clean (the landed slots are their cached copies now); only
+    // the block past the write keeps its dirty old data
+    assert_eq!(cache.dirty_bytes(0), CACHE_BLOCK as u64);
+    storage::flush_range(&cache, &b.lun, 0, LUN_BLOCKS * BS as u64).expect("flush");
+    assert_eq!(cache.dirty_bytes(0), 0);
+    assert_eq!(b.on_disk(0, old.len())[tail..], old[tail..]);
+}
+
+#[test]
+fn landed_write_data_of_an_uncached_lun_goes_to_disk_from_the_cache_slots() {
+    for wce in [true, false] {
+        let b = Bench::uncached_beside_a_cache("landing-off", wce);
+        b.sends_from_blocks.set(true);
+        let cache = Arc::clone(b.cache.as_ref().expect("daemon cache"));
+        let data = pattern(7, 300 * BS);
+        let mut cmd = fetching_write(5, &data, 8192, false);
+        let landing = super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).expect("lands");
+        assert_eq!(landing.fetch_from(), 8192);
+        land_rest(&landing, &data);
+        let a = storage::write_landed(
+            &b.lun,
+            5,
+            300,
+            !wce,
+            &mut cmd.data_out,
+            landing,
+            &b.ctx(),
+            b.reply(),
+        );
+        assert!(matches!(a, Answer::Later(_)), "written on a worker");
+        assert_eq!(b.finish(a).status, 0);
+        assert_eq!(b.on_disk(5, data.len()), data, "in the file before status");
+        assert_eq!(b.read(5, 300).1, data);
+        // nothing of the LUN stays in the cache: the slots were only borrowed
+        assert_eq!(cache.dirty_bytes(0), 0);
+        let spans = cache
+            .spans(5 * BS as u64, data.len() as u64)
+            .expect("spans");
+        for span in spans {
+            assert!(
+                !matches!(
+                    cache.lookup(b.lun.cache_id, &span, cache::ReadAhead::None),
+                    cache::Lookup::Hit(_)
+                ),
+                "an uncached LUN's block is in the cache"
+            );
+        }
+        cache.check_invariants().expect("cache invariants");
+    }
 }
 
 #[test]
@@ -753,7 +830,7 @@ fn a_landing_refused_half_way_writes_the_rest_the_ordinary_way() {
 }
 
 #[test]
-fn only_plain_write_back_writes_of_a_cached_lun_land() {
+fn only_plain_writes_of_a_daemon_with_a_cache_land() {
     let b = Bench::new("landing-no", config::CacheMode::Numa, true);
     let data = pattern(2, 64 * BS);
     let cmd = fetching_write(0, &data, 0, false);
@@ -764,7 +841,7 @@ fn only_plain_write_back_writes_of_a_cached_lun_land() {
     b.sends_from_blocks.set(true);
     assert!(super::landing::Landing::reserve(&b.lun, &cmd, &b.ctx()).is_some());
     let fua = fetching_write(0, &data, 0, true);
-    assert!(super::landing::Landing::reserve(&b.lun, &fua, &b.ctx()).is_none());
+    assert!(super::landing::Landing::reserve(&b.lun, &fua, &b.ctx()).is_some());
     let mut short = fetching_write(0, &data, 0, false);
     short.expected_write_len -= BS as u32;
     assert!(super::landing::Landing::reserve(&b.lun, &short, &b.ctx()).is_none());
@@ -772,8 +849,16 @@ fn only_plain_write_back_writes_of_a_cached_lun_land() {
     assert!(super::landing::Landing::reserve(&b.lun, &all_in, &b.ctx()).is_none());
     let wt = Bench::new("landing-wce0", config::CacheMode::Numa, false);
     wt.sends_from_blocks.set(true);
-    assert!(super::landing::Landing::reserve(&wt.lun, &cmd, &wt.ctx()).is_none());
+    assert!(super::landing::Landing::reserve(&wt.lun, &cmd, &wt.ctx()).is_some());
+    // the slots are the daemon cache's memory: none, no landing
     let off = Bench::new("landing-off", config::CacheMode::Off, true);
     off.sends_from_blocks.set(true);
     assert!(super::landing::Landing::reserve(&off.lun, &cmd, &off.ctx()).is_none());
+    let beside = Bench::uncached_beside_a_cache("landing-off-cache", true);
+    beside.sends_from_blocks.set(true);
+    assert!(super::landing::Landing::reserve(&beside.lun, &cmd, &beside.ctx()).is_some());
+    // not a plain WRITE (WRITE SAME here): fetched as before
+    let mut same = fetching_write(0, &data, 0, false);
+    same.cdb = iscsi_proto::Cdb::new(&[0x41, 0, 0, 0, 0, 0, 0, 0, 64, 0]).expect("cdb");
+    assert!(super::landing::Landing::reserve(&b.lun, &same, &b.ctx()).is_none());
 }

@@ -181,8 +181,9 @@ impl Slot {
         }
     }
 
-    /// The connection is about to fetch a command's write data (RDMA): when it is a write
-    /// into the cache, the link is given fresh cache slots for it to land in.
+    /// The connection is about to fetch a command's write data (RDMA): when it is a plain
+    /// WRITE, the link is given fresh cache slots for it to land in (kept as the cached
+    /// copy, or written to the backing store from there: `backend::landing`).
     fn data_fetch(&mut self, env: &Env<'_>, itt: u32) {
         let Session::Normal(session) = &self.session else {
             return;
