@@ -412,6 +412,32 @@ impl ScsiSession {
         (self.itt, pdu)
     }
 
+    /// Sends every write of `cdbs` (with `data[i]` as its immediate data) before waiting
+    /// for any answer, so they are in the target together; (status, sense) of each, in
+    /// order.
+    pub fn pipeline_writes(&mut self, cdbs: &[Vec<u8>], data: &[&[u8]]) -> Vec<(u8, Vec<u8>)> {
+        let itts: Vec<u32> = cdbs
+            .iter()
+            .zip(data)
+            .map(|(cdb, d)| self.send_command(cdb, d, d.len() as u32, false))
+            .collect();
+        let mut answers: Vec<Option<(u8, Vec<u8>)>> = vec![None; itts.len()];
+        while answers.iter().any(Option::is_none) {
+            match read_pdu(&mut self.stream, Duration::from_secs(30)) {
+                ReadOutcome::Pdu(p) if p.opcode() == 0x21 => {
+                    let itt = u32::from_be_bytes([p.bhs[16], p.bhs[17], p.bhs[18], p.bhs[19]]);
+                    if let Some(i) = itts.iter().position(|&t| t == itt) {
+                        let sense = p.data.get(2..).map(<[u8]>::to_vec).unwrap_or_default();
+                        answers[i] = Some((p.bhs[3], sense));
+                    }
+                }
+                ReadOutcome::Pdu(_) => {}
+                other => panic!("no response to a pipelined write: {other:?}"),
+            }
+        }
+        answers.into_iter().flatten().collect()
+    }
+
     /// Sends a final Data-Out PDU for task `itt` answering the R2T with `ttt`.
     pub fn send_data_out(&mut self, itt: u32, ttt: u32, offset: u32, data: &[u8]) {
         let mut bhs = [0u8; BHS_LEN];

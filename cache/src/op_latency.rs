@@ -68,22 +68,37 @@ pub struct OpLatency {
     sum_ns: [AtomicU64; 4],
     errors: [AtomicU64; 4],
     asynchronous: [AtomicU64; 4],
+    /// Operations started and not finished (blocking calls running, asynchronous ones
+    /// started and not yet reaped).
+    in_flight: AtomicU64,
 }
 
 impl OpLatency {
     /// Runs `f` and records how long it took under `op` (and whether it failed).
     pub fn time<T, E>(&self, op: StoreOp, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let t0 = Instant::now();
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
         let r = f();
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.record(op, ns, r.is_ok());
         r
     }
 
-    /// Records one asynchronous operation of `op` that took `ns` nanoseconds (timed by its
+    /// One asynchronous operation was started (its end is [`record_async`](Self::record_async)).
+    pub fn started_async(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records one asynchronous operation of `op` (counted by
+    /// [`started_async`](Self::started_async)) that took `ns` nanoseconds (timed by its
     /// caller) and whether it succeeded.
     pub fn record_async(&self, op: StoreOp, ns: u64, ok: bool) {
         self.asynchronous[op as usize].fetch_add(1, Ordering::Relaxed);
+        // saturating: a recording without its start (a test) must not wrap the gauge
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         self.record(op, ns, ok);
     }
 
@@ -98,6 +113,11 @@ impl OpLatency {
         if !ok {
             self.errors[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Operations in flight now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// The histogram of `op` now.
@@ -140,8 +160,12 @@ mod tests {
         assert_eq!(f.buckets[..5].iter().sum::<u64>(), 0, "{:?}", f.buckets);
         assert_eq!(l.snapshot(StoreOp::Write), OpHistogram::default());
         assert_eq!(f.asynchronous, 0);
-        // an asynchronous call is counted as one as well
+        // an asynchronous call is counted as one as well, and in flight until recorded
+        assert_eq!(l.in_flight(), 0);
+        l.started_async();
+        assert_eq!(l.in_flight(), 1);
         l.record_async(StoreOp::Read, 60_000, false);
+        assert_eq!(l.in_flight(), 0);
         let r = l.snapshot(StoreOp::Read);
         assert_eq!((r.asynchronous, r.errors), (1, 1));
         assert_eq!(

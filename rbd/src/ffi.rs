@@ -14,6 +14,8 @@ pub(crate) type Handle = *mut c_void;
 pub(crate) type AioCallback = unsafe extern "C" fn(Handle, *mut c_void);
 /// `rbd_update_callback_t`.
 pub(crate) type UpdateCallback = unsafe extern "C" fn(*mut c_void);
+/// `rbd_diff_iterate2`'s callback: offset, length, whether the extent exists, argument.
+pub(crate) type DiffCallback = unsafe extern "C" fn(u64, usize, c_int, *mut c_void) -> c_int;
 
 /// The shared object names tried, the ones Debian's librados2 / librbd1 install.
 pub const RADOS_SONAME: &str = "librados.so.2";
@@ -86,6 +88,7 @@ api! {
     rbd.rbd_lock_get_owners: fn(Handle, *mut c_int, *mut *mut c_char, *mut usize) -> c_int;
     rbd.rbd_lock_get_owners_cleanup: fn(*mut *mut c_char, usize) -> ();
     rbd.rbd_lock_break: fn(Handle, c_int, *const c_char) -> c_int;
+    rbd.rbd_diff_iterate2: fn(Handle, *const c_char, u64, u64, u8, u8, DiffCallback, *mut c_void) -> c_int;
 }
 
 // SAFETY: the struct holds only function pointers into libraries that are never unloaded;

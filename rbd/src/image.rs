@@ -23,6 +23,8 @@ fn cstring(s: &str, what: &str) -> io::Result<CString> {
 pub struct Cluster {
     api: &'static Api,
     handle: Handle,
+    /// `rados_connect` succeeded (counted in [`crate::connections`]).
+    connected: bool,
 }
 
 // SAFETY: a connected rados_t is used from any thread; librados serializes internally.
@@ -42,7 +44,11 @@ impl Cluster {
         let r = unsafe { (api.rados_create2)(&mut handle, cluster.as_ptr(), name.as_ptr(), 0) };
         check(r.into(), "rados_create2")?;
         // from here the handle is shut down on every path by Drop
-        let c = Cluster { api, handle };
+        let mut c = Cluster {
+            api,
+            handle,
+            connected: false,
+        };
         let conf = match &opts.conf {
             Some(p) => Some(cstring(&p.to_string_lossy(), "conf path")?),
             None => None,
@@ -76,7 +82,17 @@ impl Cluster {
                 opts.client_name()
             ),
         )?;
+        crate::shared::opened();
+        c.connected = true;
         Ok(Arc::new(c))
+    }
+
+    /// The connection shared by every image opened with the same cluster options (cluster
+    /// name, client, conf, librados settings): the one open already, or a new one that
+    /// closes with the last image on it. Not for an image that must be fenced alone (a
+    /// broken lock blocklists the whole connection): [`connect`](Self::connect) that one.
+    pub fn shared(opts: &ClusterOptions) -> io::Result<Arc<Cluster>> {
+        crate::shared::shared(opts)
     }
 
     /// Opens `spec` (read-only when `read_only` or a snapshot).
@@ -124,6 +140,9 @@ impl Drop for Cluster {
         // SAFETY: the handle came from rados_create2; every image and ioctx holds an Arc to
         // this cluster, so none is left.
         unsafe { (self.api.rados_shutdown)(self.handle) };
+        if self.connected {
+            crate::shared::closed();
+        }
     }
 }
 
@@ -168,6 +187,25 @@ unsafe extern "C" fn complete<B>(c: Handle, arg: *mut c_void) {
     unsafe { (p.api.rbd_aio_release)(c) };
     let Pending { buf, done, .. } = *p;
     done(errno(r as i64).map(|n| n as usize), buf);
+}
+
+/// Collects the extents `rbd_diff_iterate2` reports as existing into the
+/// `Mutex<Vec<(u64, u64)>>` at `arg`.
+unsafe extern "C" fn diff_collect(
+    offset: u64,
+    len: usize,
+    exists: c_int,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: `arg` is the address of the Mutex that `Image::data_extents` keeps alive
+    // (borrowed) for the whole synchronous call that invokes this callback.
+    let out = unsafe { &*arg.cast::<Mutex<Vec<(u64, u64)>>>() };
+    if exists != 0 {
+        out.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((offset, len as u64));
+    }
+    0
 }
 
 unsafe extern "C" fn watch_trampoline(arg: *mut c_void) {
@@ -316,9 +354,43 @@ impl Image {
 
     /// Flushes every acknowledged write.
     pub fn aio_flush(&self, done: Done<()>) {
+        self.aio_flush_with((), done);
+    }
+
+    /// [`aio_flush`](Self::aio_flush) carrying `value` to `done` (the caller's record of
+    /// the operation), as the I/O calls carry their buffer.
+    pub fn aio_flush_with<B: Send + 'static>(&self, value: B, done: Done<B>) {
         let (h, f) = (self.handle, self.api.rbd_aio_flush);
         // SAFETY: open image; the completion is live.
-        self.submit((), done, |_, c| unsafe { f(h, c) });
+        self.submit(value, done, |_, c| unsafe { f(h, c) });
+    }
+
+    /// The extents of `offset .. offset + len` that hold data, `(offset, len)` in order: what
+    /// `rbd_diff_iterate2` reports as existing since the image was created, a clone's
+    /// parent data included (it reads as data). The rest was never written or was
+    /// deallocated, and reads as zeros. Without the image's fast-diff feature librbd asks
+    /// each object in the range (a few at a time), so callers keep ranges bounded.
+    pub fn data_extents(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, u64)>> {
+        let out: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+        let arg = (&raw const out).cast_mut().cast::<c_void>();
+        // SAFETY: open image; no snapshot name (NULL: since creation); `arg` points to
+        // `out`, alive until this synchronous call returns; the callback only pushes.
+        let r = unsafe {
+            (self.api.rbd_diff_iterate2)(
+                self.handle,
+                std::ptr::null(),
+                offset,
+                len,
+                1,
+                0,
+                diff_collect,
+                arg,
+            )
+        };
+        errno(r.into())?;
+        let mut v = out.into_inner().unwrap_or_else(|p| p.into_inner());
+        v.sort_unstable();
+        Ok(v)
     }
 
     /// Calls `f` (on a librbd thread) whenever the image's header changes: a resize, a

@@ -2,7 +2,8 @@
 //! time (`dlopen`), so the daemon builds and runs on hosts without Ceph.
 //!
 //! - [`ImageSpec`] / [`ClusterOptions`]: tgt's `[pool/]image[@snap]` and `--bsopts`.
-//! - [`Cluster::connect`], [`Cluster::open`]: a connection and an [`Image`] on it.
+//! - [`Cluster::connect`], [`Cluster::shared`], [`Cluster::open`]: a connection of one's
+//!   own or the one shared by every image of that cluster, and an [`Image`] on it.
 //! - [`Image`]: blocking and asynchronous I/O, size, resize, update watches, exclusive lock.
 //!
 //! Errors are `std::io::Error`s from librbd's negative errno (I/O calls carry the plain
@@ -11,12 +12,25 @@
 mod ffi;
 mod image;
 mod opts;
+mod shared;
 
 pub use ffi::{RADOS_SONAME, RBD_LIB_ENV, RBD_SONAME, available};
 pub use image::{Cluster, Done, Image};
 pub use opts::{ClusterOptions, DEFAULT_POOL, DEFAULT_SETTINGS, ImageSpec, redact};
+pub use shared::connections;
 
-/// Connects as `opts` says and opens `spec` (read-only when asked or a snapshot).
+/// Connects as `opts` says (a connection of the image's own) and opens `spec` (read-only
+/// when asked or a snapshot).
 pub fn open(spec: &ImageSpec, opts: &ClusterOptions, read_only: bool) -> std::io::Result<Image> {
     Cluster::connect(opts)?.open(spec, read_only)
+}
+
+/// Opens `spec` on the connection shared by every image opened this way with the same
+/// cluster options ([`Cluster::shared`]).
+pub fn open_shared(
+    spec: &ImageSpec,
+    opts: &ClusterOptions,
+    read_only: bool,
+) -> std::io::Result<Image> {
+    Cluster::shared(opts)?.open(spec, read_only)
 }

@@ -12,6 +12,8 @@
 //! the lock: when a COMPARE AND WRITE holds it, the write is handed to an I/O worker, so an
 //! event thread never waits.
 
+use std::sync::Arc;
+
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const STRIPES: usize = 64;
@@ -108,6 +110,43 @@ impl RangeLocks {
     }
 }
 
+/// A shared hold of some stripes of `T`'s range locks (a plain write, as
+/// [`RangeLocks::try_write`]) that borrows nothing: it keeps `T` (the LUN) alive and lets go
+/// when dropped, on whichever thread that happens. For a write that lives on after the call
+/// that started it (an asynchronous store write).
+pub struct WriteClaim<T: AsRef<RangeLocks>> {
+    owner: Arc<T>,
+    set: u64,
+}
+
+impl<T: AsRef<RangeLocks>> WriteClaim<T> {
+    /// As [`RangeLocks::try_write`] on `owner`'s locks: `None` when a COMPARE AND WRITE (or
+    /// another exclusive holder) holds a stripe of the range, nothing held then.
+    pub fn try_new(owner: &Arc<T>, offset: u64, len: u64) -> Option<WriteClaim<T>> {
+        let hold = (**owner).as_ref().try_write(offset, len)?;
+        // the guards are forgotten: the claim releases their stripes itself (Drop)
+        std::mem::forget(hold);
+        Some(WriteClaim {
+            owner: Arc::clone(owner),
+            set: stripes(offset, len),
+        })
+    }
+}
+
+impl<T: AsRef<RangeLocks>> Drop for WriteClaim<T> {
+    fn drop(&mut self) {
+        let locks = (*self.owner).as_ref();
+        for (i, stripe) in locks.stripes.iter().enumerate() {
+            if self.set & (1 << i) != 0 {
+                // SAFETY: `try_new` took a read lock of exactly the stripes in `set` and
+                // forgot their guards; this claim owns those locks logically, and releases
+                // each once, here (parking_lot's shared locks are not tied to a thread).
+                unsafe { stripe.force_unlock_read() };
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +178,36 @@ mod tests {
             .expect("free after the compare and write");
         let w2 = l.try_write(0, 8192).expect("writers share");
         drop((w1, w2));
+    }
+
+    struct Owner(RangeLocks);
+
+    impl AsRef<RangeLocks> for Owner {
+        fn as_ref(&self) -> &RangeLocks {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn a_claim_holds_its_stripes_until_dropped_on_any_thread() {
+        let o = Arc::new(Owner(RangeLocks::default()));
+        let claim = WriteClaim::try_new(&o, 4096, 70_000).expect("free");
+        assert!(o.0.try_write(0, 512).is_some(), "writers still share");
+        let caw = o.0.stripes[1].try_write();
+        assert!(caw.is_none(), "stripe 1 is claimed");
+        drop(caw);
+        let other = WriteClaim::try_new(&o, 0, 512).expect("claims share");
+        // let go on another thread (an asynchronous write's end)
+        std::thread::spawn(move || drop(claim))
+            .join()
+            .expect("join");
+        drop(other);
+        let caw = o.0.compare_and_write(0, 4 * STRIPE_BYTES);
+        assert!(
+            WriteClaim::try_new(&o, 4096, 512).is_none(),
+            "a compare and write keeps claims out"
+        );
+        drop(caw);
+        assert_eq!(Arc::strong_count(&o), 1, "the claims let the owner go");
     }
 }

@@ -106,6 +106,13 @@ impl Lun {
     }
 }
 
+/// A LUN's write holds ([`crate::range_locks::WriteClaim`]s of asynchronous writes).
+impl AsRef<crate::range_locks::RangeLocks> for Lun {
+    fn as_ref(&self) -> &crate::range_locks::RangeLocks {
+        &self.locks
+    }
+}
+
 /// A target's LUNs as one immutable snapshot, replaced as a whole when tgtadm changes it.
 #[derive(Default)]
 pub struct LunSet {

@@ -254,7 +254,7 @@ pub(crate) fn open_lun(
     };
     create_if_asked(l).map_err(lun_err)?;
     let mode = l.cache_mode(cache);
-    let store = open_store(iqn, l, mode).map_err(lun_err)?;
+    let store = open_store(iqn, l, mode, !alua.peers.is_empty()).map_err(lun_err)?;
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
@@ -301,11 +301,13 @@ fn create_if_asked(l: &config::LunConfig) -> Result<(), cache::BackingError> {
     Ok(())
 }
 
-/// Opens LUN `l`'s backing store through the bstype table, for cache mode `mode`.
+/// Opens LUN `l`'s backing store through the bstype table, for cache mode `mode`;
+/// `arbitrated`: gateways arbitrate it (ALUA peers), so it may be fenced alone.
 fn open_store(
     iqn: &str,
     l: &config::LunConfig,
     mode: config::CacheMode,
+    arbitrated: bool,
 ) -> Result<BackingStore, cache::BackingError> {
     let opts = BackingOptions {
         block_size: l.block_size,
@@ -313,6 +315,7 @@ fn open_store(
         // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend),
         // unless tgt's `direct` flag asks for O_DIRECT
         direct: mode != config::CacheMode::Page || l.bsoflags.direct,
+        fenced_alone: arbitrated,
     };
     let bsopts = l.bsopts.as_deref().unwrap_or("");
     let t0 = std::time::Instant::now();

@@ -288,6 +288,43 @@ fn image_served_through_tgtadm() {
     d.assert_alive("after the rbd LUN tests");
 }
 
+/// With the cluster sick: `cdb` (`op`: READ or WRITE) on `s` ends in CHECK CONDITION within
+/// 20 s, as one asynchronous librbd operation of its kind that failed (the metrics).
+fn fails_through_aio(
+    d: &Daemon,
+    s: &mut ScsiSession,
+    op: &str,
+    cdb: &[u8],
+    data: &[u8],
+    read_len: u32,
+) {
+    let kind = op.to_ascii_lowercase();
+    let aio_before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", &kind);
+    let errors_before = rbd_metric(d, "numatgt_lun_rbd_op_errors_total", &kind);
+    let t0 = Instant::now();
+    let (status, sense, _) = s.command(cdb, data, read_len);
+    let took = t0.elapsed();
+    eprintln!(
+        "{op} with the OSD down: status {status:#x} sense {:x?} after {took:?}",
+        sense_of(&sense)
+    );
+    assert_eq!(status, 0x02, "{op}: CHECK CONDITION expected");
+    assert!(
+        took < Duration::from_secs(20),
+        "{op}: the error took {took:?}"
+    );
+    assert_eq!(
+        rbd_metric(d, "numatgt_lun_rbd_op_async_total", &kind) - aio_before,
+        1.0,
+        "the {op} went through librbd aio"
+    );
+    assert_eq!(
+        rbd_metric(d, "numatgt_lun_rbd_op_errors_total", &kind) - errors_before,
+        1.0,
+        "the {op} failed there"
+    );
+}
+
 /// A sick cluster (its only OSD killed) gives SCSI errors within the op timeout set in
 /// bsopts, never a hang, and numatgtd stays responsive to tgtadm meanwhile. Then clear
 /// tgtadm errors: a missing image, an unreachable cluster (within the mount timeout).
@@ -358,28 +395,10 @@ fn sick_cluster_gives_errors_not_hangs() {
     );
 
     c.kill_daemon("osd.0");
-    let aio_before = rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "read");
-    let errors_before = rbd_metric(&d, "numatgt_lun_rbd_op_errors_total", "read");
-    let t0 = Instant::now();
-    let (status, sense, _) = s.command(&cdb10(0x28, 1024, 8), &[], 4096);
-    let took = t0.elapsed();
-    eprintln!(
-        "READ with the OSD down: status {status:#x} sense {:x?} after {took:?}",
-        sense_of(&sense)
-    );
-    assert_eq!(status, 0x02, "CHECK CONDITION expected");
-    assert!(took < Duration::from_secs(20), "the error took {took:?}");
-    // it was an asynchronous read that librados timed out, completed into the event thread
-    assert_eq!(
-        rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "read") - aio_before,
-        1.0,
-        "the READ went through librbd aio"
-    );
-    assert_eq!(
-        rbd_metric(&d, "numatgt_lun_rbd_op_errors_total", "read") - errors_before,
-        1.0,
-        "and failed there"
-    );
+    // a READ and an uncached WRITE: asynchronous librbd calls that librados timed out,
+    // completed into the event thread as CHECK CONDITION
+    fails_through_aio(&d, &mut s, "READ", &cdb10(0x28, 1024, 8), &[], 4096);
+    fails_through_aio(&d, &mut s, "WRITE", &cdb10(0x2a, 2048, 8), &data, 0);
     // reads in flight when the daemon stops are waited for (they land in cache blocks):
     // the cached LUN 4, with reads still in librbd at the stop below
     let perf = tools::require_tool("iscsi-perf");
@@ -428,31 +447,113 @@ fn sick_cluster_gives_errors_not_hangs() {
     );
 }
 
-/// Cache fills and uncached reads of rbd LUNs are librbd aio completed into the event
-/// threads; `--io-engine threads` keeps them blocking calls on the I/O workers. Both give
-/// the same bytes (written by the other path), and the metrics tell the paths apart.
+/// libiscsi suites run on an uncached RBD LUN, whose writes and flushes are librbd aio:
+/// writes of every kind (FUA among them), and COMPARE AND WRITE, ORWRITE and WRITE ATOMIC,
+/// whose exclusive range holds must wait for the asynchronous writes.
+const RBD_UNCACHED_SUITES: &[&str] = &[
+    "SCSI.Read10",
+    "SCSI.Write10",
+    "SCSI.Write12",
+    "SCSI.Write16",
+    "SCSI.WriteVerify10",
+    "SCSI.WriteVerify16",
+    "SCSI.CompareAndWrite",
+    "SCSI.OrWrite",
+    "SCSI.WriteAtomic16",
+];
+
+/// Cache fills and uncached reads, writes and flushes of rbd LUNs are librbd aio completed
+/// into the event threads; `--io-engine threads` keeps them blocking calls on the I/O
+/// workers. Both put the same bytes in Ceph (`rbd export`) and read them back, the metrics
+/// tell the paths apart, and the uncached aio LUN passes libiscsi's write,
+/// compare-and-write and atomic-write suites and qemu-img's random-data check. (Each daemon
+/// has an image of its own: two clients writing one image pass its exclusive lock to and
+/// fro, and librbd then takes ~25 s to close the image of the one that lost it.)
 #[test]
-fn rbd_reads_are_aio_unless_io_engine_threads() {
+fn rbd_io_is_aio_unless_io_engine_threads() {
     let c = Cluster::start();
-    c.create_image("paths", 32 * MIB);
-    let aio = daemon_with_target(&[]);
+    c.create_image("paths-aio", 32 * MIB);
+    c.create_image("paths-threads", 32 * MIB);
+    let mut aio = daemon_with_target(&[]);
     let blocking =
         Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &["--io-engine", "threads"], &[]);
     new_open_target(&blocking, "1", TEST_IQN);
     // LUN 1 uncached (every read a DirectRead), LUN 2 cached (every miss a fill)
-    for d in [&aio, &blocking] {
-        add_rbd_lun(d, 1, "rbd/paths", &c.bsopts("cache=off")).check("uncached LUN");
-        add_rbd_lun(d, 2, "rbd/paths", &c.bsopts("")).check("cached LUN");
+    for (d, image) in [(&aio, "rbd/paths-aio"), (&blocking, "rbd/paths-threads")] {
+        add_rbd_lun(d, 1, image, &c.bsopts("cache=off")).check("uncached LUN");
+        add_rbd_lun(d, 2, image, &c.bsopts("")).check("cached LUN");
     }
-    let pattern: Vec<u8> = (0..MIB as usize).map(|i| (i * 13 % 251) as u8).collect();
-    let mut w = ScsiSession::open(&blocking, "iqn.2026-01.test:rbd-writer");
-    for (k, chunk) in pattern.chunks(65536).enumerate() {
-        let lba = 4 * MIB / 512 + k as u64 * 128;
-        let (status, sense, _) = w.command(&cdb10(0x2a, lba, 128), chunk, 0);
-        assert_eq!(status, 0, "WRITE {k}: {:x?}", sense_of(&sense));
+    // each daemon writes its own MiB through its uncached LUN, then syncs
+    let pattern = |seed: usize| -> Vec<u8> {
+        (0..MIB as usize)
+            .map(|i| ((i * 13 + seed) % 251) as u8)
+            .collect()
+    };
+    let regions = [(4 * MIB / 512, pattern(0)), (8 * MIB / 512, pattern(7))];
+    let daemons = [
+        ("aio", &aio, true, "rbd/paths-aio"),
+        ("threads", &blocking, false, "rbd/paths-threads"),
+    ];
+    for (name, d, want_async, image) in daemons {
+        let writes_before = rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "write");
+        let async_before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "write");
+        let flush_before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "flush");
+        let mut w = ScsiSession::open(d, "iqn.2026-01.test:rbd-writer");
+        let _ = w.command(&[0; 6], &[], 0);
+        // one region with 16 writes in flight at once, the other one write at a time
+        let (first, data) = &regions[0];
+        let cdbs: Vec<Vec<u8>> = (0..16u64)
+            .map(|k| cdb10(0x2a, first + k * 128, 128).to_vec())
+            .collect();
+        let chunks: Vec<&[u8]> = data.chunks(65536).collect();
+        for (k, (status, sense)) in w.pipeline_writes(&cdbs, &chunks).into_iter().enumerate() {
+            assert_eq!(status, 0, "{name} WRITE {k}: {:x?}", sense_of(&sense));
+        }
+        let (first, data) = &regions[1];
+        for (k, chunk) in data.chunks(65536).enumerate() {
+            let (status, sense, _) = w.command(&cdb10(0x2a, first + k as u64 * 128, 128), chunk, 0);
+            assert_eq!(status, 0, "{name} WRITE {k}: {:x?}", sense_of(&sense));
+        }
+        let (status, sense, _) = w.command(&SYNC10, &[], 0);
+        assert_eq!(
+            status,
+            0,
+            "{name} SYNCHRONIZE CACHE: {:x?}",
+            sense_of(&sense)
+        );
+        drop(w);
+        let writes =
+            rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "write") - writes_before;
+        let async_writes = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "write") - async_before;
+        let async_flushes = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "flush") - flush_before;
+        eprintln!(
+            "{name}: {writes} librbd writes, {async_writes} asynchronous; {async_flushes} asynchronous flushes"
+        );
+        assert_eq!(writes, 32.0, "{name}: librbd writes");
+        if want_async {
+            assert_eq!(async_writes, 32.0, "{name}: every write asynchronous");
+            assert_eq!(async_flushes, 1.0, "{name}: the flush asynchronous");
+        } else {
+            assert_eq!(
+                (async_writes, async_flushes),
+                (0.0, 0.0),
+                "{name}: nothing asynchronous"
+            );
+        }
+        // in Ceph, as written
+        let exported = aio.dir.path().join(format!("{name}.img"));
+        c.rbd(120, &["export", image, &exported.to_string_lossy()])
+            .check("rbd export");
+        let ceph = std::fs::read(&exported).expect("exported image");
+        for (first, data) in &regions {
+            let at = (*first * 512) as usize;
+            assert!(
+                ceph[at..at + data.len()] == data[..],
+                "{name}: rbd export differs at {at}"
+            );
+        }
     }
-    drop(w);
-    for (name, d, want_async) in [("aio", &aio, true), ("threads", &blocking, false)] {
+    for (name, d, want_async, _) in daemons {
         let before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "read");
         let reads_before = rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "read");
         let mut s = ScsiSession::open(d, "iqn.2026-01.test:rbd-reader");
@@ -460,16 +561,18 @@ fn rbd_reads_are_aio_unless_io_engine_threads() {
             s.lun = lun;
             // the LUN's power-on unit attention first
             let _ = s.command(&[0; 6], &[], 0);
-            for (k, chunk) in pattern.chunks(65536).enumerate() {
-                let lba = 4 * MIB / 512 + k as u64 * 128;
-                let (status, sense, data) = s.command(&cdb10(0x28, lba, 128), &[], 65536);
-                assert_eq!(
-                    status,
-                    0,
-                    "{name} LUN {lun} READ {k}: {:x?}",
-                    sense_of(&sense)
-                );
-                assert!(data == chunk, "{name} LUN {lun} READ {k}: other bytes");
+            for (first, data) in &regions {
+                for (k, chunk) in data.chunks(65536).enumerate() {
+                    let lba = first + k as u64 * 128;
+                    let (status, sense, got) = s.command(&cdb10(0x28, lba, 128), &[], 65536);
+                    assert_eq!(
+                        status,
+                        0,
+                        "{name} LUN {lun} READ {lba}: {:x?}",
+                        sense_of(&sense)
+                    );
+                    assert!(got == chunk, "{name} LUN {lun} READ {lba}: other bytes");
+                }
             }
         }
         drop(s);
@@ -477,13 +580,42 @@ fn rbd_reads_are_aio_unless_io_engine_threads() {
             rbd_metric(d, "numatgt_lun_rbd_op_duration_seconds_count", "read") - reads_before;
         let async_reads = rbd_metric(d, "numatgt_lun_rbd_op_async_total", "read") - before;
         eprintln!("{name}: {reads} librbd reads, {async_reads} of them asynchronous");
-        assert!(reads >= 16.0, "{name}: {reads} librbd reads");
+        assert!(reads >= 32.0, "{name}: {reads} librbd reads");
         if want_async {
             assert_eq!(async_reads, reads, "{name}: every read asynchronous");
         } else {
             assert_eq!(async_reads, 0.0, "{name}: no asynchronous read");
         }
     }
+    // nothing left in flight
+    let (code, body) = aio.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200);
+    let in_flight: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("numatgt_lun_rbd_ops_in_flight{"))
+        .collect();
+    assert!(in_flight.len() >= 2, "{in_flight:?}");
+    assert!(in_flight.iter().all(|l| l.ends_with(" 0")), "{in_flight:?}");
+
+    // the uncached aio LUN: random data in and back, then the conformance suites
+    let url = aio.url(1);
+    let pattern = qemuio::write_random(&url, aio.dir.path(), "pattern.bin", 16 * MIB as usize);
+    let back = qemuio::read_all(&url, aio.dir.path(), "back.img").expect("qemu-img read");
+    assert!(
+        back[..pattern.len()] == pattern[..],
+        "read back differs from the write"
+    );
+    tools::require_tool("iscsi-test-cu");
+    let results: Vec<SuiteResult> = RBD_UNCACHED_SUITES
+        .iter()
+        .map(|suite| run_suite(&mut aio, suite, "iscsi-test-cu-rbd-aio", false))
+        .collect();
+    assert_clean(
+        &results,
+        "numatgtd uncached rbd LUN (aio)",
+        "iscsi-test-cu-rbd-aio",
+    );
+
     for (name, mut d) in [("threads", blocking), ("aio", aio)] {
         let (status, took) = d.terminate(Duration::from_secs(30));
         eprintln!("{name}: stopped in {took:?}");
@@ -493,6 +625,249 @@ fn rbd_reads_are_aio_unless_io_engine_threads() {
             d.log_tail(20)
         );
     }
+}
+
+/// `tgtadm --op delete --mode logicalunit --tid TID --lun LUN`, which must succeed.
+fn delete_lun(d: &Daemon, tid: &str, lun: u64) {
+    let lun = lun.to_string();
+    let args = ["--lld", "iscsi", "--op", "delete", "--mode", "logicalunit"];
+    d.tgtadm(&[&args[..], &["--tid", tid, "--lun", &lun]].concat())
+        .check("tgtadm delete logicalunit");
+}
+
+/// The daemon's value of the unlabelled gauge `name`.
+fn gauge(d: &Daemon, name: &str) -> f64 {
+    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
+}
+
+/// Threads and resident memory (KiB) of process `pid`.
+fn threads_and_rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k)?.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("Threads:"), field("VmRSS:"))
+}
+
+/// 64 RBD LUNs made with Debian's tgtadm on one cluster: one cluster connection for all of
+/// them (and for a second target's LUNs), every LUN served with its own image's bytes; a
+/// LUN with other librados settings gets a connection of its own, and the shared one
+/// closes with its last LUN.
+#[test]
+fn rbd_luns_of_one_cluster_share_one_connection() {
+    const LUNS: u64 = 64;
+    let c = Cluster::start();
+    for i in 1..=LUNS {
+        c.create_image(&format!("many{i}"), 4 * MIB);
+    }
+    let mut d = daemon_with_target(&[]);
+    assert_eq!(gauge(&d, "numatgt_rbd_cluster_connections"), 0.0);
+    let (threads0, rss0) = threads_and_rss(d.pid());
+    let t0 = Instant::now();
+    for i in 1..=LUNS {
+        // every other LUN uncached; the order of the options does not matter
+        let bsopts = if i % 2 == 0 {
+            c.bsopts("cache=off")
+        } else {
+            format!("cache=numa;{}", c.bsopts(""))
+        };
+        add_rbd_lun(&d, i, &format!("rbd/many{i}"), &bsopts).check("tgtadm --bstype rbd");
+    }
+    let took = t0.elapsed();
+    let (threads, rss) = threads_and_rss(d.pid());
+    eprintln!(
+        "{LUNS} rbd LUNs added in {took:.1?} ({:.0} ms each): threads {threads0} -> {threads}, \
+         RSS {rss0} -> {rss} KiB",
+        took.as_secs_f64() * 1000.0 / LUNS as f64
+    );
+    assert_eq!(
+        gauge(&d, "numatgt_rbd_cluster_connections"),
+        1.0,
+        "one cluster connection for {LUNS} LUNs"
+    );
+    // a second target's LUN on the same cluster shares it too
+    new_open_target(&d, "2", "iqn.2026-11.org.numatgt:second");
+    new_lun(
+        &d,
+        "2",
+        "1",
+        Path::new("rbd/many1"),
+        &["--bstype", "rbd", "--bsopts", &c.bsopts("")],
+    )
+    .check("second target's LUN");
+    assert_eq!(gauge(&d, "numatgt_rbd_cluster_connections"), 1.0);
+    // every LUN serves its own image: a tag written through each LUN, read back by all
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-many");
+    for i in 1..=LUNS {
+        s.lun = i as u16;
+        let _ = s.command(&[0; 6], &[], 0);
+        let tag = vec![i as u8; 512];
+        let (status, sense, _) = s.command(&cdb10(0x2a, 100, 1), &tag, 0);
+        assert_eq!(status, 0, "WRITE to LUN {i}: {:x?}", sense_of(&sense));
+    }
+    for i in 1..=LUNS {
+        s.lun = i as u16;
+        let (status, sense, got) = s.command(&cdb10(0x28, 100, 1), &[], 512);
+        assert_eq!(status, 0, "READ of LUN {i}: {:x?}", sense_of(&sense));
+        assert!(
+            got.iter().all(|&b| b == i as u8),
+            "LUN {i} read another image's tag"
+        );
+    }
+    drop(s);
+    // other librados settings: another connection; gone again with its LUN
+    add_rbd_lun(&d, 65, "rbd/many2", &c.bsopts("rados_osd_op_timeout=7")).check("LUN 65");
+    assert_eq!(gauge(&d, "numatgt_rbd_cluster_connections"), 2.0);
+    delete_lun(&d, "1", 65);
+    // (an event thread may hold the LUN until its next turn)
+    let t0 = Instant::now();
+    while gauge(&d, "numatgt_rbd_cluster_connections") != 1.0
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(gauge(&d, "numatgt_rbd_cluster_connections"), 1.0);
+    // the shared connection closes with the last LUN on it
+    for (tid, lun) in (1..=LUNS).map(|l| ("1", l)).chain([("2", 1)]) {
+        delete_lun(&d, tid, lun);
+    }
+    let t0 = Instant::now();
+    while gauge(&d, "numatgt_rbd_cluster_connections") != 0.0
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        gauge(&d, "numatgt_rbd_cluster_connections"),
+        0.0,
+        "the shared connection outlived its LUNs"
+    );
+    d.assert_alive("after 64 rbd LUNs");
+}
+
+/// GET LBA STATUS from `lba` on `s`'s LUN: `(lba, blocks, provisioning status)` per
+/// descriptor (0 mapped, 1 deallocated).
+fn lba_status(s: &mut ScsiSession, lba: u64) -> Vec<(u64, u64, u8)> {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x9e;
+    cdb[1] = 0x12;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[10..14].copy_from_slice(&4096u32.to_be_bytes());
+    let (status, sense, data) = s.command(&cdb, &[], 4096);
+    assert_eq!(status, 0, "GET LBA STATUS {lba}: {:x?}", sense_of(&sense));
+    data.get(8..)
+        .unwrap_or_default()
+        .chunks_exact(16)
+        .map(|d| {
+            let lba = u64::from_be_bytes(d[0..8].try_into().expect("8 bytes"));
+            let n = u32::from_be_bytes(d[8..12].try_into().expect("4 bytes"));
+            (lba, u64::from(n), d[12] & 0x0f)
+        })
+        .collect()
+}
+
+/// The data extents `rbd diff` (librbd, straight from the cluster) reports for `image`, in
+/// 512-byte blocks, neighbours merged.
+fn rbd_diff_blocks(c: &Cluster, image: &str) -> Vec<(u64, u64)> {
+    let r = c.rbd(60, &["diff", image]);
+    r.check("rbd diff");
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for line in r.stdout.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(o), Some(l), Some("data")) = (f.first(), f.get(1), f.get(2).copied()) else {
+            continue;
+        };
+        let (o, l): (u64, u64) = (o.parse().expect("offset"), l.parse().expect("length"));
+        match out.last_mut() {
+            Some(last) if last.0 + last.1 == o / 512 => last.1 += l / 512,
+            _ => out.push((o / 512, l / 512)),
+        }
+    }
+    out
+}
+
+/// GET LBA STATUS of an RBD LUN reports the image's allocation as librbd has it: the
+/// extents `rbd diff` lists mapped, the rest deallocated, before and after an UNMAP of
+/// whole objects; then libiscsi's GetLBAStatus, Unmap and WriteSame suites on the thin LUN.
+#[test]
+fn rbd_lba_status_follows_the_image() {
+    let c = Cluster::start();
+    c.create_image("holes", 64 * MIB);
+    let mut d = daemon_with_target(&[]);
+    add_rbd_lun(&d, 1, "rbd/holes", &c.bsopts("cache=off")).check("tgtadm --bstype rbd");
+    update_lun1(&d, "thin_provisioning=1").check("thin_provisioning=1");
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-holes");
+    let _ = s.command(&[0; 6], &[], 0);
+    let mapped = |st: &[(u64, u64, u8)]| -> Vec<(u64, u64)> {
+        st.iter().filter(|e| e.2 == 0).map(|e| (e.0, e.1)).collect()
+    };
+    // a fresh image: all deallocated
+    let st = lba_status(&mut s, 0);
+    assert_eq!(st.first().map(|e| (e.0, e.2)), Some((0, 1)), "{st:?}");
+    assert!(mapped(&st).is_empty(), "{st:?}");
+    // data: 4 MiB at 0 (one object), 64 KiB at 40 MiB, one block at 50 MiB
+    let data = vec![0xa5u8; 65536];
+    for k in 0..64u64 {
+        let (status, _, _) = s.command(&cdb10(0x2a, k * 128, 128), &data, 0);
+        assert_eq!(status, 0);
+    }
+    let (status, _, _) = s.command(&cdb10(0x2a, 40 * 2048, 128), &data, 0);
+    assert_eq!(status, 0);
+    let (status, _, _) = s.command(&cdb10(0x2a, 50 * 2048, 1), &data[..512], 0);
+    assert_eq!(status, 0);
+    let want = rbd_diff_blocks(&c, "rbd/holes");
+    eprintln!("rbd diff: {want:?}");
+    assert!(want.len() >= 3, "{want:?}");
+    let st = lba_status(&mut s, 0);
+    eprintln!("GET LBA STATUS: {st:?}");
+    assert_eq!(mapped(&st), want, "GET LBA STATUS against rbd diff");
+    // descriptors cover the LUN from LBA 0 without gaps
+    let mut next = 0;
+    for e in &st {
+        assert_eq!(e.0, next, "{st:?}");
+        next = e.0 + e.1;
+    }
+    assert_eq!(next, 64 * MIB / 512, "{st:?}");
+    // from inside the second extent
+    let st = lba_status(&mut s, 40 * 2048 + 64);
+    assert_eq!(
+        st.first().map(|e| (e.0, e.2)),
+        Some((40 * 2048 + 64, 0)),
+        "{st:?}"
+    );
+    // UNMAP of the first object: a hole again, for rbd diff and for GET LBA STATUS
+    let mut unmap = vec![0u8; 24];
+    unmap[1] = 22;
+    unmap[3] = 16;
+    unmap[16..20].copy_from_slice(&(8192u32).to_be_bytes());
+    let (status, sense, _) = s.command(&[0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0], &unmap, 0);
+    assert_eq!(status, 0, "UNMAP: {:x?}", sense_of(&sense));
+    let want = rbd_diff_blocks(&c, "rbd/holes");
+    assert!(want.first().is_some_and(|e| e.0 >= 8192), "{want:?}");
+    let st = lba_status(&mut s, 0);
+    assert_eq!(st.first().map(|e| (e.0, e.2)), Some((0, 1)), "{st:?}");
+    assert_eq!(mapped(&st), want, "after UNMAP");
+    drop(s);
+
+    tools::require_tool("iscsi-test-cu");
+    let results: Vec<SuiteResult> = [
+        "SCSI.GetLBAStatus",
+        "SCSI.Unmap",
+        "SCSI.WriteSame10",
+        "SCSI.WriteSame16",
+    ]
+    .iter()
+    .map(|suite| run_suite(&mut d, suite, "iscsi-test-cu-rbd-thin", false))
+    .collect();
+    assert_clean(&results, "numatgtd thin rbd LUN", "iscsi-test-cu-rbd-thin");
+    d.assert_alive("after GET LBA STATUS of an rbd LUN");
 }
 
 /// `numatgtadm --dump` says each RBD LUN's cache mode as it runs: `off` for the uncached

@@ -363,7 +363,7 @@ def report_rbd(runs, order, targets, out, meta):
               "before measuring (which fills numatgtd's cache)")
     md.append("- librbd settings each target's client runs with (its admin socket): %s" % (
         meta.get("librbd") or "n/a"))
-    if base:
+    if "numatgtd-base" in targets:
         md.append("- numatgtd-base (column base): another numatgtd binary, `%s`, started and given "
                   "its LUN the same way (before/after a change in the same run; numatgtd/base is "
                   "the ratio of IOPS, CPU numatgtd/base of CPU µs per I/O)" % meta.get("numatgtd_base"))

@@ -23,7 +23,7 @@ pub use read::{
 pub use wait::{Backoff, GaveUp, NoWait, Waiter};
 pub use write::{
     Invalidated, WrittenThrough, flush_and_sync, flush_range, update_cached_copy, write_back,
-    write_dirty, write_through, write_through_landed,
+    write_dirty, write_dirty_all, write_through, write_through_landed,
 };
 
 #[cfg(test)]

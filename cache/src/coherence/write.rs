@@ -192,6 +192,36 @@ pub fn write_dirty<S: AsRef<BackingStore> + ?Sized>(store: &S, r: &DirtyRange) -
     Ok(())
 }
 
+/// Write the runs of several dirty blocks of one store back at once
+/// ([`BackingStore::write_all`]: an RBD image has them in flight together);
+/// `results[i]` tells whether every run of `ranges[i]` was written.
+pub fn write_dirty_all<S: AsRef<BackingStore> + ?Sized>(
+    store: &S,
+    ranges: &[&DirtyRange],
+    results: &mut Vec<io::Result<()>>,
+) {
+    let store = store.as_ref();
+    let mut writes: Vec<(u64, &[u8])> = Vec::new();
+    let mut owner: Vec<usize> = Vec::new();
+    for (i, r) in ranges.iter().enumerate() {
+        for run in r.runs() {
+            writes.push(run);
+            owner.push(i);
+        }
+    }
+    let mut each = Vec::with_capacity(writes.len());
+    store.write_all(&writes, &mut each);
+    results.clear();
+    results.extend(ranges.iter().map(|_| Ok(())));
+    for (r, &i) in each.into_iter().zip(&owner) {
+        if let (Err(e), Some(slot)) = (r, results.get_mut(i))
+            && slot.is_ok()
+        {
+            *slot = Err(e);
+        }
+    }
+}
+
 /// Write every dirty cached block of `lun`'s range back to the backing store (no sync: the
 /// caller syncs when it promises durability), waiting as `waiter` says for flushes of the range
 /// already running elsewhere (given up: ETIMEDOUT). On error the blocks stay dirty.
@@ -205,15 +235,28 @@ pub fn flush_range<S: AsRef<BackingStore> + ?Sized>(
 ) -> io::Result<()> {
     let store = store.as_ref();
     let mut ranges = Vec::new();
+    let mut results = Vec::new();
     loop {
         ranges.clear();
         let scan = cache
             .dirty_ranges(lun, offset, len, &mut ranges)
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        for r in ranges.drain(..) {
-            write_dirty(store, &r)?;
-            // false: written again meanwhile; the next round takes it again
-            let _ = r.mark_clean();
+        // all of the round's blocks at once (in flight together where the store can)
+        let refs: Vec<&DirtyRange> = ranges.iter().collect();
+        write_dirty_all(store, &refs, &mut results);
+        drop(refs);
+        let mut failed = None;
+        for (r, done) in ranges.drain(..).zip(results.drain(..)) {
+            match done {
+                // false: written again meanwhile; the next round takes it again
+                Ok(()) => {
+                    let _ = r.mark_clean();
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         if scan.taken == 0 && scan.in_flight == 0 {
             return Ok(());

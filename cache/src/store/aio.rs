@@ -1,17 +1,19 @@
-//! Asynchronous reads for one thread through a store's own engine ([`AioRing`]; librbd's
-//! `rbd_aio_read2` for RBD images, [`ReadEngine::Callback`](super::ReadEngine) stores), the
-//! counterpart of [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes
-//! jobs — the same [`RingJob`]s, some reads into memory that stays put and a continuation —
-//! and each read is started at once with [`Store::start_read`](super::Store::start_read),
-//! which queues it for the store's own threads and does not wait. The store calls back on
-//! one of its threads; the callback ([`PendingRead::done`]) only appends `(job, read,
-//! result)` to the ring's arrival list and, when the list was empty, writes the ring's
-//! eventfd. The owner polls that eventfd (edge-triggered, never read while running) in its
-//! own poll set, [`reap`](AioRing::reap)s the list, and finishes a job on its own thread
-//! once its last read has arrived. No thread waits per request; a read that the store
-//! refuses, or one past its end, arrives as an error like any other. Dropping the ring
-//! waits for every read still in the store (they write into the jobs' memory, cache blocks
-//! among it), which librados' op timeout bounds for librbd.
+//! Asynchronous operations for one thread through a store's own engine ([`AioRing`];
+//! librbd's `rbd_aio_read2`, `rbd_aio_write2` and `rbd_aio_flush` for RBD images,
+//! [`ReadEngine::Callback`](super::ReadEngine) stores), the counterpart of
+//! [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes jobs — the same
+//! [`RingJob`]s, some reads into memory that stays put, writes from such memory or flushes,
+//! and a continuation — and each operation is started at once with
+//! [`Store::start_op`](super::Store::start_op), which queues it for the store's own threads
+//! and does not wait. The store calls back on one of its threads; the callback
+//! ([`PendingOp::done`]) only appends `(job, op, result)` to the ring's arrival list and,
+//! when the list was empty, writes the ring's eventfd. The owner polls that eventfd
+//! (edge-triggered, never read while running) in its own poll set,
+//! [`reap`](AioRing::reap)s the list, and finishes a job on its own thread once its last
+//! operation has arrived. No thread waits per request; an operation that the store refuses,
+//! or one past its end, arrives as an error like any other. Dropping the ring waits for
+//! every operation still in the store (reads write into the jobs' memory, cache blocks among
+//! it; writes read from it), which librados' op timeout bounds for librbd.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -20,19 +22,20 @@ use std::time::{Duration, Instant};
 
 use super::BackingStore;
 use crate::op_latency::StoreOp;
-use crate::uring::{Flights, RingJob};
+use crate::uring::{Flights, OpKind, RingJob};
 
-/// One read that the store finished: the job's slot, the read's index in it, 0 or the errno,
-/// and how long the store took.
+/// One operation that the store finished: the job's slot, the operation's index in it and
+/// its kind, 0 or the errno, and how long the store took.
 #[derive(Debug, Clone, Copy)]
 struct Arrival {
     slot: u32,
     op: u32,
+    kind: OpKind,
     errno: i32,
     ns: u64,
 }
 
-/// What the store's threads and the owner share: the reads finished and not reaped yet, and
+/// What the store's threads and the owner share: the operations finished and not reaped yet, and
 /// the eventfd that says there are some.
 struct Arrivals {
     list: Mutex<Vec<Arrival>>,
@@ -61,13 +64,16 @@ impl Arrivals {
     }
 }
 
-/// One read handed to a store's asynchronous engine: where it lands (`as_mut`, memory that
-/// stays put until it is done) and whom it reports to. The store calls
-/// [`done`](PendingRead::done) exactly once, on any thread, after its last write into the
-/// memory.
-pub struct PendingRead {
+/// One operation handed to a store's asynchronous engine: what it is
+/// ([`kind`](PendingOp::kind), [`offset`](PendingOp::offset)), its memory (`as_mut` for a
+/// read, `as_ref` for a write; memory that stays put until it is done) and whom it reports
+/// to. The store calls [`done`](PendingOp::done) exactly once, on any thread, after its
+/// last use of the memory.
+pub struct PendingOp {
     buf: *mut u8,
     len: usize,
+    offset: u64,
+    kind: OpKind,
     arrivals: Arc<Arrivals>,
     slot: u32,
     op: u32,
@@ -75,33 +81,58 @@ pub struct PendingRead {
 }
 
 // SAFETY: the memory `buf` points to is the job's (RingJob's contract: it stays put and no
-// one else touches it until the job finishes, which happens only after this read is
-// done); the store's thread writes into it and hands the read back, nothing else.
-unsafe impl Send for PendingRead {}
+// one else touches it until the job finishes, which happens only after this operation is
+// done); the store's thread reads or writes it and hands the operation back, nothing else.
+unsafe impl Send for PendingOp {}
 
-impl AsMut<[u8]> for PendingRead {
+impl AsMut<[u8]> for PendingOp {
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `buf` is valid for writes of `len` bytes (RingJob's contract) and nothing
-        // else uses it while the read is in flight.
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: `buf` is valid for `len` bytes (RingJob's contract) and nothing else uses
+        // it while the operation is in flight.
         unsafe { std::slice::from_raw_parts_mut(self.buf, self.len) }
     }
 }
 
-impl PendingRead {
-    /// Bytes to read.
+impl AsRef<[u8]> for PendingOp {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: as for `as_mut`: `len` valid bytes of the job's, untouched meanwhile.
+        unsafe { std::slice::from_raw_parts(self.buf, self.len) }
+    }
+}
+
+impl PendingOp {
+    /// Bytes to read or write (0 for a flush).
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether there is nothing to read.
+    /// Whether there are no bytes to move.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// The read ended with `result` (bytes read, or the error); fewer bytes than asked is
-    /// EIO (the store shrank under us).
+    /// Byte offset in the store.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Read, write or flush.
+    pub fn kind(&self) -> OpKind {
+        self.kind
+    }
+
+    /// The operation ended with `result` (bytes read, or the error); a read of fewer bytes
+    /// than asked is EIO (the store shrank under us). A write's or flush's count is not
+    /// looked at (librbd answers 0 for them; a write that was not done entirely fails).
     pub fn done(self, result: io::Result<usize>) {
         let errno = match result {
+            Ok(_) if self.kind != OpKind::Read => 0,
             Ok(n) if n == self.len => 0,
             // librbd reads holes as zeros: fewer bytes means the store shrank under us
             Ok(_) => libc::EIO,
@@ -111,18 +142,28 @@ impl PendingRead {
         self.arrivals.add(Arrival {
             slot: self.slot,
             op: self.op,
+            kind: self.kind,
             errno,
             ns,
         });
     }
 }
 
-/// A thread's asynchronous reads of callback stores (not shared: `!Send` through its jobs'
-/// raw pointers).
+/// The store operation an op kind is timed as.
+fn timed_as(kind: OpKind) -> StoreOp {
+    match kind {
+        OpKind::Read => StoreOp::Read,
+        OpKind::Write => StoreOp::Write,
+        OpKind::Flush => StoreOp::Flush,
+    }
+}
+
+/// A thread's asynchronous operations on callback stores (not shared: `!Send` through its
+/// jobs' raw pointers).
 pub struct AioRing<J: RingJob> {
     arrivals: Arc<Arrivals>,
     flights: Flights<J>,
-    /// The store each slot's job reads (its latency histograms), by slot.
+    /// The store of each slot's job (its latency histograms), by slot.
     stores: Vec<Option<Arc<BackingStore>>>,
     /// The arrival list taken by the last reap (kept for its memory).
     taken: Vec<Arrival>,
@@ -149,7 +190,7 @@ impl<J: RingJob> AioRing<J> {
         })
     }
 
-    /// The eventfd written when reads arrive (poll it for readability, edge-triggered).
+    /// The eventfd written when operations arrive (poll it for readability, edge-triggered).
     pub fn event_fd(&self) -> RawFd {
         self.arrivals.event.as_raw_fd()
     }
@@ -159,9 +200,9 @@ impl<J: RingJob> AioRing<J> {
         self.flights.jobs()
     }
 
-    /// Start `job`'s reads of `store` (a [`ReadEngine::Callback`](super::ReadEngine) store;
-    /// any other fails them with EINVAL, as does a read past its end); a job without reads
-    /// is finished at once. Never waits for the store.
+    /// Start `job`'s operations on `store` (a [`ReadEngine::Callback`](super::ReadEngine)
+    /// store; any other fails them with EINVAL, as does one past its end); a job without
+    /// operations is finished at once. Never waits for the store.
     pub fn push(&mut self, store: &Arc<BackingStore>, job: J) {
         let Some((slot, n)) = self.flights.insert(job) else {
             return;
@@ -171,26 +212,31 @@ impl<J: RingJob> AioRing<J> {
         }
         self.stores[slot] = Some(Arc::clone(store));
         for op in 0..n {
-            let Some(read) = self
+            let Some(o) = self
                 .flights
                 .get_mut(slot)
                 .and_then(|f| f.ops.get(op).copied())
             else {
                 continue;
             };
-            let pending = PendingRead {
-                buf: read.buf,
-                len: read.len,
+            let pending = PendingOp {
+                buf: o.buf,
+                len: o.len,
+                offset: o.offset,
+                kind: o.kind,
                 arrivals: Arc::clone(&self.arrivals),
                 slot: slot as u32,
                 op: op as u32,
                 started: Instant::now(),
             };
-            store.start_read(read.offset, pending);
+            if let Some(lat) = store.op_latency() {
+                lat.started_async();
+            }
+            store.start_op(pending);
         }
     }
 
-    /// Finish the jobs whose reads have all arrived; returns how many. No system call.
+    /// Finish the jobs whose operations have all arrived; returns how many. No system call.
     pub fn reap(&mut self) -> usize {
         let mut taken = std::mem::take(&mut self.taken);
         {
@@ -211,7 +257,7 @@ impl<J: RingJob> AioRing<J> {
                 .and_then(Option::as_ref)
                 .and_then(|s| s.op_latency())
             {
-                lat.record_async(StoreOp::Read, a.ns, a.errno == 0);
+                lat.record_async(timed_as(a.kind), a.ns, a.errno == 0);
             }
             let result = match a.errno {
                 0 => Ok(()),
@@ -229,7 +275,7 @@ impl<J: RingJob> AioRing<J> {
         finished
     }
 
-    /// Wait up to `timeout` for reads to arrive, then reap (for owners with nothing else
+    /// Wait up to `timeout` for operations to arrive, then reap (for owners with nothing else
     /// to wait for: tests, the drain at the end).
     pub fn wait(&mut self, timeout: Duration) -> usize {
         let n = self.reap();
@@ -254,9 +300,10 @@ impl<J: RingJob> AioRing<J> {
 }
 
 impl<J: RingJob> Drop for AioRing<J> {
-    /// Wait for every read still in the store (they write into the jobs' memory) and
-    /// finish their jobs. librados' op timeout (`rados_osd_op_timeout`) ends reads a sick cluster
-    /// does not answer; until then this waits, and says so every 30 s.
+    /// Wait for every operation still in the store (reads write into the jobs' memory,
+    /// writes read it) and finish their jobs. librados' op timeout (`rados_osd_op_timeout`)
+    /// ends operations a sick cluster does not answer; until then this waits, and says so
+    /// every 30 s.
     fn drop(&mut self) {
         let t0 = Instant::now();
         let mut next_warning = Duration::from_secs(30);
@@ -264,7 +311,7 @@ impl<J: RingJob> Drop for AioRing<J> {
             self.wait(Duration::from_millis(100));
             if t0.elapsed() >= next_warning {
                 tracing::error!(
-                    "aio ring: {} reads still in the store after {:?}; waiting for them",
+                    "aio ring: {} operations still in the store after {:?}; waiting for them",
                     self.jobs(),
                     t0.elapsed()
                 );

@@ -250,6 +250,23 @@ impl BackingStore {
         self.store.write_at(data, offset, durable)
     }
 
+    /// Write every `(offset, data)` of `writes` (not overlapping; buffers of any alignment),
+    /// several at once where the store can ([`Store::write_all`]), and return when all have
+    /// ended: `results[i]` for `writes[i]`.
+    pub fn write_all(&self, writes: &[(u64, &[u8])], results: &mut Vec<io::Result<()>>) {
+        let refused = self.caps.readonly
+            || writes
+                .iter()
+                .any(|&(o, d)| self.check_range(o, d.len()).is_err());
+        if refused || writes.len() < 2 {
+            // each on its own: the checks say which failed
+            results.clear();
+            results.extend(writes.iter().map(|&(o, d)| self.write_at(d, o, false)));
+            return;
+        }
+        self.store.write_all(writes, results);
+    }
+
     /// Write `bufs` one after the other at `offset`, as one write where the store can
     /// ([`Store::write_vectored_at`]); buffers of any alignment, as for
     /// [`write_at`](BackingStore::write_at).
@@ -316,13 +333,21 @@ impl BackingStore {
         self.store.flush()
     }
 
-    /// Start reading `read` at `offset` through the store's own asynchronous engine
-    /// ([`ReadEngine::Callback`]); EINVAL (through `read`) past the end or for another
-    /// store.
-    pub(crate) fn start_read(&self, offset: u64, read: super::PendingRead) {
-        match self.check_range(offset, read.len()) {
-            Ok(()) => self.store.start_read(offset, read),
-            Err(e) => read.done(Err(e)),
+    /// Start `op` through the store's own asynchronous engine ([`ReadEngine::Callback`]);
+    /// EINVAL (through `op`) past the end or for another store, EROFS for a write to a
+    /// read-only store (a flush of one succeeds at once, as [`sync`](Self::sync) does).
+    pub(crate) fn start_op(&self, op: super::PendingOp) {
+        use crate::uring::OpKind;
+        match op.kind() {
+            OpKind::Flush if self.caps.readonly => op.done(Ok(0)),
+            OpKind::Flush => self.store.start_op(op),
+            OpKind::Write if self.caps.readonly => {
+                op.done(Err(io::Error::from_raw_os_error(libc::EROFS)))
+            }
+            OpKind::Read | OpKind::Write => match self.check_range(op.offset(), op.len()) {
+                Ok(()) => self.store.start_op(op),
+                Err(e) => op.done(Err(e)),
+            },
         }
     }
 }

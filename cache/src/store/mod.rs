@@ -12,7 +12,7 @@
 //! [`ReadEngine`] says otherwise: that is how an event thread reads without blocking —
 //! through its io_uring ring ([`crate::uring::ReadRing`]), the store's own asynchronous
 //! reads ([`aio::AioRing`], librbd's aio), or at once ([`ReadEngine::Immediate`]) —
-//! and [`ThreadReads`] is the one per-thread object that runs all of them.
+//! and [`ThreadIo`] is the one per-thread object that runs all of them.
 //!
 //! Why a trait and not an enum: a store's state (an open file and its O_DIRECT mode, an
 //! image with its watch and latency histograms, nothing at all) and its answers to each
@@ -27,7 +27,7 @@ pub mod file;
 mod handle;
 pub mod null;
 pub mod rbd;
-mod thread_reads;
+mod thread_io;
 
 #[cfg(test)]
 mod tests;
@@ -36,10 +36,10 @@ use std::io;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
-pub use aio::{AioRing, PendingRead};
+pub use aio::{AioRing, PendingOp};
 pub use file::create_sparse;
 pub use handle::{BackingStore, MIN_DIRECT_MEM_ALIGN};
-pub use thread_reads::ThreadReads;
+pub use thread_io::ThreadIo;
 
 use crate::op_latency::OpLatency;
 
@@ -80,6 +80,10 @@ pub struct OpenOptions {
     /// Try O_DIRECT (default true). `false` gives buffered I/O through the page cache
     /// (stores without a page cache ignore it).
     pub direct: bool,
+    /// The LUN may be fenced on its own (an RBD LUN that several gateways arbitrate: a
+    /// takeover blocklists its client), so its store keeps a client connection of its own
+    /// instead of the one shared by every LUN of the cluster (default false).
+    pub fenced_alone: bool,
 }
 
 impl Default for OpenOptions {
@@ -88,6 +92,7 @@ impl Default for OpenOptions {
             block_size: 512,
             readonly: false,
             direct: true,
+            fenced_alone: false,
         }
     }
 }
@@ -141,8 +146,9 @@ pub struct Caps {
 }
 
 /// How an event thread's reads of a store complete without blocking it (the store's
-/// completion mechanism). Everything else — writes, flushes, reads from other threads —
-/// runs on the I/O worker threads whatever this says.
+/// completion mechanism). Writes and flushes run on the I/O worker threads, except for a
+/// [`Callback`](ReadEngine::Callback) store's uncached writes and flushes, which its engine
+/// runs as well; so do reads from other threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadEngine {
     /// None: every read blocks, the node's I/O worker threads run them (buffered files:
@@ -150,8 +156,8 @@ pub enum ReadEngine {
     Threads,
     /// The thread's io_uring read ring, on this O_DIRECT descriptor.
     Uring(RawFd),
-    /// The store's own asynchronous reads ([`Store::start_read`]), whose completions
-    /// arrive through the thread's [`AioRing`] (librbd's aio).
+    /// The store's own asynchronous operations ([`Store::start_op`]: reads, writes,
+    /// flushes), whose completions arrive through the thread's [`AioRing`] (librbd's aio).
     Callback,
     /// At once, on the calling thread: [`Store::read_at`] never blocks (null).
     Immediate,
@@ -183,6 +189,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + std::any::Any {
             at += b.len() as u64;
         }
         Ok(())
+    }
+    /// Write every `(offset, data)` of `writes` (not overlapping), several in flight at once
+    /// where the store can, and return when all of them have ended: `results[i]` for
+    /// `writes[i]`, not durable unless the store's writes always are. By default one after
+    /// the other (a file's write-back batches go through io_uring instead).
+    fn write_all(&self, writes: &[(u64, &[u8])], results: &mut Vec<io::Result<()>>) {
+        results.clear();
+        results.extend(writes.iter().map(|&(o, d)| self.write_at(d, o, false)));
     }
     /// Make every completed write durable.
     fn flush(&self) -> io::Result<()>;
@@ -218,11 +232,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + std::any::Any {
     fn read_engine(&self) -> ReadEngine {
         ReadEngine::Threads
     }
-    /// Start reading `read` at `offset` without waiting ([`ReadEngine::Callback`] stores):
-    /// the store's engine fills the read's memory and calls [`PendingRead::done`] once, on
-    /// any thread. Others fail it with EINVAL.
-    fn start_read(&self, _offset: u64, read: PendingRead) {
-        read.done(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+    /// Start `op` (a read, write or flush at [`PendingOp::offset`]) without waiting
+    /// ([`ReadEngine::Callback`] stores): the store's engine reads into or writes from the
+    /// op's memory and calls [`PendingOp::done`] once, on any thread. Others fail it with
+    /// EINVAL.
+    fn start_op(&self, op: PendingOp) {
+        op.done(Err(io::Error::from_raw_os_error(libc::EINVAL)));
     }
     /// Latency histograms of the store's own operations, where it keeps them (RBD).
     fn latency(&self) -> Option<&OpLatency> {

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{BackingError, Caps, OpenRequest, PendingRead, ReadEngine, Store};
+use super::{BackingError, Caps, OpenRequest, PendingOp, ReadEngine, Store};
 use crate::op_latency::{OpLatency, StoreOp};
+use crate::uring::OpKind;
 
 /// An open RBD image and whether its header changed since the size was last looked at.
 pub struct RbdStore {
@@ -56,7 +57,8 @@ fn flush_limit(c: &rbd::ClusterOptions) -> Duration {
 
 /// Open the image `req.path` on the cluster `req.bsopts` names (tgt's
 /// `conf=…;id=…;cluster=…` and librados settings; keys in `req.skip` are the caller's),
-/// with its update watch set.
+/// with its update watch set: on the connection every image of that cluster shares, or
+/// on one of its own when it is fenced alone ([`super::OpenOptions::fenced_alone`]).
 pub fn open(req: &OpenRequest<'_>) -> Result<Box<dyn Store>, BackingError> {
     let spec = req.path.to_string_lossy();
     let err = |source| BackingError::Rbd {
@@ -66,7 +68,12 @@ pub fn open(req: &OpenRequest<'_>) -> Result<Box<dyn Store>, BackingError> {
     let invalid = |m: String| err(io::Error::new(io::ErrorKind::InvalidInput, m));
     let image_spec = rbd::ImageSpec::parse(&spec).map_err(invalid)?;
     let cluster = rbd::ClusterOptions::parse(req.bsopts, req.skip).map_err(invalid)?;
-    let image = rbd::open(&image_spec, &cluster, req.options.readonly).map_err(err)?;
+    let image = if req.options.fenced_alone {
+        rbd::open(&image_spec, &cluster, req.options.readonly)
+    } else {
+        rbd::open_shared(&image_spec, &cluster, req.options.readonly)
+    }
+    .map_err(err)?;
     let changed = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&changed);
     image
@@ -130,6 +137,46 @@ impl Store for RbdStore {
             .time(StoreOp::Write, || self.image.write_at(data, offset))
     }
 
+    /// Every write started with librbd's asynchronous call at once, then waited for: librbd
+    /// has them all in flight together (a write-back batch costs about one round trip, not
+    /// one per block). Returns only when librbd has answered every one (it reads the
+    /// borrowed memory until then; librados' op timeout ends those a sick cluster does not
+    /// answer).
+    fn write_all(&self, writes: &[(u64, &[u8])], results: &mut Vec<io::Result<()>>) {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, io::Result<usize>, u64)>();
+        for (i, &(offset, data)) in writes.iter().enumerate() {
+            let tx = tx.clone();
+            let started = std::time::Instant::now();
+            self.latency.started_async();
+            let bytes = Borrowed {
+                ptr: data.as_ptr(),
+                len: data.len(),
+            };
+            self.image.aio_write(
+                bytes,
+                offset,
+                Box::new(move |r, _| {
+                    let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let _ = tx.send((i, r, ns));
+                }),
+            );
+        }
+        drop(tx);
+        results.clear();
+        results.extend(
+            writes
+                .iter()
+                .map(|_| Err(io::Error::from_raw_os_error(libc::EIO))),
+        );
+        // ends when every callback has run (each holds a sender until then)
+        while let Ok((i, r, ns)) = rx.recv() {
+            self.latency.record_async(StoreOp::Write, ns, r.is_ok());
+            if let Some(slot) = results.get_mut(i) {
+                *slot = r.map(drop);
+            }
+        }
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.latency.time(StoreOp::Flush, || self.bounded_flush())
     }
@@ -145,6 +192,13 @@ impl Store for RbdStore {
         self.discard(offset, len)
     }
 
+    /// The image's data extents in the range (`rbd_diff_iterate2`), the gaps between them
+    /// deallocated.
+    fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, u64, bool)>> {
+        let data = self.image.data_extents(offset, len)?;
+        Ok(runs_of(offset, len, &data))
+    }
+
     fn grow(&self, size: u64) -> io::Result<()> {
         self.image.resize(size)
     }
@@ -157,10 +211,21 @@ impl Store for RbdStore {
         ReadEngine::Callback
     }
 
-    fn start_read(&self, offset: u64, read: PendingRead) {
-        // the closure captures nothing: boxing it allocates nothing
-        self.image
-            .aio_read(read, offset, Box::new(|r, read: PendingRead| read.done(r)));
+    fn start_op(&self, op: PendingOp) {
+        // the closures capture nothing: boxing them allocates nothing
+        let offset = op.offset();
+        match op.kind() {
+            OpKind::Read => {
+                self.image
+                    .aio_read(op, offset, Box::new(|r, op: PendingOp| op.done(r)))
+            }
+            // acknowledged = in the cluster (no librbd cache): durable already
+            OpKind::Write => {
+                self.image
+                    .aio_write(op, offset, Box::new(|r, op: PendingOp| op.done(r)))
+            }
+            OpKind::Flush => self.image.aio_flush_with(op, Box::new(|r, op| op.done(r))),
+        }
     }
 
     fn latency(&self) -> Option<&OpLatency> {
@@ -168,9 +233,73 @@ impl Store for RbdStore {
     }
 }
 
+/// Memory a batch write lends librbd: valid and unchanged until its callback has run
+/// ([`RbdStore::write_all`] does not return before).
+struct Borrowed {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: only read (by librbd's threads) while the lender waits for the callback.
+unsafe impl Send for Borrowed {}
+
+impl AsRef<[u8]> for Borrowed {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` and `len` come from a live slice that `write_all` keeps borrowed
+        // until this write's callback has run.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// `(offset, len, allocated)` runs covering `offset .. offset + len` exactly, from the data
+/// extents `data` (sorted; clipped to the range, overlaps and neighbours merged).
+fn runs_of(offset: u64, len: u64, data: &[(u64, u64)]) -> Vec<(u64, u64, bool)> {
+    let end = offset.saturating_add(len);
+    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+    let mut push = |start: u64, stop: u64, allocated: bool| {
+        if stop <= start {
+            return;
+        }
+        match runs.last_mut() {
+            Some(last) if last.2 == allocated && last.0 + last.1 >= start => {
+                last.1 = last.1.max(stop - last.0)
+            }
+            _ => runs.push((start, stop - start, allocated)),
+        }
+    };
+    let mut pos = offset;
+    for &(o, l) in data {
+        let (s, e) = (o.max(pos), o.saturating_add(l).min(end));
+        if e <= s {
+            continue;
+        }
+        push(pos, s, false);
+        push(s, e, true);
+        pos = e;
+    }
+    push(pos, end, false);
+    runs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_extents_become_runs_covering_the_range() {
+        assert_eq!(runs_of(0, 100, &[]), vec![(0, 100, false)]);
+        assert_eq!(
+            runs_of(10, 100, &[(0, 20), (20, 10), (50, 10), (55, 10), (200, 5)]),
+            vec![
+                (10, 20, true),
+                (30, 20, false),
+                (50, 15, true),
+                (65, 45, false)
+            ]
+        );
+        assert_eq!(runs_of(0, 8, &[(0, 8)]), vec![(0, 8, true)]);
+        assert_eq!(runs_of(4, 0, &[(0, 8)]), vec![]);
+    }
 
     #[test]
     fn flush_limit_follows_the_admins_op_timeout() {

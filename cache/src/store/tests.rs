@@ -1,7 +1,7 @@
 //! Each store through the template: the file store (regular files; round trips, holes,
 //! resizes, alignment bounces, ranges), the null store (zeros, writes dropped, tgtd's size),
 //! the RBD opener's refusals without a cluster, the bstype table, the contract every store
-//! keeps (ranges, read-only, deallocation reads zeros), and [`ThreadReads`] routing a job
+//! keeps (ranges, read-only, deallocation reads zeros), and [`ThreadIo`] routing a job
 //! by the store's read engine.
 
 use std::path::Path;
@@ -24,6 +24,7 @@ const BUFFERED: OpenOptions = OpenOptions {
     block_size: 512,
     readonly: false,
     direct: false,
+    fenced_alone: false,
 };
 
 /// A new sparse file of `size` bytes opened with `opts`.
@@ -385,8 +386,8 @@ struct Dirty(Job);
 // SAFETY: as `Job`'s: each read goes into one of its boxed slices, which `Dirty` only fills
 // before handing them out.
 unsafe impl crate::uring::RingJob for Dirty {
-    fn reads(&mut self, out: &mut Vec<crate::uring::ReadOp>) {
-        self.0.reads(out);
+    fn ops(&mut self, out: &mut Vec<crate::uring::RingOp>) {
+        self.0.ops(out);
         for op in out.iter() {
             // SAFETY: the op points into a buffer the job just made, `len` bytes long.
             unsafe { std::ptr::write_bytes(op.buf, 0xFF, op.len) };
@@ -400,7 +401,7 @@ unsafe impl crate::uring::RingJob for Dirty {
 #[test]
 fn thread_reads_finish_immediate_stores_at_once() {
     let store = Arc::new(null_store(512));
-    let mut reads = ThreadReads::<Dirty>::new();
+    let mut reads = ThreadIo::<Dirty>::new();
     assert!(reads.takes(&store), "no ring needed");
     let (tx, rx) = mpsc::channel();
     let ranges = vec![(0, 4096), (1 << 30, 512)];
@@ -423,7 +424,7 @@ fn thread_reads_finish_immediate_stores_at_once() {
 fn thread_reads_give_back_what_this_thread_cannot_read() {
     let (_b, buffered) = file_store_with(1 << 20, &BUFFERED);
     let buffered = Arc::new(buffered);
-    let mut reads = ThreadReads::<Job>::new();
+    let mut reads = ThreadIo::<Job>::new();
     let (tx, rx) = mpsc::channel();
     assert!(
         !reads.takes(&buffered),

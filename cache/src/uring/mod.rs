@@ -12,7 +12,7 @@
 mod ring;
 
 pub(crate) use ring::Flights;
-pub use ring::{ReadOp, ReadRing, RingJob};
+pub use ring::{OpKind, ReadRing, RingJob, RingOp};
 
 use std::io;
 use std::os::fd::RawFd;

@@ -13,27 +13,58 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use io_uring::{IoUring, Probe, opcode, types};
 
-/// One positional read: `len` bytes at byte `offset` of `fd` into memory at `buf`.
+/// What a [`RingOp`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Fill the op's memory from the store.
+    Read,
+    /// Write the op's memory to the store (acknowledged = as durable as the store's writes
+    /// are: an RBD image's are in the cluster).
+    Write,
+    /// Make every write acknowledged before it durable (no memory: `buf` null, `len` 0).
+    Flush,
+}
+
+/// One positional operation on `fd` (or on the store of a [`crate::store::AioRing`] job):
+/// `len` bytes at byte `offset`, read into or written from memory at `buf`. The io_uring
+/// [`ReadRing`] runs reads only (it ends other kinds with EINVAL); a store's own
+/// asynchronous engine runs every kind it offers ([`crate::store::Store::start_op`]).
 #[derive(Debug, Clone, Copy)]
-pub struct ReadOp {
+pub struct RingOp {
     pub fd: RawFd,
     pub buf: *mut u8,
     pub len: usize,
     pub offset: u64,
+    pub kind: OpKind,
 }
 
-/// Work a [`ReadRing`] runs: some reads, then a continuation.
+impl RingOp {
+    /// A read of `len` bytes at `offset` of `fd` into `buf`.
+    pub fn read(fd: RawFd, buf: *mut u8, len: usize, offset: u64) -> RingOp {
+        RingOp {
+            fd,
+            buf,
+            len,
+            offset,
+            kind: OpKind::Read,
+        }
+    }
+}
+
+/// Work a ring runs: some operations (reads, for the io_uring ring), then a continuation.
 ///
 /// # Safety
-/// Every [`ReadOp`] that [`reads`](RingJob::reads) gives must point to `len` bytes of memory
-/// that is writable, owned by the job (or kept alive by it), not moved when the job value
-/// moves (heap or arena memory, never the job's own fields), and not read or written by
-/// anything else until [`finish`](RingJob::finish) is called.
+/// Every [`RingOp`] that [`ops`](RingJob::ops) gives must point to `len` bytes of memory
+/// that is valid (writable for a read), owned by the job (or kept alive by it), not moved
+/// when the job value moves (heap or arena memory, never the job's own fields), and not
+/// touched by anything else (a write's memory: not written) until
+/// [`finish`](RingJob::finish) is called.
 pub unsafe trait RingJob: 'static {
-    /// Append the reads this job needs to `out` (called once, when the job is pushed).
-    fn reads(&mut self, out: &mut Vec<ReadOp>);
-    /// Every read has ended: `results[i]` tells whether `reads[i]` was filled entirely
-    /// (end of file before that is EIO). Runs on the ring's thread; must not block.
+    /// Append the operations this job needs to `out` (called once, when the job is pushed).
+    fn ops(&mut self, out: &mut Vec<RingOp>);
+    /// Every operation has ended: `results[i]` tells whether `ops[i]` was done entirely
+    /// (a read's end of file before that is EIO). Runs on the ring's thread; must not
+    /// block.
     fn finish(self, results: &[io::Result<()>]);
 }
 
@@ -43,7 +74,7 @@ const MAX_READ: usize = 0x7fff_f000;
 /// A job with reads in flight.
 pub(crate) struct Flight<J> {
     job: J,
-    pub(crate) ops: Vec<ReadOp>,
+    pub(crate) ops: Vec<RingOp>,
     results: Vec<io::Result<()>>,
     left: usize,
 }
@@ -55,7 +86,7 @@ pub(crate) struct Flights<J> {
     free: Vec<usize>,
     /// Jobs inserted and not finished.
     jobs: usize,
-    spare_ops: Vec<Vec<ReadOp>>,
+    spare_ops: Vec<Vec<RingOp>>,
     spare_results: Vec<Vec<io::Result<()>>>,
 }
 
@@ -78,7 +109,7 @@ impl<J: RingJob> Flights<J> {
     /// has no reads (then it is finished at once).
     pub(crate) fn insert(&mut self, mut job: J) -> Option<(usize, usize)> {
         let mut ops = self.spare_ops.pop().unwrap_or_default();
-        job.reads(&mut ops);
+        job.ops(&mut ops);
         if ops.is_empty() {
             self.spare_ops.push(ops);
             job.finish(&[]);
@@ -215,12 +246,31 @@ impl<J: RingJob> ReadRing<J> {
     }
 
     /// Queue `job`'s reads (submitted at the next [`submit`](Self::submit)); a job without
-    /// reads is finished at once.
+    /// operations is finished at once, and so is one whose other operations (writes,
+    /// flushes: EINVAL here) were its last.
     pub fn push(&mut self, job: J) {
-        if let Some((slot, n)) = self.flights.insert(job) {
-            self.backlog.extend((0..n).map(|op| (slot, op)));
-            self.fill_queue();
+        let Some((slot, n)) = self.flights.insert(job) else {
+            return;
+        };
+        let mut last = false;
+        for i in 0..n {
+            let kind = self
+                .flights
+                .get_mut(slot)
+                .and_then(|x| x.ops.get(i))
+                .map(|o| o.kind);
+            if kind == Some(OpKind::Read) {
+                self.backlog.push_back((slot, i));
+            } else {
+                // this ring reads; other operations fail at once
+                let einval = Err(io::Error::from_raw_os_error(libc::EINVAL));
+                last = self.flights.ended(slot, i, einval);
+            }
         }
+        if last {
+            self.flights.finish(slot);
+        }
+        self.fill_queue();
     }
 
     /// Hand everything queued to the kernel (one system call; none when nothing is queued).

@@ -34,15 +34,10 @@ pub(crate) struct Job {
 // SAFETY: each read goes into one of the job's boxed slices (heap memory that does not move
 // with the job), touched by nothing else until finish takes them back.
 unsafe impl RingJob for Job {
-    fn reads(&mut self, out: &mut Vec<ReadOp>) {
+    fn ops(&mut self, out: &mut Vec<RingOp>) {
         for &(offset, len) in &self.ranges {
             let mut b = vec![0u8; len].into_boxed_slice();
-            out.push(ReadOp {
-                fd: self.fd,
-                buf: b.as_mut_ptr(),
-                len,
-                offset,
-            });
+            out.push(RingOp::read(self.fd, b.as_mut_ptr(), len, offset));
             self.bufs.push(b);
         }
     }

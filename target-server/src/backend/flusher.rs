@@ -6,14 +6,16 @@
 //! CACHE and FUA make data durable at once). Continuously, whatever their age, once a
 //! quarter of the node's blocks or an eighth of its dirty limit is dirty. While nothing is
 //! dirty on the node they look twice a second. At shutdown they drain every dirty block
-//! before the final sync.
+//! before the final sync. A batch goes out at once: an O_DIRECT file's blocks through the
+//! flusher's io_uring, an RBD image's as librbd asynchronous writes in flight together
+//! (waited for by the flusher), a buffered file's one write after the other.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cache::coherence::write_dirty;
+use cache::coherence::write_dirty_all;
 use cache::uring::{WriteOp, WriteRing};
 use cache::{BlockCache, BlockKey, DirtyRange, Node};
 use config::IoEngine;
@@ -127,7 +129,7 @@ fn run(
     let mut work: Vec<(DirtyRange, Arc<Lun>)> = Vec::with_capacity(batch_max);
     let mut results = Vec::new();
     let mut last_error: Option<Instant> = None;
-    // the LUN of the previous block (a batch is mostly one LUN's blocks)
+    // the LUN of the previous block of the batch (a batch is mostly one LUN's blocks)
     let mut last: Option<Arc<Lun>> = None;
     let started = Instant::now();
     loop {
@@ -166,6 +168,9 @@ fn run(
                 let _ = r.mark_clean();
             }
         }
+        // not kept between batches: a LUN deleted meanwhile must close (its image, its
+        // cluster connection) now, not when this thread next flushes another LUN
+        last = None;
         let failed = failure.is_some();
         if let Some(f) = failure
             && last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10))
@@ -233,19 +238,40 @@ impl Failure {
     }
 }
 
-/// Write each block with system calls, one after the other (no io_uring).
+/// Write the blocks without io_uring: each LUN's run of neighbouring blocks in the batch
+/// handed to its store at once (an RBD image has them in flight together; a file writes
+/// them one after the other with system calls).
 fn write_each(work: &[(DirtyRange, Arc<Lun>)]) -> Option<Failure> {
     let mut failure = None;
-    for (r, lun) in work {
-        if let Err(e) = write_dirty(&*lun.store, r) {
-            Failure::add(&mut failure, r.key(), lun, e);
-        }
-    }
+    write_groups(work.iter(), &mut failure);
     failure
 }
 
+/// [`write_each`] for the blocks `items` yields (in batch order).
+fn write_groups<'a>(
+    items: impl Iterator<Item = &'a (DirtyRange, Arc<Lun>)>,
+    failure: &mut Option<Failure>,
+) {
+    let mut results = Vec::new();
+    let mut ranges: Vec<&DirtyRange> = Vec::new();
+    let mut items = items.peekable();
+    while let Some((first, lun)) = items.next() {
+        ranges.clear();
+        ranges.push(first);
+        while let Some((r, _)) = items.next_if(|(_, l)| Arc::ptr_eq(l, lun)) {
+            ranges.push(r);
+        }
+        write_dirty_all(&*lun.store, &ranges, &mut results);
+        for (r, done) in ranges.iter().zip(results.drain(..)) {
+            if let Err(e) = done {
+                Failure::add(failure, r.key(), lun, e);
+            }
+        }
+    }
+}
+
 /// Write the whole batch through the ring at once (the runs of O_DIRECT stores; the others
-/// are written with `write_at` as they come). A run the ring wrote short, or refused
+/// are handed to their stores as [`write_each`] does). A run the ring wrote short, or refused
 /// (e.g. EINVAL from a file system that wants coarser O_DIRECT alignment), is finished or
 /// retried with `write_at`, which bounces unaligned memory; only what that also fails
 /// leaves its block dirty.
@@ -257,16 +283,22 @@ fn write_ring(
     let mut ops = Vec::new();
     let mut owners = Vec::new();
     let mut failure = None;
+    // a buffered store (tmpfs, no O_DIRECT) or an RBD image is written by its store: io_uring
+    // would hand a buffered write to one of its own kernel workers (a thread hop per write)
+    write_groups(
+        work.iter().filter(|(_, lun)| !lun.store.is_direct()),
+        &mut failure,
+    );
     for (j, (r, lun)) in work.iter().enumerate() {
+        if !lun.store.is_direct() {
+            continue;
+        }
         for (offset, data) in r.runs() {
-            // a buffered store (tmpfs, no O_DIRECT) is written here: io_uring would hand
-            // such a write to one of its own kernel workers (a thread hop per write)
-            let direct = lun.store.is_direct();
             match lun
                 .store
                 .check_write(data.as_ptr() as usize, offset, data.len())
             {
-                Ok(()) if direct => {
+                Ok(()) => {
                     ops.push(WriteOp {
                         fd: lun.store.raw_fd(),
                         data,
@@ -274,7 +306,7 @@ fn write_ring(
                     });
                     owners.push(j);
                 }
-                _ => {
+                Err(_) => {
                     if let Err(e) = lun.store.write_at(data, offset, false) {
                         Failure::add(&mut failure, r.key(), lun, e);
                     }

@@ -76,5 +76,12 @@ pub enum Job {
         data: Vec<u8>,
         reply: Replier,
     },
+    /// SYNCHRONIZE CACHE of a LUN that does not cache now: the store's flush; a failure
+    /// is reported at `lba`.
+    Flush {
+        lun: Arc<Lun>,
+        lba: u64,
+        reply: Replier,
+    },
     Other(IoRequest),
 }

@@ -688,11 +688,18 @@ pub fn verify(
     Answer::Later(later)
 }
 
-/// SYNCHRONIZE CACHE on an I/O worker: see [`sync`]; a failure is reported at `lba`.
+/// SYNCHRONIZE CACHE: see [`sync`]; a failure is reported at `lba`. A LUN that does not
+/// cache now is a [`Job::Flush`] (the event thread's engine for stores with their own
+/// asynchronous flush, else an I/O worker); a cached one writes its dirty blocks back on an
+/// I/O worker first.
 pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: ReplyTo) -> Answer {
     let lun = Arc::clone(lun);
-    let cache = ctx.cache_for(&lun).cloned();
+    let cache = ctx.cache_for(&lun).filter(|_| lun.caches_now()).cloned();
     let (reply, later) = reply.defer();
+    if cache.is_none() {
+        ctx.submit(Job::Flush { lun, lba, reply });
+        return Answer::Later(later);
+    }
     ctx.run(move || {
         let result = match sync(cache.as_ref(), &lun) {
             Ok(()) => good(),
@@ -701,6 +708,27 @@ pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: 
         reply.send(result);
     });
     Answer::Later(later)
+}
+
+/// The status of a store flush (SYNCHRONIZE CACHE of a LUN that does not cache now) that
+/// ended with `done`; a failure is reported at `lba`.
+pub(crate) fn flush_finished(
+    lun: &Lun,
+    lba: u64,
+    done: std::io::Result<()>,
+) -> CommandResult<Payload> {
+    match done {
+        Ok(()) => good(),
+        Err(e) => io_failure(lun, &e, true, lba),
+    }
+}
+
+/// The status of an uncached write that a store's own engine ran (`done`).
+pub(crate) fn write_finished(at: &Extent, done: std::io::Result<()>) -> CommandResult<Payload> {
+    match done {
+        Ok(()) => good(),
+        Err(e) => io_failure(&at.lun, &e, true, at.lba),
+    }
 }
 
 /// A job handed to an I/O worker runs here.
@@ -756,6 +784,9 @@ impl cache::IoJob for Job {
                 let result = write_landed_job(cache.as_ref(), &at, durable, &mut landing);
                 drop(landing);
                 reply.send_with_buffer(result, data);
+            }
+            Job::Flush { lun, lba, reply } => {
+                reply.send(flush_finished(&lun, lba, lun.store.sync()))
             }
             Job::Other(f) => f(),
         }

@@ -1,16 +1,20 @@
-//! Which engine runs a backend job. Every event thread owns its store reads
-//! ([`ThreadReads`], thread-local): a read that one of its commands needs (a cache fill, an
+//! Which engine runs a backend job. Every event thread owns its store I/O
+//! ([`ThreadIo`], thread-local): a read that one of its commands needs (a cache fill, an
 //! uncached read) goes to the engine its store names ([`cache::ReadEngine`]) — the thread's
 //! io_uring ring for O_DIRECT files and devices (submitted together once per loop turn,
-//! reaped when the ring's eventfd fires), its ring of librbd's asynchronous reads for RBD
-//! images (unless `io_engine` is `threads`; their callbacks only queue the outcome and write
-//! that ring's eventfd), or at once for stores that never block (null) — and its result
-//! goes to the connection's mailbox on that thread (no other thread, no wakeup per read).
-//! A write without the cache to a store that never blocks completes at once too. Everything
-//! else, reads from other threads, buffered stores, writes and flushes, and everything on a
-//! host without io_uring (RBD reads excepted), goes to the node's I/O worker threads. A
-//! ring read that ends needing blocking work (read around the cache after a racing write,
-//! an alignment the file system refused) continues on the worker threads.
+//! reaped when the ring's eventfd fires), its ring of librbd's asynchronous operations for
+//! RBD images (unless `io_engine` is `threads`; their callbacks only queue the outcome and
+//! write that ring's eventfd), or at once for stores that never block (null) — and its
+//! result goes to the connection's mailbox on that thread (no other thread, no wakeup per
+//! read). The librbd ring takes an RBD LUN's uncached writes (the range held shared by a
+//! [`WriteClaim`] until librbd has answered; one that a COMPARE AND WRITE holds goes to a
+//! worker instead) and the flush of SYNCHRONIZE CACHE as well. A write without the cache to
+//! a store that never blocks completes at once too. Everything else, reads from other
+//! threads, buffered stores, file writes and flushes, the cache's write-backs and
+//! write-throughs, and everything on a host without io_uring (RBD excepted), goes to the
+//! node's I/O worker threads. A ring read that ends needing blocking work (read around the
+//! cache after a racing write, an alignment the file system refused) continues on the
+//! worker threads.
 
 use std::cell::RefCell;
 use std::io;
@@ -19,8 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cache::coherence::{self, CachedRead, FillRead, PieceList};
-use cache::store::ThreadReads;
-use cache::uring::{ReadOp, ReadRing, RingJob};
+use cache::store::ThreadIo;
+use cache::uring::{OpKind, ReadRing, RingJob, RingOp};
 use cache::{AlignedBuf, BackingStore, BlockCache, IoPool, Node, ReadEngine};
 use config::IoEngine;
 
@@ -28,6 +32,8 @@ use super::Workers;
 use super::jobs::{Extent, Job};
 use super::reply::Replier;
 use super::storage;
+use crate::range_locks::WriteClaim;
+use crate::registry::Lun;
 
 /// Slots of an event thread's read ring (reads in flight at most; more wait in its backlog).
 const RING_ENTRIES: u32 = 256;
@@ -56,7 +62,7 @@ impl NodeWorkers {
         let mut rings = false;
         if engine != IoEngine::Threads {
             // a probe: the rings themselves are made by each event thread
-            match ReadRing::<RingRead>::new(2) {
+            match ReadRing::<RingIo>::new(2) {
                 Ok(_) => {
                     tracing::info!("reads: io_uring, one ring per event thread");
                     rings = true;
@@ -101,7 +107,7 @@ impl NodeWorkers {
     /// for arrived reads. A thread whose ring cannot be made reads RBD images on the I/O
     /// threads (logged).
     pub fn start_thread_aio(&self, node: usize) -> Option<RawFd> {
-        self.start_engine(node, "librbd", self.rbd_aio, ThreadReads::start_callback)
+        self.start_engine(node, "librbd", self.rbd_aio, ThreadIo::start_callback)
     }
 
     /// This thread's store reads (made on the first call), and the engine `start` makes
@@ -111,13 +117,13 @@ impl NodeWorkers {
         node: usize,
         what: &str,
         on: bool,
-        start: impl FnOnce(&mut ThreadReads<RingRead>) -> io::Result<RawFd>,
+        start: impl FnOnce(&mut ThreadIo<RingIo>) -> io::Result<RawFd>,
     ) -> Option<RawFd> {
         let jobs = self.ring_jobs.get(node).or(self.ring_jobs.first())?;
         THREAD_READS.with(|r| {
             let mut guard = r.try_borrow_mut().ok()?;
             let t = guard.get_or_insert_with(|| Owned {
-                reads: ThreadReads::new(),
+                reads: ThreadIo::new(),
                 jobs: Arc::clone(jobs),
                 counted: 0,
                 recycling: false,
@@ -154,7 +160,7 @@ impl NodeWorkers {
 
 /// An event thread's store reads and its node's in-flight count.
 struct Owned {
-    reads: ThreadReads<RingRead>,
+    reads: ThreadIo<RingIo>,
     jobs: Arc<AtomicUsize>,
     /// The jobs of `reads` counted in `jobs` now.
     counted: usize,
@@ -206,9 +212,25 @@ fn takes_local(store: &BackingStore) -> bool {
     })
 }
 
+/// Whether this thread's engine for `store` writes and flushes it too (librbd aio).
+fn takes_local_writes(store: &BackingStore) -> bool {
+    THREAD_READS.with(|r| {
+        r.try_borrow()
+            .is_ok_and(|g| g.as_ref().is_some_and(|t| t.reads.takes_writes(store)))
+    })
+}
+
+/// Whether `at` lies inside its store (a ring reports end of file as EIO, a store EINVAL
+/// past its end: such a request goes to the worker threads, which report it as ever).
+fn inside(at: &Extent) -> bool {
+    at.offset
+        .checked_add(at.len)
+        .is_some_and(|e| e <= at.lun.store.size())
+}
+
 /// Run `job` through this thread's engine for its store (`None`); gives it back when the
 /// thread has none (or is inside its reads already, finishing a job).
-fn push_local(job: RingRead) -> Option<RingRead> {
+fn push_local(job: RingIo) -> Option<RingIo> {
     THREAD_READS.with(|r| {
         let Ok(mut guard) = r.try_borrow_mut() else {
             return Some(job);
@@ -245,18 +267,18 @@ pub fn reap_thread_ring() {
 /// The event thread stops (or cannot poll its read ring): wait for its reads still in the
 /// kernel and finish them.
 pub fn stop_thread_ring() {
-    stop_on(ThreadReads::stop_uring);
+    stop_on(ThreadIo::stop_uring);
 }
 
 /// The event thread stops (or cannot poll its librbd ring): wait for its reads still in
 /// librbd (they land in cache blocks) and finish them.
 pub fn stop_thread_aio() {
-    stop_on(ThreadReads::stop_callback);
+    stop_on(ThreadIo::stop_callback);
 }
 
 /// Stop one engine of this thread's reads (the drop waits for the reads in flight; their
 /// jobs finish outside the thread-local, so they may queue more work).
-fn stop_on(stop: fn(&mut ThreadReads<RingRead>)) {
+fn stop_on(stop: fn(&mut ThreadIo<RingIo>)) {
     let taken = THREAD_READS.with(|r| r.try_borrow_mut().ok().and_then(|mut g| g.take()));
     if let Some(mut t) = taken {
         stop(&mut t.reads);
@@ -285,7 +307,7 @@ impl Workers for NodeWorkers {
                 pieces,
                 node,
                 reply,
-            } if takes_local(&at.lun.store) => RingRead::Fill {
+            } if takes_local(&at.lun.store) => RingIo::Fill {
                 cache,
                 at,
                 pieces,
@@ -293,19 +315,35 @@ impl Workers for NodeWorkers {
                 reply,
                 spill: Arc::clone(pool),
             },
-            // in range: the ring reports end of file as EIO, the store EINVAL past its end
-            Job::DirectRead { at, reply }
-                if at
-                    .offset
-                    .checked_add(at.len)
-                    .is_some_and(|e| e <= at.lun.store.size())
-                    && takes_local(&at.lun.store) =>
-            {
-                RingRead::Direct {
+            Job::DirectRead { at, reply } if inside(&at) && takes_local(&at.lun.store) => {
+                RingIo::Direct {
                     at,
                     buf: None,
                     reply,
                 }
+            }
+            // an uncached write to a store whose engine writes (librbd aio), holding its
+            // range shared until the store has it; a range that a COMPARE AND WRITE holds
+            // goes to a worker, which waits for it
+            Job::Write {
+                cache: None,
+                ref at,
+                ..
+            } if inside(at) && takes_local_writes(&at.lun.store) => {
+                let Some(claim) = WriteClaim::try_new(&at.lun, at.offset, at.len) else {
+                    pool.submit(job);
+                    return;
+                };
+                match RingIo::write(job, claim) {
+                    Ok(ring) => ring,
+                    Err(job) => {
+                        pool.submit(job);
+                        return;
+                    }
+                }
+            }
+            Job::Flush { lun, lba, reply } if takes_local_writes(&lun.store) => {
+                RingIo::Flush { lun, lba, reply }
             }
             other => {
                 pool.submit(other);
@@ -326,9 +364,10 @@ impl Workers for NodeWorkers {
     }
 }
 
-/// A read an event thread's engine runs (io_uring's for files and devices, librbd's for RBD
-/// images, at once for null stores).
-pub enum RingRead {
+/// Work an event thread's engine runs: reads (io_uring's for files and devices, librbd's
+/// for RBD images, at once for null stores), and uncached writes and flushes of stores whose
+/// engine writes (librbd's).
+pub enum RingIo {
     /// A cached read's missing blocks, read into the cache, then sent from it.
     Fill {
         cache: Arc<BlockCache>,
@@ -345,20 +384,63 @@ pub enum RingRead {
         buf: Option<AlignedBuf>,
         reply: Replier,
     },
+    /// An uncached write of `data[data_offset..][..at.len]` (the command's buffer, which
+    /// goes back to the connection with the status), its range held shared meanwhile.
+    Write {
+        at: Extent,
+        data: Vec<u8>,
+        data_offset: usize,
+        claim: WriteClaim<Lun>,
+        reply: Replier,
+    },
+    /// SYNCHRONIZE CACHE of a LUN that does not cache now: the store's flush.
+    Flush {
+        lun: Arc<Lun>,
+        lba: u64,
+        reply: Replier,
+    },
 }
 
-impl RingRead {
+impl RingIo {
+    /// An uncached [`Job::Write`] for the ring, its range held by `claim`; any other job
+    /// is given back.
+    #[expect(
+        clippy::result_large_err,
+        reason = "a job moves by value either way; boxing it would allocate per write"
+    )]
+    fn write(job: Job, claim: WriteClaim<Lun>) -> Result<RingIo, Job> {
+        match job {
+            Job::Write {
+                at,
+                data,
+                data_offset,
+                reply,
+                ..
+            } => Ok(RingIo::Write {
+                at,
+                data,
+                data_offset,
+                claim,
+                reply,
+            }),
+            other => Err(other),
+        }
+    }
+
     /// The store it reads.
     fn store(&self) -> &Arc<BackingStore> {
         match self {
-            RingRead::Fill { at, .. } | RingRead::Direct { at, .. } => &at.lun.store,
+            RingIo::Fill { at, .. } | RingIo::Direct { at, .. } | RingIo::Write { at, .. } => {
+                &at.lun.store
+            }
+            RingIo::Flush { lun, .. } => &lun.store,
         }
     }
 
     /// Give the read to the worker threads after all (no engine for it on this thread).
     fn run_on(self, pool: &IoPool<Job>) {
         match self {
-            RingRead::Fill {
+            RingIo::Fill {
                 cache,
                 at,
                 pieces,
@@ -372,7 +454,26 @@ impl RingRead {
                 node,
                 reply,
             }),
-            RingRead::Direct { at, reply, .. } => pool.submit(Job::DirectRead { at, reply }),
+            RingIo::Direct { at, reply, .. } => pool.submit(Job::DirectRead { at, reply }),
+            RingIo::Write {
+                at,
+                data,
+                data_offset,
+                claim,
+                reply,
+            } => {
+                // the worker takes the range itself
+                drop(claim);
+                pool.submit(Job::Write {
+                    cache: None,
+                    at,
+                    durable: true,
+                    data,
+                    data_offset,
+                    reply,
+                })
+            }
+            RingIo::Flush { lun, lba, reply } => pool.submit(Job::Flush { lun, lba, reply }),
         }
     }
 }
@@ -382,32 +483,54 @@ impl RingRead {
 // and that the reservations (owned by `pieces`, which lives until `finish`) keep from every
 // other reader and writer, or (b) the heap buffer of an AlignedBuf owned by the job, which
 // stays put when the job moves and is touched by no one else until `finish` takes it back.
-unsafe impl RingJob for RingRead {
-    fn reads(&mut self, out: &mut Vec<ReadOp>) {
+// A write reads (c) the heap buffer of the command's Vec, owned by the job, which stays put
+// when the job moves and is neither written nor freed until `finish` hands it back. A flush
+// has no memory.
+unsafe impl RingJob for RingIo {
+    fn ops(&mut self, out: &mut Vec<RingOp>) {
         match self {
-            RingRead::Fill { at, pieces, .. } => {
+            RingIo::Fill { at, pieces, .. } => {
                 let fd = at.lun.store.raw_fd();
                 coherence::fill_reads(pieces, |r: FillRead| {
-                    out.push(ReadOp {
-                        fd,
-                        buf: r.buf,
-                        len: r.len,
-                        offset: r.disk_offset,
-                    })
+                    out.push(RingOp::read(fd, r.buf, r.len, r.disk_offset))
                 });
             }
-            RingRead::Direct { at, buf, .. } => {
+            RingIo::Direct { at, buf, .. } => {
                 // every byte is read over (or the read fails and the buffer is dropped):
                 // recycled memory of this thread is fine
                 let b = buf.insert(AlignedBuf::for_overwrite(at.len as usize));
                 let s = b.as_mut_slice();
-                out.push(ReadOp {
-                    fd: at.lun.store.raw_fd(),
-                    buf: s.as_mut_ptr(),
-                    len: s.len(),
-                    offset: at.offset,
-                });
+                out.push(RingOp::read(
+                    at.lun.store.raw_fd(),
+                    s.as_mut_ptr(),
+                    s.len(),
+                    at.offset,
+                ));
             }
+            RingIo::Write {
+                at,
+                data,
+                data_offset,
+                ..
+            } => {
+                // `submit` checked the length against the store, `write` against the buffer
+                if let Some(bytes) = data.get(*data_offset..*data_offset + at.len as usize) {
+                    out.push(RingOp {
+                        fd: -1,
+                        buf: bytes.as_ptr().cast_mut(),
+                        len: bytes.len(),
+                        offset: at.offset,
+                        kind: OpKind::Write,
+                    });
+                }
+            }
+            RingIo::Flush { .. } => out.push(RingOp {
+                fd: -1,
+                buf: std::ptr::null_mut(),
+                len: 0,
+                offset: 0,
+                kind: OpKind::Flush,
+            }),
         }
     }
 
@@ -421,7 +544,7 @@ unsafe impl RingJob for RingRead {
                     None => io::Error::other(e.to_string()),
                 });
         match self {
-            RingRead::Fill {
+            RingIo::Fill {
                 cache,
                 at,
                 pieces,
@@ -436,7 +559,7 @@ unsafe impl RingJob for RingRead {
                     Err(_) => spill.submit(Job::ReadAround { cache, at, reply }),
                 }
             }
-            RingRead::Direct { at, buf, reply } => {
+            RingIo::Direct { at, buf, reply } => {
                 let result = match (buf, failure) {
                     (Some(buf), None) => storage::direct_read_finished(&at, buf, Ok(())),
                     (Some(buf), Some(e)) => storage::direct_read_finished(&at, buf, Err(e)),
@@ -444,6 +567,26 @@ unsafe impl RingJob for RingRead {
                     (None, _) => storage::direct_read(&at.lun, at.lba, at.offset, at.len),
                 };
                 reply.send(result);
+            }
+            RingIo::Write {
+                at,
+                data,
+                claim,
+                reply,
+                ..
+            } => {
+                drop(claim);
+                let done = match (results.is_empty(), failure) {
+                    (_, Some(e)) => Err(e),
+                    // no operation: the buffer was shorter than the write (never, see `ops`)
+                    (true, None) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                    (false, None) => Ok(()),
+                };
+                reply.send_with_buffer(storage::write_finished(&at, done), data);
+            }
+            RingIo::Flush { lun, lba, reply } => {
+                let done = failure.map_or(Ok(()), Err);
+                reply.send(storage::flush_finished(&lun, lba, done));
             }
         }
     }

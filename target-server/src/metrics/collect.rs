@@ -102,6 +102,13 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
         targets.iter().map(|t| t.lun_set().map.len()).sum::<usize>() as f64,
     );
     push(out, nl);
+    let mut rados = Family::gauge(
+        "numatgt_rbd_cluster_connections",
+        "Ceph cluster connections open (one per cluster, client and settings, shared by its \
+         RBD LUNs; one per LUN that gateways arbitrate).",
+    );
+    rados.add(&[], rbd::connections() as f64);
+    push(out, rados);
 
     let mut sessions = Family::gauge(
         "numatgt_sessions",
@@ -582,11 +589,12 @@ impl LunAlua {
 }
 
 /// The RBD image's own operations as librbd answers them (RBD LUNs only): latency, errors,
-/// how many were started asynchronously.
+/// how many were started asynchronously, how many are in flight.
 struct RbdOps {
     rbd_hist: Family,
     rbd_errors: Family,
     rbd_async: Family,
+    rbd_in_flight: Family,
 }
 
 impl RbdOps {
@@ -604,6 +612,10 @@ impl RbdOps {
                 "numatgt_lun_rbd_op_async_total",
                 "RBD image operations started asynchronously from an event thread (librbd aio).",
             ),
+            rbd_in_flight: Family::gauge(
+                "numatgt_lun_rbd_ops_in_flight",
+                "RBD image operations started and not answered yet (asynchronous and blocking).",
+            ),
         }
     }
 
@@ -612,8 +624,10 @@ impl RbdOps {
             rbd_hist,
             rbd_errors,
             rbd_async,
+            rbd_in_flight,
         } = self;
         if let Some(lat) = lun.store.op_latency() {
+            rbd_in_flight.add(&[l[0], l[1]], lat.in_flight() as f64);
             for op in cache::StoreOp::ALL {
                 let h = lat.snapshot(op);
                 let labels = [l[0], l[1], ("op", op.label())];
@@ -628,6 +642,7 @@ impl RbdOps {
         push(out, self.rbd_hist);
         push(out, self.rbd_errors);
         push(out, self.rbd_async);
+        push(out, self.rbd_in_flight);
     }
 }
 

@@ -1,37 +1,39 @@
-//! [`ThreadReads`]: everything one event thread reads stores with, behind one call. The
-//! thread's io_uring ring ([`ReadRing`], [`ReadEngine::Uring`] stores), its ring of the
-//! stores' own asynchronous reads ([`AioRing`], [`ReadEngine::Callback`]), and reads that
-//! complete at once ([`ReadEngine::Immediate`]). [`push`](ThreadReads::push) asks the
-//! store for its engine and gives the job back when this thread has no such engine (the
-//! caller's I/O worker threads run it then); each ring keeps its own eventfd, submits once
-//! per turn and reaps without a system call, as before. Not shared: one per thread.
+//! [`ThreadIo`]: everything one event thread reads stores with (and, for stores with their
+//! own asynchronous engine, writes and flushes them with), behind one call. The thread's
+//! io_uring ring ([`ReadRing`], [`ReadEngine::Uring`] stores: reads), its ring of the
+//! stores' own asynchronous operations ([`AioRing`], [`ReadEngine::Callback`]: reads,
+//! writes, flushes), and operations that complete at once ([`ReadEngine::Immediate`]).
+//! [`push`](ThreadIo::push) asks the store for its engine and gives the job back when this
+//! thread has no such engine (the caller's I/O worker threads run it then); each ring keeps
+//! its own eventfd, submits once per turn and reaps without a system call, as before. Not
+//! shared: one per thread.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use super::{AioRing, BackingStore, ReadEngine};
-use crate::uring::{ReadOp, ReadRing, RingJob};
+use crate::uring::{OpKind, ReadRing, RingJob, RingOp};
 
 /// One thread's read engines.
-pub struct ThreadReads<J: RingJob> {
+pub struct ThreadIo<J: RingJob> {
     uring: Option<ReadRing<J>>,
     callback: Option<AioRing<J>>,
     /// The reads of an immediate job, and their results (kept for their memory).
-    ops: Vec<ReadOp>,
+    ops: Vec<RingOp>,
     results: Vec<io::Result<()>>,
 }
 
-impl<J: RingJob> Default for ThreadReads<J> {
+impl<J: RingJob> Default for ThreadIo<J> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<J: RingJob> ThreadReads<J> {
+impl<J: RingJob> ThreadIo<J> {
     /// Immediate reads only, until rings are started.
     pub fn new() -> Self {
-        ThreadReads {
+        ThreadIo {
             uring: None,
             callback: None,
             ops: Vec::new(),
@@ -67,7 +69,13 @@ impl<J: RingJob> ThreadReads<J> {
         }
     }
 
-    /// Run `job`'s reads of `store` through the store's engine: queued in a ring (finished
+    /// Whether this thread's engine for `store` takes writes and flushes as well (a
+    /// [`ReadEngine::Callback`] store, with this thread's ring of its operations).
+    pub fn takes_writes(&self, store: &BackingStore) -> bool {
+        store.read_engine() == ReadEngine::Callback && self.callback.is_some()
+    }
+
+    /// Run `job`'s operations on `store` through the store's engine: queued in a ring (finished
     /// by a later [`reap`](Self::reap)) or, for an immediate store, read and finished now.
     /// Gives the job back when this thread has no such engine.
     pub fn push(&mut self, store: &Arc<BackingStore>, job: J) -> Result<(), J> {
@@ -86,16 +94,29 @@ impl<J: RingJob> ThreadReads<J> {
         Ok(())
     }
 
-    /// An immediate store's job: every read now (they never block), then the job finished.
+    /// An immediate store's job: every operation now (they never block), then the job
+    /// finished.
     fn now(&mut self, store: &BackingStore, mut job: J) {
         self.ops.clear();
         self.results.clear();
-        job.reads(&mut self.ops);
+        job.ops(&mut self.ops);
         for op in &self.ops {
-            // SAFETY: RingJob's contract: `op.buf` is valid for writes of `op.len` bytes,
-            // the job's own, and nothing else touches it until `finish` below.
-            let buf = unsafe { std::slice::from_raw_parts_mut(op.buf, op.len) };
-            self.results.push(store.read_at(buf, op.offset));
+            let r = match op.kind {
+                OpKind::Flush => store.sync(),
+                _ if op.len == 0 => Ok(()),
+                OpKind::Read => {
+                    // SAFETY: RingJob's contract: `op.buf` is valid for writes of `op.len`
+                    // bytes, the job's own, and nothing else touches it until `finish`.
+                    let buf = unsafe { std::slice::from_raw_parts_mut(op.buf, op.len) };
+                    store.read_at(buf, op.offset)
+                }
+                OpKind::Write => {
+                    // SAFETY: as above, valid for reads of `op.len` bytes.
+                    let data = unsafe { std::slice::from_raw_parts(op.buf, op.len) };
+                    store.write_at(data, op.offset, false)
+                }
+            };
+            self.results.push(r);
         }
         job.finish(&self.results);
         self.results.clear();
