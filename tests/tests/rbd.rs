@@ -60,11 +60,17 @@ fn capacity(url: &str) -> Option<u64> {
 /// LUN 1's value of the rbd metric `name` (a counter, or a histogram's `_count`) for
 /// operation `op` (`read`, `write`, `zero`, `flush`); 0 when the series is missing.
 fn rbd_metric(d: &Daemon, name: &str, op: &str) -> f64 {
+    lun_rbd_metric(d, 1, name, op)
+}
+
+/// [`rbd_metric`] of LUN `lun`.
+fn lun_rbd_metric(d: &Daemon, lun: u64, name: &str, op: &str) -> f64 {
     let (code, body) = d.http_get("/metrics").expect("GET /metrics");
     assert_eq!(code, 200);
+    let lun = format!("lun=\"{lun}\"");
     body.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| l.contains(&format!("op=\"{op}\"")) && l.contains("lun=\"1\""))
+        .filter(|l| l.contains(&format!("op=\"{op}\"")) && l.contains(&lun))
         .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or(0.0)
 }
@@ -868,6 +874,52 @@ fn rbd_lba_status_follows_the_image() {
     .collect();
     assert_clean(&results, "numatgtd thin rbd LUN", "iscsi-test-cu-rbd-thin");
     d.assert_alive("after GET LBA STATUS of an rbd LUN");
+}
+
+/// FUA on an uncached RBD LUN: without librbd's cache (numatgt's default) the write is
+/// durable once librbd acknowledges it, so it goes out as one asynchronous write and no
+/// flush; with `rbd_cache=true` in bsopts librbd may acknowledge from its cache, so the
+/// write runs on an I/O worker and is flushed before GOOD.
+#[test]
+fn fua_is_flushed_when_the_admin_turns_librbd_cache_on() {
+    let c = Cluster::start();
+    c.create_image("fua", 16 * MIB);
+    let d = daemon_with_target(&[]);
+    add_rbd_lun(&d, 1, "rbd/fua", &c.bsopts("cache=off")).check("LUN 1");
+    add_rbd_lun(&d, 2, "rbd/fua", &c.bsopts("cache=off;rbd_cache=true")).check("LUN 2");
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-fua");
+    let data = vec![0x3cu8; 4096];
+    for (lun, want_async, want_flush) in [(1u64, 1.0, 0.0), (2, 0.0, 1.0)] {
+        s.lun = lun as u16;
+        let _ = s.command(&[0; 6], &[], 0);
+        let metric = |name: &str, op: &str| lun_rbd_metric(&d, lun, name, op);
+        let writes = metric("numatgt_lun_rbd_op_duration_seconds_count", "write");
+        let async_writes = metric("numatgt_lun_rbd_op_async_total", "write");
+        let flushes = metric("numatgt_lun_rbd_op_duration_seconds_count", "flush");
+        let mut fua = cdb10(0x2a, 64 * lun, 8);
+        fua[1] |= 0x08;
+        let (status, sense, _) = s.command(&fua, &data, 0);
+        assert_eq!(status, 0, "LUN {lun} WRITE FUA: {:x?}", sense_of(&sense));
+        assert_eq!(
+            metric("numatgt_lun_rbd_op_duration_seconds_count", "write") - writes,
+            1.0
+        );
+        assert_eq!(
+            metric("numatgt_lun_rbd_op_async_total", "write") - async_writes,
+            want_async,
+            "LUN {lun}: asynchronous FUA writes"
+        );
+        assert_eq!(
+            metric("numatgt_lun_rbd_op_duration_seconds_count", "flush") - flushes,
+            want_flush,
+            "LUN {lun}: flushes after the FUA write"
+        );
+    }
+    // librbd's cache or not, the other LUN reads what was written
+    s.lun = 1;
+    let (status, _, got) = s.command(&cdb10(0x28, 128, 8), &[], 4096);
+    assert_eq!(status, 0);
+    assert!(got == data, "LUN 1 reads LUN 2's FUA write");
 }
 
 /// `numatgtadm --dump` says each RBD LUN's cache mode as it runs: `off` for the uncached

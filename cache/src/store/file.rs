@@ -172,6 +172,7 @@ impl Store for FileStore {
             readonly: self.readonly,
             resizable: !self.block_device,
             zeroes: false,
+            durable_writes: false,
         }
     }
 

@@ -143,12 +143,18 @@ pub struct Caps {
     /// Every read returns zeros, whatever was written (nothing is stored: null): a reader
     /// that does not cache may answer from shared zeros without reading or filling memory.
     pub zeroes: bool,
+    /// Every write is durable once acknowledged (an RBD image without librbd's cache): a
+    /// durable write (FUA, write cache off) needs nothing more, so the store's
+    /// asynchronous engine may run it ([`Store::start_op`] writes are never made durable
+    /// by other means).
+    pub durable_writes: bool,
 }
 
 /// How an event thread's reads of a store complete without blocking it (the store's
 /// completion mechanism). Writes and flushes run on the I/O worker threads, except for a
-/// [`Callback`](ReadEngine::Callback) store's uncached writes and flushes, which its engine
-/// runs as well; so do reads from other threads.
+/// [`Callback`](ReadEngine::Callback) store's uncached writes (durable ones only when
+/// [`Caps::durable_writes`]) and flushes, which its engine runs as well; so do reads from
+/// other threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadEngine {
     /// None: every read blocks, the node's I/O worker threads run them (buffered files:

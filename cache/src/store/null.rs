@@ -33,6 +33,7 @@ impl Store for NullStore {
             readonly: self.readonly,
             resizable: false,
             zeroes: true,
+            durable_writes: false,
         }
     }
 

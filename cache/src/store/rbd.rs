@@ -1,11 +1,15 @@
 //! The RBD store (tgt's `rbd`): a Ceph RBD image through librbd (loaded at run time by the
 //! `rbd` crate), `path` = `[pool/]image[@snap]` (a snapshot is read-only) on the cluster
-//! that `--bsopts` names. Every write is acknowledged by the cluster (no librbd cache), so
-//! durable already; a discard zeroes (librbd skips partial-object discards, which would
-//! leave old data where zeros were promised; whole objects are still deallocated); a flush
-//! gives up after librados' op timeout and a margin. The image's update watch is the
-//! resize watch. An event thread reads through librbd's asynchronous reads
-//! ([`ReadEngine::Callback`], [`super::AioRing`]). Each operation's latency is kept.
+//! that `--bsopts` names, on the connection every image of that cluster shares (or one of
+//! its own). Every write is acknowledged by the cluster (no librbd cache), so durable
+//! already — unless the admin turns librbd's cache on (`rbd_cache=true`), and then a
+//! durable write is flushed; a discard zeroes (librbd skips partial-object discards, which
+//! would leave old data where zeros were promised; whole objects are still deallocated); a
+//! flush gives up after librados' op timeout and a margin. The image's update watch is the
+//! resize watch; its allocation is what `rbd_diff_iterate2` reports. An event thread reads,
+//! writes and flushes through librbd's asynchronous calls ([`ReadEngine::Callback`],
+//! [`super::AioRing`]); a write-back batch has all its writes in flight at once. Each
+//! operation's latency is kept.
 
 use std::io;
 use std::sync::Arc;
@@ -28,6 +32,10 @@ pub struct RbdStore {
     /// timeout and a margin): a flush to a sick cluster must not hang SYNCHRONIZE CACHE or
     /// the daemon's stop.
     flush_limit: Duration,
+    /// The admin turned librbd's own cache on (`rbd_cache=true` in bsopts): librbd may
+    /// acknowledge a write before the cluster has it, so a durable write is followed by a
+    /// flush.
+    librbd_cache: bool,
 }
 
 impl std::fmt::Debug for RbdStore {
@@ -53,6 +61,21 @@ fn flush_limit(c: &rbd::ClusterOptions) -> Duration {
         .unwrap_or(60.0)
         .min(3600.0);
     Duration::from_secs_f64(op) + Duration::from_secs(FLUSH_MARGIN_SECS)
+}
+
+/// Whether cluster options `c` turn librbd's cache on (the last `rbd_cache` setting wins;
+/// Ceph's spellings of true).
+fn librbd_cache(c: &rbd::ClusterOptions) -> bool {
+    c.effective_settings()
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "rbd_cache")
+        .is_some_and(|(_, v)| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "true" | "1" | "yes" | "on"
+            )
+        })
 }
 
 /// Open the image `req.path` on the cluster `req.bsopts` names (tgt's
@@ -84,6 +107,7 @@ pub fn open(req: &OpenRequest<'_>) -> Result<Box<dyn Store>, BackingError> {
         changed,
         latency: OpLatency::default(),
         flush_limit: flush_limit(&cluster),
+        librbd_cache: librbd_cache(&cluster),
     }))
 }
 
@@ -119,6 +143,7 @@ impl Store for RbdStore {
             readonly: self.image.is_read_only(),
             resizable: true,
             zeroes: false,
+            durable_writes: !self.librbd_cache,
         }
     }
 
@@ -131,10 +156,15 @@ impl Store for RbdStore {
             .time(StoreOp::Read, || self.image.read_at(buf, offset))
     }
 
-    /// Acknowledged = in the cluster (no librbd cache): durable already.
-    fn write_at(&self, data: &[u8], offset: u64, _durable: bool) -> io::Result<()> {
+    /// Acknowledged = in the cluster (no librbd cache): durable already. With librbd's
+    /// cache turned on by the admin, a durable write is flushed before it returns.
+    fn write_at(&self, data: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         self.latency
-            .time(StoreOp::Write, || self.image.write_at(data, offset))
+            .time(StoreOp::Write, || self.image.write_at(data, offset))?;
+        if durable && self.librbd_cache {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Every write started with librbd's asynchronous call at once, then waited for: librbd
@@ -284,6 +314,17 @@ fn runs_of(offset: u64, len: u64, data: &[(u64, u64)]) -> Vec<(u64, u64, bool)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn librbd_cache_is_off_unless_the_admin_turns_it_on() {
+        let on =
+            |bsopts: &str| librbd_cache(&rbd::ClusterOptions::parse(bsopts, &[]).expect("bsopts"));
+        assert!(!on(""), "numatgt's default");
+        assert!(!on("rbd_cache=false"));
+        assert!(on("rbd_cache=true"));
+        assert!(on("rbd_cache=1;id=x"));
+        assert!(!on("rbd_cache=true;rbd_cache=false"), "the last one wins");
+    }
 
     #[test]
     fn data_extents_become_runs_covering_the_range() {

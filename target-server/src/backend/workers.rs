@@ -325,11 +325,16 @@ impl Workers for NodeWorkers {
             // an uncached write to a store whose engine writes (librbd aio), holding its
             // range shared until the store has it; a range that a COMPARE AND WRITE holds
             // goes to a worker, which waits for it
+            // (a durable one only when the store's acknowledged writes are durable)
             Job::Write {
                 cache: None,
                 ref at,
+                durable,
                 ..
-            } if inside(at) && takes_local_writes(&at.lun.store) => {
+            } if inside(at)
+                && (!durable || at.lun.store.caps().durable_writes)
+                && takes_local_writes(&at.lun.store) =>
+            {
                 let Some(claim) = WriteClaim::try_new(&at.lun, at.offset, at.len) else {
                     pool.submit(job);
                     return;
