@@ -399,7 +399,7 @@ unsafe impl crate::uring::RingJob for Dirty {
 }
 
 #[test]
-fn thread_reads_finish_immediate_stores_at_once() {
+fn thread_io_finishes_immediate_stores_at_once() {
     let store = Arc::new(null_store(512));
     let mut reads = ThreadIo::<Dirty>::new();
     assert!(reads.takes(&store), "no ring needed");
@@ -421,7 +421,7 @@ fn thread_reads_finish_immediate_stores_at_once() {
 }
 
 #[test]
-fn thread_reads_give_back_what_this_thread_cannot_read() {
+fn thread_io_gives_back_what_this_thread_cannot_read() {
     let (_b, buffered) = file_store_with(1 << 20, &BUFFERED);
     let buffered = Arc::new(buffered);
     let mut reads = ThreadIo::<Job>::new();
