@@ -504,10 +504,7 @@ pub(crate) fn write_landed_job(
         if let Err(e) = done.cached {
             cache_dropped(lun, &e);
         }
-        match done.written {
-            Ok(()) => good(),
-            Err(e) => io_failure(lun, &e, true, lba),
-        }
+        write_status(lun, lba, done.written)
     };
     match cache {
         Some(cache) => through_cached_range(cache, at, write),
@@ -560,7 +557,7 @@ fn through_cached_range(
     let _exclusive = lun.locks.exclusive(offset, len);
     match flush_range(cache, lun, offset, len) {
         Ok(()) => write(),
-        Err(e) => io_failure(lun, &e, true, at.lba),
+        Err(e) => write_status(lun, at.lba, Err(e)),
     }
 }
 
@@ -574,10 +571,11 @@ pub(crate) fn write_through(
     payload: &[u8],
     durable: bool,
 ) -> CommandResult<Payload> {
-    match write_through_io(cache, lun, offset, payload, durable) {
-        Ok(()) => good(),
-        Err(e) => io_failure(lun, &e, true, lba),
-    }
+    write_status(
+        lun,
+        lba,
+        write_through_io(cache, lun, offset, payload, durable),
+    )
 }
 
 /// [`write_through`] for callers that report failures themselves (WRITE SAME's chunks).
@@ -694,25 +692,21 @@ pub fn verify(
 /// I/O worker first.
 pub fn synchronize_cache(lun: &Arc<Lun>, lba: u64, ctx: &StorageCtx<'_>, reply: ReplyTo) -> Answer {
     let lun = Arc::clone(lun);
-    let cache = ctx.cache_for(&lun).filter(|_| lun.caches_now()).cloned();
+    let cache = ctx.cache_for(&lun).cloned();
     let (reply, later) = reply.defer();
     if cache.is_none() {
         ctx.submit(Job::Flush { lun, lba, reply });
         return Answer::Later(later);
     }
     ctx.run(move || {
-        let result = match sync(cache.as_ref(), &lun) {
-            Ok(()) => good(),
-            Err(e) => io_failure(&lun, &e, true, lba),
-        };
-        reply.send(result);
+        reply.send(write_status(&lun, lba, sync(cache.as_ref(), &lun)));
     });
     Answer::Later(later)
 }
 
-/// The status of a store flush (SYNCHRONIZE CACHE of a LUN that does not cache now) that
-/// ended with `done`; a failure is reported at `lba`.
-pub(crate) fn flush_finished(
+/// The status of a write or flush to `lun`'s backing store that ended with `done`; a
+/// failure is reported at `lba` (a write's first block; a flush's, SYNCHRONIZE CACHE's).
+pub(crate) fn write_status(
     lun: &Lun,
     lba: u64,
     done: std::io::Result<()>,
@@ -720,14 +714,6 @@ pub(crate) fn flush_finished(
     match done {
         Ok(()) => good(),
         Err(e) => io_failure(lun, &e, true, lba),
-    }
-}
-
-/// The status of an uncached write that a store's own engine ran (`done`).
-pub(crate) fn write_finished(at: &Extent, done: std::io::Result<()>) -> CommandResult<Payload> {
-    match done {
-        Ok(()) => good(),
-        Err(e) => io_failure(&at.lun, &e, true, at.lba),
     }
 }
 
@@ -785,9 +771,7 @@ impl cache::IoJob for Job {
                 drop(landing);
                 reply.send_with_buffer(result, data);
             }
-            Job::Flush { lun, lba, reply } => {
-                reply.send(flush_finished(&lun, lba, lun.store.sync()))
-            }
+            Job::Flush { lun, lba, reply } => reply.send(write_status(&lun, lba, lun.store.sync())),
             Job::Other(f) => f(),
         }
     }

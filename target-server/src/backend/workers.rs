@@ -587,11 +587,11 @@ unsafe impl RingJob for RingIo {
                     (true, None) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
                     (false, None) => Ok(()),
                 };
-                reply.send_with_buffer(storage::write_finished(&at, done), data);
+                reply.send_with_buffer(storage::write_status(&at.lun, at.lba, done), data);
             }
             RingIo::Flush { lun, lba, reply } => {
                 let done = failure.map_or(Ok(()), Err);
-                reply.send(storage::flush_finished(&lun, lba, done));
+                reply.send(storage::write_status(&lun, lba, done));
             }
         }
     }
