@@ -193,6 +193,9 @@ impl std::fmt::Debug for BlockCache {
     }
 }
 
+/// Blocks [`BlockCache::range_clean`] probes at most (one partition lock each).
+pub const CLEAN_PROBE_BLOCKS: u64 = 64;
+
 impl BlockCache {
     /// Validate `config`, map and bind one arena per node of `topology` (pre-faulted when
     /// `config.prefault`, else grown as blocks are filled), and build the partitions. Done
@@ -442,6 +445,26 @@ impl BlockCache {
             }
         }
         Ok(scan)
+    }
+
+    /// Whether no block of `lun`'s byte range holds dirty data (neither waiting for nor
+    /// being written back), without taking any: a write-through may then go to the
+    /// backing store without writing older data of the range back first, for as long as
+    /// the caller keeps writers of the range out. `false` also for a range of more than
+    /// [`CLEAN_PROBE_BLOCKS`] blocks (not probed) or one the cache cannot map.
+    pub fn range_clean(&self, lun: u32, offset: u64, len: u64) -> bool {
+        let Some(end) = offset.checked_add(len) else {
+            return false;
+        };
+        if len == 0 {
+            return true;
+        }
+        let first = self.geometry.block_of(offset);
+        let last = self.geometry.block_of(end - 1);
+        if last - first >= CLEAN_PROBE_BLOCKS {
+            return false;
+        }
+        (first..=last).all(|b| !self.part(lun, b).is_dirty(BlockKey { lun, block_no: b }))
     }
 
     /// A flushed range is on stable storage: clean the block unless it was written again

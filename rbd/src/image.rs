@@ -347,9 +347,20 @@ impl Image {
 
     /// Writes zeros over `len` bytes at `offset`.
     pub fn aio_write_zeroes(&self, offset: u64, len: usize, done: Done<()>) {
+        self.aio_write_zeroes_with((), offset, len, done)
+    }
+
+    /// [`Image::aio_write_zeroes`] that hands `value` back to `done`.
+    pub fn aio_write_zeroes_with<B: Send + 'static>(
+        &self,
+        value: B,
+        offset: u64,
+        len: usize,
+        done: Done<B>,
+    ) {
         let (h, f) = (self.handle, self.api.rbd_aio_write_zeroes);
         // SAFETY: open image; the completion is live.
-        self.submit((), done, |_, c| unsafe { f(h, offset, len, c, 0, 0) });
+        self.submit(value, done, |_, c| unsafe { f(h, offset, len, c, 0, 0) });
     }
 
     /// Flushes every acknowledged write.

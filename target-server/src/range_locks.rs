@@ -10,7 +10,9 @@
 //! update of the cached copy must not interleave with another writer's, or two overlapping
 //! writes could leave the disk holding one and the cache the other. Event threads only try
 //! the lock: when a COMPARE AND WRITE holds it, the write is handed to an I/O worker, so an
-//! event thread never waits.
+//! event thread never waits. A write that outlives the call that started it (librbd aio)
+//! holds its stripes through a [`WriteClaim`] — shared, or exclusive for a write-through
+//! of a cached LUN — released wherever it is dropped.
 
 use std::sync::Arc;
 
@@ -91,6 +93,19 @@ impl RangeLocks {
         Some(SharedHold { _guards: guards })
     }
 
+    /// As [`RangeLocks::exclusive`] without waiting: `None` when any writer holds a stripe
+    /// of the range (nothing is held then).
+    pub fn try_exclusive(&self, offset: u64, len: u64) -> Option<ExclusiveHold<'_>> {
+        let set = stripes(offset, len);
+        let mut guards: [Option<RwLockWriteGuard<'_, ()>>; STRIPES] = [const { None }; STRIPES];
+        for (i, g) in guards.iter_mut().enumerate() {
+            if set & (1 << i) != 0 {
+                *g = Some(self.stripes[i].try_write()?);
+            }
+        }
+        Some(ExclusiveHold { _guards: guards })
+    }
+
     /// Waits for the writers of the range to finish and keeps new ones out (COMPARE AND
     /// WRITE, WRITE ATOMIC, a write-through to a cached LUN).
     pub fn exclusive(&self, offset: u64, len: u64) -> ExclusiveHold<'_> {
@@ -110,13 +125,16 @@ impl RangeLocks {
     }
 }
 
-/// A shared hold of some stripes of `T`'s range locks (a plain write, as
-/// [`RangeLocks::try_write`]) that borrows nothing: it keeps `T` (the LUN) alive and lets go
-/// when dropped, on whichever thread that happens. For a write that lives on after the call
-/// that started it (an asynchronous store write).
+/// A hold of some stripes of `T`'s range locks that borrows nothing: it keeps `T` (the LUN)
+/// alive and lets go when dropped, on whichever thread that happens. For a write that lives
+/// on after the call that started it (an asynchronous store write): shared for a plain
+/// write ([`WriteClaim::try_new`], as [`RangeLocks::try_write`]), exclusive for a
+/// write-through to a cached LUN ([`WriteClaim::try_exclusive`], as
+/// [`RangeLocks::try_exclusive`]).
 pub struct WriteClaim<T: AsRef<RangeLocks>> {
     owner: Arc<T>,
     set: u64,
+    exclusive: bool,
 }
 
 impl<T: AsRef<RangeLocks>> WriteClaim<T> {
@@ -129,6 +147,20 @@ impl<T: AsRef<RangeLocks>> WriteClaim<T> {
         Some(WriteClaim {
             owner: Arc::clone(owner),
             set: stripes(offset, len),
+            exclusive: false,
+        })
+    }
+
+    /// As [`RangeLocks::try_exclusive`] on `owner`'s locks: `None` when any writer holds a
+    /// stripe of the range, nothing held then.
+    pub fn try_exclusive(owner: &Arc<T>, offset: u64, len: u64) -> Option<WriteClaim<T>> {
+        let hold = (**owner).as_ref().try_exclusive(offset, len)?;
+        // as in `try_new`
+        std::mem::forget(hold);
+        Some(WriteClaim {
+            owner: Arc::clone(owner),
+            set: stripes(offset, len),
+            exclusive: true,
         })
     }
 }
@@ -138,10 +170,16 @@ impl<T: AsRef<RangeLocks>> Drop for WriteClaim<T> {
         let locks = (*self.owner).as_ref();
         for (i, stripe) in locks.stripes.iter().enumerate() {
             if self.set & (1 << i) != 0 {
-                // SAFETY: `try_new` took a read lock of exactly the stripes in `set` and
-                // forgot their guards; this claim owns those locks logically, and releases
-                // each once, here (parking_lot's shared locks are not tied to a thread).
-                unsafe { stripe.force_unlock_read() };
+                if self.exclusive {
+                    // SAFETY: `try_exclusive` took the write lock of exactly the stripes in
+                    // `set` and forgot their guards; this claim owns those locks logically
+                    // and releases each once, here (parking_lot's locks are not tied to a
+                    // thread).
+                    unsafe { stripe.force_unlock_write() };
+                } else {
+                    // SAFETY: as above, for the read locks `try_new` took.
+                    unsafe { stripe.force_unlock_read() };
+                }
             }
         }
     }
@@ -209,5 +247,40 @@ mod tests {
         );
         drop(caw);
         assert_eq!(Arc::strong_count(&o), 1, "the claims let the owner go");
+    }
+
+    #[test]
+    fn an_exclusive_claim_keeps_every_other_writer_out_until_dropped_on_any_thread() {
+        let o = Arc::new(Owner(RangeLocks::default()));
+        let shared = WriteClaim::try_new(&o, 0, 512).expect("free");
+        assert!(
+            WriteClaim::try_exclusive(&o, 0, 8192).is_none(),
+            "an exclusive claim over a plain write"
+        );
+        assert!(
+            o.0.try_write(STRIPE_BYTES, 512).is_some(),
+            "a failed exclusive claim holds nothing"
+        );
+        drop(shared);
+        let claim = WriteClaim::try_exclusive(&o, 4096, 70_000).expect("free now");
+        assert!(
+            o.0.try_write(0, 512).is_none(),
+            "a writer got into stripe 0"
+        );
+        assert!(o.0.try_write(STRIPE_BYTES, 512).is_none(), "stripe 1");
+        assert!(
+            o.0.try_exclusive(0, 512).is_none(),
+            "another exclusive holder"
+        );
+        assert!(
+            o.0.try_write(2 * STRIPE_BYTES, 512).is_some(),
+            "a write elsewhere was kept out"
+        );
+        std::thread::spawn(move || drop(claim))
+            .join()
+            .expect("join");
+        let caw = o.0.try_exclusive(0, 2 * STRIPE_BYTES).expect("released");
+        drop(caw);
+        assert_eq!(Arc::strong_count(&o), 1, "the claim lets the owner go");
     }
 }

@@ -294,8 +294,9 @@ fn image_served_through_tgtadm() {
     d.assert_alive("after the rbd LUN tests");
 }
 
-/// With the cluster sick: `cdb` (`op`: READ or WRITE) on `s` ends in CHECK CONDITION within
-/// 20 s, as one asynchronous librbd operation of its kind that failed (the metrics).
+/// With the cluster sick: `cdb` (`op`: READ, WRITE or UNMAP) on `s` ends in CHECK CONDITION
+/// within 20 s, as one asynchronous librbd operation of its kind (UNMAP's: zero) that
+/// failed (the metrics).
 fn fails_through_aio(
     d: &Daemon,
     s: &mut ScsiSession,
@@ -304,7 +305,10 @@ fn fails_through_aio(
     data: &[u8],
     read_len: u32,
 ) {
-    let kind = op.to_ascii_lowercase();
+    let kind = match op {
+        "UNMAP" => "zero".to_string(),
+        other => other.to_ascii_lowercase(),
+    };
     let aio_before = rbd_metric(d, "numatgt_lun_rbd_op_async_total", &kind);
     let errors_before = rbd_metric(d, "numatgt_lun_rbd_op_errors_total", &kind);
     let t0 = Instant::now();
@@ -388,6 +392,7 @@ fn sick_cluster_gives_errors_not_hangs() {
         &c.bsopts("cache=off;rados_osd_op_timeout=4"),
     )
     .check("tgtadm --bstype rbd");
+    update_lun1(&d, "thin_provisioning=1").check("thin_provisioning=1");
     // the same image as a cached LUN (its fills land in cache blocks)
     add_rbd_lun(&d, 4, "rbd/sick", &c.bsopts("rados_osd_op_timeout=4")).check("cached LUN");
     let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-sick");
@@ -405,6 +410,13 @@ fn sick_cluster_gives_errors_not_hangs() {
     // completed into the event thread as CHECK CONDITION
     fails_through_aio(&d, &mut s, "READ", &cdb10(0x28, 1024, 8), &[], 4096);
     fails_through_aio(&d, &mut s, "WRITE", &cdb10(0x2a, 2048, 8), &data, 0);
+    let mut unmap = vec![0u8; 24];
+    unmap[1] = 22;
+    unmap[3] = 16;
+    unmap[8..16].copy_from_slice(&4096u64.to_be_bytes());
+    unmap[16..20].copy_from_slice(&64u32.to_be_bytes());
+    let cdb = [0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0];
+    fails_through_aio(&d, &mut s, "UNMAP", &cdb, &unmap, 0);
     // reads in flight when the daemon stops are waited for (they land in cache blocks):
     // the cached LUN 4, with reads still in librbd at the stop below
     let perf = tools::require_tool("iscsi-perf");
@@ -848,7 +860,10 @@ fn rbd_lba_status_follows_the_image() {
         Some((40 * 2048 + 64, 0)),
         "{st:?}"
     );
-    // UNMAP of the first object: a hole again, for rbd diff and for GET LBA STATUS
+    // UNMAP of the first object: a hole again, for rbd diff and for GET LBA STATUS; as
+    // every UNMAP of a LUN that does not cache, one librbd aio write_zeroes per range
+    let zeros = || rbd_metric(&d, "numatgt_lun_rbd_op_async_total", "zero");
+    let zeros_before = zeros();
     let mut unmap = vec![0u8; 24];
     unmap[1] = 22;
     unmap[3] = 16;
@@ -860,7 +875,62 @@ fn rbd_lba_status_follows_the_image() {
     let st = lba_status(&mut s, 0);
     assert_eq!(st.first().map(|e| (e.0, e.2)), Some((0, 1)), "{st:?}");
     assert_eq!(mapped(&st), want, "after UNMAP");
+    assert_eq!(zeros() - zeros_before, 1.0, "UNMAP: asynchronous zeroes");
+    // two ranges inside objects (64 KiB at 40 MiB, the block at 50 MiB): zeros, both
+    let mut unmap = vec![0u8; 40];
+    unmap[1] = 38;
+    unmap[3] = 32;
+    unmap[8..16].copy_from_slice(&(40u64 * 2048).to_be_bytes());
+    unmap[16..20].copy_from_slice(&128u32.to_be_bytes());
+    unmap[24..32].copy_from_slice(&(50u64 * 2048).to_be_bytes());
+    unmap[32..36].copy_from_slice(&1u32.to_be_bytes());
+    let (status, sense, _) = s.command(&[0x42, 0, 0, 0, 0, 0, 0, 0, 40, 0], &unmap, 0);
+    assert_eq!(status, 0, "UNMAP of two ranges: {:x?}", sense_of(&sense));
+    assert_eq!(
+        zeros() - zeros_before,
+        3.0,
+        "one asynchronous zeroing per range"
+    );
+    // WRITE SAME(16) with UNMAP over 8 written blocks at 60 MiB
+    let (status, _, _) = s.command(&cdb10(0x2a, 60 * 2048, 8), &data[..4096], 0);
+    assert_eq!(status, 0);
+    let mut ws = [0u8; 16];
+    ws[0] = 0x93;
+    ws[1] = 0x08;
+    ws[2..10].copy_from_slice(&(60u64 * 2048).to_be_bytes());
+    ws[10..14].copy_from_slice(&8u32.to_be_bytes());
+    let (status, sense, _) = s.command(&ws, &[0u8; 512], 0);
+    assert_eq!(status, 0, "WRITE SAME(16) UNMAP: {:x?}", sense_of(&sense));
+    assert_eq!(
+        zeros() - zeros_before,
+        4.0,
+        "WRITE SAME with UNMAP zeroes as UNMAP does"
+    );
+    for (lba, blocks) in [(40 * 2048, 128u16), (50 * 2048, 1), (60 * 2048, 8)] {
+        let (status, _, got) = s.command(&cdb10(0x28, lba, blocks), &[], u32::from(blocks) * 512);
+        assert_eq!(status, 0, "READ {lba}");
+        assert!(
+            got.iter().all(|&b| b == 0),
+            "READ {lba}: not zeros after UNMAP"
+        );
+    }
     drop(s);
+    let exported = d.dir.path().join("holes.img");
+    c.rbd(120, &["export", "rbd/holes", &exported.to_string_lossy()])
+        .check("rbd export");
+    let ceph = std::fs::read(&exported).expect("exported image");
+    for (lba, blocks) in [
+        (0u64, 8192u64),
+        (40 * 2048, 128),
+        (50 * 2048, 1),
+        (60 * 2048, 8),
+    ] {
+        let (a, n) = ((lba * 512) as usize, (blocks * 512) as usize);
+        assert!(
+            ceph[a..a + n].iter().all(|&b| b == 0),
+            "rbd export: LBA {lba} not zeros"
+        );
+    }
 
     tools::require_tool("iscsi-test-cu");
     let results: Vec<SuiteResult> = [
@@ -920,6 +990,108 @@ fn fua_is_flushed_when_the_admin_turns_librbd_cache_on() {
     let (status, _, got) = s.command(&cdb10(0x28, 128, 8), &[], 4096);
     assert_eq!(status, 0);
     assert!(got == data, "LUN 1 reads LUN 2's FUA write");
+}
+
+/// A write-through to a cached RBD LUN (FUA here; WCE=0 takes the same path) is one librbd
+/// aio write on the event thread, many in flight at once, and the cached copy follows it:
+/// blocks read into the cache before the writes are read back from the cache (no librbd
+/// read) with the new bytes, and `rbd export` holds them. A FUA write over dirty cached data
+/// goes the long way (the older data reaches the image first) and its bytes, not the older
+/// ones, end up in both.
+#[test]
+fn cached_rbd_write_through_is_aio_and_the_cache_follows() {
+    let c = Cluster::start();
+    c.create_image("through", 16 * MIB);
+    let d = daemon_with_target(&[]);
+    add_rbd_lun(&d, 1, "rbd/through", &c.bsopts("")).check("cached LUN");
+    let metric = |name: &str, op: &str| rbd_metric(&d, name, op);
+    let mut s = ScsiSession::open(&d, "iqn.2026-01.test:rbd-through");
+    let _ = s.command(&[0; 6], &[], 0);
+    // 1 MiB at LBA 2048 read into the cache (zeros)
+    let first = 2048u64;
+    for k in 0..16u64 {
+        let (status, sense, got) = s.command(&cdb10(0x28, first + k * 128, 128), &[], 65536);
+        assert_eq!(status, 0, "READ {k}: {:x?}", sense_of(&sense));
+        assert!(got.iter().all(|&b| b == 0), "a new image reads zeros");
+    }
+    let data: Vec<u8> = (0..MIB as usize)
+        .map(|i| ((i * 7 + 3) % 253) as u8)
+        .collect();
+    let writes = metric("numatgt_lun_rbd_op_duration_seconds_count", "write");
+    let async_writes = metric("numatgt_lun_rbd_op_async_total", "write");
+    let flushes = metric("numatgt_lun_rbd_op_duration_seconds_count", "flush");
+    let cdbs: Vec<Vec<u8>> = (0..16u64)
+        .map(|k| {
+            let mut fua = cdb10(0x2a, first + k * 128, 128);
+            fua[1] |= 0x08;
+            fua.to_vec()
+        })
+        .collect();
+    let chunks: Vec<&[u8]> = data.chunks(65536).collect();
+    for (k, (status, sense)) in s.pipeline_writes(&cdbs, &chunks).into_iter().enumerate() {
+        assert_eq!(status, 0, "WRITE FUA {k}: {:x?}", sense_of(&sense));
+    }
+    let writes = metric("numatgt_lun_rbd_op_duration_seconds_count", "write") - writes;
+    let async_writes = metric("numatgt_lun_rbd_op_async_total", "write") - async_writes;
+    let flushes = metric("numatgt_lun_rbd_op_duration_seconds_count", "flush") - flushes;
+    eprintln!("{writes} librbd writes, {async_writes} asynchronous, {flushes} flushes");
+    assert_eq!(writes, 16.0, "one librbd write per FUA write");
+    assert_eq!(async_writes, 16.0, "every write-through asynchronous");
+    assert_eq!(
+        flushes, 0.0,
+        "an acknowledged librbd write is durable: no flush"
+    );
+    // the cached copy followed: read back from the cache, no librbd read
+    let reads = metric("numatgt_lun_rbd_op_duration_seconds_count", "read");
+    for (k, chunk) in chunks.iter().enumerate() {
+        let lba = first + k as u64 * 128;
+        let (status, sense, got) = s.command(&cdb10(0x28, lba, 128), &[], 65536);
+        assert_eq!(status, 0, "READ {lba}: {:x?}", sense_of(&sense));
+        assert!(got == *chunk, "READ {lba}: the cache kept older bytes");
+    }
+    assert_eq!(
+        metric("numatgt_lun_rbd_op_duration_seconds_count", "read") - reads,
+        0.0,
+        "the read-back came from the cache"
+    );
+
+    // dirty cached data under a FUA write: 4 KiB written back (dirty), then 64 KiB FUA
+    // over it; then a plain write after it to other blocks
+    let at = 8192u64;
+    let older = vec![0x11u8; 4096];
+    let (status, sense, _) = s.command(&cdb10(0x2a, at + 8, 8), &older, 0);
+    assert_eq!(status, 0, "WRITE: {:x?}", sense_of(&sense));
+    let newer: Vec<u8> = (0..65536usize).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    let mut fua = cdb10(0x2a, at, 128);
+    fua[1] |= 0x08;
+    let (status, sense, _) = s.command(&fua, &newer, 0);
+    assert_eq!(
+        status,
+        0,
+        "WRITE FUA over dirty data: {:x?}",
+        sense_of(&sense)
+    );
+    let (status, _, got) = s.command(&cdb10(0x28, at, 128), &[], 65536);
+    assert_eq!(status, 0);
+    assert!(got == newer, "READ after the FUA write over dirty data");
+    let (status, sense, _) = s.command(&SYNC10, &[], 0);
+    assert_eq!(status, 0, "SYNCHRONIZE CACHE: {:x?}", sense_of(&sense));
+    drop(s);
+
+    let exported = d.dir.path().join("through.img");
+    c.rbd(120, &["export", "rbd/through", &exported.to_string_lossy()])
+        .check("rbd export");
+    let ceph = std::fs::read(&exported).expect("exported image");
+    let a = (first * 512) as usize;
+    assert!(
+        ceph[a..a + data.len()] == data[..],
+        "rbd export: the FUA writes"
+    );
+    let b = (at * 512) as usize;
+    assert!(
+        ceph[b..b + newer.len()] == newer[..],
+        "rbd export: the older dirty data overwrote the FUA write"
+    );
 }
 
 /// `numatgtadm --dump` says each RBD LUN's cache mode as it runs: `off` for the uncached

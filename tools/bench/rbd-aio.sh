@@ -11,7 +11,9 @@
 #
 #   tools/bench/rbd-aio.sh CEPH_DIR [IMAGE=rbd/img [IMAGE2=IMAGE]]   # tools/ceph/up.sh
 # Env: BIN (target/debug/numatgtd), FIO (target/tools/fio), SECS (10), ROUNDS (3),
-#      SIZE_MB (256), CACHE (off|numa, off), RW (randread), PORT_BASE (23710), CTL_BASE (171)
+#      SIZE_MB (256), CACHE (off|numa, off), BSOFLAGS (tgtadm's --bsoflags, e.g. sync: every
+#      write durable, a cached LUN's written through; none), RW (randread), PORT_BASE (23710),
+#      CTL_BASE (171)
 set -euo pipefail
 CEPH=${1:?usage: rbd-aio.sh CEPH_DIR [IMAGE]}
 IMAGE=${2:-rbd/img}
@@ -21,6 +23,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$REPO/target/debug/numatgtd}
 FIO=${FIO:-$REPO/target/tools/fio}
 SECS=${SECS:-10} ROUNDS=${ROUNDS:-3} SIZE_MB=${SIZE_MB:-256} CACHE=${CACHE:-off}
+BSOFLAGS=${BSOFLAGS:-}
 PORT_BASE=${PORT_BASE:-23710} CTL_BASE=${CTL_BASE:-171}
 IQN=iqn.2026-11.org.numatgt:rbdbench
 HZ=$(getconf CLK_TCK)
@@ -38,7 +41,8 @@ start() { # NAME CTL PORT IMAGE ARGS...
   for _ in $(seq 100); do ss -ltn | grep -q ":$port " && break; sleep 0.1; done
   tgtadm -C "$ctl" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
   tgtadm -C "$ctl" --lld iscsi --op new --mode logicalunit --tid 1 --lun 1 --bstype rbd \
-    --backing-store "$image" --bsopts "conf=$CEPH/ceph.conf;id=admin;cache=$CACHE"
+    --backing-store "$image" --bsopts "conf=$CEPH/ceph.conf;id=admin;cache=$CACHE" \
+    ${BSOFLAGS:+--bsoflags "$BSOFLAGS"}
   tgtadm -C "$ctl" --lld iscsi --op bind --mode target --tid 1 -I ALL
 }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -22,8 +22,9 @@ pub use read::{
 };
 pub use wait::{Backoff, GaveUp, NoWait, Waiter};
 pub use write::{
-    Invalidated, WrittenThrough, flush_and_sync, flush_range, update_cached_copy, write_back,
-    write_dirty, write_dirty_all, write_through, write_through_landed,
+    Invalidated, WrittenThrough, flush_and_sync, flush_range, try_update_cached_copy,
+    update_cached_copy, write_back, write_dirty, write_dirty_all, write_through,
+    write_through_landed,
 };
 
 #[cfg(test)]
@@ -125,5 +126,83 @@ mod tests {
         let cached = refs.iter().next().map(|r| r.bytes().to_vec()).expect("one");
         assert_eq!(&cached[512..1024], &new[..]);
         assert_eq!(&cached[..], &bytes.lock().expect("mem")[..BS]);
+    }
+
+    #[test]
+    fn range_clean_sees_dirty_blocks_without_taking_them() {
+        let c = cache();
+        assert!(
+            c.range_clean(0, 0, 4 * BS as u64),
+            "an empty cache is clean"
+        );
+        let data = vec![5u8; BS];
+        write_back(&c, 0, 2 * BS as u64, &data, &mut NoWait).expect("write back");
+        assert!(
+            c.range_clean(0, 0, 2 * BS as u64),
+            "blocks 0-1 hold nothing"
+        );
+        assert!(
+            !c.range_clean(0, BS as u64, 2 * BS as u64),
+            "block 2 is dirty"
+        );
+        assert!(c.range_clean(1, 2 * BS as u64, 1), "another LUN's block 2");
+        let mut held = Vec::new();
+        let taken = c
+            .dirty_ranges(0, 0, 16 * BS as u64, &mut held)
+            .expect("scan");
+        assert_eq!(
+            taken.taken, 1,
+            "the probe took nothing: the flush still finds it"
+        );
+        assert!(
+            !c.range_clean(0, 2 * BS as u64, 1),
+            "dirty while written back"
+        );
+        drop(held);
+        assert!(
+            !c.range_clean(0, 2 * BS as u64, 1),
+            "dirty after a failed write-back"
+        );
+        assert!(
+            !c.range_clean(0, u64::MAX, 2),
+            "an overflowing range is not probed"
+        );
+        assert!(!c.range_clean(0, 0, 1 << 40), "a huge range is not probed");
+    }
+
+    #[test]
+    fn a_no_wait_update_stops_at_a_busy_block_and_drops_nothing() {
+        let c = cache();
+        let (_bytes, disk) = disk(vec![1; 16 * BS]);
+        // block 0 cached and clean, block 1 being filled (busy)
+        let Looked::Pieces(p) = lookup(&c, 0, 1, 0, BS as u64) else {
+            panic!("cold block 0");
+        };
+        let CachedRead::Blocks(refs) = fill(&disk, p) else {
+            panic!("fill");
+        };
+        drop(refs);
+        let span = BlockSpan::new(BS, 1, 0, BS).expect("span");
+        let Lookup::Miss(filling) = c.lookup(0, &span, ReadAhead::None) else {
+            panic!("a cold block misses");
+        };
+        let new = vec![9u8; 2 * BS];
+        let stopped = try_update_cached_copy(&c, 0, 0, &new);
+        assert!(
+            matches!(stopped, Err(Invalidated { block: 1, .. })),
+            "{stopped:?}"
+        );
+        let Looked::AllHits(refs) = lookup(&c, 0, 1, 0, BS as u64) else {
+            panic!("block 0 still cached: nothing was dropped");
+        };
+        let cached = refs.iter().next().map(|r| r.bytes().to_vec()).expect("one");
+        assert_eq!(
+            cached,
+            new[..BS],
+            "block 0 brought up to date before the stop"
+        );
+        drop(refs);
+        filling.abort();
+        assert_eq!(try_update_cached_copy(&c, 0, 0, &new), Ok(Ok(())));
     }
 }

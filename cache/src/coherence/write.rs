@@ -74,26 +74,64 @@ pub fn update_cached_copy(
     data: &[u8],
     waiter: &mut impl Waiter,
 ) -> Result<(), Invalidated> {
+    update_pieces(cache, lun, offset, data, || waiter.wait().is_ok()).unwrap_or_else(|busy| {
+        // the waiter gave up: no cached copy may keep the old bytes
+        cache.invalidate_lun(lun);
+        Err(busy)
+    })
+}
+
+/// [`update_cached_copy`] for a thread that must not wait (an event thread finishing an
+/// asynchronous write-through): `Err` when a block of the range is being filled or written
+/// back, or has no room now — the blocks before it are up to date, nothing was dropped,
+/// and the caller finishes with [`update_cached_copy`] on a thread that may wait (bringing
+/// a block up to date twice with the same bytes is harmless).
+pub fn try_update_cached_copy(
+    cache: &BlockCache,
+    lun: u32,
+    offset: u64,
+    data: &[u8],
+) -> Result<Result<(), Invalidated>, Invalidated> {
+    update_pieces(cache, lun, offset, data, || false)
+}
+
+/// Bring each cached block of the range up to date; on a busy block ask `wait` (`false`:
+/// stop, `Err` naming it, nothing dropped). `Ok(Err)`: a block refused for good and the
+/// LUN's cache was dropped.
+fn update_pieces(
+    cache: &BlockCache,
+    lun: u32,
+    offset: u64,
+    data: &[u8],
+    mut wait: impl FnMut() -> bool,
+) -> Result<Result<(), Invalidated>, Invalidated> {
     let Some(pieces) = block_pieces(cache, offset, data) else {
-        return Ok(()); // no cache block holds such a range
+        return Ok(Ok(())); // no cache block holds such a range
     };
     for (span, piece) in pieces {
         loop {
             match cache.write_through_update(lun, &span, piece) {
                 UpdateOutcome::Updated | UpdateOutcome::NotCached | UpdateOutcome::Dropped => break,
                 // a fill or flush of this block is finishing: wait for it
-                UpdateOutcome::Busy | UpdateOutcome::NoSpace if waiter.wait().is_ok() => {}
+                last @ (UpdateOutcome::Busy | UpdateOutcome::NoSpace) => {
+                    if !wait() {
+                        return Err(Invalidated {
+                            block: span.block_no(),
+                            last,
+                        });
+                    }
+                }
                 last => {
                     cache.invalidate_lun(lun);
-                    return Err(Invalidated {
+                    return Ok(Err(Invalidated {
                         block: span.block_no(),
                         last,
-                    });
+                    }));
                 }
             }
         }
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// How a write-through ended.

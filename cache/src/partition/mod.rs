@@ -658,6 +658,14 @@ impl Partition {
         }
     }
 
+    /// Whether the block holds dirty sectors (being written back or not); takes nothing.
+    pub fn is_dirty(&self, key: BlockKey) -> bool {
+        let st = self.state.lock();
+        st.map
+            .get(&key)
+            .is_some_and(|&i| st.slots[i as usize].dirty_n > 0)
+    }
+
     /// Keys of the dirty blocks of `lun` with block numbers in `first..=last` (appended).
     pub fn dirty_keys(&self, lun: u32, first: u64, last: u64, out: &mut Vec<BlockKey>) {
         let st = self.state.lock();

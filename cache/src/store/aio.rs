@@ -1,5 +1,6 @@
 //! Asynchronous operations for one thread through a store's own engine ([`AioRing`];
-//! librbd's `rbd_aio_read2`, `rbd_aio_write2` and `rbd_aio_flush` for RBD images,
+//! librbd's `rbd_aio_read2`, `rbd_aio_write2`, `rbd_aio_write_zeroes` and `rbd_aio_flush` for
+//! RBD images,
 //! [`ReadEngine::Callback`](super::ReadEngine) stores), the counterpart of
 //! [`ReadRing`](crate::uring::ReadRing): the owner (an event thread) pushes jobs — the same
 //! [`RingJob`]s, some reads into memory that stays put, writes from such memory or flushes,
@@ -87,7 +88,7 @@ unsafe impl Send for PendingOp {}
 
 impl AsMut<[u8]> for PendingOp {
     fn as_mut(&mut self) -> &mut [u8] {
-        if self.len == 0 {
+        if self.len == 0 || self.buf.is_null() {
             return &mut [];
         }
         // SAFETY: `buf` is valid for `len` bytes (RingJob's contract) and nothing else uses
@@ -98,7 +99,7 @@ impl AsMut<[u8]> for PendingOp {
 
 impl AsRef<[u8]> for PendingOp {
     fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
+        if self.len == 0 || self.buf.is_null() {
             return &[];
         }
         // SAFETY: as for `as_mut`: `len` valid bytes of the job's, untouched meanwhile.
@@ -107,7 +108,7 @@ impl AsRef<[u8]> for PendingOp {
 }
 
 impl PendingOp {
-    /// Bytes to read or write (0 for a flush).
+    /// Bytes to read, write or zero (0 for a flush).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -122,7 +123,7 @@ impl PendingOp {
         self.offset
     }
 
-    /// Read, write or flush.
+    /// Read, write, flush or zero.
     pub fn kind(&self) -> OpKind {
         self.kind
     }
@@ -155,6 +156,7 @@ fn timed_as(kind: OpKind) -> StoreOp {
         OpKind::Read => StoreOp::Read,
         OpKind::Write => StoreOp::Write,
         OpKind::Flush => StoreOp::Flush,
+        OpKind::Zero => StoreOp::Zero,
     }
 }
 

@@ -341,13 +341,16 @@ impl BackingStore {
         match op.kind() {
             OpKind::Flush if self.caps.readonly => op.done(Ok(0)),
             OpKind::Flush => self.store.start_op(op),
-            OpKind::Write if self.caps.readonly => {
+            OpKind::Write | OpKind::Zero if self.caps.readonly => {
                 op.done(Err(io::Error::from_raw_os_error(libc::EROFS)))
             }
-            OpKind::Read | OpKind::Write => match self.check_range(op.offset(), op.len()) {
-                Ok(()) => self.store.start_op(op),
-                Err(e) => op.done(Err(e)),
-            },
+            OpKind::Zero if op.is_empty() => op.done(Ok(0)),
+            OpKind::Read | OpKind::Write | OpKind::Zero => {
+                match self.check_range(op.offset(), op.len()) {
+                    Ok(()) => self.store.start_op(op),
+                    Err(e) => op.done(Err(e)),
+                }
+            }
         }
     }
 }

@@ -255,6 +255,12 @@ impl Store for RbdStore {
                     .aio_write(op, offset, Box::new(|r, op: PendingOp| op.done(r)))
             }
             OpKind::Flush => self.image.aio_flush_with(op, Box::new(|r, op| op.done(r))),
+            // as `discard`: zeros, deallocated where whole objects are
+            OpKind::Zero => {
+                let len = op.len();
+                self.image
+                    .aio_write_zeroes_with(op, offset, len, Box::new(|r, op| op.done(r)))
+            }
         }
     }
 

@@ -104,6 +104,7 @@ impl<J: RingJob> ThreadIo<J> {
             let r = match op.kind {
                 OpKind::Flush => store.sync(),
                 _ if op.len == 0 => Ok(()),
+                OpKind::Zero => store.deallocate(op.offset, op.len as u64).map(drop),
                 OpKind::Read => {
                     // SAFETY: RingJob's contract: `op.buf` is valid for writes of `op.len`
                     // bytes, the job's own, and nothing else touches it until `finish`.

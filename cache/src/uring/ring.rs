@@ -23,6 +23,9 @@ pub enum OpKind {
     Write,
     /// Make every write acknowledged before it durable (no memory: `buf` null, `len` 0).
     Flush,
+    /// Make `len` bytes at `offset` read as zeros, deallocated where the store can (no
+    /// memory: `buf` null): UNMAP, WRITE SAME with UNMAP.
+    Zero,
 }
 
 /// One positional operation on `fd` (or on the store of a [`crate::store::AioRing`] job):
@@ -54,8 +57,8 @@ impl RingOp {
 /// Work a ring runs: some operations (reads, for the io_uring ring), then a continuation.
 ///
 /// # Safety
-/// Every [`RingOp`] that [`ops`](RingJob::ops) gives must point to `len` bytes of memory
-/// that is valid (writable for a read), owned by the job (or kept alive by it), not moved
+/// Every read or write [`RingOp`] that [`ops`](RingJob::ops) gives (flushes and zeros
+/// carry no memory: a null `buf`) must point to `len` bytes of memory that is valid (writable for a read), owned by the job (or kept alive by it), not moved
 /// when the job value moves (heap or arena memory, never the job's own fields), and not
 /// touched by anything else (a write's memory: not written) until
 /// [`finish`](RingJob::finish) is called.

@@ -1,7 +1,8 @@
 //! The blocking work event threads hand to a node's I/O workers, as plain values: submitting
 //! one moves it into the pool's queue without a heap allocation (a boxed closure would need
-//! one per command). Each variant runs on a worker (`storage.rs` runs them) and reports
-//! through its `Replier`; rare commands (VERIFY, SYNCHRONIZE CACHE) still use a closure.
+//! one per command). Each variant runs on a worker (`storage.rs` runs them) unless an event
+//! thread's own engine takes it (`workers.rs`), and reports through its `Replier`; rare
+//! commands (VERIFY, a cached LUN's SYNCHRONIZE CACHE) still use a closure.
 
 use std::sync::Arc;
 
@@ -74,6 +75,15 @@ pub enum Job {
         durable: bool,
         landing: Landing,
         data: Vec<u8>,
+        reply: Replier,
+    },
+    /// UNMAP (or WRITE SAME with UNMAP): every `(lba, blocks)` range deallocated, reading
+    /// zeros after; a cached LUN's dirty data of a range written back first and its cached
+    /// copies zeroed.
+    Deallocate {
+        cache: Option<Arc<BlockCache>>,
+        lun: Arc<Lun>,
+        ranges: Vec<(u64, u64)>,
         reply: Replier,
     },
     /// SYNCHRONIZE CACHE of a LUN that does not cache now: the store's flush; a failure

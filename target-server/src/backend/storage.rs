@@ -601,6 +601,29 @@ pub(crate) fn write_through_io(
     done.written
 }
 
+/// On an event thread, after an asynchronous write-through of `data[data_offset..]` (its
+/// first `at.len` bytes) reached the store: bring the cached copy up to date without
+/// waiting. `false`: a block of the range is being filled or written back — finish with
+/// [`update_cached_copy`] on a worker, the range still held.
+pub(crate) fn cached_copy_follows(
+    cache: &BlockCache,
+    at: &Extent,
+    data: &[u8],
+    data_offset: usize,
+) -> bool {
+    let Some(written) = data.get(data_offset..data_offset + at.len as usize) else {
+        return true; // never: the write was not started (see the ring's `ops`)
+    };
+    match coherence::try_update_cached_copy(cache, at.lun.cache_id, at.offset, written) {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            cache_dropped(&at.lun, &e);
+            true
+        }
+        Err(_busy) => false,
+    }
+}
+
 fn cache_dropped(lun: &Lun, e: &coherence::Invalidated) {
     tracing::error!(lun = lun.number, block = e.block, last = ?e.last,
         "cannot update the cached copy after a write; invalidated the LUN's cache");
@@ -771,6 +794,12 @@ impl cache::IoJob for Job {
                 drop(landing);
                 reply.send_with_buffer(result, data);
             }
+            Job::Deallocate {
+                cache,
+                lun,
+                ranges,
+                reply,
+            } => reply.send(super::thin::unmap(cache.as_ref(), &lun, &ranges)),
             Job::Flush { lun, lba, reply } => reply.send(write_status(&lun, lba, lun.store.sync())),
             Job::Other(f) => f(),
         }

@@ -12,6 +12,7 @@ use iscsi_proto::CommandResult;
 use scsi::LbaExtent;
 
 use super::StorageCtx;
+use super::jobs::Job;
 use super::payload::Payload;
 use super::reply::{Answer, ReplyTo, completed};
 use super::storage::{flush_range, io_failure, update_cached_copy, write_through_io};
@@ -71,16 +72,23 @@ fn on_worker(
     Answer::Later(later)
 }
 
-/// UNMAP of `ranges`, on an I/O worker.
+/// UNMAP of `ranges`: a [`Job::Deallocate`] (the event thread's engine for a LUN that does
+/// not cache on a store whose engine writes, librbd's `rbd_aio_write_zeroes`; else an I/O
+/// worker).
 pub fn start_unmap(
     lun: &Arc<Lun>,
     ranges: Vec<(u64, u64)>,
     ctx: &StorageCtx<'_>,
     reply: ReplyTo,
 ) -> Answer {
-    on_worker(lun, ctx, reply, move |cache, lun| {
-        unmap(cache, lun, &ranges)
-    })
+    let (reply, later) = reply.defer();
+    ctx.submit(Job::Deallocate {
+        cache: ctx.cache_for(lun).cloned(),
+        lun: Arc::clone(lun),
+        ranges,
+        reply,
+    });
+    Answer::Later(later)
 }
 
 /// WRITE SAME of `blocks` blocks from `lba`, on an I/O worker: the first block of
@@ -102,6 +110,10 @@ pub fn start_write_same(
     };
     let durable = lun.scsi.durable_writes(false);
     let (lba, blocks) = range;
+    if unmap && block.len() == bs {
+        // the range deallocated, as UNMAP does it
+        return start_unmap(lun, vec![range], ctx, reply);
+    }
     on_worker(lun, ctx, reply, move |cache, lun| {
         let op = WriteSame {
             lba,

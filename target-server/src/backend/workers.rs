@@ -323,26 +323,74 @@ impl Workers for NodeWorkers {
                 }
             }
             // an uncached write to a store whose engine writes (librbd aio), holding its
-            // range shared until the store has it; a range that a COMPARE AND WRITE holds
-            // goes to a worker, which waits for it
-            // (a durable one only when the store's acknowledged writes are durable)
+            // range shared until the store has it (a range that a COMPARE AND WRITE holds
+            // goes to a worker, which waits for it); or a write-through (FUA, WCE=0) to a
+            // cached LUN of such a store, holding its range exclusively until the store has
+            // it and the cached copy follows, when the range holds no dirty data (older
+            // data would have to reach the store first: a worker does that, and so it does
+            // for a range another writer holds). A durable write only when the store's
+            // acknowledged writes are durable.
             Job::Write {
-                cache: None,
+                ref cache,
                 ref at,
                 durable,
                 ..
             } if inside(at)
+                && (cache.is_none() || durable)
                 && (!durable || at.lun.store.caps().durable_writes)
                 && takes_local_writes(&at.lun.store) =>
             {
-                let Some(claim) = WriteClaim::try_new(&at.lun, at.offset, at.len) else {
-                    pool.submit(job);
-                    return;
+                let (lun, offset, len) = (&at.lun, at.offset, at.len);
+                let claim = match cache {
+                    None => WriteClaim::try_new(lun, offset, len),
+                    Some(c) => WriteClaim::try_exclusive(lun, offset, len)
+                        .filter(|_| c.range_clean(lun.cache_id, offset, len)),
                 };
-                match RingIo::write(job, claim) {
+                let ring = match claim {
+                    Some(claim) => RingIo::write(job, claim, pool),
+                    None => Err(job),
+                };
+                match ring {
                     Ok(ring) => ring,
                     Err(job) => {
                         pool.submit(job);
+                        return;
+                    }
+                }
+            }
+            // UNMAP of a LUN that does not cache, each range held shared until the store
+            // has zeroed it
+            Job::Deallocate {
+                cache: None,
+                ref lun,
+                ref ranges,
+                ..
+            } if takes_local_writes(&lun.store) => {
+                let bs = u64::from(lun.store.block_size());
+                let claims: Option<Vec<WriteClaim<Lun>>> = ranges
+                    .iter()
+                    .map(|&(lba, blocks)| {
+                        let (offset, len) = (lba.checked_mul(bs)?, blocks.checked_mul(bs)?);
+                        let end = offset.checked_add(len)?;
+                        (end <= lun.store.size() && usize::try_from(len).is_ok())
+                            .then(|| WriteClaim::try_new(lun, offset, len))?
+                    })
+                    .collect();
+                let Some(claims) = claims else {
+                    pool.submit(job);
+                    return;
+                };
+                match job {
+                    Job::Deallocate {
+                        lun, ranges, reply, ..
+                    } => RingIo::Deallocate {
+                        lun,
+                        ranges,
+                        claims,
+                        reply,
+                    },
+                    other => {
+                        pool.submit(other);
                         return;
                     }
                 }
@@ -389,13 +437,27 @@ pub enum RingIo {
         buf: Option<AlignedBuf>,
         reply: Replier,
     },
-    /// An uncached write of `data[data_offset..][..at.len]` (the command's buffer, which
-    /// goes back to the connection with the status), its range held shared meanwhile.
+    /// A write of `data[data_offset..][..at.len]` (the command's buffer, which goes back
+    /// to the connection with the status) to the store: uncached (`cache` none; its range
+    /// held shared meanwhile), or a write-through to a cached LUN (its range held
+    /// exclusively until the cached copy agrees with the store).
     Write {
         at: Extent,
+        cache: Option<Arc<BlockCache>>,
+        durable: bool,
         data: Vec<u8>,
         data_offset: usize,
         claim: WriteClaim<Lun>,
+        reply: Replier,
+        /// The node's worker threads, for a cached copy that cannot be updated at once.
+        spill: Arc<IoPool<Job>>,
+    },
+    /// UNMAP of a LUN that does not cache: each `(lba, blocks)` range zeroed, held shared
+    /// by its claim meanwhile.
+    Deallocate {
+        lun: Arc<Lun>,
+        ranges: Vec<(u64, u64)>,
+        claims: Vec<WriteClaim<Lun>>,
         reply: Replier,
     },
     /// SYNCHRONIZE CACHE of a LUN that does not cache now: the store's flush.
@@ -407,26 +469,30 @@ pub enum RingIo {
 }
 
 impl RingIo {
-    /// An uncached [`Job::Write`] for the ring, its range held by `claim`; any other job
-    /// is given back.
+    /// A [`Job::Write`] for the ring, its range held by `claim`, `spill` the node's
+    /// workers; any other job is given back.
     #[expect(
         clippy::result_large_err,
         reason = "a job moves by value either way; boxing it would allocate per write"
     )]
-    fn write(job: Job, claim: WriteClaim<Lun>) -> Result<RingIo, Job> {
+    fn write(job: Job, claim: WriteClaim<Lun>, spill: &Arc<IoPool<Job>>) -> Result<RingIo, Job> {
         match job {
             Job::Write {
+                cache,
                 at,
+                durable,
                 data,
                 data_offset,
                 reply,
-                ..
             } => Ok(RingIo::Write {
                 at,
+                cache,
+                durable,
                 data,
                 data_offset,
                 claim,
                 reply,
+                spill: Arc::clone(spill),
             }),
             other => Err(other),
         }
@@ -438,7 +504,7 @@ impl RingIo {
             RingIo::Fill { at, .. } | RingIo::Direct { at, .. } | RingIo::Write { at, .. } => {
                 &at.lun.store
             }
-            RingIo::Flush { lun, .. } => &lun.store,
+            RingIo::Deallocate { lun, .. } | RingIo::Flush { lun, .. } => &lun.store,
         }
     }
 
@@ -462,19 +528,36 @@ impl RingIo {
             RingIo::Direct { at, reply, .. } => pool.submit(Job::DirectRead { at, reply }),
             RingIo::Write {
                 at,
+                cache,
+                durable,
                 data,
                 data_offset,
                 claim,
                 reply,
+                ..
             } => {
                 // the worker takes the range itself
                 drop(claim);
                 pool.submit(Job::Write {
-                    cache: None,
+                    cache,
                     at,
-                    durable: true,
+                    durable,
                     data,
                     data_offset,
+                    reply,
+                })
+            }
+            RingIo::Deallocate {
+                lun,
+                ranges,
+                claims,
+                reply,
+            } => {
+                drop(claims);
+                pool.submit(Job::Deallocate {
+                    cache: None,
+                    lun,
+                    ranges,
                     reply,
                 })
             }
@@ -536,18 +619,22 @@ unsafe impl RingJob for RingIo {
                 offset: 0,
                 kind: OpKind::Flush,
             }),
+            RingIo::Deallocate { lun, ranges, .. } => {
+                // `submit` checked every range against the store and usize
+                let bs = u64::from(lun.store.block_size());
+                out.extend(ranges.iter().map(|&(lba, blocks)| RingOp {
+                    fd: -1,
+                    buf: std::ptr::null_mut(),
+                    len: (blocks * bs) as usize,
+                    offset: lba * bs,
+                    kind: OpKind::Zero,
+                }));
+            }
         }
     }
 
     fn finish(self, results: &[io::Result<()>]) {
-        let failure =
-            results
-                .iter()
-                .find_map(|r| r.as_ref().err())
-                .map(|e| match e.raw_os_error() {
-                    Some(code) => io::Error::from_raw_os_error(code),
-                    None => io::Error::other(e.to_string()),
-                });
+        let failure = results.iter().find_map(|r| r.as_ref().err()).map(owned);
         match self {
             RingIo::Fill {
                 cache,
@@ -575,24 +662,72 @@ unsafe impl RingJob for RingIo {
             }
             RingIo::Write {
                 at,
+                cache,
                 data,
+                data_offset,
                 claim,
                 reply,
+                spill,
                 ..
             } => {
-                drop(claim);
                 let done = match (results.is_empty(), failure) {
                     (_, Some(e)) => Err(e),
                     // no operation: the buffer was shorter than the write (never, see `ops`)
                     (true, None) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
                     (false, None) => Ok(()),
                 };
-                reply.send_with_buffer(storage::write_status(&at.lun, at.lba, done), data);
+                let result = storage::write_status(&at.lun, at.lba, done);
+                // a write-through's cached copy follows the store (even after a failed
+                // write: the store may hold part of it), the range still held
+                if let Some(cache) = cache
+                    && !results.is_empty()
+                    && !storage::cached_copy_follows(&cache, &at, &data, data_offset)
+                {
+                    // a block of the range is being filled or written back: a worker
+                    // waits for it
+                    spill.submit(Job::Other(Box::new(move || {
+                        let end = data_offset + at.len as usize;
+                        if let Some(written) = data.get(data_offset..end) {
+                            storage::update_cached_copy(&cache, &at.lun, at.offset, written);
+                        }
+                        drop(claim);
+                        reply.send_with_buffer(result, data);
+                    })));
+                    return;
+                }
+                drop(claim);
+                reply.send_with_buffer(result, data);
+            }
+            RingIo::Deallocate {
+                lun,
+                ranges,
+                claims,
+                reply,
+            } => {
+                drop(claims);
+                // the first range that failed is reported (the others may be zeros now)
+                let failed = results
+                    .iter()
+                    .zip(&ranges)
+                    .find_map(|(r, &(lba, _))| r.as_ref().err().map(|e| (lba, owned(e))));
+                let result = match failed {
+                    Some((lba, e)) => storage::write_status(&lun, lba, Err(e)),
+                    None => storage::write_status(&lun, 0, Ok(())),
+                };
+                reply.send(result);
             }
             RingIo::Flush { lun, lba, reply } => {
                 let done = failure.map_or(Ok(()), Err);
                 reply.send(storage::write_status(&lun, lba, done));
             }
         }
+    }
+}
+
+/// An owned copy of a ring result's error (its errno, or its text).
+fn owned(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::other(e.to_string()),
     }
 }
