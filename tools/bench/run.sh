@@ -35,7 +35,9 @@
 # cluster (1 monitor + 1 memstore OSD on 127.0.0.1, in a mktemp directory), one image per
 # target of LUN_MB (256) MiB of the same random data (rbd import), and the columns are
 #   numatgtd          --bstype rbd, default settings (cache numa)
-#   numatgtd-nocache  the same plus `cache=off` in --bsopts (every I/O goes to the cluster)
+#   numatgtd-nocache  the same plus `cache=off` in --bsopts (every I/O goes to the cluster),
+#                     and NOCACHE_BSOPTS after it (e.g. `rbd_cache=true`: librbd's own
+#                     cache, writearound by default, as tgt-rbd runs with)
 #   tgtd-rbd          Debian's tgtd with tgt-rbd's bs_rbd, the same --backing-store/--bsopts
 # points (default) rr4k-qd1 rr4k-qd32 rw4k-qd32 sr64k-qd8; write points end with a
 # SYNCHRONIZE CACHE (fio --end_fsync=1) inside the measured time, so a write-back cache is
@@ -50,7 +52,8 @@
 #   BENCH_OUT (target/bench), PORT_BASE (23500), CTL_BASE (61), BUSY_POLL (50 µs; 0: no
 #   numatgtd-poll column), NUMATGTD_NULL (1; 0: no numatgtd-null column), BASE_BIN (unset; a
 #   numatgtd binary: the numatgtd-base column, numatgtd/base ratios), RBD (0; 1: the RBD
-#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column), ISER (0; 1: run
+#   mode above, no numatgtd-poll, numatgtd-null or numatgtd-base column), NOCACHE_BSOPTS
+#   (RBD=1: more bsopts for numatgtd-nocache, ";"-separated), ISER (0; 1: run
 #   tools/bench/iser.sh instead: the iSER benchmark in the QEMU guest, its own knobs).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -200,7 +203,7 @@ start_target() { # NAME: start it on its port and control port, make target 1 wi
   case $t in
     numatgtd | numatgtd-base | numatgtd-poll | tgtd) lun_opts=(-b "$LUN_DIR/$t.img") ;;
     tgtd-null | numatgtd-null) lun_opts=(--bstype null -b /dev/null) ;; # 1 TiB of nothing; I/O stays in LUN_MB
-    numatgtd-nocache) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin;cache=off") ;;
+    numatgtd-nocache) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin;cache=off${NOCACHE_BSOPTS:+;$NOCACHE_BSOPTS}") ;;
     tgtd-rbd) lun_opts=(--bstype rbd -b "rbd/bench-$t" --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin") ;;
   esac
   # RBD=1: numatgtd's LUN is the image too, with its default cache mode (numa)
@@ -343,8 +346,8 @@ TCP1=-
 [ "$RBD" = 1 ] || TCP1=$(python3 "$HERE/report.py" tcp 1 3)
 LOAD1=$(cat /proc/loadavg)
 eng_env=; [ "$ENGINE" = fio ] || eng_env="ENGINE=$ENGINE "
-rbd_env="BUSY_POLL=$BUSY_POLL NUMATGTD_NULL=$NUMATGTD_NULL "; [ "$RBD" = 0 ] || rbd_env=
-rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }${eng_env}${rbd_env:-RBD=1 }ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
+rbd_env="BUSY_POLL=$BUSY_POLL NUMATGTD_NULL=$NUMATGTD_NULL "; [ "$RBD" = 0 ] || rbd_env="RBD=1 ${NOCACHE_BSOPTS:+NOCACHE_BSOPTS=\"$NOCACHE_BSOPTS\" }"
+rerun="${NUMATGTD_BIN:+NUMATGTD_BIN=$NUMATGTD_BIN }${BASE_BIN:+BASE_BIN=$BASE_BIN }${eng_env}${rbd_env}ROUNDS=$ROUNDS SECS=$SECS SESSIONS=\"$SESSIONS\" POINTS=\"$POINTS\" LUN_MB=$LUN_MB tools/bench/run.sh"
 {
   echo "date=$(date -u +%FT%TZ)"
   echo "cpus=$NCPU"
