@@ -114,6 +114,87 @@ impl NonOwnerState {
     }
 }
 
+/// The target-level names under which tgtadm (`--mode target --op update --name N --value
+/// V`) and targets.conf set a target's ALUA settings, in the order they are best given.
+pub const TGTADM_NAMES: [&str; 4] = [
+    "alua_group",
+    "alua_relative_port",
+    "alua_peers",
+    "alua_non_owner_state",
+];
+
+impl AluaConfig {
+    /// These settings with one tgtadm-style setting changed (`name` one of
+    /// [`TGTADM_NAMES`], `_` and `-` alike, any case), validated as the YAML section is;
+    /// `Err` says what is wrong, in words for the admin.
+    ///
+    /// - `alua_group N`: this gateway's target port group; the relative port follows it
+    ///   when it was the group's number (its default), as in YAML.
+    /// - `alua_relative_port N`: this gateway's relative target port.
+    /// - `alua_peers G[:P],G[:P],...`: the other gateways (`P` defaults to `G`); `none` or
+    ///   an empty value: no peers.
+    /// - `alua_non_owner_state active-non-optimized|standby|auto`: `auto` is the default
+    ///   by LUN kind.
+    pub fn with_setting(&self, name: &str, value: &str) -> Result<AluaConfig, String> {
+        let key = name.trim().to_ascii_lowercase().replace('-', "_");
+        let Some(field) = key
+            .strip_prefix("alua_")
+            .filter(|_| TGTADM_NAMES.contains(&key.as_str()))
+        else {
+            return Err(format!(
+                "{name}: not an ALUA setting (one of {})",
+                TGTADM_NAMES.join(", ")
+            ));
+        };
+        let mut raw = RawAlua::from_model(self);
+        if field == "group" && self.relative_port == self.group {
+            raw.relative_port = None; // it follows the group, as in YAML
+        }
+        set_raw(&mut raw, field, value)?;
+        raw.validate(|field, msg| format!("alua {field}: {msg}"))
+    }
+}
+
+/// Sets `field` (`group`, `relative_port`, `peers` as `G[:P],...` or `none`,
+/// `non_owner_state` with `auto` for the default) of a YAML `alua:` section from its text
+/// form, for tgtadm and targets.conf; the section is validated as a whole afterwards.
+pub(crate) fn set_raw(raw: &mut RawAlua, field: &str, value: &str) -> Result<(), String> {
+    let value = value.trim();
+    let number = |what: &str, v: &str| -> Result<u64, String> {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("alua {what}: not a number: {v:?}"))
+    };
+    match field {
+        "group" => raw.group = Some(number("group", value)?),
+        "relative_port" => raw.relative_port = Some(number("relative_port", value)?),
+        "peers" => {
+            let mut peers = Vec::new();
+            if !(value.is_empty() || value.eq_ignore_ascii_case("none")) {
+                for item in value.split(',') {
+                    let (g, p) = match item.split_once(':') {
+                        Some((g, p)) => (g, Some(p)),
+                        None => (item, None),
+                    };
+                    peers.push(RawAluaPeer {
+                        group: number("peers: group", g)?,
+                        relative_port: p.map(|p| number("peers: relative port", p)).transpose()?,
+                    });
+                }
+            }
+            raw.peers = (!peers.is_empty()).then_some(peers);
+        }
+        "non_owner_state" => {
+            raw.non_owner_state = match value.to_ascii_lowercase().as_str() {
+                "auto" | "default" => None,
+                _ => Some(value.to_string()),
+            };
+        }
+        other => return Err(format!("alua {other}: no such setting")),
+    }
+    Ok(())
+}
+
 /// YAML `alua:` of a target.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -283,5 +364,58 @@ mod tests {
         })
         .expect_err("bad state");
         assert!(e.starts_with("non_owner_state"), "{e}");
+    }
+
+    #[test]
+    fn tgtadm_settings_build_what_yaml_builds() {
+        let a = AluaConfig::default()
+            .with_setting("alua_group", "2")
+            .and_then(|a| a.with_setting("ALUA-PEERS", "1, 3:7"))
+            .and_then(|a| a.with_setting("alua_non_owner_state", "standby"))
+            .expect("valid");
+        assert_eq!(a.group, 2);
+        assert_eq!(a.relative_port, 2, "the port follows a defaulted group");
+        assert_eq!(
+            a.peers,
+            vec![
+                AluaPeer {
+                    group: 1,
+                    relative_port: 1
+                },
+                AluaPeer {
+                    group: 3,
+                    relative_port: 7
+                }
+            ]
+        );
+        assert_eq!(a.non_owner_state, Some(NonOwnerState::Standby));
+        let b = a.with_setting("alua_relative_port", "9").expect("port");
+        let c = b.with_setting("alua_group", "4").expect("group");
+        assert_eq!(
+            (c.group, c.relative_port),
+            (4, 9),
+            "a port of its own stays"
+        );
+        let none = c.with_setting("alua_peers", "none").expect("no peers");
+        assert!(none.peers.is_empty());
+        let auto = c
+            .with_setting("alua_non_owner_state", "auto")
+            .expect("auto");
+        assert_eq!(auto.non_owner_state, None);
+        for (name, value, want) in [
+            ("alua_group", "0", "1..=65535"),
+            ("alua_group", "x", "not a number"),
+            ("alua_peers", "2", "already used"),
+            ("alua_peers", "5:2", "already used"),
+            (
+                "alua_non_owner_state",
+                "optimized",
+                "active-non-optimized or standby",
+            ),
+            ("alua_owner", "1", "not an ALUA setting"),
+        ] {
+            let e = a.with_setting(name, value).expect_err(name);
+            assert!(e.contains(want), "{name}={value}: {e}");
+        }
     }
 }

@@ -63,6 +63,39 @@ fn rbd_backing_stores_as_tgt_admin_spells_them() {
     );
 }
 
+/// numatgt's ALUA directives (issue 26), as tgtadm names them: the group, peers and
+/// non-owner state of a gateway; errors located at their line.
+#[test]
+fn alua_directives_set_the_gateway_group() {
+    let i = imp("\
+<target iqn.2026-11.org.example:g>
+    backing-store /srv/shared.img
+    alua_group 2
+    alua-peers 1,3:7
+    ALUA_NON_OWNER_STATE standby
+</target>
+");
+    let a = i.config.targets[0].alua.clone().expect("alua");
+    assert_eq!((a.group, a.relative_port), (2, 2));
+    let peers: Vec<(u16, u16)> = a.peers.iter().map(|p| (p.group, p.relative_port)).collect();
+    assert_eq!(peers, vec![(1, 1), (3, 7)]);
+    assert_eq!(a.non_owner_state, Some(config::NonOwnerState::Standby));
+    round_trips(&i.config);
+    let e = imp_err("\
+<target iqn.2026-11.org.example:g>
+    alua_group 1
+    alua_peers 1
+</target>
+");
+    assert!(e.contains(":3:") && e.contains("already used"), "{e}");
+    let e = imp_err("\
+<target iqn.2026-11.org.example:g>
+    alua_group two
+</target>
+");
+    assert!(e.contains(":2:") && e.contains("not a number"), "{e}");
+}
+
 fn luns(c: &Config, t: usize) -> Vec<(u64, String)> {
     c.targets[t]
         .luns

@@ -158,8 +158,9 @@ pub struct Target {
     /// sessions.
     conn_config: RwLock<ConnConfig>,
     pub mgmt: Mutex<TargetMgmt>,
-    /// ALUA: this gateway's port group (also the iSCSI target portal group tag) and peers.
-    pub alua: config::AluaConfig,
+    /// ALUA: this gateway's port group (also the iSCSI target portal group tag) and peers;
+    /// set while the target has no LUN and no session ([`Target::set_alua`]).
+    alua: RwLock<Arc<config::AluaConfig>>,
     /// The target's own session limit (`max_sessions`, tgtadm `MaxSessions`); 0 = none.
     max_sessions: AtomicU32,
 }
@@ -195,20 +196,32 @@ impl Target {
                 auth: AuthBinding::default(),
                 extra: Vec::new(),
             }),
-            alua: config::AluaConfig::default(),
+            alua: RwLock::new(Arc::new(config::AluaConfig::default())),
             max_sessions: AtomicU32::new(0),
         }
     }
 
     /// The same target with ALUA settings `alua` (its LUNs must have been opened with them).
-    pub fn with_alua(mut self, alua: config::AluaConfig) -> Target {
-        self.alua = alua;
+    pub fn with_alua(self, alua: config::AluaConfig) -> Target {
+        self.set_alua(alua);
         self
+    }
+
+    /// The target's ALUA settings now.
+    pub fn alua(&self) -> Arc<config::AluaConfig> {
+        Arc::clone(&self.alua.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replaces the ALUA settings. Only for a target without LUNs (each LUN was opened with
+    /// the settings of its time: its state machine, its owner's lock) and without sessions
+    /// (they logged in with the old group as their portal group tag): management checks.
+    pub fn set_alua(&self, alua: config::AluaConfig) {
+        *self.alua.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(alua);
     }
 
     /// The iSCSI target portal group tag: the ALUA target port group.
     pub fn portal_group_tag(&self) -> u16 {
-        self.alua.group
+        self.alua().group
     }
 
     /// The target's own session limit, if it has one.

@@ -10,9 +10,10 @@ use std::path::Path;
 
 use tests::alua::rtpg;
 use tests::cdb::{SYNC10, cdb10, sense_of};
-use tests::daemon::{create_sparse, require_numatgtd};
+use tests::daemon::{TargetKind, create_sparse, require_numatgtd};
+use tests::mgmt::{new_lun, new_open_target, numatgtadm_bin, restart_from_dump};
 use tests::pdu::ScsiSession;
-use tests::{Daemon, TEST_IQN};
+use tests::{Daemon, TEST_IQN, tools};
 
 const BS: usize = 512;
 const BLOCKS: u16 = 64;
@@ -228,4 +229,154 @@ fn active_non_optimized_gateways_serve_coherently_without_cache() {
             "round {round}: the other gateway reads the new data"
         );
     }
+}
+
+/// `tgtadm --mode target --op update --tid TID --name NAME --value VALUE` on `d`.
+fn update_target(d: &Daemon, tid: &str, name: &str, value: &str) -> tools::ToolRun {
+    d.tgtadm(&[
+        "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", tid, "--name", name,
+        "--value", value,
+    ])
+}
+
+/// A gateway made as a tgtd user makes one: numatgtd started like tgtd, then with
+/// Debian's tgtadm only: target 1 open to all, its ALUA group `group`, peer `peer` and
+/// standby non-owners, then LUN 1 on `file`.
+fn tgtadm_gateway(file: &Path, group: u16, peer: u16) -> Daemon {
+    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
+    new_open_target(&d, "1", TEST_IQN);
+    for (name, value) in [
+        ("alua_group", group.to_string()),
+        ("alua_peers", peer.to_string()),
+        ("alua_non_owner_state", "standby".to_string()),
+    ] {
+        update_target(&d, "1", name, &value).check(name);
+    }
+    new_lun(&d, "1", "1", file, &[]).check("LUN 1");
+    d
+}
+
+/// Two gateways set up with Debian's tgtadm alone (no YAML; issue 26): the groups and
+/// peers given with `--op update --mode target --name alua_*` before the LUN, reported by
+/// INQUIRY and REPORT TARGET PORT GROUPS on both and shown by `--op show`; ownership
+/// moves as with YAML gateways. Refused clearly: a change once the target has a LUN, a
+/// clash of groups, an unknown value. `numatgtadm --dump` keeps the settings and a
+/// daemon started from the dump reports the same groups.
+#[test]
+fn alua_groups_made_with_tgtadm_alone() {
+    require_numatgtd("alua_groups_made_with_tgtadm_alone");
+    tools::require_tool("tgtadm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("shared.img");
+    create_sparse(&file, 16 << 20);
+    let a = tgtadm_gateway(&file, 1, 2);
+    let b = tgtadm_gateway(&file, 2, 1);
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:alua-tgtadm-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:alua-tgtadm-b");
+    let (st, _, inq) = sa.command(&[0x12, 0, 0, 0, 96, 0], &[], 96);
+    assert_eq!((st, inq[5] & 0x30), (0, 0x10), "TPGS = 01b");
+    let (naa_a, port_a, tpg_a) = vpd83(&mut sa);
+    let (naa_b, port_b, tpg_b) = vpd83(&mut sb);
+    assert_eq!(naa_a, naa_b, "both gateways report the same LU");
+    assert_eq!((port_a, tpg_a, port_b, tpg_b), (1, 1, 2, 2));
+    let both = vec![(1, 0x0, vec![1]), (2, 0x2, vec![2])];
+    assert_eq!(rtpg(&mut sa), both, "A: group 1 owns, 2 standby");
+    assert_eq!(rtpg(&mut sb), both, "B reports the same");
+    let (st, sense, _) = read(&mut sb);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((2, 0x04, 0x0B))),
+        "B is standby"
+    );
+
+    // shown: the target's line and its parameters
+    let show = b.tgtadm(&["--lld", "iscsi", "--mode", "target", "--op", "show"]);
+    assert!(
+        show.stdout
+            .contains("ALUA: group 2, relative port 2, peers 1:1, non-owner state standby"),
+        "{}",
+        show.stdout
+    );
+    let params = b.tgtadm(&[
+        "--lld", "iscsi", "--mode", "target", "--op", "show", "--tid", "1",
+    ]);
+    for want in [
+        "alua_group=2",
+        "alua_peers=1:1",
+        "alua_non_owner_state=standby",
+    ] {
+        assert!(params.stdout.contains(want), "{want}: {}", params.stdout);
+    }
+
+    // moves as YAML gateways do
+    set_owner(&a, 2);
+    set_owner(&b, 2);
+    expect_state_changed(&mut sa, "A after giving the LUN up");
+    expect_state_changed(&mut sb, "B after taking the LUN over");
+    let moved = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
+    assert_eq!(rtpg(&mut sa), moved);
+    assert_eq!(rtpg(&mut sb), moved);
+    let p = pattern(3);
+    write(&mut sb, &p);
+    sync(&mut sb);
+    set_owner(&b, 1);
+    set_owner(&a, 1);
+    expect_state_changed(&mut sa, "A after taking the LUN back");
+    let (st, _, got) = read(&mut sa);
+    assert_eq!(st, 0);
+    assert!(got == p, "A reads what B wrote");
+
+    // refused: a target with a LUN, a clash, a bad value; nothing changes
+    let r = update_target(&a, "1", "alua_group", "3");
+    assert!(!r.status.success(), "alua_group changed under a LUN: {r}");
+    assert!(
+        r.stderr.contains("this logical unit is still active"),
+        "{r}"
+    );
+    assert!(
+        a.log().contains("set them before adding any"),
+        "{}",
+        a.log_tail(5)
+    );
+    new_open_target(&a, "2", "iqn.2026-11.test:alua-second");
+    let r = update_target(&a, "2", "alua_peers", "1");
+    assert!(!r.status.success(), "a peer in this gateway's group: {r}");
+    assert!(
+        a.log().contains("already used by this gateway"),
+        "{}",
+        a.log_tail(5)
+    );
+    let r = update_target(&a, "2", "alua_non_owner_state", "optimized");
+    assert!(!r.status.success(), "a bad state: {r}");
+    update_target(&a, "2", "alua-group", "7").check("_ and - alike");
+    let params = a.tgtadm(&[
+        "--lld", "iscsi", "--mode", "target", "--op", "show", "--tid", "2",
+    ]);
+    assert!(
+        params.stdout.contains("alua_group=7") && params.stdout.contains("alua_relative_port=7"),
+        "{}",
+        params.stdout
+    );
+    assert_eq!(rtpg(&mut sa), both, "target 1 unchanged");
+    drop(sb);
+    drop(b);
+
+    // kept by the dump: a daemon started from it reports the same groups
+    drop(sa);
+    let dumped = a.admin_tool(&numatgtadm_bin(), &["--dump"]);
+    dumped.check("numatgtadm --dump");
+    assert!(dumped.stdout.contains("alua:"), "{dumped}");
+    let c = restart_from_dump(a, &dumped.stdout);
+    let mut sc = ScsiSession::open(&c, "iqn.2026-11.test:alua-tgtadm-c");
+    let _ = sc.command(&[0; 6], &[], 0);
+    assert_eq!(rtpg(&mut sc), both, "restarted from the dump");
+    assert_eq!(vpd83(&mut sc).1, 1, "relative port 1");
+    let params = c.tgtadm(&[
+        "--lld", "iscsi", "--mode", "target", "--op", "show", "--tid", "1",
+    ]);
+    assert!(
+        params.stdout.contains("alua_peers=2:2"),
+        "{}",
+        params.stdout
+    );
 }

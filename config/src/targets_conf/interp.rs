@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use super::locations::Locations;
 use super::syntax::{Loc, Node};
+use crate::alua::RawAlua;
 use crate::error::ConfigError;
 use crate::raw::{
     List, RawAccount, RawAllow, RawAuth, RawConfig, RawIscsi, RawTarget, Word, YesNo,
@@ -120,6 +121,10 @@ const TARGET_KEYS: &[&str] = &[
     "controller-tid",
     "nop-interval",
     "nop-count",
+    "alua-group",
+    "alua-relative-port",
+    "alua-peers",
+    "alua-non-owner-state",
 ];
 
 pub(super) fn norm(name: &str) -> String {
@@ -579,6 +584,19 @@ impl Interp {
                             }
                         }
                         "controller-tid" => {}
+                        "alua-group"
+                        | "alua-relative-port"
+                        | "alua-peers"
+                        | "alua-non-owner-state" => {
+                            let field = lname["alua-".len()..].replace('-', "_");
+                            self.locations.set(format!("{base}.alua"), dloc, dname);
+                            self.locations
+                                .set(format!("{base}.alua.{field}"), dloc, dname);
+                            let raw = t.alua.get_or_insert_with(RawAlua::default);
+                            if let Err(msg) = crate::alua::set_raw(raw, &field, value) {
+                                self.fail(err_at(dloc, dname, msg))?;
+                            }
+                        }
                         "nop-interval" | "nop-count" => {
                             let key = if lname == "nop-interval" {
                                 "NopInterval"

@@ -111,7 +111,7 @@ pub(crate) fn set_target_port_groups(
     reply: crate::backend::reply::ReplyTo,
 ) -> crate::backend::reply::Answer {
     use crate::backend::reply::{Answer, completed};
-    let me = target.alua.group;
+    let me = target.portal_group_tag();
     let take = asks
         .iter()
         .any(|&(g, s)| g == me && s == AccessState::ActiveOptimized);

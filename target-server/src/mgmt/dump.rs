@@ -77,6 +77,7 @@ fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
 
 fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConfig {
     let m = t.mgmt().clone();
+    let alua = t.alua();
     config::TargetConfig {
         tid: Some(t.tid),
         alias: t.alias.clone(),
@@ -92,9 +93,9 @@ fn target_config(t: &Target, global: &config::IscsiParams) -> config::TargetConf
             .lun_set()
             .map
             .values()
-            .map(|l| lun_config(l, &t.alua))
+            .map(|l| lun_config(l, &alua))
             .collect(),
-        alua: (t.alua != config::AluaConfig::default()).then(|| t.alua.clone()),
+        alua: (*alua != config::AluaConfig::default()).then(|| (*alua).clone()),
         ..config::TargetConfig::new(&t.iqn)
     }
 }

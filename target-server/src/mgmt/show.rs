@@ -86,6 +86,11 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
     if let Some(n) = t.max_sessions() {
         let _ = writeln!(out, "        Max sessions: {n}");
     }
+    // numatgt: the ALUA settings, when the target has any (tgtd's output has no such line)
+    let alua = t.alua();
+    if *alua != config::AluaConfig::default() {
+        let _ = writeln!(out, "        ALUA: {}", alua_line(&alua));
+    }
     out.push_str("    I_T nexus information:\n");
     for s in sessions {
         let _ = writeln!(out, "        I_T nexus: {}", s.tsih);
@@ -107,8 +112,9 @@ pub fn target(out: &mut String, t: &Target, sessions: &[SessionView]) {
                 .replace("{tid}", &t.tid.to_string()),
         );
     }
+    let alua = t.alua();
     for lun in luns.map.values() {
-        lun_entry(out, lun, &t.alua);
+        lun_entry(out, lun, &alua);
     }
     out.push_str("    Account information:\n");
     for u in &mgmt.auth.incoming {
@@ -173,6 +179,43 @@ pub const FIXED_KEYS: [(&str, &str); 9] = [
 ];
 
 /// `--op show --mode target --tid N`: the target's parameters, in tgtd's order.
+/// The peers as `G:P` joined by `sep`, or `none`.
+fn peers_text(a: &config::AluaConfig, sep: &str) -> String {
+    if a.peers.is_empty() {
+        return "none".into();
+    }
+    let peers: Vec<String> = a
+        .peers
+        .iter()
+        .map(|p| format!("{}:{}", p.group, p.relative_port))
+        .collect();
+    peers.join(sep)
+}
+
+/// `group 2, relative port 2, peers 1:1 3:7, non-owner state standby` (`auto`: by LUN kind).
+fn alua_line(a: &config::AluaConfig) -> String {
+    format!(
+        "group {}, relative port {}, peers {}, non-owner state {}",
+        a.group,
+        a.relative_port,
+        peers_text(a, " "),
+        a.non_owner_state.map_or("auto", |s| s.as_str())
+    )
+}
+
+/// The ALUA settings as `--op update` names them, for `--op show --tid N`.
+fn alua_params(a: &config::AluaConfig) -> Vec<(&'static str, String)> {
+    vec![
+        ("alua_group", a.group.to_string()),
+        ("alua_relative_port", a.relative_port.to_string()),
+        ("alua_peers", peers_text(a, ",")),
+        (
+            "alua_non_owner_state",
+            a.non_owner_state.map_or("auto", |s| s.as_str()).to_string(),
+        ),
+    ]
+}
+
 pub fn target_params(t: &Target) -> String {
     let cc: ConnConfig = t.conn_config();
     let extra = t.mgmt().extra.clone();
@@ -234,6 +277,12 @@ pub fn target_params(t: &Target) -> String {
         ),
         ("MaxQueueCmd", cc.max_queued_commands.to_string()),
     ];
+    // numatgt: the ALUA settings, when the target has any (not in tgtd's list)
+    let alua = t.alua();
+    let mut rows = rows;
+    if *alua != config::AluaConfig::default() {
+        rows.extend(alua_params(&alua));
+    }
     let mut out = String::new();
     for (k, v) in rows {
         let _ = writeln!(out, "{k}={v}");

@@ -211,7 +211,7 @@ fn open_new(
         &crate::runtime::LunHome {
             iqn: &t.iqn,
             tid: t.tid,
-            alua: &t.alua,
+            alua: &t.alua(),
         },
         lc,
         ctx.registry.alloc_cache_id(),
@@ -364,7 +364,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         params.num_blocks = resize_store(&t, &lun, to)?;
     }
     if let Some(g) = owner {
-        crate::alua::set_owner(&lun, &t.alua, g, ctx.cache.as_ref()).map_err(|e| {
+        crate::alua::set_owner(&lun, &t.alua(), g, ctx.cache.as_ref()).map_err(|e| {
             tracing::warn!(lun = lun.number, "ALUA owner not changed: {e}");
             ErrCode::InvalidRequest
         })?;
@@ -452,7 +452,7 @@ impl Update {
             // numatgt: ALUA, the target port group that owns the LUN (active/optimized)
             "alua_owner" => {
                 let g = v.parse::<u16>().map_err(|_| ErrCode::InvalidRequest)?;
-                if !t.alua.has_group(g) {
+                if !t.alua().has_group(g) {
                     tracing::warn!(
                         lun = lun.number,
                         group = g,

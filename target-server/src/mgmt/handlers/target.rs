@@ -1,6 +1,6 @@
 //! `--mode target`: new, delete (`--force` closes the sessions), show (all, or one target's
 //! parameters), bind/unbind access rules, update (state, NOP-In, iSCSI session keys for new
-//! sessions), stat.
+//! sessions, the ALUA group and peers of a target without LUNs), stat.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -292,8 +292,54 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     if pairs.is_empty() {
         return Err(ErrCode::InvalidRequest);
     }
-    update_keys(&t, pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    let (alua, keys): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(k, _)| is_alua(k));
+    if !alua.is_empty() {
+        update_alua(ctx, &t, alua.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    }
+    if !keys.is_empty() {
+        update_keys(&t, keys.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    }
     Ok(String::new())
+}
+
+/// Whether `name` is one of the target's ALUA settings (`config::alua::TGTADM_NAMES`).
+fn is_alua(name: &str) -> bool {
+    let key = name.to_ascii_lowercase().replace('-', "_");
+    config::alua::TGTADM_NAMES.contains(&key.as_str())
+}
+
+/// Sets the target's ALUA group, relative port, peers or non-owner state (all of
+/// `settings`, or none of them: the first one that is wrong is refused with the reason in
+/// the log). Only while the target has no LUN (each LUN runs with the settings it was
+/// added with) and no session (each logged in with the group as its portal group tag).
+fn update_alua<'a>(
+    ctx: &Ctx,
+    t: &Target,
+    settings: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), ErrCode> {
+    let luns = t.lun_set().map.len();
+    if luns > 0 {
+        tracing::warn!(target = %t.iqn, luns,
+            "ALUA settings are refused while the target has LUNs: set them before adding any");
+        return Err(ErrCode::LunActive);
+    }
+    let sessions = ctx.registry.sessions_of(&t.iqn).len();
+    if sessions > 0 {
+        tracing::warn!(target = %t.iqn, sessions,
+            "ALUA settings are refused while sessions are logged in to the target");
+        return Err(ErrCode::TargetActive);
+    }
+    let mut alua = (*t.alua()).clone();
+    for (name, value) in settings {
+        alua = alua.with_setting(name, value).map_err(|why| {
+            tracing::warn!(target = %t.iqn, "ALUA setting refused: {why}");
+            ErrCode::InvalidRequest
+        })?;
+    }
+    tracing::info!(target = %t.iqn, group = alua.group, relative_port = alua.relative_port,
+        peers = ?alua.peers, non_owner_state = ?alua.non_owner_state, "ALUA settings");
+    t.set_alua(alua);
+    Ok(())
 }
 
 /// Applies `name=value` pairs in order (stopping at the first invalid one, as before),
