@@ -438,6 +438,35 @@ impl CacheSettings {
         }
     }
 
+    /// These settings with `size` per node (numatgtd's `--cache-size`), checked as the
+    /// file's `cache.size_per_node` is: a fixed size holds the blocks the shape needs and
+    /// twice the read-ahead (an absolute dirty limit is kept within the cache at start).
+    pub fn with_size(self, size: CacheSize) -> Result<CacheSettings, String> {
+        if let CacheSize::Bytes(b) = size {
+            let blocks = self.blocks_per_node(b);
+            if blocks < self.min_blocks() {
+                return Err(format!(
+                    "{} holds {blocks} cache blocks of {}, fewer than {} (the cache needs at \
+                     least 16 blocks per node and one per partition)",
+                    crate::format_size(b),
+                    crate::format_size(self.block_size.into()),
+                    self.min_blocks()
+                ));
+            }
+            if u64::from(self.read_ahead) > blocks / 2 {
+                return Err(format!(
+                    "{} holds {blocks} cache blocks, fewer than twice cache.read_ahead ({})",
+                    crate::format_size(b),
+                    self.read_ahead
+                ));
+            }
+        }
+        Ok(CacheSettings {
+            size_per_node: size,
+            ..self
+        })
+    }
+
     /// The fewest blocks a node's cache may have: 16, and one per partition.
     pub fn min_blocks(&self) -> u64 {
         16u64.max(u64::from(self.partitions_per_node))

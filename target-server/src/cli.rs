@@ -86,6 +86,11 @@ pub struct Cli {
     #[arg(long = "sanitize-rate", value_name = "MIB_PER_S", default_value_t = 0)]
     pub sanitize_rate: u64,
 
+    /// Bytes of block cache per NUMA node (e.g. 64M, 2G) or `auto`. Overrides
+    /// `cache.size_per_node`.
+    #[arg(long = "cache-size", value_name = "SIZE|auto", value_parser = parse_cache_size)]
+    pub cache_size: Option<config::CacheSize>,
+
     /// Serve Prometheus metrics at http://ADDR/metrics and the status page at http://ADDR/
     /// (`off` turns it off). Overrides `metrics.address`; default 127.0.0.1:9470.
     #[arg(long = "metrics", value_name = "ADDR|off", value_parser = parse_metrics_addr)]
@@ -216,6 +221,13 @@ pub(crate) fn parse_portal(v: &str) -> Result<SocketAddr, String> {
 fn parse_io_engine(s: &str) -> Result<config::IoEngine, String> {
     config::IoEngine::parse(s)
         .ok_or_else(|| format!("must be auto, io_uring or threads, not {s:?}"))
+}
+
+fn parse_cache_size(s: &str) -> Result<config::CacheSize, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(config::CacheSize::Auto);
+    }
+    config::parse_size(s).map(config::CacheSize::Bytes)
 }
 
 fn parse_metrics_addr(s: &str) -> Result<config::MetricsAddress, String> {

@@ -86,6 +86,12 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
     if let Some(a) = cli.metrics {
         cfg.metrics.address = a;
     }
+    if let Some(size) = cli.cache_size {
+        cfg.cache = cfg
+            .cache
+            .with_size(size)
+            .map_err(|e| format!("--cache-size: {e}"))?;
+    }
     if cli.metrics_session_info {
         cfg.metrics.session_info = true;
     }

@@ -107,3 +107,47 @@ fn out_of_range_limits_are_rejected() {
         assert_rejected(&r, &cfg, &format!("limits.{key}"));
     }
 }
+
+/// `--cache-size` sets the cache per node when numatgtd is started like tgtd (no
+/// configuration file); a size too small for the cache's shape stops the start with a
+/// message naming the option.
+#[test]
+fn cache_size_option_sets_or_refuses_the_cache() {
+    require_numatgtd("cache_size_option_sets_or_refuses_the_cache");
+    let d = tests::Daemon::start_like_tgtd_env(
+        tests::TargetKind::Numatgtd,
+        &["--cache-size", "64M"],
+        &[],
+    );
+    let log = d.log();
+    let ready = log
+        .lines()
+        .find(|l| l.contains("NUMA block cache ready"))
+        .unwrap_or_else(|| panic!("no cache line\n{log}"));
+    assert!(
+        ready.contains("size_per_node=64M") && ready.contains("configured=64M"),
+        "{ready}"
+    );
+    drop(d);
+    let state = tempfile::tempdir().expect("state dir");
+    let r = tools::run(
+        20,
+        &numatgtd_bin().to_string_lossy(),
+        [
+            "-f".to_string(),
+            "--cache-size".into(),
+            "512K".into(),
+            "--state-dir".into(),
+            state.path().to_string_lossy().into_owned(),
+            "-C".into(),
+            daemon::random_control_port().to_string(),
+            "--iscsi".into(),
+            format!("portal=127.0.0.1:{}", daemon::free_port()),
+        ],
+    );
+    assert!(!r.timed_out() && !r.status.success(), "512K accepted\n{r}");
+    assert!(
+        r.stderr.contains("--cache-size: 512K holds 8 cache blocks"),
+        "{r}"
+    );
+}
