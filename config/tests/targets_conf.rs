@@ -81,18 +81,22 @@ fn alua_directives_set_the_gateway_group() {
     assert_eq!(peers, vec![(1, 1), (3, 7)]);
     assert_eq!(a.non_owner_state, Some(config::NonOwnerState::Standby));
     round_trips(&i.config);
-    let e = imp_err("\
+    let e = imp_err(
+        "\
 <target iqn.2026-11.org.example:g>
     alua_group 1
     alua_peers 1
 </target>
-");
+",
+    );
     assert!(e.contains(":3:") && e.contains("already used"), "{e}");
-    let e = imp_err("\
+    let e = imp_err(
+        "\
 <target iqn.2026-11.org.example:g>
     alua_group two
 </target>
-");
+",
+    );
     assert!(e.contains(":2:") && e.contains("not a number"), "{e}");
 }
 
