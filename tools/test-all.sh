@@ -111,7 +111,8 @@ vm_multipath_rbd_test() {
     return 1
   fi
   # the same over an RBD image on a mini Ceph cluster in the guest: explicit ALUA, the
-  # kernel's STPG makes gateway 2 fence the SIGKILLed owner and take the LUN over
+  # kernel's STPG makes gateway 2 fence the SIGKILLed owner and take the LUN over; then
+  # sg_get_lba_status on a thin RBD LUN against rbd diff, before and after a blkdiscard
   MPATH_BACKEND=rbd "$REPO/tools/vm/test-vm-multipath.sh"
 }
 

@@ -16,7 +16,10 @@
 #     from the kill to the first file acknowledged after it;
 #   - gateway 1 is started again: iscsid logs in again, the path checker reinstates the
 #     path and (failback immediate) group 1's path group is active again;
-#   - the writer stops, every acknowledged file is checked, umount, `e2fsck -fn` clean.
+#   - the writer stops, every acknowledged file is checked, umount, `e2fsck -fn` clean;
+#   - rbd: with the gateways stopped and Ceph still up, guest-rbd-thin.sh (issue 25): a
+#     thin RBD LUN of a third numatgtd, made with tgtadm; sg_get_lba_status in the guest
+#     must map what `rbd diff` lists, before and after a blkdiscard of its first object.
 # Env: NUMATGTD              path of the numatgtd binary as the guest sees it
 #      MPATH_REPLACEMENT     open-iscsi replacement_timeout in s of the node records (5);
 #                            multipathd sets the sessions' recovery_tmo to its
@@ -53,8 +56,8 @@
 #                            gateway 1 and either comes back (a round trip, counted) or
 #                            stays (a failback, reported); it must settle within 30 s on
 #                            one owner, the other standby, with the matching map
-# Prints VM_MPATH_OK mode=M backend=B stall=S files_before=N files_after=M verified=V fsck=clean on success,
-# VM_MPATH_FAIL: <why> otherwise.
+# Prints VM_MPATH_OK mode=M backend=B [lba_status=rbd_diff(...)] stall=S files_before=N
+# files_after=M verified=V fsck=clean on success, VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) into "set --" is intended
 # shellcheck disable=SC2046
 set -u
@@ -95,8 +98,12 @@ MPID=
 MAP=
 C1=$((2000 + $$ % 20000))
 C2=$((C1 + 1))
+THIN_PID=
+THIN_IQN=
+THIN_RESULT=
 
 . /vmtest/guest-lib.sh
+[ "$BACKEND" = rbd ] && . /vmtest/guest-rbd-thin.sh
 fail() {
   echo "VM_MPATH_FAIL: $*"
   multipath -ll 2>&1 | head -n 30
@@ -111,7 +118,12 @@ fail() {
   [ -n "$MPID" ] && kill -9 "$MPID" 2>/dev/null
   [ -n "$MAP" ] && dmsetup remove --force "$MAP" 2>/dev/null
   timeout 30 iscsiadm -m node -T "$IQN" --logout >/dev/null 2>&1
-  for p in $G1PID $G2PID $UPID; do kill -9 "$p" 2>/dev/null; done
+  [ -n "$THIN_IQN" ] && timeout 30 iscsiadm -m node -T "$THIN_IQN" --logout >/dev/null 2>&1
+  for p in $G1PID $G2PID $THIN_PID $UPID; do kill -9 "$p" 2>/dev/null; done
+  if [ -s /tmp/thin.log ]; then
+    echo "---- numatgtd of the thin LUN (last 20 lines) ----"
+    tail -n 20 /tmp/thin.log
+  fi
   if [ -n "$CEPH_DIR" ]; then
     echo "---- ceph osd.0 log (last 20 lines) ----"
     tail -n 20 "$CEPH_DIR"/log/osd.0.log 2>/dev/null
@@ -267,7 +279,7 @@ wait_acked_over() { # N SECONDS WHY
 
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
 tools="mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum"
-[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl"
+[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl tgtadm sg_get_lba_status blkdiscard blockdev"
 for t in $tools; do
   command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace; tools/install-test-deps.sh)"
 done
@@ -590,6 +602,7 @@ for v in G1PID G2PID; do
   eval "$v="
   [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
 done
+[ "$BACKEND" = rbd ] && rbd_thin_check
 kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
 if [ -n "$CEPH_DIR" ]; then
   bash /vmtest/down.sh "$CEPH_DIR" || fail "tools/ceph/down.sh"
@@ -597,4 +610,4 @@ if [ -n "$CEPH_DIR" ]; then
 fi
 echo "---- kernel ALUA / multipath messages ----"
 dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
-echo "VM_MPATH_OK mode=$MODE backend=$BACKEND takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$FILES lost=0 failback=$failback fsck=clean"
+echo "VM_MPATH_OK mode=$MODE backend=$BACKEND${THIN_RESULT:+ $THIN_RESULT} takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$FILES lost=0 failback=$failback fsck=clean"

@@ -12,8 +12,9 @@
 #      MPATH_BACKEND (file; rbd: an RBD image on a mini Ceph cluster started inside the guest
 #      with tools/ceph/up.sh, explicit ALUA with gateway 2 standby; after the kill the kernel
 #      activates gateway 2's group with STPG, gateway 2 fences the dead owner and takes the
-#      LUN over; VM_MEM defaults to 3072 and VM_TIMEOUT to 420 then), OSD_BYTES (the memstore
-#      size, up.sh's 1 GiB)
+#      LUN over; then guest-rbd-thin.sh: GET LBA STATUS of a thin RBD LUN, by sg_get_lba_status,
+#      against rbd diff, before and after a blkdiscard; VM_MEM defaults to 3072 and VM_TIMEOUT
+#      to 420 then), OSD_BYTES (the memstore size, up.sh's 1 GiB)
 #      VM_TIMEOUT (240) and the other vm-run.sh variables; VM_OUT=DIR keeps the daemon logs.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
@@ -32,12 +33,16 @@ NAME=test-vm-multipath
 . "$HERE/host-lib.sh"
 VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN MPATH_BACKEND OSD_BYTES" VM_FILES=""
 if [ "$BACKEND" = rbd ]; then
-  for t in ceph-mon ceph-osd ceph rbd sg_rtpg curl; do
+  for t in ceph-mon ceph-osd ceph rbd sg_rtpg curl tgtadm sg_get_lba_status blkdiscard; do
     command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh)" >&2; exit 1; }
   done
   # the Ceph cluster runs in the guest's RAM (memstore) beside two gateways' caches
   export VM_MEM=${VM_MEM:-3072}
-  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh"
+  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh $HERE/guest-rbd-thin.sh"
 fi
 vm_ship_numatgtd
-vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
+if [ "$BACKEND" = rbd ]; then
+  vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode=stpg backend=rbd lba_status=rbd_diff("
+else
+  vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
+fi
