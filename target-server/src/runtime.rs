@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cache::create_sparse;
 use cache::{
@@ -972,7 +972,8 @@ impl Daemon {
 }
 
 /// Once every connection is closed: lets the I/O workers finish what is queued, writes every
-/// dirty cache block back, then makes everything that was written durable.
+/// dirty cache block back, makes everything that was written durable, then closes every
+/// LUN's backing store.
 fn write_back_and_sync(shared: Arc<Shared>, flushers: Option<Flushers>) {
     let registry = Arc::clone(&shared.registry);
     if let Ok(shared) = Arc::try_unwrap(shared) {
@@ -981,7 +982,74 @@ fn write_back_and_sync(shared: Arc<Shared>, flushers: Option<Flushers>) {
     if let Some(f) = flushers {
         f.stop();
     }
-    sync_all(&registry);
+    let unsynced = sync_all(&registry);
+    close_all(&registry, &unsynced, CLOSE_WAIT);
+}
+
+/// How long a stop waits for the backing stores to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes every LUN out of its target and lets it go, its store closing with it (an RBD
+/// image: `rbd_close`, which ends its watch and gives its exclusive lock back, so the next
+/// client of the image — a restarted daemon, another gateway, `rbd rm` — need not wait for
+/// the cluster to time them out; the cluster connection closes with its last image). Each
+/// on a thread of its own, after its ALUA ownership thread let go of it; waits at most
+/// `wait` for all of them. LUNs whose final sync failed (`unsynced`: tid and LUN) stay
+/// open until the process ends: closing an image whose cluster does not answer can abort
+/// inside librbd (Pacific's exclusive-lock dispatch asserts), and the cluster times their
+/// watches out anyway.
+fn close_all(registry: &Registry, unsynced: &[(u32, u64)], wait: Duration) {
+    let mut luns = Vec::new();
+    for t in registry.targets() {
+        let taken = t.update_luns(|m| {
+            let (sick, healthy) = std::mem::take(m)
+                .into_iter()
+                .partition(|(n, _)| unsynced.contains(&(t.tid, *n)));
+            *m = sick;
+            healthy
+        });
+        luns.extend(taken.into_values());
+    }
+    if luns.is_empty() {
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let n = luns.len();
+    for lun in luns {
+        if let Some(o) = &lun.rbd_ownership {
+            o.stop();
+        }
+        let done = tx.clone();
+        let close = move || {
+            // the last holder drops it; an ownership thread ends within its poll step
+            let until = Instant::now() + wait;
+            while Arc::strong_count(&lun) > 1 && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(lun);
+            let _ = done.send(());
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("close-lun".into())
+            .spawn(close)
+        {
+            tracing::error!("closing the LUNs: cannot start a thread: {e}");
+            let _ = tx.send(());
+        }
+    }
+    let until = Instant::now() + wait;
+    let closed = (0..n)
+        .take_while(|_| {
+            rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+                .is_ok()
+        })
+        .count();
+    if closed < n {
+        tracing::warn!(
+            luns = n - closed,
+            "backing stores not closed within {wait:?}; stopping anyway"
+        );
+    }
 }
 
 /// Start the metrics server where `settings` say. An explicit address that cannot be used
@@ -1012,16 +1080,23 @@ fn start_metrics(
     }
 }
 
-fn sync_all(registry: &Registry) {
+/// Makes every LUN's store durable; returns the LUNs (tid, number) whose sync failed.
+fn sync_all(registry: &Registry) -> Vec<(u32, u64)> {
     // every LUN at once: a sick cluster's flushes time out together, not one after another
     let targets = registry.targets();
+    let failed = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for t in &targets {
             for lun in t.lun_set().map.values() {
                 let lun = Arc::clone(lun);
+                let failed = &failed;
                 let run = move || {
                     if let Err(e) = lun.store.sync() {
                         tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((t.tid, lun.number));
                     }
                 };
                 if let Err(e) = std::thread::Builder::new()
@@ -1033,4 +1108,5 @@ fn sync_all(registry: &Registry) {
             }
         }
     });
+    failed.into_inner().unwrap_or_else(|p| p.into_inner())
 }

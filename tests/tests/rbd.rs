@@ -1124,13 +1124,22 @@ fn rbd_luns_dump_their_cache_mode_and_restart_from_it() {
         (TEST_IQN.to_string(), 2, Some(config::CacheMode::Numa)),
     ];
     assert_eq!(dumped_cache_modes(&dumped.stdout), want, "{dumped}");
-    // a clean stop writes the cached LUN back and lets the images go
+    // a clean stop writes the cached LUN back and lets the images go: closed, no watch or
+    // lock left for the cluster to time out
     let (status, _) = d.terminate(Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| s.success()),
         "{status:?}\n{}",
         d.log_tail(20)
     );
+    for image in ["rbd/plain", "rbd/cached"] {
+        let st = c.rbd(30, &["status", image]);
+        st.check("rbd status");
+        assert!(
+            st.stdout.contains("Watchers: none"),
+            "{image} still watched after a clean stop:\n{st}"
+        );
+    }
     let again = restart_from_dump(d, &dumped.stdout);
     let redumped = again.admin_tool(&bin, &["--dump"]);
     redumped.check("numatgtadm --dump after the restart");
