@@ -400,6 +400,13 @@ impl LogicalUnit {
         self.state.wce.load(Ordering::Relaxed)
     }
 
+    /// Sets the current Caching mode page WCE, as the administrator asks (tgtadm's
+    /// `mode_page=8:0:...`); MODE SELECT changes it the same way. Writes already cached
+    /// stay until SYNCHRONIZE CACHE or the write-back; later writes follow the new bit.
+    pub fn set_write_cache(&self, on: bool) {
+        self.state.wce.store(on, Ordering::Relaxed);
+    }
+
     /// The one durability rule of every write (SBC-3 4.11, the Caching mode page): stable
     /// on the medium before GOOD when the command asks (`fua`), when the write cache is
     /// disabled (WCE=0), or when the LU writes through ([`LuParams::write_through`]).

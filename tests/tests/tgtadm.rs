@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tests::daemon::create_sparse;
 use tests::mgmt::{IQN1, IQN2, first_difference, inq, normalise, numatgtadm_bin, step, step_with};
+use tests::pdu::ScsiSession;
 use tests::tools;
 use tests::{Daemon, TargetKind};
 
@@ -503,6 +504,7 @@ fn targets_conf(files: &Path) -> String {
          \x20   initiator-address 127.0.0.1\n\
          \x20   vendor_id ACME\n\
          \x20   product_id Confdisk\n\
+         \x20   write-cache off\n\
          \x20   MaxRecvDataSegmentLength 65536\n\
          </target>\n\
          <target {IQN2}>\n\
@@ -609,6 +611,21 @@ fn tgt_admin_configures_numatgtd_like_tgtd() {
     r.check("iscsi-inq LUN 2");
     assert!(r.stdout.contains("Vendor:ACME"), "{r}");
     assert!(r.stdout.contains("Product:Confdisk"), "{r}");
+    // `write-cache off` (tgt-admin: --params mode_page=8:0:...): the Caching page's WCE is 0
+    let mut s = ScsiSession::open_target(&ours, "iqn.2026-11.org.numatgt:wce-probe", IQN1);
+    for lun in [1u16, 2] {
+        s.lun = lun;
+        let _ = s.command(&[0; 6], &[], 0);
+        let (st, sense, page) = s.command(&[0x1a, 0x08, 0x08, 0, 252, 0], &[], 252);
+        assert_eq!(st, 0, "MODE SENSE LUN {lun}: {sense:x?}");
+        assert_eq!(page.get(4).map(|p| p & 0x3f), Some(0x08), "{page:x?}");
+        assert_eq!(
+            page.get(6).map(|b| b & 0x04),
+            Some(0),
+            "LUN {lun}: WCE set: {page:x?}"
+        );
+    }
+    drop(s);
 
     // tgt-admin --delete ALL removes everything again
     ours.admin_tool("tgt-admin", &["--delete", "ALL"])

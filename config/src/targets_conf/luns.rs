@@ -279,37 +279,14 @@ impl Interp {
     /// `mode_page PAGE:SUBPAGE:LEN:BYTE...`: the Caching page (8:0) sets the
     /// write cache from its WCE bit; other pages are ignored with a warning.
     fn mode_page(&mut self, l: &mut RawLun, lp: &str, value: &str, set: &Setting) -> R<()> {
-        let parts: Result<Vec<u64>, String> = value.split(':').map(number).collect();
-        let parts = match parts {
-            Ok(p) if p.len() >= 3 => p,
-            Ok(_) => {
-                return self.fail(err_at(
-                    &set.loc,
-                    &set.name,
-                    format!("expected PAGE:SUBPAGE:LENGTH:BYTES... (got {value:?})"),
-                ));
+        match mode_page_wce(value) {
+            Ok(ModePage::Wce(wce)) => {
+                l.write_cache = Some(YesNo(wce));
+                self.locations
+                    .set(format!("{lp}.write_cache"), &set.loc, &set.name);
             }
+            Ok(ignored) => self.warn(&set.loc, &set.name, &ignored.to_string()),
             Err(m) => return self.fail(err_at(&set.loc, &set.name, m)),
-        };
-        if parts[0] == 8 && parts[1] == 0 {
-            match parts.get(3) {
-                Some(b2) => {
-                    l.write_cache = Some(YesNo(b2 & 0x04 != 0));
-                    self.locations
-                        .set(format!("{lp}.write_cache"), &set.loc, &set.name);
-                }
-                None => self.warn(
-                    &set.loc,
-                    &set.name,
-                    "ignored: caching page without data bytes",
-                ),
-            }
-        } else {
-            let msg = format!(
-                "ignored: mode page {}:{} is not configurable (only the caching page 8:0 WCE bit is)",
-                parts[0], parts[1]
-            );
-            self.warn(&set.loc, &set.name, &msg);
         }
         Ok(())
     }
@@ -396,4 +373,48 @@ fn new_lun(lun: u64, path: &str) -> RawLun {
         optimal_xfer_len: None,
         alua_owner: None,
     }
+}
+
+/// What a tgt `mode_page PAGE:SUBPAGE:LENGTH:BYTE...` sets in numatgt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModePage {
+    /// The Caching page (8:0): the write cache, from the WCE bit (0x04) of its first byte.
+    Wce(bool),
+    /// The Caching page without data bytes: nothing.
+    NoData,
+    /// Another page (page, subpage): not configurable, nothing.
+    Other(u64, u64),
+}
+
+impl std::fmt::Display for ModePage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModePage::Wce(w) => write!(f, "write cache {}", if *w { "on" } else { "off" }),
+            ModePage::NoData => f.write_str("ignored: caching page without data bytes"),
+            ModePage::Other(p, s) => write!(
+                f,
+                "ignored: mode page {p}:{s} is not configurable (only the caching page 8:0 WCE bit is)"
+            ),
+        }
+    }
+}
+
+/// Reads a tgt mode page setting (`mode_page=8:0:18:0x10:...`, what tgt-admin writes for
+/// `write-cache off`), for targets.conf and tgtadm's `--params mode_page=`; numbers in
+/// decimal or `0x` hex. `Err` says what is malformed.
+pub fn mode_page_wce(value: &str) -> Result<ModePage, String> {
+    let parts: Vec<u64> = value
+        .split(':')
+        .map(super::interp::number)
+        .collect::<Result<_, _>>()?;
+    if parts.len() < 3 {
+        return Err(format!(
+            "expected PAGE:SUBPAGE:LENGTH:BYTES... (got {value:?})"
+        ));
+    }
+    Ok(match (parts[0], parts[1], parts.get(3)) {
+        (8, 0, Some(b2)) => ModePage::Wce(b2 & 0x04 != 0),
+        (8, 0, None) => ModePage::NoData,
+        (p, s, _) => ModePage::Other(p, s),
+    })
 }

@@ -15,6 +15,7 @@ mod syntax;
 use std::path::Path;
 
 pub(crate) use locations::Locations;
+pub use luns::{ModePage, mode_page_wce};
 
 use crate::error::ConfigError;
 use crate::model::Config;

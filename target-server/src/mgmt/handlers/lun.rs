@@ -318,12 +318,11 @@ fn delete(ctx: &Ctx, h: &ReqHeader) -> Reply {
 }
 
 /// `--params` keys tgtd knows that numatgt does not change at run time.
-const UNSUPPORTED_KEYS: [&str; 10] = [
+const UNSUPPORTED_KEYS: [&str; 9] = [
     "lbppbe",
     "la_lba",
     "optimal_xfer_gran",
     "optimal_xfer_len",
-    "mode_page",
     "path",
     "bsopts",
     "bsoflags",
@@ -359,6 +358,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         rebuild,
         resize,
         owner,
+        wce,
     } = asked;
     if let Some(to) = resize {
         params.num_blocks = resize_store(&t, &lun, to)?;
@@ -369,6 +369,11 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
             ErrCode::InvalidRequest
         })?;
         meta.alua_owner = g;
+    }
+    if let Some(on) = wce {
+        params.write_cache = on;
+        lun.scsi.set_write_cache(on);
+        tracing::info!(target = %t.iqn, lun = lun.number, write_cache = on, "mode_page: write cache");
     }
     if rebuild {
         replace_lun(&t, &lun, params, meta);
@@ -390,6 +395,8 @@ struct Update {
     resize: Option<Option<u64>>,
     /// `alua_owner=`: the target port group that is to own the LUN.
     owner: Option<u16>,
+    /// `mode_page=8:0:...`: the Caching page's WCE bit.
+    wce: Option<bool>,
 }
 
 impl Update {
@@ -404,6 +411,7 @@ impl Update {
             rebuild: false,
             resize: None,
             owner: None,
+            wce: None,
         }
     }
 
@@ -416,6 +424,7 @@ impl Update {
             rebuild,
             resize,
             owner,
+            wce,
         } = self;
         match k {
             // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
@@ -462,6 +471,16 @@ impl Update {
                 }
                 *owner = Some(g);
             }
+            // what tgt-admin sends for `write-cache on|off`: the Caching page's WCE bit;
+            // other pages are not configurable (accepted and ignored, as in targets.conf)
+            "mode_page" => match config::targets_conf::mode_page_wce(v) {
+                Ok(config::targets_conf::ModePage::Wce(on)) => *wce = Some(on),
+                Ok(ignored) => tracing::warn!(lun = lun.number, "mode_page={v}: {ignored}"),
+                Err(e) => {
+                    tracing::warn!(lun = lun.number, "mode_page={v}: {e}");
+                    return Err(ErrCode::InvalidRequest);
+                }
+            },
             "online" => meta.online = parse_bool(v)?,
             "thin_provisioning" => meta.thin_provisioning = parse_bool(v)?,
             "sense_format" => {
