@@ -2,7 +2,9 @@
 # Guest side of the dm-multipath test (issue 16; runs as root inside the QEMU guest, see
 # vm-run.sh). Two numatgtd gateways export the same target and LUN from ONE backing file,
 # each as its own ALUA target port group; the guest kernel's initiator logs in to both and
-# dm-multipath (multipathd, prio alua, group_by_prio) builds one map over the two paths:
+# dm-multipath (multipathd, prio alua, group_by_prio) builds one map over the two paths.
+# Each gateway is started as tgtd is (no configuration file) and set up with Debian's
+# tgtadm alone: target, ALUA group, peer and non-owner state, LUN (issue 26).
 #   - gateway 1 (group 1, 127.0.0.1:3260) owns the LUN (active/optimized), gateway 2
 #     (group 2, 127.0.0.2:3260) reports it active/non-optimized; with active/non-optimized
 #     peers a file LUN is cached nowhere, so both gateways serve it coherently;
@@ -32,14 +34,14 @@
 #                            owner caches reads only); after the kill the I/O must queue
 #                            (no file acknowledged for MPATH_ADMIN s) until "the
 #                            administrator" runs tgtadm --params alua_owner=2 on gateway 2;
-#                            gateway 1 restarts with alua_owner: 2 and must come back as a
+#                            gateway 1 restarts with alua_owner=2 and must come back as a
 #                            standby path (prio 1), without a failback
 #      MPATH_BACKEND         file (default): one backing file, as above; rbd: the LUN is an
 #                            RBD image on a mini Ceph cluster started in the guest
 #                            (/vmtest/up.sh, tools/ceph/up.sh; OSD_BYTES its memstore
 #                            size), write_cache true, the owner caches write-back, and
-#                            explicit ALUA (MPATH_MODE is stpg then): no non_owner_state in
-#                            the YAML, so gateway 2 is standby (prio 1, ghost path) and
+#                            explicit ALUA (MPATH_MODE is stpg then): no non_owner_state
+#                            given (auto), so gateway 2 is standby (prio 1, ghost path) and
 #                            the kernel probes of its disk move nothing. After the kill,
 #                            dm-multipath switches to gateway 2's path group and
 #                            scsi_dh_alua activates it with SET TARGET PORT GROUPS; gateway
@@ -110,6 +112,8 @@ fail() {
   dump_log /tmp/gw1.log "numatgtd-mpath-gw1.log"
   echo "---- gateway 2 (last 30 lines) ----"
   tail -n 30 /tmp/gw2.log 2>/dev/null
+  echo "---- tgtadm (last 10 lines) ----"
+  tail -n 10 /tmp/gw-tgtadm.log 2>/dev/null
   echo "---- multipathd (last 40 lines) ----"
   tail -n 40 /tmp/multipathd.log 2>/dev/null
   [ -d /vmtest/out ] && cp /tmp/gw2.log /tmp/multipathd.log /vmtest/out/ 2>/dev/null
@@ -135,38 +139,6 @@ fail() {
 rand() { echo $(( $1 + $(od -An -N4 -tu4 /dev/urandom) % ($2 - $1 + 1) )); }
 # seconds since boot, with hundredths
 now() { cut -d' ' -f1 /proc/uptime; }
-
-# the YAML of gateway GROUP (the other one is PEER) on PORTAL
-gateway_yaml() { # GROUP PEER PORTAL
-  cat <<EOF
-portals:
-  - address: $3
-cache:
-  size_per_node: 64M
-targets:
-  - iqn: $IQN
-    alua:
-      group: $1
-$([ -n "$NON_OWNER" ] && echo "      non_owner_state: $NON_OWNER")
-      peers:
-        - group: $2
-    luns:
-      - lun: 1
-$(lun_source)
-        write_cache: $WCACHE
-        alua_owner: $OWNER
-EOF
-}
-
-# the LUN's backing store lines of the YAML
-lun_source() {
-  if [ "$BACKEND" = rbd ]; then
-    printf '        bs_type: rbd\n        path: rbd/%s\n' "$IMAGE"
-    printf '        bsopts: "conf=%s/ceph.conf;id=admin;rados_osd_op_timeout=10"\n' "$CEPH_DIR"
-  else
-    printf '        path: %s\n' "$LUN_FILE"
-  fi
-}
 
 # the metrics address of gateway GROUP (rbd: on, to read the ALUA metrics)
 metrics_addr() { # GROUP
@@ -218,15 +190,53 @@ ceph_up() {
 }
 
 # start gateway GROUP; sets G1PID or G2PID
+# tgtadm on gateway control port CTL (its output kept in /tmp/gw-tgtadm.log)
+gw_admin() { # CTL ARGS...
+  ctl=$1; shift
+  echo "tgtadm -C $ctl --lld iscsi $*" >> /tmp/gw-tgtadm.log
+  timeout 60 tgtadm -C "$ctl" --lld iscsi "$@" >> /tmp/gw-tgtadm.log 2>&1
+}
+
+# gateway GROUP (the other one is PEER) on PORTAL: numatgtd started as tgtd is (no
+# configuration file), then set up with Debian's tgtadm alone (issue 26): the target, its
+# ALUA group, peer and non-owner state, LUN 1, its owner and write cache, and last the
+# access rule, so that no initiator logs in before the LUN is in its final state
 start_gateway() { # GROUP PEER PORTAL CONTROL_PORT
-  gateway_yaml "$1" "$2" "$3" > "/tmp/gw$1.yaml"
   mkdir -p "/tmp/gw$1-state"
-  "$NUMATGTD" -f -C "$4" --config "/tmp/gw$1.yaml" --state-dir "/tmp/gw$1-state" \
+  "$NUMATGTD" -f -C "$4" --iscsi "portal=$3" --cache-size 64M --state-dir "/tmp/gw$1-state" \
     --metrics "$(metrics_addr "$1")" >> "/tmp/gw$1.log" 2>&1 &
   pid=$!
   eval "G$1PID=$pid"
   wait_listen "$pid" "$3"
-  step "gateway $1 (pid $pid) listens on $3, control port $4"
+  gw_admin "$4" --op new --mode target --tid 1 -T "$IQN" || fail "gateway $1: tgtadm new target"
+  gw_admin "$4" --op update --mode target --tid 1 --name alua_group --value "$1" \
+    || fail "gateway $1: tgtadm alua_group"
+  gw_admin "$4" --op update --mode target --tid 1 --name alua_peers --value "$2" \
+    || fail "gateway $1: tgtadm alua_peers"
+  if [ -n "$NON_OWNER" ]; then
+    gw_admin "$4" --op update --mode target --tid 1 --name alua_non_owner_state --value "$NON_OWNER" \
+      || fail "gateway $1: tgtadm alua_non_owner_state"
+  fi
+  if [ "$BACKEND" = rbd ]; then
+    gw_admin "$4" --op new --mode logicalunit --tid 1 --lun 1 --bstype rbd --backing-store "rbd/$IMAGE" \
+      --bsopts "conf=$CEPH_DIR/ceph.conf;id=admin;rados_osd_op_timeout=10" || fail "gateway $1: tgtadm new LUN"
+  else
+    gw_admin "$4" --op new --mode logicalunit --tid 1 --lun 1 --backing-store "$LUN_FILE" \
+      || fail "gateway $1: tgtadm new LUN"
+  fi
+  # the owner is the lowest group unless said otherwise
+  if [ "$OWNER" != 1 ]; then
+    gw_admin "$4" --op update --mode logicalunit --tid 1 --lun 1 --params "alua_owner=$OWNER" \
+      || fail "gateway $1: tgtadm alua_owner=$OWNER"
+  fi
+  # write cache off as tgt-admin writes it: the Caching mode page with WCE clear
+  if [ "$WCACHE" = false ]; then
+    gw_admin "$4" --op update --mode logicalunit --tid 1 --lun 1 \
+      --params "mode_page=8:0:18:0x10:0:0xff:0xff:0:0:0xff:0xff:0xff:0xff:0x80:0x14:0:0:0:0:0:0" \
+      || fail "gateway $1: tgtadm mode_page (write cache off)"
+  fi
+  gw_admin "$4" --op bind --mode target --tid 1 -I ALL || fail "gateway $1: tgtadm bind"
+  step "gateway $1 (pid $pid) listens on $3, control port $4; target, ALUA group $1 (peer $2) and LUN made with tgtadm"
 }
 
 # the multipath map's table line of each path group: "prio status" (status active/enabled)
@@ -278,8 +288,8 @@ wait_acked_over() { # N SECONDS WHY
 }
 
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
-tools="mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum"
-[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl tgtadm sg_get_lba_status blkdiscard blockdev"
+tools="mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum tgtadm"
+[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl sg_get_lba_status blkdiscard blockdev"
 for t in $tools; do
   command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace; tools/install-test-deps.sh)"
 done
