@@ -98,6 +98,19 @@ fn set_owner(d: &Daemon, group: u16) {
     );
 }
 
+/// Ownership of LUN 1 moved from gateway A (group 1) to B (group 2) with tgtadm, the old
+/// owner first: both sessions get ASYMMETRIC ACCESS STATE CHANGED, then both gateways
+/// report group 2 active/optimized and group 1 standby.
+fn move_to_b(a: &Daemon, b: &Daemon, sa: &mut ScsiSession, sb: &mut ScsiSession) {
+    set_owner(a, 2);
+    set_owner(b, 2);
+    expect_state_changed(sa, "A after giving the LUN up");
+    expect_state_changed(sb, "B after taking the LUN over");
+    let moved = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
+    assert_eq!(rtpg(sa), moved);
+    assert_eq!(rtpg(sb), moved);
+}
+
 /// The next command on `s` reports ASYMMETRIC ACCESS STATE CHANGED, once.
 fn expect_state_changed(s: &mut ScsiSession, who: &str) {
     let (st, sense, _) = s.command(&[0; 6], &[], 0);
@@ -143,13 +156,7 @@ fn standby_gateways_move_ownership_coherently() {
     assert_eq!(read(&mut sa).2, p1);
 
     // move to B: A writes back and drops its blocks, B takes over
-    set_owner(&a, 2);
-    set_owner(&b, 2);
-    expect_state_changed(&mut sa, "A after giving the LUN up");
-    expect_state_changed(&mut sb, "B after taking the LUN over");
-    let moved = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
-    assert_eq!(rtpg(&mut sa), moved);
-    assert_eq!(rtpg(&mut sb), moved);
+    move_to_b(&a, &b, &mut sa, &mut sb);
     let (st, _, got) = read(&mut sb);
     assert_eq!(st, 0);
     assert!(
@@ -309,13 +316,7 @@ fn alua_groups_made_with_tgtadm_alone() {
     }
 
     // moves as YAML gateways do
-    set_owner(&a, 2);
-    set_owner(&b, 2);
-    expect_state_changed(&mut sa, "A after giving the LUN up");
-    expect_state_changed(&mut sb, "B after taking the LUN over");
-    let moved = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
-    assert_eq!(rtpg(&mut sa), moved);
-    assert_eq!(rtpg(&mut sb), moved);
+    move_to_b(&a, &b, &mut sa, &mut sb);
     let p = pattern(3);
     write(&mut sb, &p);
     sync(&mut sb);
