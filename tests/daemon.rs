@@ -379,7 +379,19 @@ impl Daemon {
 
     /// numatgtd with extra command-line options and environment variables.
     pub fn start_with_env(luns: &[LunSpec], args: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut d = Self::start_full_deferred(TargetKind::Numatgtd, luns, "", false, None, args);
+        Self::start_with_yaml_env(luns, "", args, env)
+    }
+
+    /// numatgtd with top-level YAML sections (see [`start_with`](Self::start_with)), extra
+    /// command-line options and environment variables.
+    pub fn start_with_yaml_env(
+        luns: &[LunSpec],
+        global_yaml: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let mut d =
+            Self::start_full_deferred(TargetKind::Numatgtd, luns, global_yaml, false, None, args);
         d.extra_env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

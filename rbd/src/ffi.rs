@@ -14,6 +14,11 @@ pub(crate) type Handle = *mut c_void;
 pub(crate) type AioCallback = unsafe extern "C" fn(Handle, *mut c_void);
 /// `rbd_update_callback_t`.
 pub(crate) type UpdateCallback = unsafe extern "C" fn(*mut c_void);
+/// `rados_watchcb2_t`: argument, notify id, watch cookie, notifier id, payload, its length.
+pub(crate) type ObjWatchCallback =
+    unsafe extern "C" fn(*mut c_void, u64, u64, u64, *mut c_void, usize);
+/// `rados_watcherrcb_t`: argument, watch cookie, negative errno.
+pub(crate) type ObjWatchErrCallback = unsafe extern "C" fn(*mut c_void, u64, c_int);
 /// `rbd_diff_iterate2`'s callback: offset, length, whether the extent exists, argument.
 pub(crate) type DiffCallback = unsafe extern "C" fn(u64, usize, c_int, *mut c_void) -> c_int;
 
@@ -62,6 +67,19 @@ api! {
     rados.rados_ioctx_destroy: fn(Handle) -> ();
     rados.rados_write_full: fn(Handle, *const c_char, *const c_char, usize) -> c_int;
     rados.rados_read: fn(Handle, *const c_char, *mut c_char, usize, u64) -> c_int;
+    rados.rados_create_write_op: fn() -> Handle;
+    rados.rados_release_write_op: fn(Handle) -> ();
+    rados.rados_write_op_create: fn(Handle, c_int, *const c_char) -> ();
+    rados.rados_write_op_cmpext: fn(Handle, *const c_char, usize, u64, *mut c_int) -> ();
+    rados.rados_write_op_write_full: fn(Handle, *const c_char, usize) -> ();
+    rados.rados_write_op_operate: fn(Handle, Handle, *const c_char, *mut libc::time_t, c_int) -> c_int;
+    rados.rados_watch2: fn(Handle, *const c_char, *mut u64, ObjWatchCallback, ObjWatchErrCallback, *mut c_void) -> c_int;
+    rados.rados_watch_check: fn(Handle, u64) -> c_int;
+    rados.rados_unwatch2: fn(Handle, u64) -> c_int;
+    rados.rados_watch_flush: fn(Handle) -> c_int;
+    rados.rados_notify2: fn(Handle, *const c_char, *const c_char, c_int, u64, *mut *mut c_char, *mut usize) -> c_int;
+    rados.rados_notify_ack: fn(Handle, *const c_char, u64, u64, *const c_char, c_int) -> c_int;
+    rados.rados_buffer_free: fn(*mut c_char) -> ();
     rbd.rbd_open: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_open_read_only: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_close: fn(Handle) -> c_int;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::ffi::{Api, Handle, api, check, errno};
 use crate::opts::{ClusterOptions, ImageSpec};
 
-fn cstring(s: &str, what: &str) -> io::Result<CString> {
+pub(crate) fn cstring(s: &str, what: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -130,6 +130,7 @@ impl Cluster {
             read_only,
             spec: spec.clone(),
             watches: Mutex::new(Vec::new()),
+            object_watches: Mutex::new(Vec::new()),
             _cluster: Arc::clone(self),
         })
     }
@@ -151,13 +152,15 @@ type WatchFn = Box<dyn Fn() + Send + Sync>;
 
 /// An open RBD image (`rbd_image_t`). Thread-safe: librbd serializes what it must.
 pub struct Image {
-    api: &'static Api,
+    pub(crate) api: &'static Api,
     handle: Handle,
-    ioctx: Handle,
+    pub(crate) ioctx: Handle,
     read_only: bool,
     spec: ImageSpec,
     /// Registered watches: the handle and the callback box, which must outlive the watch.
     watches: Mutex<Vec<(u64, Box<WatchFn>)>>,
+    /// Watches of RADOS objects beside the image: cookie and callback context.
+    pub(crate) object_watches: Mutex<Vec<(u64, Box<crate::object::WatchCtx>)>>,
     _cluster: Arc<Cluster>,
 }
 
@@ -526,8 +529,24 @@ fn short(done: u64, want: usize) -> io::Result<()> {
     }
 }
 
+impl Image {
+    /// The cluster connection's `rados_t`.
+    pub(crate) fn cluster_handle(&self) -> Handle {
+        self._cluster.handle
+    }
+}
+
 impl Drop for Image {
     fn drop(&mut self) {
+        let objects = std::mem::take(
+            self.object_watches
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for (cookie, _ctx) in &objects {
+            self.unwatch_and_flush(*cookie);
+        }
+        drop(objects);
         let watches = std::mem::take(self.watches.get_mut().unwrap_or_else(|p| p.into_inner()));
         for (h, _f) in &watches {
             // SAFETY: a watch registered on this open image; unwatch waits for a running

@@ -4,18 +4,21 @@
 //! - [`ImageSpec`] / [`ClusterOptions`]: tgt's `[pool/]image[@snap]` and `--bsopts`.
 //! - [`Cluster::connect`], [`Cluster::shared`], [`Cluster::open`]: a connection of one's
 //!   own or the one shared by every image of that cluster, and an [`Image`] on it.
-//! - [`Image`]: blocking and asynchronous I/O, size, resize, update watches, exclusive lock.
+//! - [`Image`]: blocking and asynchronous I/O, size, resize, update watches, exclusive lock;
+//!   small shared objects beside it (compare-and-write, watch/notify: `object`).
 //!
 //! Errors are `std::io::Error`s from librbd's negative errno (I/O calls carry the plain
 //! errno; setup calls add what failed). Loading failures say which package to install.
 
 mod ffi;
 mod image;
+mod object;
 mod opts;
 mod shared;
 
 pub use ffi::{RADOS_SONAME, RBD_LIB_ENV, RBD_SONAME, available};
 pub use image::{Cluster, Done, Image};
+pub use object::{Expect, ObjectWatchFns};
 pub use opts::{ClusterOptions, DEFAULT_POOL, DEFAULT_SETTINGS, ImageSpec, redact};
 pub use shared::connections;
 

@@ -154,6 +154,9 @@ pub(crate) struct LuState {
     pub swp: AtomicBool,
     /// SANITIZE state.
     pub sanitize: sanitize::SanitizeState,
+    /// Shared reservations whose copy may be stale (the gateway lost touch with where
+    /// they are kept): media access waits ([`LogicalUnit::set_pr_unknown`]).
+    pub pr_unknown: AtomicBool,
 }
 
 /// One logical unit: direct-access block device emulation over a backing store the server
@@ -227,6 +230,10 @@ pub struct PrOutcome {
     pub abort: Vec<NexusId>,
     pub persist: Option<PersistRequest>,
     pub completion: Completion,
+    /// A logical unit with shared reservations ([`LogicalUnit::set_shared_pr`]): what the
+    /// command did to other I_T nexuses, for the other gateways
+    /// ([`LogicalUnit::apply_peer_pr_events`]); empty otherwise.
+    pub peer_events: Vec<u8>,
 }
 
 /// Persistent reservation state to store (APTPL). Hand the bytes back to
@@ -379,6 +386,7 @@ impl LogicalUnit {
             capacity: std::sync::atomic::AtomicU64::new(p.num_blocks),
             swp: AtomicBool::new(false),
             sanitize: sanitize::SanitizeState::default(),
+            pr_unknown: AtomicBool::new(false),
         };
         LogicalUnit {
             params: p,
@@ -519,6 +527,7 @@ impl LogicalUnit {
             .and_then(|()| ops::lookup(cmd.cdb))
             .and_then(|(op, cdb)| {
                 self.check_access_state(cdb)?;
+                self.check_pr_known(cdb)?;
                 self.check_medium(cdb)?;
                 (op.handler)(self, cdb, &req)
             }) {
@@ -539,6 +548,7 @@ impl LogicalUnit {
                 abort: e.abort,
                 persist: e.persist,
                 completion,
+                peer_events: e.peer_events,
             }),
             (_, a) => Outcome::Action(a),
         }
@@ -630,6 +640,85 @@ impl LogicalUnit {
         };
         g.seq = seq;
         Ok(())
+    }
+
+    /// Several gateways share this logical unit's persistent reservations: every change
+    /// yields a [`PersistRequest`] (APTPL or not) and the effects on other nexuses
+    /// ([`PrOutcome::peer_events`]). The server stores the state where every gateway reads
+    /// it, before the command's status, and hands it to the others
+    /// ([`LogicalUnit::adopt_pr_state`]).
+    pub fn set_shared_pr(&self, on: bool) {
+        self.shared.lock().shared_pr = on;
+    }
+
+    /// The copy of shared reservations may be stale (`true`: the gateway lost its watch on
+    /// them) or is current again (`false`). While it may be stale, every command that a
+    /// reservation could refuse (reads and writes of the medium, MODE SENSE / SELECT, ...)
+    /// ends with NOT READY, ASYMMETRIC ACCESS STATE TRANSITION, which initiators retry (or
+    /// send through another gateway): nothing a reservation forbids is admitted.
+    pub fn set_pr_unknown(&self, unknown: bool) {
+        self.state.pr_unknown.store(unknown, Ordering::Release);
+    }
+
+    /// NOT READY, ASYMMETRIC ACCESS STATE TRANSITION for a command a reservation could
+    /// refuse while the copy of shared reservations may be stale (after the port's own
+    /// access state: a fenced gateway stays unavailable).
+    fn check_pr_known(&self, cdb: &[u8]) -> Result<(), Sense> {
+        if self.state.pr_unknown.load(Ordering::Acquire)
+            && pr::access_class(cdb) != pr::state::Access::Always
+        {
+            Err(alua::TRANSITIONING)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Takes the persistent reservation state `bytes` as stored by any gateway of a shared
+    /// logical unit (APTPL or not), unless it is older than what this one holds. Returns
+    /// the state's sequence number; invalid bytes are refused and change nothing.
+    pub fn adopt_pr_state(&self, bytes: &[u8]) -> Result<u64, PrStateError> {
+        self.take_pr_state(bytes, false)
+    }
+
+    /// Takes the persistent reservation state `bytes` whatever this logical unit holds
+    /// (what the cluster holds is the truth of a shared logical unit: a change this gateway
+    /// made but could not store is undone this way). Invalid bytes change nothing.
+    pub fn set_pr_state(&self, bytes: &[u8]) -> Result<u64, PrStateError> {
+        self.take_pr_state(bytes, true)
+    }
+
+    fn take_pr_state(&self, bytes: &[u8], force: bool) -> Result<u64, PrStateError> {
+        let (st, seq) = pr::persist::decode(bytes)?;
+        let mut g = self.shared.lock();
+        if force || seq >= g.seq {
+            g.pr = st;
+            g.seq = seq;
+        }
+        Ok(seq)
+    }
+
+    /// Applies what another gateway's PERSISTENT RESERVE OUT did to I_T nexuses
+    /// ([`PrOutcome::peer_events`]) to the nexuses of this gateway: establishes their unit
+    /// attentions and returns the nexuses whose tasks are to be aborted (PREEMPT AND ABORT).
+    pub fn apply_peer_pr_events(&self, bytes: &[u8]) -> Result<Vec<NexusId>, PrStateError> {
+        let events = pr::events::decode(bytes)?;
+        let mut g = self.shared.lock();
+        let mut abort = Vec::new();
+        for e in &events {
+            match e {
+                pr::events::PeerEvent::Attention(p, ua) => g.ua_for(p, *ua),
+                pr::events::PeerEvent::Abort(p) => abort.extend(g.ids_of(p)),
+            }
+        }
+        abort.sort();
+        abort.dedup();
+        Ok(abort)
+    }
+
+    /// PRgeneration and the number of registrations now.
+    pub fn pr_summary(&self) -> (u32, usize) {
+        let g = self.shared.lock();
+        (g.pr.generation, g.pr.regs.len())
     }
 
     /// The current persistent reservation state as bytes (what the last

@@ -24,6 +24,10 @@ pub struct Nexus {
     initiator_port: String,
     /// `iqn…,t,0x<tpgt>`, lower case.
     target_port: String,
+    /// The relative target port identifier of the port the session came through, when
+    /// several gateways serve the target as one (0: the logical unit's own, the single
+    /// gateway's case): the same initiator port through two gateways is two I_T nexuses.
+    rel_port: u16,
 }
 
 /// Protocol identifier of iSCSI in TransportIDs (SPC-4 table 362).
@@ -49,7 +53,15 @@ impl Nexus {
             id,
             initiator_port,
             target_port,
+            rel_port: 0,
         }
+    }
+
+    /// The nexus as seen through relative target port `rel_port` of a target that
+    /// several gateways serve (each gateway one target port; 0 leaves it unspecified).
+    pub fn at_relative_port(mut self, rel_port: u16) -> Self {
+        self.rel_port = rel_port;
+        self
     }
 
     /// A nexus with no name, used by [`crate::LogicalUnit::execute`] for callers that do
@@ -59,6 +71,7 @@ impl Nexus {
             id: NexusId(u64::MAX),
             initiator_port: String::new(),
             target_port: String::new(),
+            rel_port: 0,
         }
     }
 
@@ -77,6 +90,7 @@ impl Nexus {
         PortPair {
             initiator: self.initiator_port.clone(),
             target: self.target_port.clone(),
+            rel_port: self.rel_port,
         }
     }
 }
@@ -95,7 +109,9 @@ impl Ident for PortPair {
 
 impl Ident for Nexus {
     fn is(&self, p: &PortPair) -> bool {
-        p.initiator == self.initiator_port && p.target == self.target_port
+        p.initiator == self.initiator_port
+            && p.target == self.target_port
+            && p.rel_port == self.rel_port
     }
 }
 
@@ -105,6 +121,19 @@ impl Ident for Nexus {
 pub(crate) struct PortPair {
     pub initiator: String,
     pub target: String,
+    /// Relative target port identifier (0: the logical unit's own port).
+    pub rel_port: u16,
+}
+
+impl PortPair {
+    /// The relative target port identifier to report: the nexus's own, else `own`.
+    pub fn rel_port_or(&self, own: u16) -> u16 {
+        if self.rel_port == 0 {
+            own
+        } else {
+            self.rel_port
+        }
+    }
 }
 
 /// iSCSI TransportID, format 01b (initiator port): name `,i,0x` ISID, NUL terminated,

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub pr: PrState,
     /// Sequence number of the last persistence request.
     pub seq: u64,
+    /// Several gateways share the persistent reservations: every change is stored.
+    pub shared_pr: bool,
 }
 
 impl Shared {

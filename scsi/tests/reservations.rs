@@ -858,3 +858,159 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- shared by gateways
+
+/// A nexus of initiator `i` through the gateway with relative target port `rp`.
+fn nexus_at(i: u64, id: u64, rp: u16) -> Nexus {
+    let n = Nexus::iscsi(
+        NexusId(id),
+        &format!("iqn.2026-11.test:init{i}"),
+        0x23d000000 + i,
+        TARGET,
+        1,
+    );
+    n.at_relative_port(rp)
+}
+
+/// Runs a PR OUT on `from` (a gateway) and hands its stored state and its effects on other
+/// nexuses to `to` (the other gateway), as the server does through the cluster.
+fn shared_prout(
+    from: &LogicalUnit,
+    to: &LogicalUnit,
+    n: &Nexus,
+    sa: u8,
+    ty: u8,
+    rk: u64,
+    sark: u64,
+) -> PrOutcome {
+    let out = prout_full(from, n, sa, ty, rk, sark, 0);
+    let Outcome::PersistentReserveOut(p) = out else {
+        panic!("a shared LU reports every change: {out:?}")
+    };
+    let req = p.persist.clone().expect("shared: stored without APTPL");
+    to.adopt_pr_state(&req.bytes).expect("valid state");
+    p
+}
+
+#[test]
+fn two_gateways_share_reservations_and_tell_each_other() {
+    let (a, b) = (new_lu(), new_lu());
+    a.set_shared_pr(true);
+    b.set_shared_pr(true);
+    // initiator 1 through gateway A (port 1) and through gateway B (port 2): two nexuses;
+    // initiator 2 through B only
+    let (x_a, x_b, y_b) = (nexus_at(1, 1, 1), nexus_at(1, 2, 2), nexus_at(2, 3, 2));
+    a.nexus_added(&x_a);
+    b.nexus_added(&x_b);
+    b.nexus_added(&y_b);
+    for (lu, n) in [(&a, &x_a), (&b, &x_b), (&b, &y_b)] {
+        run(lu, n, &TUR, &[]);
+    }
+    // x registers through A and takes WRITE EXCLUSIVE - REGISTRANTS ONLY
+    let p = shared_prout(&a, &b, &x_a, REGISTER, 0, 0, 0xA);
+    good(&p.completion);
+    let p = shared_prout(&a, &b, &x_a, RESERVE, 5, 0xA, 0);
+    good(&p.completion);
+    assert_eq!(keys(&b, &y_b), vec![0xA], "B sees A's registration");
+    assert_eq!(reservation(&b, &y_b), Some((0xA, 5)));
+    assert_eq!(generation(&b, &y_b), generation(&a, &x_a));
+    // READ FULL STATUS on B names the port the registration came through (A's, 1)
+    let full = prin(&b, &y_b, 3, 4096).data;
+    assert_eq!(u16::from_be_bytes([full[8 + 18], full[8 + 19]]), 1);
+    // through B neither y nor x itself (a different nexus, not registered) may write
+    conflict(&run(&b, &y_b, &WRITE10, &[0; 512]));
+    conflict(&run(&b, &x_b, &WRITE10, &[0; 512]));
+    good(&run(&a, &x_a, &WRITE10, &[0; 512]));
+    // y registers through B; A learns it; x preempts and aborts y from A
+    let p = shared_prout(&b, &a, &y_b, REGISTER, 0, 0, 0xB);
+    assert!(p.peer_events.len() > 4);
+    assert_eq!(keys(&a, &x_a), vec![0xA, 0xB]);
+    let p = shared_prout(&a, &b, &x_a, PREEMPT_AND_ABORT, 5, 0xA, 0xB);
+    good(&p.completion);
+    assert!(p.abort.is_empty(), "y has no nexus on A");
+    let aborted = b.apply_peer_pr_events(&p.peer_events).expect("events");
+    assert_eq!(
+        aborted,
+        vec![NexusId(3)],
+        "y's nexus on B has its tasks aborted"
+    );
+    assert_eq!(ua(&run(&b, &y_b, &TUR, &[])), (0x2A, 0x05));
+    assert_eq!(keys(&b, &y_b), vec![0xA]);
+    // an older state never replaces a newer one
+    let newest = b.pr_state_bytes();
+    let old = {
+        let lu = new_lu();
+        lu.set_shared_pr(true);
+        let n = nexus_at(9, 9, 1);
+        lu.nexus_added(&n);
+        run(&lu, &n, &TUR, &[]);
+        let Outcome::PersistentReserveOut(p) = prout_full(&lu, &n, REGISTER, 0, 0, 0x9, 0) else {
+            panic!()
+        };
+        p.persist.expect("stored").bytes
+    };
+    b.adopt_pr_state(&old).expect("valid");
+    assert_eq!(b.pr_state_bytes(), newest);
+    assert!(b.adopt_pr_state(b"NTPR junk").is_err());
+    assert!(b.apply_peer_pr_events(b"garbage").is_err());
+}
+
+#[test]
+fn version_1_state_files_still_restore() {
+    // a state written before relative ports were stored: version 1, one registration of
+    // initiator 1 (with APTPL), made by hand
+    let mut v1 = Vec::new();
+    v1.extend_from_slice(b"NTPR");
+    v1.extend_from_slice(&1u16.to_be_bytes());
+    v1.extend_from_slice(&1u16.to_be_bytes()); // APTPL
+    v1.extend_from_slice(&3u32.to_be_bytes()); // generation
+    v1.extend_from_slice(&4u64.to_be_bytes()); // seq
+    v1.extend_from_slice(&1u32.to_be_bytes());
+    v1.extend_from_slice(&0x77u64.to_be_bytes());
+    let n = nexus(1);
+    for s in [n.initiator_port_name(), n.target_port_name()] {
+        v1.extend_from_slice(&(s.len() as u16).to_be_bytes());
+        v1.extend_from_slice(s.as_bytes());
+    }
+    let crc = !v1.iter().fold(!0u32, |mut c, &b| {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+        }
+        c
+    });
+    v1.extend_from_slice(&crc.to_be_bytes());
+    let lu = new_lu();
+    lu.restore_pr_state(&v1).expect("version 1 is read");
+    lu.nexus_added(&n);
+    run(&lu, &n, &TUR, &[]);
+    assert_eq!(keys(&lu, &n), vec![0x77]);
+    assert_eq!(generation(&lu, &n), 3);
+}
+
+#[test]
+fn a_stale_shared_copy_admits_no_media_access() {
+    let (lu, ns) = lu_with(1);
+    lu.set_shared_pr(true);
+    let n = &ns[0];
+    lu.set_pr_unknown(true);
+    for cdb in [&READ10[..], &WRITE10[..], &MODE_SENSE6[..]] {
+        let data: &[u8] = if cdb[0] == 0x2A { &[0; 512] } else { &[] };
+        assert_eq!(
+            check(&run(&lu, n, cdb, data)),
+            (0x02, 0x04, 0x0A),
+            "{cdb:02x?} waits"
+        );
+    }
+    good(&run(&lu, n, &INQUIRY, &[]));
+    good(&run(&lu, n, &TUR, &[]));
+    good(&prin(&lu, n, 0, 8));
+    lu.set_pr_unknown(false);
+    let c = run(&lu, n, &WRITE10, &[0; 512]);
+    assert_eq!(c.status, status::GOOD, "{c:?}");
+}

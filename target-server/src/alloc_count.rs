@@ -5,18 +5,27 @@
 //! the totals (`alloc report:`), which tests compare before and after a workload.
 //! The cost is one thread-local read per allocation, plus a relaxed atomic add on event
 //! threads (whose steady state makes none).
+//!
+//! With `NUMATGT_ALLOC_TRACE=1` in numatgtd's environment every event-thread allocation also
+//! writes its backtrace to standard error (`event-thread allocation of N bytes:`), so that
+//! a test that finds one can say where it came from.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static EVENT_ALLOCS: AtomicU64 = AtomicU64::new(0);
 static EVENT_ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+/// `NUMATGT_ALLOC_TRACE` was set when the first event thread started.
+static TRACE: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Set on event threads. A `const` thread local without destructor: safe to read from
     /// inside the allocator (it never allocates).
     static EVENT_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread writes an allocation's backtrace (whose own allocations are
+    /// neither counted nor traced).
+    static TRACING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The system allocator, counting what event threads allocate.
@@ -25,9 +34,24 @@ pub struct CountingAlloc;
 #[inline]
 fn count(size: usize) {
     if EVENT_THREAD.try_with(Cell::get).unwrap_or(false) {
+        if TRACING.try_with(Cell::get).unwrap_or(true) {
+            return;
+        }
         EVENT_ALLOCS.fetch_add(1, Ordering::Relaxed);
         EVENT_ALLOC_BYTES.fetch_add(size as u64, Ordering::Relaxed);
+        if TRACE.load(Ordering::Relaxed) {
+            trace(size);
+        }
     }
+}
+
+/// Writes where this event-thread allocation comes from to standard error.
+#[cold]
+fn trace(size: usize) {
+    let _ = TRACING.try_with(|t| t.set(true));
+    let bt = std::backtrace::Backtrace::force_capture();
+    eprintln!("event-thread allocation of {size} bytes:\n{bt}");
+    let _ = TRACING.try_with(|t| t.set(false));
 }
 
 // SAFETY: every call is forwarded unchanged to `System`, which upholds GlobalAlloc's
@@ -66,6 +90,9 @@ pub(crate) fn mark_event_thread() {
     // parks (with a zero timeout) once: the thread's parking_lot data is set up now
     let _ = cv.wait_for(&mut g, std::time::Duration::ZERO);
     drop(g);
+    if std::env::var_os("NUMATGT_ALLOC_TRACE").is_some_and(|v| v == "1") {
+        TRACE.store(true, Ordering::Relaxed);
+    }
     let _ = EVENT_THREAD.try_with(|c| c.set(true));
 }
 

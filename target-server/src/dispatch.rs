@@ -14,7 +14,7 @@ use scsi::{Action, CmdCtx};
 use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
-use crate::backend::{StorageCtx, pr, sanitize, selftest, storage, thin, xcopy};
+use crate::backend::{StorageCtx, pr, pr_cluster, sanitize, selftest, storage, thin, xcopy};
 use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
 use crate::registry::{Lun, LunSet, Target};
@@ -58,6 +58,16 @@ pub fn execute(
         return (stamped(Answer::Now(r), stamp), IoKind::OTHER);
     }
     follow_outside_resize(lun);
+    if lun.shared_pr.is_some()
+        && cmd.cdb.first() == Some(&scsi::ops::opcode::PERSISTENT_RESERVE_OUT)
+        && let Some(n) = nexus
+    {
+        // several gateways share the LUN's reservations: the change goes through the
+        // cluster, on an I/O worker
+        let answer =
+            pr_cluster::reserve_out(lun, target.tid, n, &cmd.cdb, &cmd.data_out, ctx, reply);
+        return (stamped(answer, stamp), IoKind::OTHER);
+    }
     let action = match scsi_outcome(cmd, lun, luns, nexus) {
         scsi::Outcome::Action(a) => a,
         scsi::Outcome::PersistentReserveOut(po) => {

@@ -22,6 +22,7 @@ pub(crate) mod limits;
 pub mod logging;
 pub(crate) mod metrics;
 pub mod mgmt;
+pub(crate) mod pr_shared;
 pub(crate) mod proto_stats;
 pub(crate) mod range_locks;
 pub mod rdma_probe;

@@ -41,6 +41,9 @@ pub struct Lun {
     /// The ownership of an RBD LUN exported by several gateways, moved through the image's
     /// exclusive lock (`None`: other LUNs, whose owner the administrator sets).
     pub rbd_ownership: Option<Arc<crate::alua::shared::RbdOwnership>>,
+    /// Persistent reservations kept in the cluster, shared by every gateway of an RBD LUN
+    /// exported by several (`None`: local reservations).
+    pub shared_pr: Option<Arc<crate::pr_shared::SharedPr>>,
     /// Cache blocks to read ahead after a sequential read (0 = off).
     pub read_ahead: u32,
     /// Where the last read of this LUN ended (byte offset), to spot sequential streams.

@@ -269,10 +269,19 @@ pub(crate) fn open_lun(
     let owner = alua.owner_of(l.alua_owner);
     meta.alua_owner = owner;
     let rbd_ownership = crate::alua::rbd_ownership_for(alua, &store);
+    let shared_pr = crate::pr_shared::for_lun(alua, &store);
+    if let (Some(sp), Some(image)) = (&shared_pr, store.rbd_image()) {
+        crate::backend::pr_cluster::init(&lu, image, sp).map_err(|e| StartError::Alua {
+            target: iqn.to_string(),
+            lun: l.lun,
+            reason: format!("shared persistent reservations: {e}"),
+        })?;
+    }
     let lun = Lun {
         number: l.lun,
         scsi: lu,
         rbd_ownership,
+        shared_pr,
         store: Arc::new(store),
         cache_id,
         cache_mode: mode,
@@ -832,6 +841,7 @@ impl Daemon {
         let _ = shared
             .inboxes
             .set(setups.iter().map(|s| Arc::clone(&s.inbox)).collect());
+        crate::backend::pr_cluster::set_task_control(Arc::clone(&shared) as _);
 
         // every startup portal, of every transport, is event thread 0's
         let mut listeners = tcp.listeners;

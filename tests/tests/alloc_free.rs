@@ -93,17 +93,37 @@ fn assert_no_allocations_served(
     assert_eq!(
         b.allocs - a.allocs,
         0,
-        "{what}: event threads allocated {} times ({} bytes) during steady-state I/O",
+        "{what}: event threads allocated {} times ({} bytes) during steady-state I/O; \
+         where (the last of numatgtd's traces):\n{}",
         b.allocs - a.allocs,
-        b.bytes - a.bytes
+        b.bytes - a.bytes,
+        last_traces(&d.log(), 3)
     );
+}
+
+/// numatgtd's own account (`NUMATGT_ALLOC_TRACE`) of its last `n` event-thread allocations.
+fn last_traces(log: &str, n: usize) -> String {
+    let starts: Vec<usize> = log
+        .match_indices("event-thread allocation of ")
+        .map(|(i, _)| i)
+        .collect();
+    match starts.get(starts.len().saturating_sub(n)) {
+        Some(&i) => log[i..].to_string(),
+        None => "(none traced)".to_string(),
+    }
+}
+
+/// numatgtd with its cache and allocation tracing: every event-thread allocation is logged
+/// with its backtrace, for the failure message.
+fn start_traced(luns: &[LunSpec], global_yaml: &str) -> Daemon {
+    Daemon::start_with_yaml_env(luns, global_yaml, &[], &[("NUMATGT_ALLOC_TRACE", "1")])
 }
 
 #[test]
 fn cached_random_reads_allocate_nothing() {
     require_numatgtd("alloc_free");
     let perf = tools::require_tool("iscsi-perf");
-    let d = Daemon::start(&[LunSpec::new(1, 512, 16 * MIB).with_cache("numa")]);
+    let d = start_traced(&[LunSpec::new(1, 512, 16 * MIB).with_cache("numa")], "");
     // warm the whole LUN into the cache in one session
     let cmds: Vec<IoCmd> = (0..16u64)
         .map(|i| IoCmd::Read {
@@ -140,9 +160,12 @@ fn cached_random_reads_allocate_nothing() {
 #[test]
 fn write_back_writes_and_reads_allocate_nothing() {
     require_numatgtd("alloc_free");
-    let d = Daemon::start(&[LunSpec::new(1, 512, 16 * MIB)
-        .with_cache("numa")
-        .with_write_cache(true)]);
+    let d = start_traced(
+        &[LunSpec::new(1, 512, 16 * MIB)
+            .with_cache("numa")
+            .with_write_cache(true)],
+        "",
+    );
     let mut s = Session::open(&d.url(1), 120).unwrap_or_else(|e| panic!("qemu-io: {e}"));
     let k = 1024u64;
     // a deterministic mix inside the first 8 MiB: 4 KiB writes (immediate data) and 128 KiB
@@ -208,7 +231,7 @@ fn perf_window(d: &Daemon, url: &str) -> (Snapshot, Snapshot) {
 fn cache_misses_allocate_nothing_on_event_threads() {
     require_numatgtd("alloc_free");
     // 8 MiB of cache per node in front of a 128 MiB LUN: most random reads miss and evict
-    let d = Daemon::start_with(
+    let d = start_traced(
         &[LunSpec::new(1, 512, 128 * MIB).with_cache("numa")],
         "cache:\n  mode: numa\n  size_per_node: 8M\n  block_size: 64K\n",
     );
@@ -226,9 +249,12 @@ fn cache_misses_allocate_nothing_on_event_threads() {
 #[test]
 fn write_through_writes_allocate_nothing_on_event_threads() {
     require_numatgtd("alloc_free");
-    let d = Daemon::start(&[LunSpec::new(1, 512, 16 * MIB)
-        .with_cache("numa")
-        .with_write_cache(false)]);
+    let d = start_traced(
+        &[LunSpec::new(1, 512, 16 * MIB)
+            .with_cache("numa")
+            .with_write_cache(false)],
+        "",
+    );
     let mut s = Session::open(&d.url(1), 120).unwrap_or_else(|e| panic!("qemu-io: {e}"));
     let k = 1024u64;
     let round = |seed: u64| -> Vec<IoCmd> {

@@ -91,7 +91,7 @@ fn read_full_status(s: &PrState, rel_port_id: u16) -> Vec<u8> {
             _ => 0,
         });
         body.extend_from_slice(&[0; 4]);
-        body.extend_from_slice(&rel_port_id.to_be_bytes());
+        body.extend_from_slice(&r.nexus.rel_port_or(rel_port_id).to_be_bytes());
         body.extend_from_slice(&u32::try_from(tid.len()).unwrap_or(0).to_be_bytes());
         body.extend_from_slice(&tid);
     }
@@ -110,6 +110,7 @@ mod tests {
         let a = PortPair {
             initiator: "iqn.a,i,0x000000000001".into(),
             target: "iqn.t,t,0x0001".into(),
+            rel_port: 0,
         };
         PrState {
             generation: 3,
@@ -123,6 +124,7 @@ mod tests {
                     nexus: PortPair {
                         initiator: "iqn.b,i,0x000000000002".into(),
                         target: "iqn.t,t,0x0001".into(),
+                        rel_port: 0,
                     },
                     key: 0x3344,
                 },

@@ -3,12 +3,18 @@
 //! for the reservation access rules.
 //!
 //! Submodules: `state` (registrations, reservation, access rule), `in_cmds` (PR IN
-//! parameter data), `out_cmds` (PR OUT service actions), `persist` (APTPL state bytes).
+//! parameter data), `out_cmds` (PR OUT service actions), `persist` (APTPL state bytes),
+//! `events` (a PR OUT's effects on other nexuses, for the other gateways of a shared LU).
+//!
+//! A logical unit whose reservations several gateways share
+//! ([`crate::LogicalUnit::set_shared_pr`]) asks for the state to be stored after every
+//! change, APTPL or not, and reports the effects on other nexuses as bytes for the others.
 //!
 //! A PR OUT that changes the state while APTPL is (or was) active yields a persistence
 //! request: the command's completion is handed to the server together with the bytes, and
 //! the server sends it only once the bytes are on stable storage ([`crate::PrOutcome`]).
 
+pub(crate) mod events;
 pub(crate) mod in_cmds;
 pub(crate) mod out_cmds;
 pub(crate) mod persist;
@@ -29,6 +35,8 @@ use state::Access;
 pub(crate) struct PrEffects {
     pub abort: Vec<NexusId>,
     pub persist: Option<PersistRequest>,
+    /// Shared logical units: the effects on other nexuses ([`events`]), for the others.
+    pub peer_events: Vec<u8>,
 }
 
 /// Reservation access class of a command (SPC-4 table 53, SBC-3 table 13). Unknown
@@ -84,7 +92,16 @@ pub(crate) fn pr_out(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Result<Acti
     for p in &fx.abort {
         effects.abort.extend(g.ids_of(p));
     }
-    if fx.changed && (was_aptpl || g.pr.aptpl) {
+    if g.shared_pr && fx.changed {
+        let ev: Vec<events::PeerEvent> = fx
+            .ua
+            .iter()
+            .map(|(p, ua)| events::PeerEvent::Attention(p.clone(), *ua))
+            .chain(fx.abort.iter().map(|p| events::PeerEvent::Abort(p.clone())))
+            .collect();
+        effects.peer_events = events::encode(&ev);
+    }
+    if fx.changed && (was_aptpl || g.pr.aptpl || g.shared_pr) {
         g.seq = g.seq.wrapping_add(1);
         effects.persist = Some(PersistRequest {
             seq: g.seq,

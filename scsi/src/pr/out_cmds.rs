@@ -337,7 +337,7 @@ fn register_and_move(
     if sark == 0 {
         return Err(Sense::invalid_field_in_param_list(8, None).into());
     }
-    if u16::from_be_bytes([p[18], p[19]]) != rel_port_id {
+    if u16::from_be_bytes([p[18], p[19]]) != me.rel_port_or(rel_port_id) {
         return Err(Sense::invalid_field_in_param_list(18, None).into());
     }
     let (name, _) =
@@ -350,6 +350,7 @@ fn register_and_move(
     let dest = PortPair {
         initiator: name,
         target: me.target.clone(),
+        rel_port: me.rel_port,
     };
     if dest == *me {
         return Err(Sense::invalid_field_in_param_list(BASIC_LEN, None).into());

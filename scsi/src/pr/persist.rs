@@ -3,7 +3,7 @@
 //! at start-up. Decoding never panics and refuses truncated, corrupt, oversized or
 //! inconsistent input with a [`PrStateError`].
 //!
-//! Layout (big-endian), version 1:
+//! Layout (big-endian), version 2 (version 1, still read, lacks the relative port ids):
 //! ```text
 //! "NTPR"  magic
 //! u16     version (1)
@@ -11,10 +11,12 @@
 //! u32     PRgeneration
 //! u64     sequence number of this snapshot
 //! u32     number of registrations, then for each:
-//!           u64 reservation key, str initiator port name, str target port name
-//! [u8 type, str holder initiator port, str holder target port]   when flags bit 1
+//!           u64 reservation key, nexus
+//! [u8 type, nexus of the holder]   when flags bit 1
 //! u32     CRC-32C (Castagnoli) of all preceding bytes
 //! str = u16 length + UTF-8 bytes (at most 512)
+//! nexus = str initiator port name, str target port name, u16 relative target port id
+//!         (0: the logical unit's own port)
 //! ```
 
 use std::fmt;
@@ -23,7 +25,7 @@ use super::state::{MAX_REGISTRATIONS, PrState, PrType, Registration, Reservation
 use crate::nexus::PortPair;
 
 const MAGIC: &[u8; 4] = b"NTPR";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const FLAG_APTPL: u16 = 1;
 const FLAG_RES: u16 = 2;
 const MAX_STR: usize = 512;
@@ -86,9 +88,10 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(b);
 }
 
-fn put_pair(out: &mut Vec<u8>, p: &PortPair) {
+pub(super) fn put_pair(out: &mut Vec<u8>, p: &PortPair) {
     put_str(out, &p.initiator);
     put_str(out, &p.target);
+    out.extend_from_slice(&p.rel_port.to_be_bytes());
 }
 
 /// Encodes `s` as snapshot number `seq`.
@@ -120,12 +123,22 @@ pub(crate) fn encode(s: &PrState, seq: u64) -> Vec<u8> {
     out
 }
 
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     b: &'a [u8],
     at: usize,
+    version: u16,
 }
 
 impl<'a> Reader<'a> {
+    /// Reads `b` from offset `at`, nexuses as in state format `version`.
+    pub(super) fn new(b: &'a [u8], at: usize, version: u16) -> Self {
+        Reader { b, at, version }
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        self.at == self.b.len()
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], PrStateError> {
         let end = self.at.checked_add(n).ok_or(PrStateError::Truncated)?;
         let s = self.b.get(self.at..end).ok_or(PrStateError::Truncated)?;
@@ -133,17 +146,17 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], PrStateError> {
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], PrStateError> {
         let mut a = [0; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
 
-    fn u16(&mut self) -> Result<u16, PrStateError> {
+    pub(super) fn u16(&mut self) -> Result<u16, PrStateError> {
         Ok(u16::from_be_bytes(self.array()?))
     }
 
-    fn u32(&mut self) -> Result<u32, PrStateError> {
+    pub(super) fn u32(&mut self) -> Result<u32, PrStateError> {
         Ok(u32::from_be_bytes(self.array()?))
     }
 
@@ -160,10 +173,11 @@ impl<'a> Reader<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| PrStateError::Invalid("name"))
     }
 
-    fn pair(&mut self) -> Result<PortPair, PrStateError> {
+    pub(super) fn pair(&mut self) -> Result<PortPair, PrStateError> {
         Ok(PortPair {
             initiator: self.string()?,
             target: self.string()?,
+            rel_port: if self.version >= 2 { self.u16()? } else { 0 },
         })
     }
 }
@@ -180,7 +194,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
         return Err(PrStateError::Truncated);
     }
     let version = u16::from_be_bytes([b[4], b[5]]);
-    if version != VERSION {
+    if version != VERSION && version != 1 {
         return Err(PrStateError::UnsupportedVersion(version));
     }
     let body_len = b.len().checked_sub(4).ok_or(PrStateError::Truncated)?;
@@ -193,7 +207,11 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
     if crc32c(body) != u32::from_be_bytes(crc) {
         return Err(PrStateError::Checksum);
     }
-    let mut r = Reader { b: body, at: 6 };
+    let mut r = Reader {
+        b: body,
+        at: 6,
+        version,
+    };
     let flags = r.u16()?;
     if flags & !(FLAG_APTPL | FLAG_RES) != 0 {
         return Err(PrStateError::Invalid("flags"));
@@ -249,6 +267,7 @@ mod tests {
         PortPair {
             initiator: i.into(),
             target: "iqn.t,t,0x0001".into(),
+            rel_port: 0,
         }
     }
 

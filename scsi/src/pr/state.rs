@@ -188,6 +188,7 @@ mod tests {
         PortPair {
             initiator: i.into(),
             target: "t".into(),
+            rel_port: 0,
         }
     }
 

@@ -31,7 +31,28 @@ use std::sync::Arc;
 use cache::BlockCache;
 use scsi::AccessState;
 
-pub(crate) use ceph::{for_lun as rbd_ownership_for, start, start_all};
+pub(crate) use ceph::for_lun as rbd_ownership_for;
+
+/// Starts what follows the other gateways for `targets`' RBD LUNs exported by several: the
+/// ownership threads (once the block cache exists) and the shared reservations' watches.
+pub(crate) fn start_all(targets: &[Arc<crate::registry::Target>], cache: Option<&Arc<BlockCache>>) {
+    ceph::start_all(targets, cache);
+    for t in targets {
+        for lun in t.lun_set().map.values() {
+            crate::backend::pr_cluster::start(t, lun);
+        }
+    }
+}
+
+/// [`start_all`] for one new LUN of `target`.
+pub(crate) fn start(
+    target: &Arc<crate::registry::Target>,
+    lun: &Lun,
+    cache: Option<&Arc<BlockCache>>,
+) {
+    ceph::start(target, lun, cache);
+    crate::backend::pr_cluster::start(target, lun);
+}
 use local::LocalError;
 pub(crate) use local::carry_over;
 

@@ -1,7 +1,8 @@
 //! The transport-neutral backend: everything a SCSI command does after the `scsi` crate has
 //! decided what it means — reads and writes through the NUMA block cache or around it,
-//! thin provisioning, EXTENDED COPY, SANITIZE, self-test, persistent reservation storage and
-//! the write-back flushers. It knows no socket and no event loop: work runs on the I/O
+//! thin provisioning, EXTENDED COPY, SANITIZE, self-test, persistent reservation storage
+//! (local files, or the cluster for LUNs several gateways share) and the write-back
+//! flushers. It knows no socket and no event loop: work runs on the I/O
 //! workers given in [`StorageCtx`], answers go back through a [`reply::Replier`] into the
 //! transport's [`reply::CompletionSink`], and ending other sessions' tasks goes through
 //! [`reply::TaskControl`].
@@ -16,6 +17,7 @@ pub mod landing;
 pub mod locked;
 pub mod payload;
 pub mod pr;
+pub mod pr_cluster;
 pub mod pr_store;
 pub mod reply;
 pub mod sanitize;

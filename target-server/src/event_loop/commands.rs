@@ -115,6 +115,14 @@ impl Slot {
                 &t.iqn,
                 t.portal_group_tag(),
             );
+            // several gateways as one target: the nexus carries this gateway's relative
+            // port, so that every gateway reports where a registration came through
+            let alua = t.alua();
+            let nexus = if alua.peers.is_empty() {
+                nexus
+            } else {
+                nexus.at_relative_port(alua.relative_port)
+            };
             self.session = Session::Normal(NormalSession::start(t, nexus));
         }
         self.io.set_session(info.tsih);

@@ -304,6 +304,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     let mut latency = LunLatency::new();
     let mut rbd = RbdOps::new();
     let mut alua = LunAlua::new();
+    let mut pr = LunPr::new();
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -317,6 +318,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
             latency.add(l, &s, &bounds);
             rbd.add(l, lun, &bounds);
             alua.add(l, lun);
+            pr.add(l, lun);
         }
     }
     io.push(out);
@@ -324,6 +326,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     latency.push(out);
     rbd.push(out);
     alua.push(out);
+    pr.push(out);
 }
 
 /// A LUN's labels: target and LUN number.
@@ -585,6 +588,81 @@ impl LunAlua {
         push(out, self.alua_state);
         push(out, self.alua_owner);
         push(out, self.alua_moves);
+    }
+}
+
+/// A LUN's persistent reservations: PRgeneration and registrations (every LUN), and for
+/// the RBD LUNs whose reservations several gateways share, the traffic with the cluster.
+struct LunPr {
+    generation: Family,
+    registrations: Family,
+    shared_changes: Family,
+    shared_taken: Family,
+    shared_rewatches: Family,
+    shared_stale: Family,
+}
+
+impl LunPr {
+    fn new() -> LunPr {
+        LunPr {
+            generation: Family::gauge(
+                "numatgt_lun_pr_generation",
+                "PRgeneration of the LUN's persistent reservations (SPC-4: counts registration changes).",
+            ),
+            registrations: Family::gauge(
+                "numatgt_lun_pr_registrations",
+                "Registered I_T nexuses of the LUN.",
+            ),
+            shared_changes: Family::counter(
+                "numatgt_lun_pr_shared_changes_total",
+                "PERSISTENT RESERVE OUT changes of a shared RBD LUN made through this gateway: written (stored in the cluster), race (the state had changed meanwhile: done again), unanswered (some other gateway did not take it in time).",
+            ),
+            shared_taken: Family::counter(
+                "numatgt_lun_pr_shared_taken_total",
+                "Reservation changes made through other gateways that this gateway took.",
+            ),
+            shared_rewatches: Family::counter(
+                "numatgt_lun_pr_shared_rewatches_total",
+                "Times the watch on the shared reservation state broke and was made again.",
+            ),
+            shared_stale: Family::gauge(
+                "numatgt_lun_pr_shared_stale",
+                "1 while this gateway's copy of the shared reservations may be stale (its watch broke): media access waits.",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (generation, regs) = lun.scsi.pr_summary();
+        self.generation.add(&l, f64::from(generation));
+        self.registrations.add(&l, regs as f64);
+        let Some(sp) = &lun.shared_pr else {
+            return;
+        };
+        let s = &sp.stats;
+        for (result, v) in [
+            ("written", &s.written),
+            ("race", &s.races),
+            ("unanswered", &s.unanswered),
+        ] {
+            self.shared_changes
+                .add(&[l[0], l[1], ("result", result)], v.load(Relaxed) as f64);
+        }
+        self.shared_taken.add(&l, s.taken.load(Relaxed) as f64);
+        self.shared_rewatches
+            .add(&l, s.rewatched.load(Relaxed) as f64);
+        self.shared_stale
+            .add(&l, f64::from(u8::from(sp.is_stale())));
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.generation);
+        push(out, self.registrations);
+        push(out, self.shared_changes);
+        push(out, self.shared_taken);
+        push(out, self.shared_rewatches);
+        push(out, self.shared_stale);
     }
 }
 

@@ -535,8 +535,16 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
     scsi.set_descriptor_sense(descriptor);
     scsi.set_thin_provisioning(meta.thin_provisioning);
     scsi.set_removable(meta.removable);
-    // persistent reservations with APTPL carry over to the rebuilt LU
-    if let Err(e) = scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes) {
+    // persistent reservations with APTPL carry over to the rebuilt LU; shared ones (kept
+    // in the cluster) carry over whole
+    let carried = if lun.shared_pr.is_some() {
+        scsi.set_shared_pr(true);
+        scsi.set_pr_state(&lun.scsi.pr_state_bytes().bytes)
+            .map(drop)
+    } else {
+        scsi.restore_pr_state(&lun.scsi.pr_state_bytes().bytes)
+    };
+    if let Err(e) = carried {
         tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
     }
     let next = Arc::new(Lun {
@@ -547,6 +555,7 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         cache_mode: lun.cache_mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         rbd_ownership: lun.rbd_ownership.clone(),
+        shared_pr: lun.shared_pr.clone(),
         read_ahead: lun.read_ahead,
         last_read_end: AtomicU64::new(u64::MAX),
         locks: Default::default(),

@@ -1,0 +1,400 @@
+//! Persistent reservations of an RBD LUN that several gateways export as one target: the
+//! state lives in the cluster, in a RADOS object beside the image (`numatgt.pr.<image>`,
+//! the `scsi` crate's state bytes), and every gateway holds a copy its commands are checked
+//! against.
+//!
+//! - A PERSISTENT RESERVE OUT runs on an I/O worker: the object is read and taken as the
+//!   copy, the command executed on it, and the new state written back only if the object
+//!   still holds what was read (RADOS compare-and-write; otherwise it starts over with the
+//!   newer state). The other gateways are then notified (RADOS watch/notify, with the new
+//!   state and what the command did to their nexuses: unit attentions, PREEMPT AND ABORT)
+//!   and the status is sent only once they answered — so no conflicting command is admitted
+//!   anywhere after the initiator saw GOOD.
+//! - Each gateway watches the object; a watch that broke (a network cut, an OSD restart) is
+//!   made again and the object read again by the LUN's `pr-<lun>` thread. Until then the
+//!   copy may be stale, and the LUN admits no command a reservation could refuse (NOT
+//!   READY, ASYMMETRIC ACCESS STATE TRANSITION: initiators retry, or use another path).
+//! - File LUNs, single gateways and read-only images keep the local reservations
+//!   (`pr`, `pr_store`).
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use scsi::{CmdCtx, Outcome};
+
+use super::reply::{Answer, ReplyTo, TaskControl, completed};
+use crate::pr_shared::{MAX_STATE, SharedPr};
+use crate::registry::{Lun, Target};
+
+/// How long a PR OUT waits for the other gateways to take its change.
+const NOTIFY_TIMEOUT_MS: u64 = 5_000;
+/// Compare-and-write attempts before a PR OUT gives up (others keep changing the state).
+const ATTEMPTS: usize = 8;
+/// How often the `pr-<lun>` thread checks its watch.
+const WATCH_CHECK: Duration = Duration::from_secs(1);
+
+/// Where PREEMPT AND ABORT ends tasks (the event threads), set once they exist.
+static TASKS: OnceLock<Arc<dyn TaskControl + Send + Sync>> = OnceLock::new();
+
+/// Called by the runtime once the event threads exist.
+pub(crate) fn set_task_control(t: Arc<dyn TaskControl + Send + Sync>) {
+    let _ = TASKS.set(t);
+}
+
+/// Before the LUN serves: its logical unit takes the cluster's state (the object is made
+/// from the local state when no gateway made it yet) and reports every change from now on.
+pub(crate) fn init(lu: &scsi::LogicalUnit, image: &rbd::Image, sp: &SharedPr) -> io::Result<()> {
+    lu.set_shared_pr(true);
+    let local = lu.pr_state_bytes().bytes;
+    if !image.object_replace_if(&sp.object, rbd::Expect::Absent, &local)? {
+        load(lu, image, sp, true)?;
+    }
+    tracing::info!(object = %sp.object, "persistent reservations shared through the cluster");
+    Ok(())
+}
+
+/// Reads the state object into `lu` (`force`: whatever `lu` holds; else only a newer one).
+fn load(lu: &scsi::LogicalUnit, image: &rbd::Image, sp: &SharedPr, force: bool) -> io::Result<()> {
+    let bytes = image
+        .object_read(&sp.object, MAX_STATE)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "state object vanished"))?;
+    let r = if force {
+        lu.set_pr_state(&bytes).map(drop)
+    } else {
+        lu.adopt_pr_state(&bytes).map(drop)
+    };
+    r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", sp.object)))
+}
+
+/// Starts following the other gateways' changes to `lun` of `target` (a shared LUN;
+/// nothing for others): the watch, then one more read (what changed before the watch
+/// existed), then the `pr-<lun>` thread that keeps the watch alive.
+pub(crate) fn start(target: &Arc<Target>, lun: &Lun) {
+    let Some(sp) = &lun.shared_pr else {
+        return;
+    };
+    if sp.started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (sp, target, number) = (Arc::clone(sp), Arc::downgrade(target), lun.number);
+    if let Err(e) = watch(&sp, &target, number) {
+        tracing::error!(lun = number, object = %sp.object,
+            "cannot watch the reservation state (retried every second): {e}");
+        lost_touch(&sp, lun);
+    }
+    let spawned = std::thread::Builder::new()
+        .name(format!("pr-{number}"))
+        .spawn(move || keep_watching(&sp, &target, number));
+    if let Err(e) = spawned {
+        tracing::error!(
+            lun = number,
+            "cannot start the reservation watch thread: {e}"
+        );
+    }
+}
+
+/// The LUN `number` of `target` whose shared reservations are `sp`.
+fn current(
+    target: &Weak<Target>,
+    number: u64,
+    sp: &Arc<SharedPr>,
+) -> Option<(Arc<Target>, Arc<Lun>)> {
+    let t = target.upgrade()?;
+    let lun = t.lun_set().map.get(&number).cloned()?;
+    let same = lun.shared_pr.as_ref().is_some_and(|x| Arc::ptr_eq(x, sp));
+    same.then_some((t, lun))
+}
+
+/// Establishes the watch and reads the state once more.
+fn watch(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) -> io::Result<()> {
+    let Some((_, lun)) = current(target, number, sp) else {
+        return Ok(());
+    };
+    let Some(image) = lun.store.rbd_image() else {
+        return Ok(());
+    };
+    if let Some(old) = sp.cookie.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        image.object_unwatch(old);
+    }
+    let (on_sp, on_target) = (Arc::downgrade(sp), target.clone());
+    let (err_sp, err_target) = (Arc::downgrade(sp), target.clone());
+    let cookie = image.object_watch(
+        &sp.object,
+        rbd::ObjectWatchFns {
+            on_notify: Box::new(move |payload| {
+                if let Some(sp) = on_sp.upgrade() {
+                    take_notification(&sp, &on_target, number, payload);
+                }
+            }),
+            on_error: Box::new(move |e| {
+                tracing::warn!(lun = number, "reservation state watch broke: {e}");
+                if let Some(sp) = err_sp.upgrade()
+                    && let Some((_, lun)) = current(&err_target, number, &sp)
+                {
+                    lost_touch(&sp, &lun);
+                }
+            }),
+        },
+    )?;
+    *sp.cookie.lock().unwrap_or_else(|p| p.into_inner()) = Some(cookie);
+    load(&lun.scsi, image, sp, false)
+}
+
+/// The `pr-<lun>` thread: checks the watch every second and makes it again when it broke;
+/// ends when the LUN is gone.
+fn keep_watching(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) {
+    // failed attempts in a row (a fenced gateway's client is blocklisted for good: said
+    // once a minute)
+    let mut failures = 0u64;
+    loop {
+        std::thread::sleep(WATCH_CHECK);
+        let Some((_, lun)) = current(target, number, sp) else {
+            return;
+        };
+        let Some(image) = lun.store.rbd_image() else {
+            return;
+        };
+        let cookie = *sp.cookie.lock().unwrap_or_else(|p| p.into_inner());
+        let broken = sp.broken.load(Ordering::Acquire)
+            || cookie.is_none_or(|c| image.object_watch_check(c).is_err());
+        if !broken {
+            continue;
+        }
+        lost_touch(sp, &lun);
+        match watch(sp, target, number) {
+            Ok(()) => {
+                sp.broken.store(false, Ordering::Release);
+                lun.scsi.set_pr_unknown(false);
+                sp.stats.rewatched.fetch_add(1, Ordering::Relaxed);
+                failures = 0;
+                tracing::info!(
+                    lun = number,
+                    "reservation state watched again and read again"
+                );
+            }
+            Err(e) => {
+                sp.broken.store(true, Ordering::Release);
+                if failures % 60 == 0 {
+                    tracing::warn!(
+                        lun = number,
+                        attempts = failures + 1,
+                        "reservation state watch not made again yet (media access waits): {e}"
+                    );
+                }
+                failures += 1;
+            }
+        }
+    }
+}
+
+/// The watch broke: the copy may miss other gateways' changes from now on, so the LUN
+/// admits no media access until the watch is made again and the state read again.
+fn lost_touch(sp: &SharedPr, lun: &Lun) {
+    sp.broken.store(true, Ordering::Release);
+    lun.scsi.set_pr_unknown(true);
+}
+
+/// A notification: (sender, state, events) as [`payload`] made it.
+fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload: &[u8]) {
+    let Some((from, state, events)) = parse_payload(payload) else {
+        tracing::warn!(
+            lun = number,
+            len = payload.len(),
+            "reservation notification not understood"
+        );
+        return;
+    };
+    if from == sp.me {
+        return; // this gateway's own change, applied when it was made
+    }
+    let Some(t) = target.upgrade() else {
+        return;
+    };
+    let Some(lun) = t.lun_set().map.get(&number).cloned() else {
+        return;
+    };
+    if let Err(e) = lun.scsi.adopt_pr_state(state) {
+        tracing::error!(
+            lun = number,
+            "reservation state from another gateway refused: {e}"
+        );
+    }
+    match lun.scsi.apply_peer_pr_events(events) {
+        Ok(abort) if !abort.is_empty() => {
+            tracing::info!(
+                lun = number,
+                nexuses = abort.len(),
+                "PREEMPT AND ABORT through another gateway: ending the preempted nexuses' tasks"
+            );
+            if let Some(tasks) = TASKS.get() {
+                tasks.abort_tasks(t.tid, Some(number), Some(abort), None);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(
+            lun = number,
+            "reservation events from another gateway refused: {e}"
+        ),
+    }
+    sp.stats.taken.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A notification's bytes: sender (u64), state length (u32), state, events (the rest).
+fn payload(me: u64, state: &[u8], events: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(12 + state.len() + events.len());
+    p.extend_from_slice(&me.to_be_bytes());
+    p.extend_from_slice(&u32::try_from(state.len()).unwrap_or(u32::MAX).to_be_bytes());
+    p.extend_from_slice(state);
+    p.extend_from_slice(events);
+    p
+}
+
+fn parse_payload(p: &[u8]) -> Option<(u64, &[u8], &[u8])> {
+    let from = u64::from_be_bytes(p.get(..8)?.try_into().ok()?);
+    let len = usize::try_from(u32::from_be_bytes(p.get(8..12)?.try_into().ok()?)).ok()?;
+    let state = p.get(12..12usize.checked_add(len)?)?;
+    let events = p.get(12 + len..)?;
+    Some((from, state, events))
+}
+
+/// A PERSISTENT RESERVE OUT of a shared LUN: carried out on an I/O worker (see the
+/// module's text); its status goes to `reply` once the cluster and the other gateways have
+/// the change.
+pub(crate) fn reserve_out(
+    lun: &Arc<Lun>,
+    tid: u32,
+    nexus: &scsi::Nexus,
+    cdb: &[u8],
+    data: &[u8],
+    ctx: &super::StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    let (reply, later) = reply.defer();
+    let (lun, nexus, cdb, data) = (Arc::clone(lun), nexus.clone(), cdb.to_vec(), data.to_vec());
+    ctx.run(move || {
+        let c = run_shared(&lun, tid, &nexus, &cdb, &data);
+        reply.send(completed(c));
+    });
+    Answer::Later(later)
+}
+
+fn run_shared(
+    lun: &Lun,
+    tid: u32,
+    nexus: &scsi::Nexus,
+    cdb: &[u8],
+    data: &[u8],
+) -> scsi::Completion {
+    let failed = || lun.scsi.persist_failed();
+    let (Some(sp), Some(image)) = (&lun.shared_pr, lun.store.rbd_image()) else {
+        return failed();
+    };
+    let _one = sp.local.lock().unwrap_or_else(|p| p.into_inner());
+    let cmd = CmdCtx {
+        cdb,
+        data_out: data,
+        landed: 0,
+        luns: &[],
+    };
+    for _ in 0..ATTEMPTS {
+        let before = match image.object_read(&sp.object, MAX_STATE) {
+            Ok(Some(b)) => b,
+            Ok(None) => lun.scsi.pr_state_bytes().bytes,
+            Err(e) => {
+                tracing::error!(lun = lun.number, "cannot read the reservation state: {e}");
+                return failed();
+            }
+        };
+        if let Err(e) = lun.scsi.set_pr_state(&before) {
+            tracing::error!(lun = lun.number, object = %sp.object,
+                "the reservation state in the cluster is damaged: {e}");
+            return failed();
+        }
+        let po = match lun.scsi.execute_nexus(nexus, &cmd) {
+            Outcome::Action(scsi::Action::Complete(c)) => return c,
+            Outcome::Action(_) => return failed(),
+            Outcome::PersistentReserveOut(po) => po,
+        };
+        let Some(req) = &po.persist else {
+            finish_local(lun, tid, &po.abort);
+            return po.completion;
+        };
+        match image.object_replace_if(
+            &sp.object,
+            rbd::Expect::Bytes {
+                offset: 0,
+                bytes: &before,
+            },
+            &req.bytes,
+        ) {
+            Ok(true) => {
+                sp.stats.written.fetch_add(1, Ordering::Relaxed);
+                finish_local(lun, tid, &po.abort);
+                let note = payload(sp.me, &req.bytes, &po.peer_events);
+                if let Err(e) = image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
+                    sp.stats.unanswered.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        lun = lun.number,
+                        "another gateway did not take the reservation change in time \
+                         (it reads the state again when its watch is made again): {e}"
+                    );
+                }
+                return po.completion;
+            }
+            Ok(false) => {
+                sp.stats.races.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    lun = lun.number,
+                    "reservation state changed meanwhile: again"
+                );
+            }
+            Err(e) => {
+                // nothing was written: the copy goes back to what the cluster holds
+                let _ = lun.scsi.set_pr_state(&before);
+                tracing::error!(lun = lun.number, "cannot store the reservation state: {e}");
+                return failed();
+            }
+        }
+    }
+    tracing::error!(
+        lun = lun.number,
+        attempts = ATTEMPTS,
+        "the reservation state kept changing under this PERSISTENT RESERVE OUT"
+    );
+    let _ = load(&lun.scsi, image, sp, true);
+    failed()
+}
+
+/// PREEMPT AND ABORT: the preempted nexuses' tasks on this gateway end.
+fn finish_local(lun: &Lun, tid: u32, abort: &[scsi::NexusId]) {
+    if abort.is_empty() {
+        return;
+    }
+    tracing::info!(
+        lun = lun.number,
+        nexuses = abort.len(),
+        "PREEMPT AND ABORT: ending the preempted I_T nexuses' tasks"
+    );
+    if let Some(tasks) = TASKS.get() {
+        tasks.abort_tasks(tid, Some(lun.number), Some(abort.to_vec()), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_and_garbage_is_refused() {
+        let p = payload(7, b"state", b"events");
+        assert_eq!(parse_payload(&p), Some((7, &b"state"[..], &b"events"[..])));
+        for cut in 0..12 {
+            assert_eq!(parse_payload(&p[..cut]), None);
+        }
+        let mut long = p.clone();
+        long[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(parse_payload(&long), None);
+    }
+}

@@ -1,0 +1,242 @@
+//! Persistent reservations shared by two numatgtd gateways of one RBD LUN (issue 26), on
+//! the project's mini Ceph cluster. Both gateways are started like tgtd and set up with
+//! Debian's tgtadm alone (ALUA group, peer, the LUN with `--bstype rbd`); raw iSCSI
+//! sessions play two initiators. Checked:
+//!
+//! - a registration or reservation made through gateway A is seen through gateway B as
+//!   soon as A answered GOOD (the change went through the cluster and B took it first);
+//! - B enforces A's reservation on every command (a conflicting WRITE through B is
+//!   refused), and the same initiator port through B is another I_T nexus (SPC-4: the
+//!   target port is part of it; READ FULL STATUS names the relative port it came through);
+//! - PREEMPT AND ABORT through A reaches the preempted nexus on B (REGISTRATIONS
+//!   PREEMPTED);
+//! - A killed: B keeps enforcing, and changes the state alone; A set up again reads the
+//!   state the cluster holds.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tests::cdb::{cdb10, sense_of};
+use tests::ceph::Cluster;
+use tests::daemon::{TargetKind, require_numatgtd};
+use tests::mgmt::{new_lun, new_open_target};
+use tests::pdu::ScsiSession;
+use tests::{Daemon, TEST_IQN, tools};
+
+const REGISTER: u8 = 0;
+const RESERVE: u8 = 1;
+const PREEMPT_AND_ABORT: u8 = 5;
+/// WRITE EXCLUSIVE – REGISTRANTS ONLY.
+const WE_RO: u8 = 5;
+const CONFLICT: u8 = 0x18;
+
+/// A gateway as a tgtd user makes it: numatgtd started like tgtd, then Debian's tgtadm:
+/// target 1, ALUA group `group` with peer `peer` (standby non-owners), LUN 1 on the
+/// cluster's image `rbd/shared`.
+fn gateway(c: &Cluster, group: u16, peer: u16) -> Daemon {
+    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
+    set_up(&d, c, group, peer);
+    d
+}
+
+fn set_up(d: &Daemon, c: &Cluster, group: u16, peer: u16) {
+    new_open_target(d, "1", TEST_IQN);
+    for (name, value) in [
+        ("alua_group", group.to_string()),
+        ("alua_peers", peer.to_string()),
+    ] {
+        d.tgtadm(&[
+            "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name", name,
+            "--value", &value,
+        ])
+        .check(name);
+    }
+    let bsopts = c.bsopts("rados_osd_op_timeout=10");
+    new_lun(
+        d,
+        "1",
+        "1",
+        Path::new("rbd/shared"),
+        &["--bstype", "rbd", "--bsopts", &bsopts],
+    )
+    .check("LUN 1 on rbd/shared");
+}
+
+/// PERSISTENT RESERVE OUT through `s`: the status, and how long it took.
+fn prout(s: &mut ScsiSession, sa: u8, ty: u8, key: u64, sa_key: u64) -> (u8, Duration) {
+    let t = Instant::now();
+    let st = s.persistent_reserve_out(sa, ty, key, sa_key, false);
+    (st, t.elapsed())
+}
+
+/// PERSISTENT RESERVE IN service action `sa` through `s`: (status, parameter data).
+fn prin(s: &mut ScsiSession, sa: u8) -> (u8, Vec<u8>) {
+    let (st, _, d) = s.command(&[0x5E, sa, 0, 0, 0, 0, 0, 0x10, 0, 0], &[], 4096);
+    (st, d)
+}
+
+fn keys(s: &mut ScsiSession) -> Vec<u64> {
+    let (st, d) = prin(s, 0);
+    assert_eq!(st, 0, "READ KEYS");
+    d.get(8..)
+        .unwrap_or_default()
+        .chunks(8)
+        .map(|k| u64::from_be_bytes(k.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// (key, type) of the reservation.
+fn reservation(s: &mut ScsiSession) -> Option<(u64, u8)> {
+    let (st, d) = prin(s, 1);
+    assert_eq!(st, 0, "READ RESERVATION");
+    (d.len() >= 22).then(|| {
+        (
+            u64::from_be_bytes(d[8..16].try_into().expect("8 bytes")),
+            d[21] & 0x0F,
+        )
+    })
+}
+
+/// READ FULL STATUS: (key, relative target port) of every registration.
+fn full_status(s: &mut ScsiSession) -> Vec<(u64, u16)> {
+    let (st, d) = prin(s, 3);
+    assert_eq!(st, 0, "READ FULL STATUS");
+    let mut out = Vec::new();
+    let mut at = 8;
+    while at + 24 <= d.len() {
+        let key = u64::from_be_bytes(d[at..at + 8].try_into().expect("8 bytes"));
+        let port = u16::from_be_bytes([d[at + 18], d[at + 19]]);
+        let tid_len = u32::from_be_bytes(d[at + 20..at + 24].try_into().expect("4")) as usize;
+        out.push((key, port));
+        at += 24 + tid_len;
+    }
+    out
+}
+
+/// The value of metric `name` whose labels contain `with` (0 when missing).
+fn metric(d: &Daemon, name: &str, with: &str) -> f64 {
+    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200);
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(with))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+fn write_status(s: &mut ScsiSession) -> (u8, Option<(u8, u8, u8)>) {
+    let (st, sense, _) = s.command(&cdb10(0x2a, 0, 1), &[0x5a; 512], 0);
+    (st, sense_of(&sense))
+}
+
+#[test]
+fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
+    require_numatgtd("reservations_are_shared_by_the_gateways_of_an_rbd_lun");
+    tools::require_tool("tgtadm");
+    let c = Cluster::start();
+    c.create_image("shared", 16 << 20);
+    let mut a = gateway(&c, 1, 2);
+    let b = gateway(&c, 2, 1);
+    let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:pr-x");
+    let mut xb = ScsiSession::open(&b, "iqn.2026-11.test:pr-x");
+    let mut yb = ScsiSession::open(&b, "iqn.2026-11.test:pr-y");
+
+    // X registers and reserves through A; B knows each change once A answered
+    let (st, took) = prout(&mut xa, REGISTER, 0, 0, 0xA);
+    assert_eq!(st, 0, "REGISTER through A\n{}", a.log_tail(30));
+    eprintln!("shared REGISTER took {took:?}");
+    assert_eq!(keys(&mut yb), vec![0xA], "B sees A's registration at once");
+    assert_eq!(
+        prout(&mut xa, RESERVE, WE_RO, 0xA, 0).0,
+        0,
+        "RESERVE through A"
+    );
+    assert_eq!(reservation(&mut yb), Some((0xA, WE_RO)));
+
+    // B enforces it: Y is no registrant, and X through B is another nexus (not registered)
+    assert_eq!(write_status(&mut yb).0, CONFLICT, "Y's WRITE through B");
+    assert_eq!(write_status(&mut xb).0, CONFLICT, "X's WRITE through B");
+    assert_eq!(
+        write_status(&mut xa),
+        (0, None),
+        "X's WRITE through A (owner)"
+    );
+
+    // Y registers through B: A sees it, with the relative port it came through
+    assert_eq!(
+        prout(&mut yb, REGISTER, 0, 0, 0xB).0,
+        0,
+        "REGISTER through B"
+    );
+    assert_eq!(keys(&mut xa), vec![0xA, 0xB]);
+    assert_eq!(full_status(&mut xa), vec![(0xA, 1), (0xB, 2)]);
+
+    // X preempts and aborts Y through A: Y's nexus on B is told
+    let (st, _) = prout(&mut xa, PREEMPT_AND_ABORT, WE_RO, 0xA, 0xB);
+    assert_eq!(st, 0, "PREEMPT AND ABORT through A");
+    let (st, sense, _) = yb.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((6, 0x2A, 0x05))),
+        "REGISTRATIONS PREEMPTED on B"
+    );
+    assert_eq!(keys(&mut yb), vec![0xA]);
+
+    // the metrics say the same on both gateways
+    let generation = metric(&a, "numatgt_lun_pr_generation", "lun=\"1\"");
+    assert_eq!(generation, 3.0, "REGISTER, REGISTER, PREEMPT AND ABORT");
+    assert_eq!(
+        metric(&b, "numatgt_lun_pr_generation", "lun=\"1\""),
+        generation
+    );
+    assert_eq!(
+        metric(
+            &a,
+            "numatgt_lun_pr_shared_changes_total",
+            "result=\"written\""
+        ),
+        3.0,
+        "REGISTER, RESERVE, PREEMPT AND ABORT written through A"
+    );
+    assert_eq!(metric(&b, "numatgt_lun_pr_shared_taken_total", ""), 3.0);
+    assert_eq!(metric(&a, "numatgt_lun_pr_shared_taken_total", ""), 1.0);
+    assert!(
+        metric(&b, "numatgt_lun_errors_total", "reservation_conflict") >= 2.0,
+        "B counted its conflicts"
+    );
+    assert_eq!(metric(&b, "numatgt_lun_pr_shared_stale", ""), 0.0);
+
+    // A dies: B keeps enforcing and changes the state on its own (its notification finds
+    // A's watch unanswered: the change still holds)
+    a.kill9();
+    assert_eq!(write_status(&mut yb).0, CONFLICT, "B enforces with A dead");
+    assert_eq!(reservation(&mut yb), Some((0xA, WE_RO)));
+    let (st, took) = prout(&mut yb, REGISTER, 0, 0, 0xC);
+    assert_eq!(st, 0, "REGISTER through B with A dead\n{}", b.log_tail(30));
+    eprintln!("REGISTER with a dead peer took {took:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "bounded by the notify timeout: {took:?}"
+    );
+    assert_eq!(
+        metric(
+            &b,
+            "numatgt_lun_pr_shared_changes_total",
+            "result=\"unanswered\""
+        ),
+        1.0,
+        "A's watch was not answered"
+    );
+
+    // A comes back (set up again with tgtadm): it reads what the cluster holds
+    a.respawn();
+    set_up(&a, &c, 1, 2);
+    let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:pr-x");
+    assert_eq!(keys(&mut xa), vec![0xA, 0xC], "A restarted sees B's change");
+    assert_eq!(reservation(&mut xa), Some((0xA, WE_RO)));
+    assert!(
+        a.log()
+            .contains("persistent reservations shared through the cluster"),
+        "{}",
+        a.log_tail(30)
+    );
+}
