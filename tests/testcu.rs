@@ -161,12 +161,29 @@ pub fn run_suite_with(
     // two URLs to the same LUN: the suites that need a second I_T nexus (reservations,
     // multipath) use it, the others ignore it; with one URL a test that needs a second
     // nexus logs one in for itself
+    let urls = if two_urls {
+        vec![url.clone(), url]
+    } else {
+        vec![url]
+    };
+    run_suite_urls(d, suite, report_name, flags, &urls)
+}
+
+/// [`run_suite_with`] against `urls` (the second one, when given, is the path the suites
+/// that need a second I_T nexus use: another gateway of the same LU, say); `d` serves the
+/// first.
+pub fn run_suite_urls(
+    d: &mut Daemon,
+    suite: &str,
+    report_name: &str,
+    flags: &[&str],
+    urls: &[String],
+) -> SuiteResult {
+    let url = urls.first().cloned().unwrap_or_else(|| d.url(1));
     let mut args: Vec<&str> = vec!["-d"];
     args.extend_from_slice(flags);
-    args.extend_from_slice(&["-t", suite, url.as_str()]);
-    if two_urls {
-        args.push(url.as_str());
-    }
+    args.extend_from_slice(&["-t", suite]);
+    args.extend(urls.iter().map(String::as_str));
     let r = crate::tools::run_no_sigpipe(SUITE_TIMEOUT_S, "iscsi-test-cu", &args);
     let log = crate::reports_dir().join(format!("{report_name}-{suite}.log"));
     std::fs::write(&log, format!("{r}")).expect("write suite log");

@@ -21,6 +21,7 @@ use tests::ceph::Cluster;
 use tests::daemon::{TargetKind, require_numatgtd};
 use tests::mgmt::{new_lun, new_open_target};
 use tests::pdu::ScsiSession;
+use tests::testcu;
 use tests::{Daemon, TEST_IQN, tools};
 
 const REGISTER: u8 = 0;
@@ -34,16 +35,26 @@ const CONFLICT: u8 = 0x18;
 /// target 1, ALUA group `group` with peer `peer` (standby non-owners), LUN 1 on the
 /// cluster's image `rbd/shared`.
 fn gateway(c: &Cluster, group: u16, peer: u16) -> Daemon {
+    gateway_with(c, group, peer, "standby")
+}
+
+/// [`gateway`] with non-owners in `non_owner` state.
+fn gateway_with(c: &Cluster, group: u16, peer: u16, non_owner: &str) -> Daemon {
     let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
-    set_up(&d, c, group, peer);
+    set_up_with(&d, c, group, peer, non_owner);
     d
 }
 
 fn set_up(d: &Daemon, c: &Cluster, group: u16, peer: u16) {
+    set_up_with(d, c, group, peer, "standby");
+}
+
+fn set_up_with(d: &Daemon, c: &Cluster, group: u16, peer: u16, non_owner: &str) {
     new_open_target(d, "1", TEST_IQN);
     for (name, value) in [
         ("alua_group", group.to_string()),
         ("alua_peers", peer.to_string()),
+        ("alua_non_owner_state", non_owner.to_string()),
     ] {
         d.tgtadm(&[
             "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name", name,
@@ -238,5 +249,58 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
             .contains("persistent reservations shared through the cluster"),
         "{}",
         a.log_tail(30)
+    );
+}
+
+/// The reservation suites of libiscsi's iscsi-test-cu that need no I/O through a
+/// non-owner, with their first I_T nexus on gateway A and their second (the multipath URL)
+/// on gateway B of the same RBD LUN, non-owners active/non-optimized (libiscsi's login
+/// needs TEST UNIT READY to pass, which a standby port refuses): pass / skip / fail counted
+/// apart, 0 fail, and no ownership move during the run. (ProutReserve and MultipathIO read and write through
+/// both paths, which needs I/O shipping; Reserve6 needs SPC-2 reservations shared too.)
+#[test]
+fn libiscsi_reservation_suites_across_two_gateways() {
+    require_numatgtd("libiscsi_reservation_suites_across_two_gateways");
+    tools::require_tool("tgtadm");
+    tools::require_tool("iscsi-test-cu");
+    let c = Cluster::start();
+    c.create_image("shared", 64 << 20);
+    let ano = "active-non-optimized";
+    let mut a = gateway_with(&c, 1, 2, ano);
+    let mut b = gateway_with(&c, 2, 1, ano);
+    let urls = [a.url(1), b.url(1)];
+    let results: Vec<testcu::SuiteResult> = [
+        "SCSI.PrinReadKeys",
+        "SCSI.PrinServiceactionRange",
+        "SCSI.PrinReportCapabilities",
+        "SCSI.ProutRegister",
+        "SCSI.ProutClear",
+        "SCSI.ProutPreempt",
+    ]
+    .iter()
+    .map(|suite| testcu::run_suite_urls(&mut a, suite, "two-gateways", &[], &urls))
+    .collect();
+    b.assert_alive("after the suites");
+    for d in [&a, &b] {
+        assert_eq!(
+            metric(d, "numatgt_lun_alua_transitions_total", "kind=\"takeover\""),
+            0.0,
+            "no ownership move"
+        );
+        assert!(metric(d, "numatgt_lun_pr_generation", "lun=\"1\"") > 0.0);
+    }
+    assert!(
+        metric(
+            &b,
+            "numatgt_lun_pr_shared_changes_total",
+            "result=\"written\""
+        ) > 0.0,
+        "the suites changed the state through B too"
+    );
+    assert!(metric(&a, "numatgt_lun_pr_shared_taken_total", "") > 0.0);
+    testcu::assert_clean(
+        &results,
+        "numatgtd, two gateways",
+        "iscsi-test-cu-two-gateways",
     );
 }
