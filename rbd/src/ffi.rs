@@ -80,6 +80,11 @@ api! {
     rados.rados_notify2: fn(Handle, *const c_char, *const c_char, c_int, u64, *mut *mut c_char, *mut usize) -> c_int;
     rados.rados_notify_ack: fn(Handle, *const c_char, u64, u64, *const c_char, c_int) -> c_int;
     rados.rados_buffer_free: fn(*mut c_char) -> ();
+    rados.rados_get_instance_id: fn(Handle) -> u64;
+    rados.rados_getaddrs: fn(Handle, *mut *mut c_char) -> c_int;
+    rados.rados_blocklist_add: fn(Handle, *mut c_char, u32) -> c_int;
+    rados.rados_setxattr: fn(Handle, *const c_char, *const c_char, *const c_char, usize) -> c_int;
+    rados.rados_getxattr: fn(Handle, *const c_char, *const c_char, *mut c_char, usize) -> c_int;
     rbd.rbd_open: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_open_read_only: fn(Handle, *const c_char, *mut Handle, *const c_char) -> c_int;
     rbd.rbd_close: fn(Handle) -> c_int;
@@ -214,6 +219,16 @@ mod tests {
         );
         assert!(e.contains("libnumatgt-no-such-rados.so.2"), "{e}");
         assert!(e.contains("cannot open shared object file"), "{e}");
+    }
+
+    /// Every entry point this crate declares exists in the installed librados/librbd
+    /// (Ceph 16, what tools/install-test-deps.sh installs): a missing one would make every
+    /// RBD LUN fail to open.
+    #[test]
+    fn every_entry_point_resolves_in_the_installed_libraries() {
+        if let Err(e) = load_from(RADOS_SONAME, RBD_SONAME) {
+            panic!("{e}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod shared;
 
 pub use ffi::{RADOS_SONAME, RBD_LIB_ENV, RBD_SONAME, available};
 pub use image::{Cluster, Done, Image};
-pub use object::{Expect, ObjectWatchFns};
+pub use object::{Expect, ObjectWatchFns, Unanswered};
 pub use opts::{ClusterOptions, DEFAULT_POOL, DEFAULT_SETTINGS, ImageSpec, redact};
 pub use shared::connections;
 

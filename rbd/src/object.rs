@@ -1,7 +1,10 @@
 //! Small RADOS objects beside an image, in the image's pool: state that several gateways
 //! share (a compare-and-write that replaces an object only if it still holds what the
 //! writer read, or only if it does not exist yet), and watch/notify on such an object — a
-//! notification returns once every watcher has run its callback (or the timeout passed).
+//! notification returns once every watcher has run its callback (or the timeout passed),
+//! and says which watchers did not answer; extended attributes; this client's id and
+//! address, and the fencing of a client (a blocklist entry: none of its operations reaches
+//! an OSD any more).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
@@ -17,6 +20,9 @@ pub enum Expect<'a> {
     /// The object's bytes at `offset` are `bytes`.
     Bytes { offset: u64, bytes: &'a [u8] },
 }
+
+/// The watchers a notification timed out on: (client id, cookie) of each.
+pub type Unanswered = Vec<(u64, u64)>;
 
 /// What runs for a notification: its payload.
 pub type NotifyFn = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -203,8 +209,14 @@ impl Image {
     }
 
     /// Notifies every watcher of object `name` with `payload` and waits until each has
-    /// answered or `timeout_ms` passed (`ErrorKind::TimedOut`: some watcher did not answer).
-    pub fn object_notify(&self, name: &str, payload: &[u8], timeout_ms: u64) -> io::Result<()> {
+    /// answered or `timeout_ms` passed: `Ok` with the watchers that did not answer (empty
+    /// when all did).
+    pub fn object_notify(
+        &self,
+        name: &str,
+        payload: &[u8],
+        timeout_ms: u64,
+    ) -> io::Result<Unanswered> {
         let oid = cstring(name, "object name")?;
         let len = c_int::try_from(payload.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "notification too large"))?;
@@ -222,10 +234,186 @@ impl Image {
                 &mut reply_len,
             )
         };
-        if !reply.is_null() {
+        let unanswered = if reply.is_null() {
+            None
+        } else {
+            // SAFETY: librados allocated `reply_len` bytes at `reply` for this call.
+            let bytes = unsafe { std::slice::from_raw_parts(reply.cast::<u8>(), reply_len) };
+            let t = parse_notify_reply(bytes);
             // SAFETY: a reply buffer librados allocated for this call, freed once.
             unsafe { (self.api.rados_buffer_free)(reply) };
+            t
+        };
+        match (r, unanswered) {
+            (0, _) => Ok(Vec::new()),
+            (r, Some(t)) if r == -libc::ETIMEDOUT && !t.is_empty() => Ok(t),
+            (r, _) => errno(r.into()).map(|_| Vec::new()),
         }
-        errno(r.into()).map(drop)
+    }
+
+    /// Sets extended attribute `key` of object `name` to `value`.
+    pub fn object_set_xattr(&self, name: &str, key: &str, value: &[u8]) -> io::Result<()> {
+        let (oid, k) = (cstring(name, "object name")?, cstring(key, "attribute")?);
+        // SAFETY: live ioctx; valid C strings; `value` readable for its length.
+        let r = unsafe {
+            (self.api.rados_setxattr)(
+                self.ioctx,
+                oid.as_ptr(),
+                k.as_ptr(),
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+            )
+        };
+        check(r.into(), &format!("attribute {key} of object {name}")).map(drop)
+    }
+
+    /// Extended attribute `key` of object `name` (at most 4 KiB), `None` when unset.
+    pub fn object_xattr(&self, name: &str, key: &str) -> io::Result<Option<Vec<u8>>> {
+        let (oid, k) = (cstring(name, "object name")?, cstring(key, "attribute")?);
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: live ioctx; valid C strings; `buf` writable for its length.
+        let r = unsafe {
+            (self.api.rados_getxattr)(
+                self.ioctx,
+                oid.as_ptr(),
+                k.as_ptr(),
+                buf.as_mut_ptr().cast::<c_char>(),
+                buf.len(),
+            )
+        };
+        if r == -libc::ENODATA || r == -libc::ENOENT {
+            return Ok(None);
+        }
+        let n = check(r.into(), &format!("attribute {key} of object {name}"))?;
+        buf.truncate(usize::try_from(n).unwrap_or(0));
+        Ok(Some(buf))
+    }
+
+    /// This process's client id on the image's cluster connection (a watcher's id in a
+    /// notification's reply).
+    pub fn client_id(&self) -> u64 {
+        // SAFETY: connected cluster handle.
+        unsafe { (self.api.rados_get_instance_id)(self.cluster_handle()) }
+    }
+
+    /// This process's client address on the image's cluster connection (`IP:port/nonce`,
+    /// what a blocklist entry names).
+    pub fn client_addr(&self) -> io::Result<String> {
+        let mut p: *mut c_char = std::ptr::null_mut();
+        // SAFETY: connected cluster handle; valid out-pointer.
+        let r = unsafe { (self.api.rados_getaddrs)(self.cluster_handle(), &mut p) };
+        check(r.into(), "rados_getaddrs")?;
+        if p.is_null() {
+            return Err(io::Error::other("rados_getaddrs gave no address"));
+        }
+        // SAFETY: a NUL-terminated string librados allocated; copied, then freed once.
+        let s = unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: as above.
+        unsafe { (self.api.rados_buffer_free)(p) };
+        Ok(plain_addr(&s))
+    }
+
+    /// Fences the client at `addr` ([`Image::client_addr`] of another process) for an
+    /// hour: a blocklist entry, after which none of that client's operations reaches an
+    /// OSD (its watches break, its writes fail). Needs the `osd blocklist` capability
+    /// (Ceph's `profile rbd` has it).
+    pub fn blocklist(&self, addr: &str) -> io::Result<()> {
+        let c = cstring(addr, "client address")?;
+        let mut bytes = c.into_bytes_with_nul();
+        // SAFETY: connected cluster; a NUL-terminated string librados only reads.
+        let r = unsafe {
+            (self.api.rados_blocklist_add)(
+                self.cluster_handle(),
+                bytes.as_mut_ptr().cast::<c_char>(),
+                3600,
+            )
+        };
+        check(r.into(), &format!("blocklist {addr}")).map(drop)
+    }
+}
+
+/// The first address of a client's address vector as a blocklist entry names it:
+/// `[v2:1.2.3.4:0/77,v1:...]` or `any:1.2.3.4:0/77` → `1.2.3.4:0/77`.
+fn plain_addr(s: &str) -> String {
+    let first = s
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .next()
+        .unwrap_or("");
+    first
+        .strip_prefix("v2:")
+        .or_else(|| first.strip_prefix("v1:"))
+        .or_else(|| first.strip_prefix("any:"))
+        .unwrap_or(first)
+        .to_string()
+}
+
+/// The watchers a notification's reply lists as timed out: `u32 acks, {u64 client, u64
+/// cookie, u32 len, len bytes} * acks, u32 timeouts, {u64 client, u64 cookie} * timeouts`
+/// (little-endian); `None` when the bytes do not parse.
+fn parse_notify_reply(b: &[u8]) -> Option<Unanswered> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(s)
+    };
+    let u32le = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap_or([0; 4]));
+    let u64le = |s: &[u8]| u64::from_le_bytes(s.try_into().unwrap_or([0; 8]));
+    let acks = u32le(take(4)?);
+    for _ in 0..acks {
+        take(16)?;
+        let len = usize::try_from(u32le(take(4)?)).ok()?;
+        take(len)?;
+    }
+    let timeouts = u32le(take(4)?);
+    let mut out = Vec::new();
+    for _ in 0..timeouts.min(4096) {
+        let client = u64le(take(8)?);
+        let cookie = u64le(take(8)?);
+        out.push((client, cookie));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_replies_parse_and_garbage_does_not() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&2u32.to_le_bytes());
+        for (c, k, p) in [(7u64, 1u64, &b"ok"[..]), (8, 2, &b""[..])] {
+            b.extend_from_slice(&c.to_le_bytes());
+            b.extend_from_slice(&k.to_le_bytes());
+            b.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            b.extend_from_slice(p);
+        }
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&9u64.to_le_bytes());
+        b.extend_from_slice(&3u64.to_le_bytes());
+        assert_eq!(parse_notify_reply(&b), Some(vec![(9, 3)]));
+        for cut in 0..b.len() {
+            assert_eq!(parse_notify_reply(&b[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(parse_notify_reply(&[0xff; 8]), None);
+    }
+
+    #[test]
+    fn client_addresses_as_blocklist_entries() {
+        assert_eq!(
+            plain_addr("127.0.0.1:0/3390451234"),
+            "127.0.0.1:0/3390451234"
+        );
+        assert_eq!(
+            plain_addr("[v2:10.0.0.1:0/77,v1:10.0.0.1:0/77]"),
+            "10.0.0.1:0/77"
+        );
+        assert_eq!(plain_addr("any:10.0.0.2:0/5"), "10.0.0.2:0/5");
     }
 }

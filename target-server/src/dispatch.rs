@@ -58,6 +58,9 @@ pub fn execute(
         return (stamped(Answer::Now(r), stamp), IoKind::OTHER);
     }
     follow_outside_resize(lun);
+    if let Some(sp) = &lun.shared_pr {
+        sp.check_lease(&lun.scsi);
+    }
     if lun.shared_pr.is_some()
         && cmd.cdb.first() == Some(&scsi::ops::opcode::PERSISTENT_RESERVE_OUT)
         && let Some(n) = nexus

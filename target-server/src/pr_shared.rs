@@ -8,6 +8,20 @@ use std::sync::{Arc, Mutex};
 
 /// The largest state object read (1024 registrations with the longest names fit).
 pub(crate) const MAX_STATE: usize = 2 << 20;
+/// How long a copy stays trusted after the cluster last confirmed the gateway's watch
+/// (librados confirms it every 5 s): shorter than the time a PR OUT waits for the other
+/// gateways (`pr_cluster`'s 10 s) before it fences the silent ones, so a gateway cut off or
+/// frozen has stopped admitting media access on its copy before that PR OUT's status.
+pub(crate) const LEASE_MS: u64 = 8_000;
+
+/// Milliseconds since the first call (a process-wide monotonic clock).
+pub(crate) fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
 
 /// The shared reservations of one LUN.
 pub struct SharedPr {
@@ -23,6 +37,8 @@ pub struct SharedPr {
     pub(crate) broken: AtomicBool,
     /// The `pr-<lun>` thread runs.
     pub(crate) started: AtomicBool,
+    /// When ([`now_ms`]) the cluster last confirmed the watch.
+    pub(crate) confirmed_ms: AtomicU64,
     /// Counters for the metrics.
     pub stats: SharedPrStats,
 }
@@ -31,6 +47,27 @@ impl SharedPr {
     /// The watch is broken: the copy may be stale (media access waits).
     pub fn is_stale(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+    }
+
+    /// The cluster confirmed the watch `ms_ago` milliseconds ago.
+    pub(crate) fn confirmed(&self, ms_ago: u64) {
+        self.confirmed_ms
+            .store(now_ms().saturating_sub(ms_ago), Ordering::Release);
+    }
+
+    /// Per command, before it is checked against the copy: a copy the cluster has not
+    /// confirmed for [`LEASE_MS`] (this gateway was cut off or frozen, and may have been
+    /// fenced meanwhile) is no longer trusted — `lu` answers media access NOT READY until
+    /// the `pr-<lun>` thread has watched and read the state again.
+    pub fn check_lease(&self, lu: &scsi::LogicalUnit) {
+        let age = now_ms().saturating_sub(self.confirmed_ms.load(Ordering::Acquire));
+        if age > LEASE_MS && !self.broken.swap(true, Ordering::AcqRel) {
+            lu.set_pr_unknown(true);
+            tracing::warn!(
+                age_ms = age,
+                "reservation copy not confirmed by the cluster: media access waits"
+            );
+        }
     }
 }
 
@@ -45,6 +82,8 @@ pub struct SharedPrStats {
     pub taken: AtomicU64,
     /// Notifications some gateway did not answer in time.
     pub unanswered: AtomicU64,
+    /// Gateways fenced (blocklisted) because they did not answer.
+    pub fenced: AtomicU64,
     /// Watches that broke and were made again.
     pub rewatched: AtomicU64,
 }
@@ -74,6 +113,7 @@ pub(crate) fn for_lun(
         cookie: Mutex::new(None),
         broken: AtomicBool::new(false),
         started: AtomicBool::new(false),
+        confirmed_ms: AtomicU64::new(now_ms()),
         stats: SharedPrStats::default(),
     }))
 }

@@ -1090,7 +1090,8 @@ fn start_metrics(
     }
 }
 
-/// Makes every LUN's store durable; returns the LUNs (tid, number) whose sync failed.
+/// Makes every LUN's store durable (not the RBD LUNs another gateway owns: nothing of
+/// theirs is pending here); returns the LUNs (tid, number) whose sync failed.
 fn sync_all(registry: &Registry) -> Vec<(u32, u64)> {
     // every LUN at once: a sick cluster's flushes time out together, not one after another
     let targets = registry.targets();
@@ -1101,6 +1102,18 @@ fn sync_all(registry: &Registry) -> Vec<(u32, u64)> {
                 let lun = Arc::clone(lun);
                 let failed = &failed;
                 let run = move || {
+                    if lun
+                        .rbd_ownership
+                        .as_ref()
+                        .is_some_and(|o| !o.owns() && !o.is_fenced())
+                    {
+                        // another gateway owns the LUN: this one has written nothing it
+                        // must flush (a non-owner's I/O is refused or moves the LUN here
+                        // first; a handover writes back before it lets go), and librbd
+                        // refuses a flush without the image's lock (EROFS). Its image
+                        // closes as every healthy one does, ending its watches at once.
+                        return;
+                    }
                     if let Err(e) = lun.store.sync() {
                         tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
                         failed

@@ -10,15 +10,16 @@
 //!   target port is part of it; READ FULL STATUS names the relative port it came through);
 //! - PREEMPT AND ABORT through A reaches the preempted nexus on B (REGISTRATIONS
 //!   PREEMPTED);
-//! - A killed: B keeps enforcing, and changes the state alone; A set up again reads the
-//!   state the cluster holds.
+//! - A frozen (SIGSTOP): B keeps enforcing; its next change waits for A until the notify
+//!   timeout, then fences A (blocklists its Ceph client) before its status; A thawed admits
+//!   no WRITE on its stale copy (its lease ran out); A restarted reads the cluster's state.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tests::cdb::{cdb10, sense_of};
 use tests::ceph::Cluster;
-use tests::daemon::{TargetKind, require_numatgtd};
+use tests::daemon::{TargetKind, require_numatgtd, send_signal};
 use tests::mgmt::{new_lun, new_open_target};
 use tests::pdu::ScsiSession;
 use tests::testcu;
@@ -73,10 +74,18 @@ fn set_up_with(d: &Daemon, c: &Cluster, group: u16, peer: u16, non_owner: &str) 
     .check("LUN 1 on rbd/shared");
 }
 
-/// PERSISTENT RESERVE OUT through `s`: the status, and how long it took.
+/// PERSISTENT RESERVE OUT through `s` (a basic parameter list): the status, and how long
+/// it took (waiting up to 30 s, as Linux's SCSI command timeout: a change waits for a
+/// silent gateway up to the notify timeout).
 fn prout(s: &mut ScsiSession, sa: u8, ty: u8, key: u64, sa_key: u64) -> (u8, Duration) {
+    let mut p = [0u8; 24];
+    p[0..8].copy_from_slice(&key.to_be_bytes());
+    p[8..16].copy_from_slice(&sa_key.to_be_bytes());
+    let cdb = [0x5F, sa, ty, 0, 0, 0, 0, 0, 24, 0];
     let t = Instant::now();
-    let st = s.persistent_reserve_out(sa, ty, key, sa_key, false);
+    let (st, _) = s
+        .try_command(&cdb, &p, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("PERSISTENT RESERVE OUT {sa}: {e}"));
     (st, t.elapsed())
 }
 
@@ -216,34 +225,74 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     );
     assert_eq!(metric(&b, "numatgt_lun_pr_shared_stale", ""), 0.0);
 
-    // A dies: B keeps enforcing and changes the state on its own (its notification finds
-    // A's watch unanswered: the change still holds)
-    a.kill9();
-    assert_eq!(write_status(&mut yb).0, CONFLICT, "B enforces with A dead");
-    assert_eq!(reservation(&mut yb), Some((0xA, WE_RO)));
-    let (st, took) = prout(&mut yb, REGISTER, 0, 0, 0xC);
-    assert_eq!(st, 0, "REGISTER through B with A dead\n{}", b.log_tail(30));
-    eprintln!("REGISTER with a dead peer took {took:?}");
-    assert!(
-        took < Duration::from_secs(15),
-        "bounded by the notify timeout: {took:?}"
-    );
+    // A freezes (SIGSTOP: a hung host, a long pause): B goes on alone. Its first change
+    // waits for A's answer until the notify timeout, then fences A (blocklists its Ceph
+    // client) before the status; B still enforces A's reservation meanwhile
+    send_signal(a.pid(), libc::SIGSTOP);
     assert_eq!(
-        metric(
-            &b,
-            "numatgt_lun_pr_shared_changes_total",
-            "result=\"unanswered\""
-        ),
+        write_status(&mut yb).0,
+        CONFLICT,
+        "B enforces with A frozen"
+    );
+    let (st, took) = prout(&mut yb, REGISTER, 0, 0, 0xC);
+    assert_eq!(
+        st,
+        0,
+        "REGISTER through B with A frozen\n{}",
+        b.log_tail(30)
+    );
+    eprintln!("REGISTER with a frozen peer took {took:?}");
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(20),
+        "the notify timeout, then the fencing: {took:?}"
+    );
+    assert_eq!(metric(&b, "numatgt_lun_pr_shared_fenced_total", ""), 1.0);
+    assert!(b.log().contains("fenced a gateway"), "{}", b.log_tail(30));
+    // Y takes the reservation from X (X through A is no registrant any more)
+    let (st, took) = prout(&mut yb, PREEMPT_AND_ABORT, WE_RO, 0xC, 0xA);
+    assert_eq!(st, 0, "PREEMPT through B\n{}", b.log_tail(30));
+    eprintln!("PREEMPT AND ABORT after the fencing took {took:?}");
+    assert_eq!(reservation(&mut yb), Some((0xC, WE_RO)));
+
+    // A thaws with a stale copy (X holds, in its eyes): its copy's lease ran out while it
+    // was frozen, so it admits no WRITE — not the first one, not later (it was fenced and
+    // cannot watch again)
+    send_signal(a.pid(), libc::SIGCONT);
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut refusals = Vec::new();
+    while Instant::now() < until {
+        let (st, sense) = write_status(&mut xa);
+        assert_ne!(
+            st, 0,
+            "the thawed gateway admitted a WRITE on its stale copy after {refusals:?}"
+        );
+        refusals.push((st, sense));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("the thawed gateway's answers to WRITEs: {refusals:?}");
+    // first: the copy is not trusted (NOT READY, transitioning); later also the ALUA side
+    // (its image lock was lost with its client: ASYMMETRIC ACCESS STATE CHANGED, then
+    // unavailable)
+    assert_eq!(refusals[0], (2, Some((2, 0x04, 0x0A))), "the first refusal");
+    assert_eq!(
+        metric(&a, "numatgt_lun_pr_shared_stale", ""),
         1.0,
-        "A's watch was not answered"
+        "the thawed gateway says its copy may be stale"
     );
 
-    // A comes back (set up again with tgtadm): it reads what the cluster holds
+    // A restarted (a new Ceph client: not fenced) and set up again with tgtadm reads the
+    // state the cluster holds
+    a.kill9();
     a.respawn();
     set_up(&a, &c, 1, 2);
     let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:pr-x");
-    assert_eq!(keys(&mut xa), vec![0xA, 0xC], "A restarted sees B's change");
-    assert_eq!(reservation(&mut xa), Some((0xA, WE_RO)));
+    assert_eq!(keys(&mut xa), vec![0xC], "A restarted sees B's changes");
+    assert_eq!(reservation(&mut xa), Some((0xC, WE_RO)));
+    assert_eq!(
+        write_status(&mut xa).0,
+        CONFLICT,
+        "X through A is no registrant"
+    );
     assert!(
         a.log()
             .contains("persistent reservations shared through the cluster"),

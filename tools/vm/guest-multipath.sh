@@ -9,6 +9,9 @@
 #     (group 2, 127.0.0.2:3260) reports it active/non-optimized; with active/non-optimized
 #     peers a file LUN is cached nowhere, so both gateways serve it coherently;
 #   - `multipath -ll` must show two path groups, prio 50 (group 1's path) and 10;
+#   - rbd: before the file system, guest-pr-shared.sh (issue 26): persistent reservations
+#     made through each gateway's path with sg_persist are seen and enforced through the
+#     other (register, reserve, a conflicting WRITE, preempt, clear);
 #   - mkfs.ext4 on /dev/mapper/<wwid>, mount, a writer creates files of random size with
 #     dd conv=fsync + a directory fsync and only then records "name checksum time" in the
 #     guest's RAM (the acknowledged files);
@@ -58,7 +61,7 @@
 #                            gateway 1 and either comes back (a round trip, counted) or
 #                            stays (a failback, reported); it must settle within 30 s on
 #                            one owner, the other standby, with the matching map
-# Prints VM_MPATH_OK mode=M backend=B [lba_status=rbd_diff(...)] stall=S files_before=N
+# Prints VM_MPATH_OK mode=M backend=B [pr_shared=...] [lba_status=rbd_diff(...)] stall=S files_before=N
 # files_after=M verified=V fsck=clean on success, VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) into "set --" is intended
 # shellcheck disable=SC2046
@@ -106,6 +109,7 @@ THIN_RESULT=
 
 . /vmtest/guest-lib.sh
 [ "$BACKEND" = rbd ] && . /vmtest/guest-rbd-thin.sh
+[ "$BACKEND" = rbd ] && . /vmtest/guest-pr-shared.sh
 fail() {
   echo "VM_MPATH_FAIL: $*"
   multipath -ll 2>&1 | head -n 30
@@ -289,7 +293,7 @@ wait_acked_over() { # N SECONDS WHY
 
 [ -n "${NUMATGTD:-}" ] && [ -x "$NUMATGTD" ] || fail "numatgtd binary not visible in the guest: '${NUMATGTD:-}'"
 tools="mkfs.ext4 e2fsck iscsiadm iscsid multipath multipathd dmsetup udevadm sha256sum tgtadm"
-[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl sg_get_lba_status blkdiscard blockdev"
+[ "$BACKEND" = rbd ] && tools="$tools ceph-mon ceph-osd rbd sg_rtpg curl sg_get_lba_status blkdiscard blockdev sg_persist sg_raw"
 for t in $tools; do
   command -v $t >/dev/null || fail "$t missing in the guest (the host's userspace; tools/install-test-deps.sh)"
 done
@@ -423,6 +427,16 @@ if [ "$MODE" = stpg ]; then
   multipath -ll "$MAP" | grep -A2 "prio=$PRIO2 " | grep -q 'ghost' \
     || fail "gateway 2's path is not a ghost path in the prio-$PRIO2 group"
   step "gateway 2's path: standby (prio $PRIO2, ghost)"
+fi
+if [ "$BACKEND" = rbd ]; then
+  # the other session's disk: gateway 2's path
+  pg2_dev=
+  for s in /sys/class/iscsi_session/session*; do
+    d=$(ls "$s"/device/target*/*/block)
+    [ "$d" != "$pg1_dev" ] && pg2_dev=$d
+  done
+  [ -n "$pg2_dev" ] || fail "no path device of gateway 2"
+  pr_shared_check "$pg1_dev" "$pg2_dev"
 fi
 
 timeout 120 mkfs.ext4 -q -F "/dev/mapper/$MAP" || fail "mkfs.ext4"
@@ -620,4 +634,4 @@ if [ -n "$CEPH_DIR" ]; then
 fi
 echo "---- kernel ALUA / multipath messages ----"
 dmesg | grep -iE 'alua|multipath' | grep -v 'version\|registered' | tail -n 20
-echo "VM_MPATH_OK mode=$MODE backend=$BACKEND${THIN_RESULT:+ $THIN_RESULT} takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$FILES lost=0 failback=$failback fsck=clean"
+echo "VM_MPATH_OK mode=$MODE backend=$BACKEND${PR_RESULT:+ $PR_RESULT}${THIN_RESULT:+ $THIN_RESULT} takeover=$takeover stall=${stall}s files_before=$n_before files_after=$n_after verified=$FILES lost=0 failback=$failback fsck=clean"

@@ -33,16 +33,16 @@ NAME=test-vm-multipath
 . "$HERE/host-lib.sh"
 VM_ENV="MPATH_REPLACEMENT MPATH_BEFORE MPATH_AFTER MPATH_FAILBACK MPATH_MODE MPATH_ADMIN MPATH_BACKEND OSD_BYTES" VM_FILES=""
 if [ "$BACKEND" = rbd ]; then
-  for t in ceph-mon ceph-osd ceph rbd sg_rtpg curl tgtadm sg_get_lba_status blkdiscard; do
+  for t in ceph-mon ceph-osd ceph rbd sg_rtpg curl tgtadm sg_get_lba_status blkdiscard sg_persist sg_raw; do
     command -v "$t" >/dev/null || { echo "test-vm-multipath: $t missing (tools/install-test-deps.sh)" >&2; exit 1; }
   done
   # the Ceph cluster runs in the guest's RAM (memstore) beside two gateways' caches
   export VM_MEM=${VM_MEM:-3072}
-  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh $HERE/guest-rbd-thin.sh"
+  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh $HERE/guest-rbd-thin.sh $HERE/guest-pr-shared.sh"
 fi
 vm_ship_numatgtd
 if [ "$BACKEND" = rbd ]; then
-  vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode=stpg backend=rbd lba_status=rbd_diff("
+  vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode=stpg backend=rbd pr_shared=register,reserve,conflict,preempt,clear lba_status=rbd_diff("
 else
   vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="
 fi

@@ -9,11 +9,15 @@
 //!   newer state). The other gateways are then notified (RADOS watch/notify, with the new
 //!   state and what the command did to their nexuses: unit attentions, PREEMPT AND ABORT)
 //!   and the status is sent only once they answered — so no conflicting command is admitted
-//!   anywhere after the initiator saw GOOD.
+//!   anywhere after the initiator saw GOOD. A gateway that does not answer within 10 s is
+//!   fenced first (its Ceph client blocklisted, by the address it wrote beside the state).
 //! - Each gateway watches the object; a watch that broke (a network cut, an OSD restart) is
 //!   made again and the object read again by the LUN's `pr-<lun>` thread. Until then the
 //!   copy may be stale, and the LUN admits no command a reservation could refuse (NOT
-//!   READY, ASYMMETRIC ACCESS STATE TRANSITION: initiators retry, or use another path).
+//!   READY, ASYMMETRIC ACCESS STATE TRANSITION: initiators retry, or use another path). So
+//!   does a copy the cluster has not confirmed for the lease (`pr_shared::LEASE_MS`, 8 s:
+//!   less than the 10 s above), checked per command: a gateway cut off or frozen stops
+//!   admitting before another one's change completes.
 //! - File LUNs, single gateways and read-only images keep the local reservations
 //!   (`pr`, `pr_store`).
 
@@ -25,11 +29,11 @@ use std::time::Duration;
 use scsi::{CmdCtx, Outcome};
 
 use super::reply::{Answer, ReplyTo, TaskControl, completed};
-use crate::pr_shared::{MAX_STATE, SharedPr};
+use crate::pr_shared::{LEASE_MS, MAX_STATE, SharedPr};
 use crate::registry::{Lun, Target};
 
 /// How long a PR OUT waits for the other gateways to take its change.
-const NOTIFY_TIMEOUT_MS: u64 = 5_000;
+const NOTIFY_TIMEOUT_MS: u64 = 10_000;
 /// Compare-and-write attempts before a PR OUT gives up (others keep changing the state).
 const ATTEMPTS: usize = 8;
 /// How often the `pr-<lun>` thread checks its watch.
@@ -139,6 +143,10 @@ fn watch(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) -> io::Result<(
         },
     )?;
     *sp.cookie.lock().unwrap_or_else(|p| p.into_inner()) = Some(cookie);
+    sp.confirmed(0);
+    // where this gateway is, for the others to fence it if it ever stops answering
+    let addr = image.client_addr()?;
+    image.object_set_xattr(&sp.object, &client_key(image.client_id()), addr.as_bytes())?;
     load(&lun.scsi, image, sp, false)
 }
 
@@ -157,8 +165,13 @@ fn keep_watching(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) {
             return;
         };
         let cookie = *sp.cookie.lock().unwrap_or_else(|p| p.into_inner());
-        let broken = sp.broken.load(Ordering::Acquire)
-            || cookie.is_none_or(|c| image.object_watch_check(c).is_err());
+        // confirmed within the lease: the copy stays trusted; otherwise (an error, or no
+        // confirmation for too long: this process was frozen, or cut off) watched again
+        let fresh = cookie.and_then(|c| image.object_watch_check(c).ok());
+        if let Some(ms) = fresh.filter(|&ms| ms <= LEASE_MS) {
+            sp.confirmed(ms);
+        }
+        let broken = sp.broken.load(Ordering::Acquire) || fresh.is_none_or(|ms| ms > LEASE_MS);
         if !broken {
             continue;
         }
@@ -333,13 +346,21 @@ fn run_shared(
                 sp.stats.written.fetch_add(1, Ordering::Relaxed);
                 finish_local(lun, tid, &po.abort);
                 let note = payload(sp.me, &req.bytes, &po.peer_events);
-                if let Err(e) = image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
-                    sp.stats.unanswered.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        lun = lun.number,
-                        "another gateway did not take the reservation change in time \
-                         (it reads the state again when its watch is made again): {e}"
-                    );
+                match image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
+                    Ok(silent) if silent.is_empty() => {}
+                    Ok(silent) => {
+                        sp.stats.unanswered.fetch_add(1, Ordering::Relaxed);
+                        fence_silent(lun, image, sp, &silent);
+                    }
+                    Err(e) => {
+                        // the change is stored; who took it is unknown: the status says
+                        // so rather than claim every gateway enforces it
+                        tracing::error!(
+                            lun = lun.number,
+                            "the other gateways could not be told of the reservation change: {e}"
+                        );
+                        return failed();
+                    }
                 }
                 return po.completion;
             }
@@ -365,6 +386,59 @@ fn run_shared(
     );
     let _ = load(&lun.scsi, image, sp, true);
     failed()
+}
+
+/// Gateways that did not take a reservation change within the timeout are fenced before
+/// the command's status: each such watcher's Ceph client (its address as it wrote it beside
+/// the state when it began watching) is blocklisted, so a gateway that
+/// is cut off, frozen or dead can no longer reach the cluster — its watch breaks (its LUN's
+/// media access then waits, see the module's text), its writes fail — and a restarted one
+/// comes back as a new client that reads the state afresh. A watcher of this very client
+/// (this gateway's own watch, which answers at once unless it broke) is never fenced.
+fn fence_silent(lun: &Lun, image: &rbd::Image, sp: &SharedPr, silent: &rbd::Unanswered) {
+    let me = image.client_id();
+    for &(client, _cookie) in silent {
+        if client == me {
+            tracing::warn!(lun = lun.number, "this gateway's own watch did not answer");
+            continue;
+        }
+        let addr = match image.object_xattr(&sp.object, &client_key(client)) {
+            Ok(Some(a)) => String::from_utf8_lossy(&a).into_owned(),
+            Ok(None) => {
+                tracing::error!(
+                    lun = lun.number,
+                    client,
+                    "a gateway did not take the reservation change and never said where it is: \
+                     not fenced"
+                );
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(
+                    lun = lun.number,
+                    client,
+                    "cannot look the silent gateway up: {e}"
+                );
+                continue;
+            }
+        };
+        match image.blocklist(&addr) {
+            Ok(()) => {
+                sp.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(lun = lun.number, client, addr = %addr,
+                    "fenced a gateway that did not take the reservation change: its Ceph client \
+                     is blocklisted");
+            }
+            Err(e) => tracing::error!(lun = lun.number, client, addr = %addr,
+                "a gateway did not take the reservation change and could not be fenced: {e}"),
+        }
+    }
+}
+
+/// The state object's attribute that holds the address of the gateway whose Ceph client
+/// has id `client` (each gateway writes its own when it starts watching).
+fn client_key(client: u64) -> String {
+    format!("numatgt.gateway.{client}")
 }
 
 /// PREEMPT AND ABORT: the preempted nexuses' tasks on this gateway end.

@@ -600,6 +600,7 @@ struct LunPr {
     shared_taken: Family,
     shared_rewatches: Family,
     shared_stale: Family,
+    shared_fenced: Family,
 }
 
 impl LunPr {
@@ -624,6 +625,10 @@ impl LunPr {
             shared_rewatches: Family::counter(
                 "numatgt_lun_pr_shared_rewatches_total",
                 "Times the watch on the shared reservation state broke and was made again.",
+            ),
+            shared_fenced: Family::counter(
+                "numatgt_lun_pr_shared_fenced_total",
+                "Gateways this gateway fenced (blocklisted their Ceph client) because they did not take a reservation change in time.",
             ),
             shared_stale: Family::gauge(
                 "numatgt_lun_pr_shared_stale",
@@ -654,6 +659,7 @@ impl LunPr {
             .add(&l, s.rewatched.load(Relaxed) as f64);
         self.shared_stale
             .add(&l, f64::from(u8::from(sp.is_stale())));
+        self.shared_fenced.add(&l, s.fenced.load(Relaxed) as f64);
     }
 
     fn push(self, out: &mut Vec<MetricFamily>) {
@@ -663,6 +669,7 @@ impl LunPr {
         push(out, self.shared_taken);
         push(out, self.shared_rewatches);
         push(out, self.shared_stale);
+        push(out, self.shared_fenced);
     }
 }
 
