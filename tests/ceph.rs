@@ -72,6 +72,19 @@ impl Cluster {
         tools::run(timeout_secs, "rbd", all)
     }
 
+    /// `rados -c CONF -p rbd ARGS…` (at most `timeout_secs`).
+    pub fn rados(&self, timeout_secs: u64, args: &[&str]) -> ToolRun {
+        let conf = self.conf();
+        let mut all: Vec<&std::ffi::OsStr> = vec![
+            "-c".as_ref(),
+            conf.as_os_str(),
+            "-p".as_ref(),
+            "rbd".as_ref(),
+        ];
+        all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+        tools::run(timeout_secs, "rados", all)
+    }
+
     /// Creates image `name` in pool `rbd` of `size` bytes.
     pub fn create_image(&self, name: &str, size: u64) {
         let size = format!("{}K", size / 1024);

@@ -353,3 +353,84 @@ fn libiscsi_reservation_suites_across_two_gateways() {
         "iscsi-test-cu-two-gateways",
     );
 }
+
+/// The state object damaged (garbage written over it) or removed by hand: a PERSISTENT
+/// RESERVE OUT answers HARDWARE ERROR and says why in the log, nothing panics; once an
+/// administrator removes the damaged object, the gateways make it again from their copies
+/// and reservations work again through either gateway.
+#[test]
+fn a_damaged_state_object_is_refused_and_a_removed_one_made_again() {
+    require_numatgtd("a_damaged_state_object_is_refused_and_a_removed_one_made_again");
+    tools::require_tool("tgtadm");
+    tools::require_tool("rados");
+    let c = Cluster::start();
+    c.create_image("shared", 16 << 20);
+    let a = gateway(&c, 1, 2);
+    let b = gateway(&c, 2, 1);
+    let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:pr-x");
+    let mut yb = ScsiSession::open(&b, "iqn.2026-11.test:pr-y");
+    assert_eq!(
+        prout(&mut xa, REGISTER, 0, 0, 0xA).0,
+        0,
+        "REGISTER through A"
+    );
+
+    let garbage = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(garbage.path(), b"NTPR this is no state at all").expect("write");
+    let path = garbage.path().to_string_lossy().into_owned();
+    c.rados(30, &["put", "numatgt.pr.shared", &path])
+        .check("rados put");
+    let mut p = [0u8; 24];
+    p[8..16].copy_from_slice(&0xBu64.to_be_bytes());
+    let (st, sense) = xa
+        .try_command(
+            &[0x5F, 6, 0, 0, 0, 0, 0, 0, 24, 0],
+            &p,
+            Duration::from_secs(30),
+        )
+        .expect("REGISTER AND IGNORE EXISTING KEY answered");
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((4, 0x44, 0x00))),
+        "a damaged state: HARDWARE ERROR, INTERNAL TARGET FAILURE"
+    );
+    assert!(
+        a.log()
+            .contains("the reservation state in the cluster is damaged"),
+        "{}",
+        a.log_tail(20)
+    );
+    assert_eq!(keys(&mut xa), vec![0xA], "the copy is unchanged");
+
+    c.rados(30, &["rm", "numatgt.pr.shared"]).check("rados rm");
+    // the gateways notice their watches gone and make the object again from their copies;
+    // until then media access waits, reservation changes may fail: try for 20 s
+    let until = Instant::now() + Duration::from_secs(20);
+    let st = loop {
+        let (st, sense) = xa
+            .try_command(
+                &[0x5F, 6, 0, 0, 0, 0, 0, 0, 24, 0],
+                &p,
+                Duration::from_secs(30),
+            )
+            .expect("REGISTER AND IGNORE EXISTING KEY answered");
+        if st == 0 || Instant::now() > until {
+            break (st, sense_of(&sense));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        st,
+        (0, None),
+        "REGISTER AND IGNORE after the object was made again"
+    );
+    // B learns the removal from its watch (its next ping, within seconds), watches again
+    // and reads the object
+    let until = Instant::now() + Duration::from_secs(20);
+    while keys(&mut yb) != vec![0xB] && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(keys(&mut yb), vec![0xB], "B sees it\n{}", b.log_tail(20));
+    let made = c.rados(30, &["stat", "numatgt.pr.shared"]);
+    assert!(made.status.success(), "the object exists again: {made}");
+}

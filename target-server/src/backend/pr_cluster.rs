@@ -124,6 +124,15 @@ fn watch(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) -> io::Result<(
     }
     let (on_sp, on_target) = (Arc::downgrade(sp), target.clone());
     let (err_sp, err_target) = (Arc::downgrade(sp), target.clone());
+    // an object removed by an administrator is made again from this gateway's copy (a
+    // watch needs the object)
+    if image.object_read(&sp.object, MAX_STATE)?.is_none() {
+        let local = lun.scsi.pr_state_bytes().bytes;
+        if image.object_replace_if(&sp.object, rbd::Expect::Absent, &local)? {
+            tracing::warn!(lun = number, object = %sp.object,
+                "the reservation state object was gone: made again from this gateway's copy");
+        }
+    }
     let cookie = image.object_watch(
         &sp.object,
         rbd::ObjectWatchFns {
@@ -312,9 +321,11 @@ fn run_shared(
         luns: &[],
     };
     for _ in 0..ATTEMPTS {
-        let before = match image.object_read(&sp.object, MAX_STATE) {
-            Ok(Some(b)) => b,
-            Ok(None) => lun.scsi.pr_state_bytes().bytes,
+        // the object gone (an administrator removed a damaged one): this gateway's copy
+        // is the state, and the change makes the object again
+        let (before, exists) = match image.object_read(&sp.object, MAX_STATE) {
+            Ok(Some(b)) => (b, true),
+            Ok(None) => (lun.scsi.pr_state_bytes().bytes, false),
             Err(e) => {
                 tracing::error!(lun = lun.number, "cannot read the reservation state: {e}");
                 return failed();
@@ -334,14 +345,15 @@ fn run_shared(
             finish_local(lun, tid, &po.abort);
             return po.completion;
         };
-        match image.object_replace_if(
-            &sp.object,
+        let expect = if exists {
             rbd::Expect::Bytes {
                 offset: 0,
                 bytes: &before,
-            },
-            &req.bytes,
-        ) {
+            }
+        } else {
+            rbd::Expect::Absent
+        };
+        match image.object_replace_if(&sp.object, expect, &req.bytes) {
             Ok(true) => {
                 sp.stats.written.fetch_add(1, Ordering::Relaxed);
                 finish_local(lun, tid, &po.abort);
