@@ -654,18 +654,23 @@ impl LogicalUnit {
     /// The copy of shared reservations may be stale (`true`: the gateway lost its watch on
     /// them) or is current again (`false`). While it may be stale, every command that a
     /// reservation could refuse (reads and writes of the medium, MODE SENSE / SELECT, ...)
-    /// ends with NOT READY, ASYMMETRIC ACCESS STATE TRANSITION, which initiators retry (or
-    /// send through another gateway): nothing a reservation forbids is admitted.
+    /// and PERSISTENT RESERVE IN end with NOT READY, ASYMMETRIC ACCESS STATE TRANSITION,
+    /// which initiators retry (or send through another gateway): nothing a reservation
+    /// forbids is admitted, and no stale reservation is reported.
     pub fn set_pr_unknown(&self, unknown: bool) {
         self.state.pr_unknown.store(unknown, Ordering::Release);
     }
 
     /// NOT READY, ASYMMETRIC ACCESS STATE TRANSITION for a command a reservation could
-    /// refuse while the copy of shared reservations may be stale (after the port's own
-    /// access state: a fenced gateway stays unavailable).
+    /// refuse, and for PERSISTENT RESERVE IN (a cluster manager's fencing reads its keys
+    /// back: a copy that may be stale must not answer), while the copy of shared
+    /// reservations may be stale (after the port's own access state: a fenced gateway
+    /// stays unavailable).
     fn check_pr_known(&self, cdb: &[u8]) -> Result<(), Sense> {
+        let op = cdb.first().copied().unwrap_or(0);
         if self.state.pr_unknown.load(Ordering::Acquire)
-            && pr::access_class(cdb) != pr::state::Access::Always
+            && (pr::access_class(cdb) != pr::state::Access::Always
+                || op == ops::opcode::PERSISTENT_RESERVE_IN)
         {
             Err(alua::TRANSITIONING)
         } else {

@@ -1007,10 +1007,15 @@ fn a_stale_shared_copy_admits_no_media_access() {
             "{cdb:02x?} waits"
         );
     }
+    assert_eq!(
+        check(&prin(&lu, n, 0, 8)),
+        (0x02, 0x04, 0x0A),
+        "no stale keys reported"
+    );
     good(&run(&lu, n, &INQUIRY, &[]));
     good(&run(&lu, n, &TUR, &[]));
-    good(&prin(&lu, n, 0, 8));
     lu.set_pr_unknown(false);
+    good(&prin(&lu, n, 0, 8));
     let c = run(&lu, n, &WRITE10, &[0; 512]);
     assert_eq!(c.status, status::GOOD, "{c:?}");
 }

@@ -426,8 +426,23 @@ fn a_damaged_state_object_is_refused_and_a_removed_one_made_again() {
     );
     // B learns the removal from its watch (its next ping, within seconds), watches again
     // and reads the object
+    // (meanwhile it answers READ KEYS NOT READY, never with a stale list)
     let until = Instant::now() + Duration::from_secs(20);
-    while keys(&mut yb) != vec![0xB] && Instant::now() < until {
+    loop {
+        let (st, d) = prin(&mut yb, 0);
+        let listed: Vec<u64> = d
+            .get(8..)
+            .unwrap_or_default()
+            .chunks(8)
+            .map(|k| u64::from_be_bytes(k.try_into().expect("8 bytes")))
+            .collect();
+        assert!(
+            st == 2 || listed == vec![0xA] || listed == vec![0xB],
+            "B's READ KEYS: status {st}, {listed:x?}"
+        );
+        if (st == 0 && listed == vec![0xB]) || Instant::now() > until {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(keys(&mut yb), vec![0xB], "B sees it\n{}", b.log_tail(20));
