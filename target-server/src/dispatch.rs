@@ -59,17 +59,16 @@ pub fn execute(
     }
     follow_outside_resize(lun);
     if let Some(sp) = &lun.shared_pr {
+        // several gateways share the LUN's reservations: a copy past its lease is not
+        // trusted, and a change goes through the cluster, on an I/O worker
         sp.check_lease(&lun.scsi);
-    }
-    if lun.shared_pr.is_some()
-        && cmd.cdb.first() == Some(&scsi::ops::opcode::PERSISTENT_RESERVE_OUT)
-        && let Some(n) = nexus
-    {
-        // several gateways share the LUN's reservations: the change goes through the
-        // cluster, on an I/O worker
-        let answer =
-            pr_cluster::reserve_out(lun, target.tid, n, &cmd.cdb, &cmd.data_out, ctx, reply);
-        return (stamped(answer, stamp), IoKind::OTHER);
+        if cmd.cdb.first() == Some(&scsi::ops::opcode::PERSISTENT_RESERVE_OUT)
+            && let Some(n) = nexus
+        {
+            let answer =
+                pr_cluster::reserve_out(lun, target.tid, n, &cmd.cdb, &cmd.data_out, ctx, reply);
+            return (stamped(answer, stamp), IoKind::OTHER);
+        }
     }
     let action = match scsi_outcome(cmd, lun, luns, nexus) {
         scsi::Outcome::Action(a) => a,

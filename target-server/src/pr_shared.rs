@@ -61,13 +61,26 @@ impl SharedPr {
     /// the `pr-<lun>` thread has watched and read the state again.
     pub fn check_lease(&self, lu: &scsi::LogicalUnit) {
         let age = now_ms().saturating_sub(self.confirmed_ms.load(Ordering::Acquire));
-        if age > LEASE_MS && !self.broken.swap(true, Ordering::AcqRel) {
-            lu.set_pr_unknown(true);
+        if age > LEASE_MS && self.distrust(lu) {
             tracing::warn!(
                 age_ms = age,
                 "reservation copy not confirmed by the cluster: media access waits"
             );
         }
+    }
+
+    /// The copy may miss other gateways' changes from now on (the watch broke, the lease
+    /// ran out): `lu` admits no media access until [`trust`](Self::trust). Whether the
+    /// copy was trusted until now.
+    pub(crate) fn distrust(&self, lu: &scsi::LogicalUnit) -> bool {
+        lu.set_pr_unknown(true);
+        !self.broken.swap(true, Ordering::AcqRel)
+    }
+
+    /// Watched again and read again: the copy is current.
+    pub(crate) fn trust(&self, lu: &scsi::LogicalUnit) {
+        self.broken.store(false, Ordering::Release);
+        lu.set_pr_unknown(false);
     }
 }
 

@@ -98,6 +98,11 @@ fn prin(s: &mut ScsiSession, sa: u8) -> (u8, Vec<u8>) {
 fn keys(s: &mut ScsiSession) -> Vec<u64> {
     let (st, d) = prin(s, 0);
     assert_eq!(st, 0, "READ KEYS");
+    listed_keys(&d)
+}
+
+/// The keys READ KEYS parameter data `d` lists.
+fn listed_keys(d: &[u8]) -> Vec<u64> {
     d.get(8..)
         .unwrap_or_default()
         .chunks(8)
@@ -430,12 +435,7 @@ fn a_damaged_state_object_is_refused_and_a_removed_one_made_again() {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         let (st, d) = prin(&mut yb, 0);
-        let listed: Vec<u64> = d
-            .get(8..)
-            .unwrap_or_default()
-            .chunks(8)
-            .map(|k| u64::from_be_bytes(k.try_into().expect("8 bytes")))
-            .collect();
+        let listed = listed_keys(&d);
         assert!(
             st == 2 || listed == vec![0xA] || listed == vec![0xB],
             "B's READ KEYS: status {st}, {listed:x?}"

@@ -59,10 +59,19 @@ pub(crate) fn init(lu: &scsi::LogicalUnit, image: &rbd::Image, sp: &SharedPr) ->
     Ok(())
 }
 
+/// The state object's bytes (`None`: it does not exist). Read with a buffer for the usual
+/// few registrations first, with one for the largest state only when that one is full.
+fn read_state(image: &rbd::Image, object: &str) -> io::Result<Option<Vec<u8>>> {
+    const USUAL: usize = 64 << 10;
+    match image.object_read(object, USUAL)? {
+        Some(b) if b.len() == USUAL => image.object_read(object, MAX_STATE),
+        read => Ok(read),
+    }
+}
+
 /// Reads the state object into `lu` (`force`: whatever `lu` holds; else only a newer one).
 fn load(lu: &scsi::LogicalUnit, image: &rbd::Image, sp: &SharedPr, force: bool) -> io::Result<()> {
-    let bytes = image
-        .object_read(&sp.object, MAX_STATE)?
+    let bytes = read_state(image, &sp.object)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "state object vanished"))?;
     let r = if force {
         lu.set_pr_state(&bytes).map(drop)
@@ -86,7 +95,7 @@ pub(crate) fn start(target: &Arc<Target>, lun: &Lun) {
     if let Err(e) = watch(&sp, &target, number) {
         tracing::error!(lun = number, object = %sp.object,
             "cannot watch the reservation state (retried every second): {e}");
-        lost_touch(&sp, lun);
+        sp.distrust(&lun.scsi);
     }
     let spawned = std::thread::Builder::new()
         .name(format!("pr-{number}"))
@@ -125,13 +134,11 @@ fn watch(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) -> io::Result<(
     let (on_sp, on_target) = (Arc::downgrade(sp), target.clone());
     let (err_sp, err_target) = (Arc::downgrade(sp), target.clone());
     // an object removed by an administrator is made again from this gateway's copy (a
-    // watch needs the object)
-    if image.object_read(&sp.object, MAX_STATE)?.is_none() {
-        let local = lun.scsi.pr_state_bytes().bytes;
-        if image.object_replace_if(&sp.object, rbd::Expect::Absent, &local)? {
-            tracing::warn!(lun = number, object = %sp.object,
-                "the reservation state object was gone: made again from this gateway's copy");
-        }
+    // watch needs the object; an existing one is left as it is)
+    let local = lun.scsi.pr_state_bytes().bytes;
+    if image.object_replace_if(&sp.object, rbd::Expect::Absent, &local)? {
+        tracing::warn!(lun = number, object = %sp.object,
+            "the reservation state object was gone: made again from this gateway's copy");
     }
     let cookie = image.object_watch(
         &sp.object,
@@ -146,7 +153,7 @@ fn watch(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) -> io::Result<(
                 if let Some(sp) = err_sp.upgrade()
                     && let Some((_, lun)) = current(&err_target, number, &sp)
                 {
-                    lost_touch(&sp, &lun);
+                    sp.distrust(&lun.scsi);
                 }
             }),
         },
@@ -184,11 +191,10 @@ fn keep_watching(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) {
         if !broken {
             continue;
         }
-        lost_touch(sp, &lun);
+        sp.distrust(&lun.scsi);
         match watch(sp, target, number) {
             Ok(()) => {
-                sp.broken.store(false, Ordering::Release);
-                lun.scsi.set_pr_unknown(false);
+                sp.trust(&lun.scsi);
                 sp.stats.rewatched.fetch_add(1, Ordering::Relaxed);
                 failures = 0;
                 tracing::info!(
@@ -197,7 +203,6 @@ fn keep_watching(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) {
                 );
             }
             Err(e) => {
-                sp.broken.store(true, Ordering::Release);
                 if failures % 60 == 0 {
                     tracing::warn!(
                         lun = number,
@@ -209,13 +214,6 @@ fn keep_watching(sp: &Arc<SharedPr>, target: &Weak<Target>, number: u64) {
             }
         }
     }
-}
-
-/// The watch broke: the copy may miss other gateways' changes from now on, so the LUN
-/// admits no media access until the watch is made again and the state read again.
-fn lost_touch(sp: &SharedPr, lun: &Lun) {
-    sp.broken.store(true, Ordering::Release);
-    lun.scsi.set_pr_unknown(true);
 }
 
 /// A notification: (sender, state, events) as [`payload`] made it.
@@ -323,7 +321,7 @@ fn run_shared(
     for _ in 0..ATTEMPTS {
         // the object gone (an administrator removed a damaged one): this gateway's copy
         // is the state, and the change makes the object again
-        let (before, exists) = match image.object_read(&sp.object, MAX_STATE) {
+        let (before, exists) = match read_state(image, &sp.object) {
             Ok(Some(b)) => (b, true),
             Ok(None) => (lun.scsi.pr_state_bytes().bytes, false),
             Err(e) => {
