@@ -513,6 +513,20 @@ impl Daemon {
         format!("http://127.0.0.1:{}", self.metrics_port)
     }
 
+    /// The value of metric `name` (a sample with labels, or the one without) whose line
+    /// contains `with`, from the daemon's /metrics; 0 when there is none.
+    pub fn metric(&self, name: &str, with: &str) -> f64 {
+        let (code, body) = self.http_get("/metrics").expect("GET /metrics");
+        assert_eq!(code, 200);
+        body.lines()
+            .filter(|l| {
+                (l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+                    && l.contains(with)
+            })
+            .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    }
+
     /// GET `path` from the metrics server: (status code, body). Plain HTTP/1.0 on loopback,
     /// bounded by a 10 s timeout.
     pub fn http_get(&self, path: &str) -> std::io::Result<(u16, String)> {

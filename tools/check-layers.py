@@ -42,8 +42,9 @@ def module_of(path):
 
 
 # top-level modules whose submodules are nodes of their own: backend's layers, and alua's
-# (the registry's `Lun` holds `alua::shared`, which names no LUN; the drivers name the LUN)
-SPLIT = ("backend", "alua")
+# (the registry's `Lun` holds `alua::shared`, which names no LUN; the drivers name the LUN),
+# and ship's (dispatch names its route and link; its server names dispatch)
+SPLIT = ("backend", "alua", "ship")
 
 
 def unit(module):

@@ -337,6 +337,15 @@ impl Action {
     }
 }
 
+/// What another gateway's events did here ([`LogicalUnit::apply_peer_pr_events`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PeerApplied {
+    /// The nexuses whose tasks are to be ended (PREEMPT AND ABORT).
+    pub abort: Vec<NexusId>,
+    /// The logical unit was reset: every task of it is to be ended.
+    pub reset: bool,
+}
+
 /// Final outcome of a command.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Completion {
@@ -703,21 +712,40 @@ impl LogicalUnit {
     }
 
     /// Applies what another gateway's PERSISTENT RESERVE OUT did to I_T nexuses
-    /// ([`PrOutcome::peer_events`]) to the nexuses of this gateway: establishes their unit
-    /// attentions and returns the nexuses whose tasks are to be aborted (PREEMPT AND ABORT).
-    pub fn apply_peer_pr_events(&self, bytes: &[u8]) -> Result<Vec<NexusId>, PrStateError> {
+    /// ([`PrOutcome::peer_events`]) to the nexuses of this gateway, and the resets task
+    /// management made through it ([`LogicalUnit::peer_reset_event`]): establishes their
+    /// unit attentions (a reset: as [`LogicalUnit::logical_unit_reset`] or
+    /// [`LogicalUnit::target_reset`] here) and says whose tasks are to be ended.
+    pub fn apply_peer_pr_events(&self, bytes: &[u8]) -> Result<PeerApplied, PrStateError> {
         let events = pr::events::decode(bytes)?;
-        let mut g = self.shared.lock();
-        let mut abort = Vec::new();
-        for e in &events {
-            match e {
-                pr::events::PeerEvent::Attention(p, ua) => g.ua_for(p, *ua),
-                pr::events::PeerEvent::Abort(p) => abort.extend(g.ids_of(p)),
+        let mut out = PeerApplied::default();
+        let mut reset = None;
+        {
+            let mut g = self.shared.lock();
+            for e in &events {
+                match e {
+                    pr::events::PeerEvent::Attention(p, ua) => g.ua_for(p, *ua),
+                    pr::events::PeerEvent::Abort(p) => out.abort.extend(g.ids_of(p)),
+                    pr::events::PeerEvent::Reset { target } => reset = Some(*target),
+                }
             }
         }
-        abort.sort();
-        abort.dedup();
-        Ok(abort)
+        match reset {
+            Some(true) => self.target_reset(),
+            Some(false) => self.logical_unit_reset(),
+            None => {}
+        }
+        out.reset = reset.is_some();
+        out.abort.sort();
+        out.abort.dedup();
+        Ok(out)
+    }
+
+    /// The event that tells the other gateways of a shared logical unit of a reset made
+    /// through this one (`target`: a target reset; else LOGICAL UNIT RESET), for
+    /// [`LogicalUnit::apply_peer_pr_events`] there.
+    pub fn peer_reset_event(target: bool) -> Vec<u8> {
+        pr::events::encode(&[pr::events::PeerEvent::Reset { target }])
     }
 
     /// PRgeneration and the number of registrations now.

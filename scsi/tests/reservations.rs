@@ -929,13 +929,23 @@ fn two_gateways_share_reservations_and_tell_each_other() {
     let p = shared_prout(&a, &b, &x_a, PREEMPT_AND_ABORT, 5, 0xA, 0xB);
     good(&p.completion);
     assert!(p.abort.is_empty(), "y has no nexus on A");
-    let aborted = b.apply_peer_pr_events(&p.peer_events).expect("events");
+    let applied = b.apply_peer_pr_events(&p.peer_events).expect("events");
     assert_eq!(
-        aborted,
+        applied.abort,
         vec![NexusId(3)],
         "y's nexus on B has its tasks aborted"
     );
+    assert!(!applied.reset);
     assert_eq!(ua(&run(&b, &y_b, &TUR, &[])), (0x2A, 0x05));
+    assert_eq!(keys(&b, &y_b), vec![0xA]);
+    // a LOGICAL UNIT RESET through A: B's nexuses get the reset's unit attention, the
+    // reservations stay
+    let applied = b
+        .apply_peer_pr_events(&LogicalUnit::peer_reset_event(false))
+        .expect("reset event");
+    assert!(applied.reset && applied.abort.is_empty());
+    assert_eq!(ua(&run(&b, &y_b, &TUR, &[])), (0x29, 0x03));
+    assert_eq!(ua(&run(&b, &x_b, &TUR, &[])), (0x29, 0x03));
     assert_eq!(keys(&b, &y_b), vec![0xA]);
     // an older state never replaces a newer one
     let newest = b.pr_state_bytes();

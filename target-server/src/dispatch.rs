@@ -79,11 +79,37 @@ pub fn execute(
     };
     let kind = io_kind(&action, &cmd.cdb, u64::from(block_size));
     reply.set_kind(kind);
-    if let Some(refusal) = refusal_if_owned_elsewhere(lun, &action) {
-        return (stamped(Answer::Now(completed(refusal)), stamp), kind);
-    }
-    let answer = start(action, cmd, landing, lun, target, luns, ctx, reply);
+    let reply = match owned_elsewhere(lun, target, &action, cmd, landing.is_some(), reply) {
+        Owner::Here(reply) => reply,
+        Owner::Answered(answer) => return (stamped(answer, stamp), kind),
+    };
+    let answer = start(
+        action,
+        &mut cmd.data_out,
+        landing,
+        lun,
+        target,
+        luns,
+        ctx,
+        reply,
+    );
     (stamped(answer, stamp), kind)
+}
+
+/// A media action another gateway shipped here, to the LUN's owner (`ship::serve`): started
+/// on the backend as if it had arrived here. Its command was checked where it arrived
+/// (unit attentions, reservations, ALUA); its answer goes back through `reply`.
+pub fn run_shipped(
+    action: Action,
+    data: &mut Vec<u8>,
+    lun: &Arc<Lun>,
+    target: &Target,
+    luns: &LunSet,
+    ctx: &StorageCtx<'_>,
+    reply: ReplyTo,
+) -> Answer {
+    follow_outside_resize(lun);
+    start(action, data, None, lun, target, luns, ctx, reply)
 }
 
 /// The Data-Out length the CDB of a write announces (`None` for a command without a write
@@ -129,37 +155,98 @@ fn scsi_outcome(
     }
 }
 
-/// An RBD LUN another gateway owns: it is asked to hand the LUN over (its cache written
-/// back), and the command is refused — transitioning, for the initiator to retry meanwhile,
-/// or unavailable when this gateway was fenced. `None`: the command may run here (this
-/// gateway owns the LUN, the LUN has no owner to ask, or the action touches no medium).
-fn refusal_if_owned_elsewhere(lun: &Lun, action: &Action) -> Option<scsi::Completion> {
-    if let Some(a) = &lun.rbd_ownership
-        && !matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_))
-        && !a.owns()
-    {
-        if !a.is_fenced() {
-            a.want_ownership();
-        }
-        let sense = if a.is_fenced() {
-            scsi::alua::UNAVAILABLE
-        } else {
-            scsi::alua::TRANSITIONING
-        };
-        return Some(lun.scsi.check_condition(&sense));
-    }
-    None
+/// Where a command of an RBD LUN that another gateway may own goes.
+enum Owner {
+    /// It runs here (this gateway owns the LUN, the LUN has no owner to ask, or the action
+    /// touches no medium).
+    Here(ReplyTo),
+    /// It was answered or shipped.
+    Answered(Answer),
 }
 
-/// Starts `action` on the backend: the one place where an action meets the store, the
-/// cache and the I/O workers. Emulated results are answered at once.
+/// An RBD LUN another gateway owns. On an active/non-optimized path a media action is
+/// shipped to the owner over the gateway link (`ship`), its write data with it, and
+/// answered when the owner answers; while the link is being made it is refused
+/// transitioning (the initiator retries). Without a link (the owner publishes none, or it
+/// cannot be reached), the owner is asked to hand the LUN over (its cache written back)
+/// and the command is refused transitioning meanwhile; a fenced gateway answers
+/// unavailable.
+fn owned_elsewhere(
+    lun: &Arc<Lun>,
+    target: &Target,
+    action: &Action,
+    cmd: &mut ScsiCommand,
+    landed: bool,
+    reply: ReplyTo,
+) -> Owner {
+    use crate::ship::{link::NotShipped, route, stats, wire::Shipped};
+    let Some(a) = &lun.rbd_ownership else {
+        return Owner::Here(reply);
+    };
+    if matches!(action, Action::Complete(_) | Action::SetTargetPortGroups(_)) || a.owns() {
+        return Owner::Here(reply);
+    }
+    let refuse = |sense: &scsi::Sense| {
+        Owner::Answered(Answer::Now(completed(lun.scsi.check_condition(sense))))
+    };
+    if a.is_fenced() {
+        return refuse(&scsi::alua::UNAVAILABLE);
+    }
+    let shippable = !landed && lun.scsi.access_state() == scsi::AccessState::ActiveNonOptimized;
+    if let Some(s) = Shipped::from_action(action).filter(|_| shippable) {
+        match route::way(a.record(), a.owner_group()) {
+            route::Way::Ship(link) => {
+                let st = stats::of(a.record());
+                let (replier, deferred) = reply.defer();
+                let data = std::mem::take(&mut cmd.data_out);
+                let shipped = link.ship(
+                    &target.iqn,
+                    lun.number,
+                    a.record(),
+                    s,
+                    data,
+                    replier,
+                    Arc::clone(lun),
+                    Arc::clone(&st),
+                );
+                match shipped {
+                    Ok(()) => {
+                        st.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Err(NotShipped::Full(r, buf)) => {
+                        st.refused
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let full = scsi::Completion {
+                            status: scsi::status::TASK_SET_FULL,
+                            ..scsi::Completion::default()
+                        };
+                        r.send_with_buffer(completed(full), buf);
+                    }
+                    Err(NotShipped::Dead(r, buf)) => {
+                        let c = lun.scsi.check_condition(&scsi::alua::TRANSITIONING);
+                        r.send_with_buffer(completed(c), buf);
+                    }
+                }
+                return Owner::Answered(Answer::Later(deferred));
+            }
+            route::Way::Wait => return refuse(&scsi::alua::TRANSITIONING),
+            route::Way::Move => {}
+        }
+    }
+    a.want_ownership();
+    refuse(&scsi::alua::TRANSITIONING)
+}
+
+/// Starts `action` (with the command's write data `data_out`) on the backend: the one place
+/// where an action meets the store, the cache and the I/O workers. Emulated results are
+/// answered at once.
 #[expect(
     clippy::too_many_arguments,
     reason = "the command, its landing and its context"
 )]
 fn start(
     action: Action,
-    cmd: &mut ScsiCommand,
+    data_out: &mut Vec<u8>,
     landing: Option<Landing>,
     lun: &Arc<Lun>,
     target: &Target,
@@ -169,7 +256,7 @@ fn start(
 ) -> Answer {
     // COMPARE AND WRITE, ORWRITE, WRITE ATOMIC: one path, the range held exclusively
     let mut locked_write = |op, (lba, count, durable), reply| {
-        let data = std::mem::take(&mut cmd.data_out);
+        let data = std::mem::take(data_out);
         let w = Locked {
             op,
             at: Blocks { lba, count },
@@ -189,37 +276,21 @@ fn start(
             blocks,
             durable,
             data_offset: 0,
-        } if let Some(landing) = landing => storage::write_landed(
-            lun,
-            lba,
-            blocks,
-            durable,
-            &mut cmd.data_out,
-            landing,
-            ctx,
-            reply,
-        ),
+        } if let Some(landing) = landing => {
+            storage::write_landed(lun, lba, blocks, durable, data_out, landing, ctx, reply)
+        }
         Action::Write {
             lba,
             blocks,
             durable,
             data_offset,
-        } => storage::write(
-            lun,
-            lba,
-            blocks,
-            durable,
-            &mut cmd.data_out,
-            data_offset,
-            ctx,
-            reply,
-        ),
+        } => storage::write(lun, lba, blocks, durable, data_out, data_offset, ctx, reply),
         Action::Verify {
             lba,
             blocks,
             same_block,
         } => {
-            let data = std::mem::take(&mut cmd.data_out);
+            let data = std::mem::take(data_out);
             storage::verify(lun, lba, blocks, same_block, data, ctx, reply)
         }
         Action::CompareAndWrite {
@@ -243,7 +314,7 @@ fn start(
             blocks,
             ndob,
             unmap,
-        } => thin::start_write_same(lun, (lba, blocks), ndob, unmap, &cmd.data_out, ctx, reply),
+        } => thin::start_write_same(lun, (lba, blocks), ndob, unmap, data_out, ctx, reply),
         Action::GetLbaStatus { lba, alloc_len } => {
             thin::start_lba_status(lun, lba, alloc_len, ctx, reply)
         }
@@ -358,6 +429,37 @@ pub fn task_management(
         tasks.abort_tasks(target.tid, lun, None, Some(issuer));
     }
     plan
+}
+
+/// The LUNs of `target` whose reset by `plan` (carried out here by [`task_management`])
+/// the other gateways must make too — RBD LUNs several gateways share, whose copies there
+/// hold their own nexuses' unit attentions and tasks — and whether it is a target reset;
+/// `None` when there are none.
+pub fn shared_resets(
+    req: &iscsi_proto::TmfRequest,
+    target: Option<&Target>,
+    plan: &TmfPlan,
+) -> Option<(Vec<Arc<Lun>>, bool)> {
+    let target = target?;
+    if plan.verdict != TmfVerdict::Complete {
+        return None;
+    }
+    let luns = target.lun_set();
+    let shared = |l: &&Arc<Lun>| l.shared_pr.is_some();
+    let (list, whole): (Vec<Arc<Lun>>, bool) = match plan.reset {
+        ResetKind::None => return None,
+        ResetKind::LogicalUnit => (
+            luns.map
+                .get(&req.lun)
+                .filter(shared)
+                .cloned()
+                .into_iter()
+                .collect(),
+            false,
+        ),
+        ResetKind::Target => (luns.map.values().filter(shared).cloned().collect(), true),
+    };
+    (!list.is_empty()).then_some((list, whole))
 }
 
 /// iSCSI's task management function codes (RFC 7143 11.5.1) as SAM-5 functions.

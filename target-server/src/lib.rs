@@ -30,6 +30,7 @@ pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
+pub(crate) mod ship;
 pub(crate) mod transport;
 
 pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;

@@ -842,6 +842,7 @@ impl Daemon {
             .inboxes
             .set(setups.iter().map(|s| Arc::clone(&s.inbox)).collect());
         crate::backend::pr_cluster::set_task_control(Arc::clone(&shared) as _);
+        crate::ship::serve::install(Arc::clone(&shared));
 
         // every startup portal, of every transport, is event thread 0's
         let mut listeners = tcp.listeners;

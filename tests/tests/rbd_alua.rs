@@ -245,12 +245,12 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
     a.assert_alive("after the fencing");
 }
 
-/// With `non_owner_state: active-non-optimized` configured, an RBD LUN's other gateway
-/// serves I/O after taking the LUN over on the first command (implicit ALUA), the owner
-/// handing it over with its dirty blocks written back.
+/// With `non_owner_state: active-non-optimized` configured in YAML, an RBD LUN's other
+/// gateway serves I/O by shipping it to the owner: B reads A's cached (not yet written
+/// back) write, and the LUN stays where it was.
 #[test]
-fn active_non_optimized_rbd_gateways_take_over_on_io() {
-    require_numatgtd("active_non_optimized_rbd_gateways_take_over_on_io");
+fn active_non_optimized_rbd_gateways_ship_io_to_the_owner() {
+    require_numatgtd("active_non_optimized_rbd_gateways_ship_io_to_the_owner");
     let c = Cluster::start();
     c.create_image("shared", 16 << 20);
     let ano = "      non_owner_state: active-non-optimized\n";
@@ -261,10 +261,13 @@ fn active_non_optimized_rbd_gateways_take_over_on_io() {
     assert_eq!(rtpg(&mut sb), vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])]);
     write(&mut sa, lba(3), &pattern(33), "A");
     let (got, took) = read(&mut sb, lba(3), "B");
-    eprintln!("implicit handover on I/O took {took:?}");
-    assert!(
-        got == pattern(33),
-        "B reads A's cached write after the handover"
+    eprintln!("first READ through B answered after {took:?}");
+    assert!(got == pattern(33), "B reads A's cached write");
+    assert_eq!(
+        rtpg(&mut sb),
+        vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])],
+        "no ownership move\n{}",
+        b.log_tail(40)
     );
-    assert_eq!(rtpg(&mut sb), vec![(1, 0x1, vec![1]), (2, 0x0, vec![2])]);
+    assert!(b.log().contains("gateway link up"), "{}", b.log_tail(30));
 }

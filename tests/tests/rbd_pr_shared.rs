@@ -138,16 +138,6 @@ fn full_status(s: &mut ScsiSession) -> Vec<(u64, u16)> {
     out
 }
 
-/// The value of metric `name` whose labels contain `with` (0 when missing).
-fn metric(d: &Daemon, name: &str, with: &str) -> f64 {
-    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
-    assert_eq!(code, 200);
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(with))
-        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
-
 fn write_status(s: &mut ScsiSession) -> (u8, Option<(u8, u8, u8)>) {
     let (st, sense, _) = s.command(&cdb10(0x2a, 0, 1), &[0x5a; 512], 0);
     (st, sense_of(&sense))
@@ -207,28 +197,24 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     assert_eq!(keys(&mut yb), vec![0xA]);
 
     // the metrics say the same on both gateways
-    let generation = metric(&a, "numatgt_lun_pr_generation", "lun=\"1\"");
+    let generation = a.metric("numatgt_lun_pr_generation", "lun=\"1\"");
     assert_eq!(generation, 3.0, "REGISTER, REGISTER, PREEMPT AND ABORT");
     assert_eq!(
-        metric(&b, "numatgt_lun_pr_generation", "lun=\"1\""),
+        b.metric("numatgt_lun_pr_generation", "lun=\"1\""),
         generation
     );
     assert_eq!(
-        metric(
-            &a,
-            "numatgt_lun_pr_shared_changes_total",
-            "result=\"written\""
-        ),
+        a.metric("numatgt_lun_pr_shared_changes_total", "result=\"written\""),
         3.0,
         "REGISTER, RESERVE, PREEMPT AND ABORT written through A"
     );
-    assert_eq!(metric(&b, "numatgt_lun_pr_shared_taken_total", ""), 3.0);
-    assert_eq!(metric(&a, "numatgt_lun_pr_shared_taken_total", ""), 1.0);
+    assert_eq!(b.metric("numatgt_lun_pr_shared_taken_total", ""), 3.0);
+    assert_eq!(a.metric("numatgt_lun_pr_shared_taken_total", ""), 1.0);
     assert!(
-        metric(&b, "numatgt_lun_errors_total", "reservation_conflict") >= 2.0,
+        b.metric("numatgt_lun_errors_total", "reservation_conflict") >= 2.0,
         "B counted its conflicts"
     );
-    assert_eq!(metric(&b, "numatgt_lun_pr_shared_stale", ""), 0.0);
+    assert_eq!(b.metric("numatgt_lun_pr_shared_stale", ""), 0.0);
 
     // A freezes (SIGSTOP: a hung host, a long pause): B goes on alone. Its first change
     // waits for A's answer until the notify timeout, then fences A (blocklists its Ceph
@@ -251,7 +237,7 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
         took >= Duration::from_secs(9) && took < Duration::from_secs(20),
         "the notify timeout, then the fencing: {took:?}"
     );
-    assert_eq!(metric(&b, "numatgt_lun_pr_shared_fenced_total", ""), 1.0);
+    assert_eq!(b.metric("numatgt_lun_pr_shared_fenced_total", ""), 1.0);
     assert!(b.log().contains("fenced a gateway"), "{}", b.log_tail(30));
     // Y takes the reservation from X (X through A is no registrant any more)
     let (st, took) = prout(&mut yb, PREEMPT_AND_ABORT, WE_RO, 0xC, 0xA);
@@ -280,7 +266,7 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     // unavailable)
     assert_eq!(refusals[0], (2, Some((2, 0x04, 0x0A))), "the first refusal");
     assert_eq!(
-        metric(&a, "numatgt_lun_pr_shared_stale", ""),
+        a.metric("numatgt_lun_pr_shared_stale", ""),
         1.0,
         "the thawed gateway says its copy may be stale"
     );
@@ -306,12 +292,14 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     );
 }
 
-/// The reservation suites of libiscsi's iscsi-test-cu that need no I/O through a
-/// non-owner, with their first I_T nexus on gateway A and their second (the multipath URL)
-/// on gateway B of the same RBD LUN, non-owners active/non-optimized (libiscsi's login
-/// needs TEST UNIT READY to pass, which a standby port refuses): pass / skip / fail counted
-/// apart, 0 fail, and no ownership move during the run. (ProutReserve and MultipathIO read and write through
-/// both paths, which needs I/O shipping; Reserve6 needs SPC-2 reservations shared too.)
+/// libiscsi's iscsi-test-cu reservation and multipath suites with their first I_T nexus on
+/// gateway A and their second (the multipath URL) on gateway B of the same RBD LUN,
+/// non-owners active/non-optimized (libiscsi's login needs TEST UNIT READY to pass, which
+/// a standby port refuses): pass / skip / fail counted apart, 0 fail, and no ownership move
+/// during the run. ProutReserve and MultipathIO read and write through both paths: B ships
+/// its media commands to A; MultipathIO's LUN reset through one gateway sets the reset's
+/// unit attention on the other's nexuses too. (Reserve6 needs SPC-2 reservations shared,
+/// which they are not yet.)
 #[test]
 fn libiscsi_reservation_suites_across_two_gateways() {
     require_numatgtd("libiscsi_reservation_suites_across_two_gateways");
@@ -330,6 +318,8 @@ fn libiscsi_reservation_suites_across_two_gateways() {
         "SCSI.ProutRegister",
         "SCSI.ProutClear",
         "SCSI.ProutPreempt",
+        "SCSI.ProutReserve",
+        "SCSI.MultipathIO",
     ]
     .iter()
     .map(|suite| testcu::run_suite_urls(&mut a, suite, "two-gateways", &[], &urls))
@@ -337,21 +327,23 @@ fn libiscsi_reservation_suites_across_two_gateways() {
     b.assert_alive("after the suites");
     for d in [&a, &b] {
         assert_eq!(
-            metric(d, "numatgt_lun_alua_transitions_total", "kind=\"takeover\""),
+            d.metric("numatgt_lun_alua_transitions_total", "kind=\"takeover\""),
             0.0,
             "no ownership move"
         );
-        assert!(metric(d, "numatgt_lun_pr_generation", "lun=\"1\"") > 0.0);
+        assert!(d.metric("numatgt_lun_pr_generation", "lun=\"1\"") > 0.0);
     }
     assert!(
-        metric(
-            &b,
-            "numatgt_lun_pr_shared_changes_total",
-            "result=\"written\""
-        ) > 0.0,
+        b.metric("numatgt_lun_pr_shared_changes_total", "result=\"written\"") > 0.0,
         "the suites changed the state through B too"
     );
-    assert!(metric(&a, "numatgt_lun_pr_shared_taken_total", "") > 0.0);
+    assert!(a.metric("numatgt_lun_pr_shared_taken_total", "") > 0.0);
+    let sent = b.metric("numatgt_lun_shipped_commands_total", "kind=\"sent\"");
+    assert!(sent > 0.0, "B shipped the suites' I/O to A");
+    assert_eq!(
+        a.metric("numatgt_lun_shipped_commands_total", "kind=\"served\""),
+        sent
+    );
     testcu::assert_clean(
         &results,
         "numatgtd, two gateways",

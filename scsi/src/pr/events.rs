@@ -5,9 +5,14 @@
 //! ([`crate::LogicalUnit::apply_peer_pr_events`]). Decoding never panics; anything it does
 //! not understand is refused whole.
 //!
+//! The same channel carries the resets task management made through one gateway (LOGICAL
+//! UNIT RESET, a target reset): every gateway resets its copy of the logical unit (unit
+//! attentions for its nexuses, SPC-2 reservation released) and ends its tasks of it.
+//!
 //! Layout (big-endian): `"NTPE"`, u16 version (1), u32 count, then per event a u8 kind
 //! (0 abort tasks, 1 RESERVATIONS PREEMPTED, 2 RESERVATIONS RELEASED, 3 REGISTRATIONS
-//! PREEMPTED) and the nexus (as in the state format).
+//! PREEMPTED: each followed by the nexus, as in the state format; 4 logical unit reset,
+//! 5 target reset: nothing follows).
 
 use super::persist::{PrStateError, Reader, put_pair};
 use crate::nexus::PortPair;
@@ -23,6 +28,10 @@ const MAX_EVENTS: usize = 2 * super::state::MAX_REGISTRATIONS;
 pub(crate) enum PeerEvent {
     Abort(PortPair),
     Attention(PortPair, UnitAttention),
+    /// LOGICAL UNIT RESET (`false`) or a target reset (`true`) through another gateway.
+    Reset {
+        target: bool,
+    },
 }
 
 fn ua_code(ua: UnitAttention) -> Option<u8> {
@@ -45,6 +54,11 @@ pub(crate) fn encode(events: &[PeerEvent]) -> Vec<u8> {
                 Some(k) => (k, p),
                 None => continue,
             },
+            PeerEvent::Reset { target } => {
+                body.push(if *target { 5 } else { 4 });
+                n += 1;
+                continue;
+            }
         };
         body.push(kind);
         put_pair(&mut body, p);
@@ -78,6 +92,10 @@ pub(crate) fn decode(b: &[u8]) -> Result<Vec<PeerEvent>, PrStateError> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let [kind] = r.array()?;
+        if kind == 4 || kind == 5 {
+            out.push(PeerEvent::Reset { target: kind == 5 });
+            continue;
+        }
         let p = r.pair()?;
         out.push(match kind {
             0 => PeerEvent::Abort(p),
@@ -111,6 +129,8 @@ mod tests {
             PeerEvent::Attention(pp("iqn.a,i,0x1", 2), UnitAttention::RegistrationsPreempted),
             PeerEvent::Abort(pp("iqn.a,i,0x1", 2)),
             PeerEvent::Attention(pp("iqn.b,i,0x2", 1), UnitAttention::ReservationsReleased),
+            PeerEvent::Reset { target: false },
+            PeerEvent::Reset { target: true },
         ];
         let b = encode(&ev);
         assert_eq!(decode(&b), Ok(ev));

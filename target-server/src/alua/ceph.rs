@@ -68,7 +68,10 @@ pub(crate) fn start(target: &Arc<Target>, lun: &Lun, cache: Option<&Arc<BlockCac
     let cache = cache.cloned();
     let spawned = std::thread::Builder::new()
         .name(format!("alua-{number}"))
-        .spawn(move || follow(&o, m, &target, number, cache.as_deref()));
+        .spawn(move || {
+            follow(&o, m, &target, number, cache.as_deref());
+            crate::ship::route::forget(o.record());
+        });
     if let Err(e) = spawned {
         tracing::error!(lun = number, "cannot start the ownership thread: {e}");
     }
@@ -84,6 +87,7 @@ fn follow(
     cache: Option<&BlockCache>,
 ) {
     let mut driver = Driver::new(o, cache);
+    let mut link = LinkUpkeep::default();
     loop {
         let inbox = o.take_inbox();
         if inbox.stop {
@@ -103,8 +107,37 @@ fn follow(
             return;
         };
         driver.run(&lun, image, &mut m);
+        link.keep(image, o);
         drop(lun);
         o.wait(m.poll_timeout().unwrap_or_else(|| Instant::now() + POLL));
+    }
+}
+
+/// The gateway link of one LUN (`crate::ship`): this gateway's link server published
+/// beside the ownership record (retried every 10 s until it is), and while another gateway
+/// owns the LUN and this one's paths are active/non-optimized, the route to the owner.
+#[derive(Default)]
+struct LinkUpkeep {
+    published: bool,
+    tried: Option<Instant>,
+}
+
+impl LinkUpkeep {
+    fn keep(&mut self, image: &rbd::Image, o: &RbdOwnership) {
+        use crate::ship::route;
+        if !self.published
+            && route::can_publish()
+            && self
+                .tried
+                .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10))
+        {
+            self.tried = Some(Instant::now());
+            self.published = route::publish(image, o.record(), o.alua.group);
+        }
+        let ships = o.alua.non_owner_for(true) == config::NonOwnerState::ActiveNonOptimized;
+        if ships && !o.owns() && !o.is_fenced() {
+            route::refresh(image, o.record(), o.owner_group());
+        }
     }
 }
 

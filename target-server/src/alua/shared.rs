@@ -136,6 +136,12 @@ impl RbdOwnership {
         Published::decode(self.view.load(Ordering::Acquire))
     }
 
+    /// The name of the ownership record beside the image (also the LUN's identity on the
+    /// gateway link).
+    pub fn record(&self) -> &str {
+        &self.record
+    }
+
     /// Whether this gateway owns the LUN (holds the lock).
     pub fn owns(&self) -> bool {
         matches!(self.view(), Published::Owner(_))

@@ -61,6 +61,10 @@ impl Landing {
         if !ctx.sends_from_blocks || cmd.landed != 0 {
             return None;
         }
+        // a LUN another gateway owns ships its write data there from `data_out`
+        if lun.rbd_ownership.as_ref().is_some_and(|o| !o.owns()) {
+            return None;
+        }
         // the slots are the daemon's cache memory, also for a LUN that does not cache
         let cache = ctx.cache?;
         let ext = scsi::write_extent(&cmd.cdb)?;

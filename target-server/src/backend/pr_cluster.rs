@@ -242,23 +242,60 @@ fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload:
         );
     }
     match lun.scsi.apply_peer_pr_events(events) {
-        Ok(abort) if !abort.is_empty() => {
-            tracing::info!(
-                lun = number,
-                nexuses = abort.len(),
-                "PREEMPT AND ABORT through another gateway: ending the preempted nexuses' tasks"
-            );
-            if let Some(tasks) = TASKS.get() {
-                tasks.abort_tasks(t.tid, Some(number), Some(abort), None);
+        Ok(applied) => {
+            let tasks = TASKS.get();
+            if applied.reset {
+                tracing::info!(
+                    lun = number,
+                    "reset through another gateway: unit attentions set, tasks ended"
+                );
+                if let Some(tasks) = tasks {
+                    tasks.abort_tasks(t.tid, Some(number), None, None);
+                }
+            } else if !applied.abort.is_empty() {
+                tracing::info!(
+                    lun = number,
+                    nexuses = applied.abort.len(),
+                    "PREEMPT AND ABORT through another gateway: ending the preempted nexuses' tasks"
+                );
+                if let Some(tasks) = tasks {
+                    tasks.abort_tasks(t.tid, Some(number), Some(applied.abort), None);
+                }
             }
         }
-        Ok(_) => {}
         Err(e) => tracing::error!(
             lun = number,
             "reservation events from another gateway refused: {e}"
         ),
     }
     sp.stats.taken.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Task management reset `luns` through this gateway (`target`: a target reset, else
+/// LOGICAL UNIT RESET): the other gateways of each shared LUN are told and reset their
+/// copies (unit attentions for their nexuses, their tasks of it ended) before this returns,
+/// or the notify timeout passed (a silent gateway is logged, not fenced: no reservation
+/// changed). Blocking: run on an I/O worker, before the task management response.
+pub(crate) fn spread_reset(luns: &[Arc<Lun>], target: bool) {
+    let event = scsi::LogicalUnit::peer_reset_event(target);
+    for lun in luns {
+        let (Some(sp), Some(image)) = (&lun.shared_pr, lun.store.rbd_image()) else {
+            continue;
+        };
+        let note = payload(sp.me, &lun.scsi.pr_state_bytes().bytes, &event);
+        match image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
+            Ok(silent) if silent.is_empty() => {}
+            Ok(silent) => tracing::warn!(
+                lun = lun.number,
+                silent = silent.len(),
+                "a gateway did not take the reset in time"
+            ),
+            Err(e) => tracing::warn!(
+                lun = lun.number,
+                "the other gateways could not be told of the reset: {e}"
+            ),
+        }
+    }
 }
 
 /// A notification's bytes: sender (u64), state length (u32), state, events (the rest).

@@ -216,6 +216,7 @@ impl Slot {
         self.events.task_management(req.function.label());
         let target = self.session.normal().map(|n| &*n.target);
         let plan = dispatch::task_management(req, target, env.shared, env.id);
+        let shared_resets = dispatch::shared_resets(req, target, &plan);
         if plan.close_connections {
             self.close_after_tmf();
         }
@@ -224,6 +225,17 @@ impl Slot {
         // SANITIZE's task ends now (the operation goes on)
         let conn = &self.conn;
         crate::backend::task_watch::tasks_ended(env.id, |itt| conn.task_wanted(itt));
+        // a reset of LUNs other gateways serve too: they reset theirs before the response
+        if let Some((luns, target_reset)) = shared_resets
+            && let Some(inbox) = env.shared.inbox(env.id.thread).cloned()
+        {
+            let (conn, itt) = (env.id, req.itt);
+            env.storage.run(move || {
+                crate::backend::pr_cluster::spread_reset(&luns, target_reset);
+                inbox.send(super::Msg::TmfDone { conn, itt, resp });
+            });
+            return;
+        }
         self.conn.complete_tmf(req.itt, resp);
         self.tmf_answered();
     }

@@ -44,6 +44,13 @@ pub enum Msg {
         nexuses: Option<Vec<scsi::NexusId>>,
         except: Option<ConnId>,
     },
+    /// A task management response that waited for the other gateways of a shared LUN
+    /// (they reset their copies first).
+    TmfDone {
+        conn: ConnId,
+        itt: u32,
+        resp: iscsi_proto::TmfResponse,
+    },
     /// Stop: close every connection and leave the loop.
     Shutdown,
 }
@@ -155,6 +162,19 @@ impl EventThread {
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
                         slot.inflight = slot.inflight.saturating_sub(1);
                         slot.complete(itt, &tag, result, buffer);
+                        if !touched.contains(&conn.slot) {
+                            touched.push(conn.slot);
+                        }
+                    }
+                }
+                Msg::TmfDone { conn, itt, resp } => {
+                    if self.id(conn.slot) != Some(conn) {
+                        continue; // the connection is gone
+                    }
+                    self.current = Some(conn.slot);
+                    if let Some(slot) = self.slots[conn.slot].as_mut() {
+                        slot.conn.complete_tmf(itt, resp);
+                        slot.tmf_answered();
                         if !touched.contains(&conn.slot) {
                             touched.push(conn.slot);
                         }

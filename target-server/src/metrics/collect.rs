@@ -305,6 +305,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     let mut rbd = RbdOps::new();
     let mut alua = LunAlua::new();
     let mut pr = LunPr::new();
+    let mut ship = LunShip::new();
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -319,6 +320,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
             rbd.add(l, lun, &bounds);
             alua.add(l, lun);
             pr.add(l, lun);
+            ship.add(l, lun);
         }
     }
     io.push(out);
@@ -327,6 +329,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     rbd.push(out);
     alua.push(out);
     pr.push(out);
+    ship.push(out);
 }
 
 /// A LUN's labels: target and LUN number.
@@ -670,6 +673,57 @@ impl LunPr {
         push(out, self.shared_rewatches);
         push(out, self.shared_stale);
         push(out, self.shared_fenced);
+    }
+}
+
+/// I/O shipped between the gateways of an RBD LUN (`crate::ship`): from this gateway to
+/// the owner (count, the owner's answer time, lost with a link, refused with a full link)
+/// and served here for other gateways.
+struct LunShip {
+    commands: Family,
+    latency: Family,
+}
+
+impl LunShip {
+    fn new() -> LunShip {
+        LunShip {
+            commands: Family::counter(
+                "numatgt_lun_shipped_commands_total",
+                "Media commands of an RBD LUN several gateways export: sent (shipped from this gateway's active/non-optimized paths to the owner), served (shipped here by other gateways, run as the owner), lost (their link broke before the owner answered: answered transitioning), refused (the link was full: TASK SET FULL).",
+            ),
+            latency: Family::histogram(
+                "numatgt_lun_shipped_command_duration_seconds",
+                "Time from shipping a command to the owner's answer, as this gateway saw it.",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(o) = &lun.rbd_ownership else {
+            return;
+        };
+        let s = crate::ship::stats::of(o.record());
+        for (dir, v) in [
+            ("sent", &s.sent),
+            ("served", &s.served),
+            ("lost", &s.lost),
+            ("refused", &s.refused),
+        ] {
+            self.commands
+                .add(&[l[0], l[1], ("kind", dir)], v.load(Relaxed) as f64);
+        }
+        self.latency.add_histogram(
+            &l,
+            &crate::ship::stats::BOUNDS,
+            &s.counts(),
+            s.sum_ns.load(Relaxed) as f64 * NS,
+        );
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.commands);
+        push(out, self.latency);
     }
 }
 

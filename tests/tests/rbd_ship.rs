@@ -1,0 +1,289 @@
+//! I/O shipping between two numatgtd gateways of one RBD LUN (issue 26), on the project's
+//! mini Ceph cluster. Both gateways are started like tgtd and set up with Debian's tgtadm
+//! alone (ALUA group, peer, non-owners active/non-optimized, the LUN with `--bstype rbd`);
+//! raw iSCSI sessions play the initiator. Checked:
+//!
+//! - media commands through the non-owner (B) are served by the owner (A) over the gateway
+//!   link: WRITEs through B read back through A and B; a WRITE through A that sits in A's
+//!   write-back cache reads back through B (B reads A's cache, not the image); COMPARE AND
+//!   WRITE through B matches and miscompares as on A; no ownership move (the takeover
+//!   counters stay 0 and A keeps reporting active/optimized), and the shipped and served
+//!   counters and the shipped latency histogram count it;
+//! - SYNCHRONIZE CACHE through B makes A's cached writes durable: A killed (SIGKILL) after
+//!   it, B's link breaks, B takes the LUN over (the takeover of before) and reads every
+//!   acknowledged block back from the image.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tests::cdb::{cdb10, sense_of};
+use tests::ceph::Cluster;
+use tests::daemon::{TargetKind, require_numatgtd};
+use tests::mgmt::{new_lun, new_open_target};
+use tests::pdu::ScsiSession;
+use tests::{Daemon, TEST_IQN, tools};
+
+const WRITE10: u8 = 0x2a;
+const READ10: u8 = 0x28;
+const SYNC10: u8 = 0x35;
+const CAW: u8 = 0x89;
+
+/// A gateway as a tgtd user makes it: numatgtd started like tgtd, then Debian's tgtadm:
+/// target 1, ALUA group `group` with peer `peer`, non-owners active/non-optimized, LUN 1
+/// on the cluster's image `rbd/shared`.
+fn gateway(c: &Cluster, group: u16, peer: u16) -> Daemon {
+    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
+    new_open_target(&d, "1", TEST_IQN);
+    for (name, value) in [
+        ("alua_group", group.to_string()),
+        ("alua_peers", peer.to_string()),
+        ("alua_non_owner_state", "active-non-optimized".to_string()),
+    ] {
+        d.tgtadm(&[
+            "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name", name,
+            "--value", &value,
+        ])
+        .check(name);
+    }
+    let bsopts = c.bsopts("rados_osd_op_timeout=10");
+    new_lun(
+        &d,
+        "1",
+        "1",
+        Path::new("rbd/shared"),
+        &["--bstype", "rbd", "--bsopts", &bsopts],
+    )
+    .check("LUN 1 on rbd/shared");
+    d
+}
+
+/// A block's pattern: its LBA and a round number in every byte pair.
+fn pattern(lba: u64, round: u8, blocks: usize) -> Vec<u8> {
+    (0..blocks * 512)
+        .map(|i| {
+            let b = lba + (i / 512) as u64;
+            if i % 2 == 0 { b as u8 } else { round }
+        })
+        .collect()
+}
+
+/// WRITE(10) through `s`, retried while the path answers NOT READY / transitioning (the
+/// link is being made) for up to 10 s: the status and sense of the last try.
+fn write(s: &mut ScsiSession, lba: u64, data: &[u8]) -> (u8, Option<(u8, u8, u8)>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (st, sense, _) = s.command(&cdb10(WRITE10, lba, (data.len() / 512) as u16), data, 0);
+        let sense = sense_of(&sense);
+        if st == 0 || sense != Some((2, 4, 0x0a)) || Instant::now() > deadline {
+            return (st, sense);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read(s: &mut ScsiSession, lba: u64, blocks: u16) -> (u8, Vec<u8>) {
+    let (st, _, data) = s.command(&cdb10(READ10, lba, blocks), &[], u32::from(blocks) * 512);
+    (st, data)
+}
+
+/// Median latencies of `n` 4 KiB READs and `n` 4 KiB WRITEs (to LBAs 1024..) through `s`.
+fn qd1_latencies(s: &mut ScsiSession, n: u64) -> (Duration, Duration) {
+    let data = pattern(1024, 7, 8);
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    for i in 0..n {
+        let lba = 1024 + (i % 32) * 8;
+        let t = Instant::now();
+        assert_eq!(write(s, lba, &data).0, 0);
+        writes.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(read(s, lba, 8).0, 0);
+        reads.push(t.elapsed());
+    }
+    reads.sort();
+    writes.sort();
+    (reads[reads.len() / 2], writes[writes.len() / 2])
+}
+
+fn caw(s: &mut ScsiSession, lba: u64, old: &[u8], new: &[u8]) -> (u8, Option<(u8, u8, u8)>) {
+    let mut cdb = [0u8; 16];
+    cdb[0] = CAW;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[13] = 1;
+    let mut data = old.to_vec();
+    data.extend_from_slice(new);
+    let (st, sense, _) = s.command(&cdb, &data, 0);
+    (st, sense_of(&sense))
+}
+
+#[test]
+fn non_owner_paths_ship_io_to_the_owner() {
+    require_numatgtd("non_owner_paths_ship_io_to_the_owner");
+    tools::require_tool("tgtadm");
+    let c = Cluster::start();
+    c.create_image("shared", 64 << 20);
+    let mut a = gateway(&c, 1, 2);
+    let mut b = gateway(&c, 2, 1);
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:ship-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:ship-b");
+
+    // writes through B land on A
+    let t0 = Instant::now();
+    let first = pattern(0, 1, 8);
+    assert_eq!(
+        write(&mut sb, 0, &first),
+        (0, None),
+        "first WRITE through B\n{}",
+        b.log_tail(30)
+    );
+    eprintln!("first shipped WRITE answered after {:?}", t0.elapsed());
+    for lba in (8..256).step_by(8) {
+        assert_eq!(
+            write(&mut sb, lba, &pattern(lba, 1, 8)),
+            (0, None),
+            "WRITE {lba} through B"
+        );
+    }
+    let big = pattern(256, 2, 128);
+    assert_eq!(
+        write(&mut sb, 256, &big),
+        (0, None),
+        "64 KiB WRITE through B"
+    );
+    assert_eq!(read(&mut sa, 0, 8), (0, first.clone()), "A reads B's write");
+    assert_eq!(read(&mut sb, 256, 128), (0, big), "B reads its 64 KiB back");
+
+    // a write through the owner sits in its write-back cache: B reads it from there
+    let cached = pattern(512, 3, 8);
+    assert_eq!(write(&mut sa, 512, &cached), (0, None));
+    assert_eq!(
+        read(&mut sb, 512, 8),
+        (0, cached.clone()),
+        "B reads A's cached write"
+    );
+
+    // COMPARE AND WRITE through B: a match writes, a mismatch is MISCOMPARE
+    let one = pattern(0, 1, 1);
+    let two = pattern(0, 9, 1);
+    assert_eq!(
+        caw(&mut sb, 0, &one, &two),
+        (0, None),
+        "COMPARE AND WRITE through B"
+    );
+    assert_eq!(read(&mut sa, 0, 1), (0, two.clone()));
+    let (st, sense) = caw(&mut sb, 0, &one, &two);
+    assert_eq!(
+        (st, sense.map(|s| s.0)),
+        (2, Some(0x0e)),
+        "MISCOMPARE through B"
+    );
+
+    // SYNCHRONIZE CACHE through B makes A's write-back cache durable
+    let (st, sense, _) = sb.command(&cdb10(SYNC10, 0, 0), &[], 0);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (0, None),
+        "SYNCHRONIZE CACHE through B"
+    );
+
+    // no ownership move, and the counters say what happened
+    for d in [&a, &b] {
+        assert_eq!(
+            d.metric("numatgt_lun_alua_transitions_total", "kind=\"takeover\""),
+            0.0,
+            "no takeover"
+        );
+    }
+    assert_eq!(
+        a.metric("numatgt_lun_alua_state", "lun=\"1\""),
+        0.0,
+        "A active/optimized"
+    );
+    let sent = b.metric("numatgt_lun_shipped_commands_total", "kind=\"sent\"");
+    let served = a.metric("numatgt_lun_shipped_commands_total", "kind=\"served\"");
+    eprintln!("shipped: sent {sent} by B, served {served} by A");
+    assert!(sent >= 37.0, "B shipped its media commands ({sent})");
+    assert_eq!(sent, served, "A served what B sent");
+    assert_eq!(
+        b.metric("numatgt_lun_shipped_commands_total", "kind=\"lost\""),
+        0.0
+    );
+    assert_eq!(
+        b.metric("numatgt_lun_shipped_command_duration_seconds_count", ""),
+        sent,
+        "every shipped command was timed"
+    );
+    assert!(b.log().contains("gateway link up"), "{}", b.log_tail(30));
+
+    // a shipped command against a direct one (QD1, 4 KiB, served from A's cache either way)
+    for (who, s) in [("direct (A)", &mut sa), ("shipped (B)", &mut sb)] {
+        let (r, w) = qd1_latencies(s, 200);
+        eprintln!("{who}: 4 KiB READ p50 {r:?}, 4 KiB WRITE p50 {w:?} (200 each, QD1)");
+    }
+
+    // the link server refuses what is not a gateway with this daemon's token, and goes on
+    let link = a
+        .log()
+        .lines()
+        .find_map(|l| {
+            let at = l.find("gateway link server listening addr=")?;
+            let rest = &l[at + "gateway link server listening addr=".len()..];
+            rest.split_whitespace()
+                .next()?
+                .parse::<std::net::SocketAddr>()
+                .ok()
+        })
+        .expect("A logged its link server's address");
+    let mut wrong_token = vec![0, 0, 0, 22, 1];
+    wrong_token.extend_from_slice(b"NTGS\x01");
+    wrong_token.extend_from_slice(&[0xee; 16]);
+    let huge = [0xff, 0xff, 0xff, 0xff, 3];
+    for junk in [&b"GET / HTTP/1.0\r\n\r\n"[..], &wrong_token, &huge] {
+        let mut c = std::net::TcpStream::connect(link).expect("connect to A's link server");
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        use std::io::{Read, Write};
+        let _ = c.write_all(junk);
+        let mut buf = [0u8; 64];
+        assert!(
+            matches!(c.read(&mut buf), Ok(0) | Err(_)),
+            "A closes a link that sent {junk:02x?}"
+        );
+    }
+    assert!(
+        a.log().matches("gateway link refused").count() >= 3,
+        "{}",
+        a.log_tail(10)
+    );
+    a.assert_alive("after junk on the link server");
+    assert_eq!(
+        read(&mut sb, 512, 8),
+        (0, cached.clone()),
+        "the real link still ships"
+    );
+
+    // A dies: B's link breaks, B takes the LUN over and every acknowledged block is there
+    a.kill9();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let (st, data) = read(&mut sb, 0, 8);
+        if st == 0 || Instant::now() > deadline {
+            break (st, data);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut want = first;
+    want[..512].copy_from_slice(&two);
+    assert_eq!(
+        got,
+        (0, want),
+        "B serves the LUN after A died\n{}",
+        b.log_tail(40)
+    );
+    assert_eq!(
+        read(&mut sb, 512, 8),
+        (0, cached),
+        "A's synchronized write survived A"
+    );
+    assert!(b.metric("numatgt_lun_alua_transitions_total", "kind=\"takeover\"") >= 1.0);
+    b.assert_alive("after the takeover");
+}
