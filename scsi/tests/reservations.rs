@@ -368,7 +368,7 @@ fn register_service_actions() {
 fn parameter_list_checks() {
     let (lu, ns) = lu_with(1);
     let a = &ns[0];
-    // SPEC_I_PT and ALL_TG_PT are not supported
+    // SPEC_I_PT is not supported
     assert_eq!(
         check(&run(
             &lu,
@@ -378,15 +378,15 @@ fn parameter_list_checks() {
         )),
         (5, 0x26, 0)
     );
-    assert_eq!(
-        check(&run(
-            &lu,
-            a,
-            &prout_cdb(REGISTER, 0, 24),
-            &params(0, 1, 0x04)
-        )),
-        (5, 0x26, 0)
-    );
+    // ALL_TG_PT on a single port: that port's nexus alone
+    good(&run(
+        &lu,
+        a,
+        &prout_cdb(REGISTER, 0, 24),
+        &params(0, 1, 0x04),
+    ));
+    assert_eq!(keys(&lu, a), vec![1]);
+    good(&prout(&lu, a, REGISTER, 0, 1, 0));
     // length must be 24
     assert_eq!(
         check(&run(&lu, a, &prout_cdb(REGISTER, 0, 23), &params(0, 1, 0))),
@@ -662,7 +662,7 @@ fn prin_data() {
     assert_eq!(c.data.len(), 12);
     assert_eq!(&c.data[4..8], &[0, 0, 0, 16]);
     let caps = prin(&lu, a, 2, 8).data;
-    assert_eq!(caps, vec![0, 8, 0x01, 0x90, 0xEA, 0x01, 0, 0]);
+    assert_eq!(caps, vec![0, 8, 0x05, 0x90, 0xEA, 0x01, 0, 0]);
     let full = prin(&lu, a, 3, 4096).data;
     let add = u32::from_be_bytes(full[4..8].try_into().unwrap()) as usize;
     assert_eq!(full.len(), 8 + add);
@@ -1028,4 +1028,89 @@ fn a_stale_shared_copy_admits_no_media_access() {
     good(&prin(&lu, n, 0, 8));
     let c = run(&lu, n, &WRITE10, &[0; 512]);
     assert_eq!(c.status, status::GOOD, "{c:?}");
+}
+
+/// A nexus of initiator `i` through gateway `group` (its TPGT and relative port), as the
+/// server makes them for a target several gateways serve.
+fn nexus_through(i: u64, id: u64, group: u16) -> Nexus {
+    Nexus::iscsi(
+        NexusId(id),
+        &format!("iqn.2026-11.test:init{i}"),
+        0x23d000000 + i,
+        TARGET,
+        group,
+    )
+    .at_relative_port(group)
+}
+
+#[test]
+fn all_tg_pt_registers_the_initiator_through_every_gateway() {
+    let groups = vec![
+        scsi::PortGroup {
+            id: 1,
+            state: scsi::AccessState::ActiveOptimized,
+            rel_ports: vec![1],
+            preferred: false,
+        },
+        scsi::PortGroup {
+            id: 2,
+            state: scsi::AccessState::ActiveNonOptimized,
+            rel_ports: vec![2],
+            preferred: false,
+        },
+    ];
+    let (a, b) = (new_lu(), new_lu());
+    for lu in [&a, &b] {
+        lu.set_shared_pr(true);
+        lu.set_port_groups(groups.clone()).expect("groups");
+    }
+    let (x_a, x_b, y_b) = (
+        nexus_through(1, 1, 1),
+        nexus_through(1, 2, 2),
+        nexus_through(2, 3, 2),
+    );
+    a.nexus_added(&x_a);
+    b.nexus_added(&x_b);
+    b.nexus_added(&y_b);
+    for (lu, n) in [(&a, &x_a), (&b, &x_b), (&b, &y_b)] {
+        run(lu, n, &TUR, &[]);
+    }
+    // REPORT CAPABILITIES says ALL_TG_PT is supported
+    let caps = prin(&a, &x_a, 2, 8);
+    assert_eq!(caps.data[2] & 0x04, 0x04, "ATP_C");
+    // x registers through A for all target ports: its nexus through B is registered too
+    let out = prout_full(&a, &x_a, REGISTER, 0, 0, 0xA, 0x04);
+    let Outcome::PersistentReserveOut(p) = out else {
+        panic!("{out:?}")
+    };
+    good(&p.completion);
+    b.adopt_pr_state(&p.persist.expect("stored").bytes)
+        .expect("state");
+    assert_eq!(keys(&b, &y_b), vec![0xA, 0xA], "two I_T nexuses, one key");
+    // x reserves WRITE EXCLUSIVE - REGISTRANTS ONLY through B (registered there already)
+    let p = shared_prout(&b, &a, &x_b, RESERVE, 5, 0xA, 0);
+    good(&p.completion);
+    good(&run(&b, &x_b, &WRITE10, &[0; 512]));
+    good(&run(&a, &x_a, &WRITE10, &[0; 512]));
+    conflict(&run(&b, &y_b, &WRITE10, &[0; 512]));
+    // READ FULL STATUS names both relative ports
+    let full = prin(&a, &x_a, 3, 4096).data;
+    let mut at = 8;
+    let mut ports = Vec::new();
+    while at + 24 <= full.len() {
+        ports.push(u16::from_be_bytes([full[at + 18], full[at + 19]]));
+        let tid_len =
+            u32::from_be_bytes([full[at + 20], full[at + 21], full[at + 22], full[at + 23]]);
+        at += 24 + tid_len as usize;
+    }
+    assert_eq!(ports, vec![1, 2]);
+    // an already registered nexus ignores ALL_TG_PT: a key change is its own
+    let out = prout_full(&b, &x_b, REGISTER, 0, 0xA, 0xB, 0x04);
+    let Outcome::PersistentReserveOut(p) = out else {
+        panic!("{out:?}")
+    };
+    good(&p.completion);
+    a.adopt_pr_state(&p.persist.expect("stored").bytes)
+        .expect("state");
+    assert_eq!(keys(&a, &x_a), vec![0xA, 0xB]);
 }

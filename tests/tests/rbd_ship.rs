@@ -9,6 +9,8 @@
 //!   WRITE through B matches and miscompares as on A; no ownership move (the takeover
 //!   counters stay 0 and A keeps reporting active/optimized), and the shipped and served
 //!   counters and the shipped latency histogram count it;
+//! - a REGISTER with ALL_TG_PT through A registers the initiator's nexus through B too;
+//! - the link server refuses junk and a wrong token, and goes on;
 //! - SYNCHRONIZE CACHE through B makes A's cached writes durable: A killed (SIGKILL) after
 //!   it, B's link breaks, B takes the LUN over (the takeover of before) and reads every
 //!   acknowledged block back from the image.
@@ -103,6 +105,15 @@ fn qd1_latencies(s: &mut ScsiSession, n: u64) -> (Duration, Duration) {
     reads.sort();
     writes.sort();
     (reads[reads.len() / 2], writes[writes.len() / 2])
+}
+
+/// PERSISTENT RESERVE OUT `sa` (type `ty`, keys, parameter flags byte 20) through `s`.
+fn prout(s: &mut ScsiSession, sa: u8, ty: u8, key: u64, sa_key: u64, flags: u8) -> u8 {
+    let mut p = [0u8; 24];
+    p[0..8].copy_from_slice(&key.to_be_bytes());
+    p[8..16].copy_from_slice(&sa_key.to_be_bytes());
+    p[20] = flags;
+    s.command(&[0x5F, sa, ty, 0, 0, 0, 0, 0, 24, 0], &p, 0).0
 }
 
 fn caw(s: &mut ScsiSession, lba: u64, old: &[u8], new: &[u8]) -> (u8, Option<(u8, u8, u8)>) {
@@ -214,6 +225,38 @@ fn non_owner_paths_ship_io_to_the_owner() {
         "every shipped command was timed"
     );
     assert!(b.log().contains("gateway link up"), "{}", b.log_tail(30));
+
+    // ALL_TG_PT: Z registers through A for every target port, so its nexus through B is a
+    // registrant too; under WRITE EXCLUSIVE - REGISTRANTS ONLY Z writes through B (shipped)
+    // and the other initiator's WRITE through B conflicts
+    let mut za = ScsiSession::open(&a, "iqn.2026-11.test:ship-z");
+    let mut zb = ScsiSession::open(&b, "iqn.2026-11.test:ship-z");
+    assert_eq!(
+        prout(&mut za, 0, 0, 0, 0x2, 0x04),
+        0,
+        "REGISTER ALL_TG_PT through A"
+    );
+    assert_eq!(
+        prout(&mut za, 1, 5, 0x2, 0, 0),
+        0,
+        "RESERVE WE_RO through A"
+    );
+    assert_eq!(
+        write(&mut zb, 600, &pattern(600, 4, 8)),
+        (0, None),
+        "Z through B"
+    );
+    assert_eq!(
+        write(&mut sb, 600, &pattern(600, 5, 8)).0,
+        0x18,
+        "B's other initiator"
+    );
+    assert_eq!(prout(&mut zb, 3, 0, 0x2, 0, 0), 0, "CLEAR through B");
+    assert_eq!(
+        write(&mut sb, 600, &pattern(600, 5, 8)),
+        (0, None),
+        "cleared"
+    );
 
     // a shipped command against a direct one (QD1, 4 KiB, served from A's cache either way)
     for (who, s) in [("direct (A)", &mut sa), ("shipped (B)", &mut sb)] {

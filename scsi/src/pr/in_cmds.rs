@@ -62,14 +62,15 @@ fn read_reservation(s: &PrState) -> Vec<u8> {
 
 /// REPORT CAPABILITIES (SPC-4 6.15.4): CRH 0 (while registrations exist every RESERVE and
 /// RELEASE conflicts, the SPC-3 rule, rather than the holder's completing with GOOD), no
-/// SPEC_I_PT, no ALL_TG_PT, PTPL_C; TMV with ALLOW COMMANDS 001b (TEST UNIT READY
+/// SPEC_I_PT, ALL_TG_PT (ATP_C), PTPL_C; TMV with ALLOW COMMANDS 001b (TEST UNIT READY
 /// passes Write Exclusive and Exclusive Access reservations); PTPL_A; all six types.
+/// ATP_C: REGISTER with ALL_TG_PT registers every target port's nexus.
 fn report_capabilities(s: &PrState) -> Vec<u8> {
     let ptpl_a = u8::from(s.aptpl);
     vec![
         0x00,
         0x08,
-        0x01,                 // PTPL_C
+        0x04 | 0x01,          // ATP_C, PTPL_C
         0x80 | 0x10 | ptpl_a, // TMV, ALLOW COMMANDS 001b, PTPL_A
         0xEA,                 // WR_EX_AR, EX_AC_RO, WR_EX_RO, EX_AC, WR_EX
         0x01,                 // EX_AC_AR
@@ -161,7 +162,7 @@ mod tests {
         assert_eq!(c.len(), 8);
         assert_eq!(u16::from_be_bytes([c[0], c[1]]), 8);
         assert_eq!((c[3] >> 4) & 7, 1);
-        assert_eq!(c[2] & 0x0C, 0); // no SIP_C, ATP_C
+        assert_eq!(c[2] & 0x0C, 0x04); // no SIP_C; ATP_C
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub(crate) mod state;
 pub use persist::PrStateError;
 pub use state::PrType;
 
+use crate::nexus::PortPair;
 use crate::ops::opcode;
 use crate::reserve_spc2::conflict;
 use crate::sense::Sense;
@@ -64,6 +65,34 @@ pub(crate) fn pr_in(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action,
     Ok(Action::data(d))
 }
 
+/// The I_T nexuses of `me`'s initiator port through every target port of the logical
+/// unit (ALL_TG_PT): one per relative port of its target port groups when `me` came
+/// through a numbered relative port of an iSCSI target port (`<target>,t,0x<TPGT>`; a
+/// target several gateways serve, where the TPGT is the port's group), else `me` alone.
+fn every_target_port(lu: &LogicalUnit, me: &PortPair) -> Vec<PortPair> {
+    let Some((name, _)) = me.target.rsplit_once(",t,0x") else {
+        return vec![me.clone()];
+    };
+    if me.rel_port == 0 {
+        return vec![me.clone()];
+    }
+    let mut out: Vec<PortPair> = lu
+        .port_groups()
+        .iter()
+        .flat_map(|g| {
+            g.rel_ports.iter().map(move |&rp| PortPair {
+                initiator: me.initiator.clone(),
+                target: format!("{name},t,0x{:04x}", g.id),
+                rel_port: rp,
+            })
+        })
+        .collect();
+    if !out.contains(me) {
+        out.push(me.clone());
+    }
+    out
+}
+
 /// PERSISTENT RESERVE OUT.
 pub(crate) fn pr_out(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Result<Action, Sense> {
     let mut g = lu.shared().lock();
@@ -73,9 +102,11 @@ pub(crate) fn pr_out(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Result<Acti
     let me = req.nexus.key();
     let was_aptpl = g.pr.aptpl;
     let mut next = g.pr.clone();
+    let all_ports = every_target_port(lu, &me);
     let fx = match out_cmds::execute(
         &mut next,
         &me,
+        &all_ports,
         cdb,
         req.cmd.data_out,
         lu.params().rel_port_id,

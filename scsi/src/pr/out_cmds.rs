@@ -4,8 +4,11 @@
 //! conditions to establish and (PREEMPT AND ABORT) whose tasks to abort; the logical unit
 //! maps those to the nexuses the server has.
 //!
-//! SPEC_I_PT and ALL_TG_PT are not supported (REPORT CAPABILITIES reports SIP_C = ATP_C =
-//! 0): a parameter list that sets them is INVALID FIELD IN PARAMETER LIST. APTPL is.
+//! ALL_TG_PT is supported (REPORT CAPABILITIES reports ATP_C = 1): a REGISTER of an
+//! unregistered I_T nexus with it registers the key for the initiator port through every
+//! target port the caller names (each gateway of a target several gateways serve is one
+//! target port), each as an I_T nexus of its own. SPEC_I_PT is not (SIP_C = 0): a parameter
+//! list that sets it is INVALID FIELD IN PARAMETER LIST. APTPL is supported.
 
 use super::state::{MAX_REGISTRATIONS, PrState, PrType, Registration, Reservation};
 use crate::nexus::{PortPair, TransportIdError, parse_transport_id};
@@ -70,10 +73,13 @@ fn be64(b: &[u8]) -> u64 {
 }
 
 /// Applies the PERSISTENT RESERVE OUT `cdb` (10 bytes, usage-checked) with parameter list
-/// `data` from the I_T nexus `me` to `s`. On error `s` is unchanged.
+/// `data` from the I_T nexus `me` to `s`; `all_ports` are the I_T nexuses of `me`'s
+/// initiator port through every target port (ALL_TG_PT; `me` among them). On error `s` is
+/// unchanged.
 pub(crate) fn execute(
     s: &mut PrState,
     me: &PortPair,
+    all_ports: &[PortPair],
     cdb: &[u8],
     data: &[u8],
     rel_port_id: u16,
@@ -100,11 +106,11 @@ pub(crate) fn execute(
     let aptpl = flags & 0x01 != 0;
     let cur = s.key_of(me);
     if sa == REGISTER || sa == REGISTER_AND_IGNORE {
-        if flags & 0x04 != 0 {
-            return Err(Sense::invalid_field_in_param_list(20, Some(2)).into());
-        }
         if sa == REGISTER && cur.unwrap_or(0) != rk {
             return Err(OutError::Conflict);
+        }
+        if flags & 0x04 != 0 && cur.is_none() && sark != 0 {
+            return register_all_ports(s, me, all_ports, sark, aptpl);
         }
         return register(s, me, cur, sark, aptpl);
     }
@@ -185,6 +191,40 @@ fn register(
     s.aptpl = aptpl;
     s.generation = s.generation.wrapping_add(1);
     Ok(fx)
+}
+
+/// REGISTER with ALL_TG_PT of an unregistered nexus: key `sark` for `me` and for the
+/// initiator port's other nexuses in `all_ports` that are not registered yet.
+fn register_all_ports(
+    s: &mut PrState,
+    me: &PortPair,
+    all_ports: &[PortPair],
+    sark: u64,
+    aptpl: bool,
+) -> Result<OutEffects, OutError> {
+    let mut new: Vec<&PortPair> = all_ports
+        .iter()
+        .filter(|p| p.initiator == me.initiator && s.key_of(*p).is_none())
+        .collect();
+    if !new.contains(&me) {
+        new.push(me);
+    }
+    new.dedup();
+    if s.regs.len() + new.len() > MAX_REGISTRATIONS {
+        return Err(insufficient_registration_resources().into());
+    }
+    for p in new {
+        s.regs.push(Registration {
+            nexus: p.clone(),
+            key: sark,
+        });
+    }
+    s.aptpl = aptpl;
+    s.generation = s.generation.wrapping_add(1);
+    Ok(OutEffects {
+        changed: true,
+        ..OutEffects::default()
+    })
 }
 
 fn reserve(s: &mut PrState, me: &PortPair, cdb: &[u8]) -> Result<OutEffects, OutError> {
