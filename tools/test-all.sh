@@ -113,7 +113,10 @@ vm_multipath_rbd_test() {
   # the same over an RBD image on a mini Ceph cluster in the guest: explicit ALUA, the
   # kernel's STPG makes gateway 2 fence the SIGKILLed owner and take the LUN over; then
   # sg_get_lba_status on a thin RBD LUN against rbd diff, before and after a blkdiscard
-  MPATH_BACKEND=rbd "$REPO/tools/vm/test-vm-multipath.sh"
+  MPATH_BACKEND=rbd "$REPO/tools/vm/test-vm-multipath.sh" || return 1
+  # I/O shipping: both gateways active/non-optimized to each other, both paths in one path
+  # group round robin; gateway 2 ships its half to the owner (issue 26)
+  MPATH_BACKEND=rbd MPATH_MODE=ship "$REPO/tools/vm/test-vm-multipath.sh"
 }
 
 vm_rdma_echo_test() {

@@ -197,6 +197,11 @@ fn non_owner_paths_ship_io_to_the_owner() {
         "SYNCHRONIZE CACHE through B"
     );
 
+    // active/non-optimized non-owners offer implicit ALUA only (INQUIRY TPGS 01b): Linux
+    // sends no SET TARGET PORT GROUPS that would move the LUN under round-robin multipath
+    let (st, _, inq) = sb.command(&[0x12, 0, 0, 0, 96, 0], &[], 96);
+    assert_eq!((st, (inq[5] >> 4) & 3), (0, 1), "TPGS implicit only");
+
     // no ownership move, and the counters say what happened
     for d in [&a, &b] {
         assert_eq!(

@@ -39,6 +39,10 @@
 #                            administrator" runs tgtadm --params alua_owner=2 on gateway 2;
 #                            gateway 1 restarts with alua_owner=2 and must come back as a
 #                            standby path (prio 1), without a failback
+#                            ship (MPATH_BACKEND=rbd only): non_owner_state
+#                            active-non-optimized, both paths in one path group (multibus,
+#                            round robin): guest-ship.sh checks that gateway 2 ships its
+#                            half of the I/O to the owner, then the run ends (no kill)
 #      MPATH_BACKEND         file (default): one backing file, as above; rbd: the LUN is an
 #                            RBD image on a mini Ceph cluster started in the guest
 #                            (/vmtest/up.sh, tools/ceph/up.sh; OSD_BYTES its memstore
@@ -61,7 +65,8 @@
 #                            gateway 1 and either comes back (a round trip, counted) or
 #                            stays (a failback, reported); it must settle within 30 s on
 #                            one owner, the other standby, with the matching map
-# Prints VM_MPATH_OK mode=M backend=B [pr_shared=...] [lba_status=rbd_diff(...)] stall=S files_before=N
+# Prints VM_MPATH_OK mode=ship backend=rbd ship=sent:N,served:N,verified for the ship mode;
+# otherwise VM_MPATH_OK mode=M backend=B [pr_shared=...] [lba_status=rbd_diff(...)] stall=S files_before=N
 # files_after=M verified=V fsck=clean on success, VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) into "set --" is intended
 # shellcheck disable=SC2046
@@ -87,14 +92,17 @@ OWNER=1
 [ "$BACKEND" = rbd ] && MODE=${MPATH_MODE:-stpg}
 case "$MODE" in
   stpg) NON_OWNER='' WCACHE=true PRIO2=1 STATE2=S ;;
-  ano) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
+  ano|ship) NON_OWNER=active-non-optimized WCACHE=true PRIO2=10 STATE2=N ;;
   standby) NON_OWNER=standby WCACHE=false PRIO2=1 STATE2=S ;;
   *) echo "VM_MPATH_FAIL: MPATH_MODE must be ano or standby (stpg with MPATH_BACKEND=rbd)"; exit 1 ;;
 esac
 case "$BACKEND/$MODE" in
-  file/ano|file/standby|rbd/stpg) ;;
-  *) echo "VM_MPATH_FAIL: MPATH_BACKEND must be file (MPATH_MODE ano or standby), or rbd (MPATH_MODE stpg)"; exit 1 ;;
+  file/ano|file/standby|rbd/stpg|rbd/ship) ;;
+  *) echo "VM_MPATH_FAIL: MPATH_BACKEND must be file (MPATH_MODE ano or standby), or rbd (MPATH_MODE stpg or ship)"; exit 1 ;;
 esac
+# the path grouping: one group per ALUA state, or (ship) both paths in one, round robin
+PGP=group_by_prio PSEL="service-time 0" GROUP_WORDS=4
+[ "$MODE" = ship ] && PGP=multibus PSEL="round-robin 0" GROUP_WORDS=2
 G1PID=
 G2PID=
 WPID=
@@ -110,6 +118,7 @@ THIN_RESULT=
 . /vmtest/guest-lib.sh
 [ "$BACKEND" = rbd ] && . /vmtest/guest-rbd-thin.sh
 [ "$BACKEND" = rbd ] && . /vmtest/guest-pr-shared.sh
+[ "$BACKEND" = rbd ] && . /vmtest/guest-ship.sh
 fail() {
   echo "VM_MPATH_FAIL: $*"
   multipath -ll 2>&1 | head -n 30
@@ -311,7 +320,7 @@ sleep 0.5
 kill -0 "$UPID" 2>/dev/null || fail "systemd-udevd exited: $(tail -n 3 /tmp/udevd.log)"
 
 # the tested configuration (README "Several gateways (ALUA) and dm-multipath")
-cat > /etc/multipath.conf <<'EOF'
+cat > /etc/multipath.conf <<EOF
 defaults {
     user_friendly_names no
     find_multipaths     no
@@ -333,10 +342,10 @@ devices {
     device {
         vendor                "NUMATGT"
         product               "VIRTUAL-DISK"
-        path_grouping_policy  group_by_prio
+        path_grouping_policy  $PGP
         prio                  alua
         hardware_handler      "1 alua"
-        path_selector         "service-time 0"
+        path_selector         "$PSEL"
         path_checker          tur
         failback              immediate
         # queue while no path is left, for 15 checker intervals (30 s), then fail I/O
@@ -392,9 +401,9 @@ MPID=$!
 i=0
 while :; do
   MAP=$(multipath -l -v1 2>/dev/null | head -n 1)
-  [ -n "$MAP" ] && [ "$(pg_summary | wc -w)" = 4 ] && break
+  [ -n "$MAP" ] && [ "$(pg_summary | wc -w)" = "$GROUP_WORDS" ] && break
   i=$((i + 1))
-  [ $i -le 100 ] || fail "multipathd made no map with two path groups in 20 s"
+  [ $i -le 100 ] || fail "multipathd made no map with $((GROUP_WORDS / 2)) path group(s) in 20 s"
   kill -0 "$MPID" 2>/dev/null || fail "multipathd exited"
   sleep 0.2
 done
@@ -404,6 +413,30 @@ multipath -ll "$MAP"
 for s in /sys/class/iscsi_session/session*; do
   step "$(basename "$s"): recovery_tmo $(cat "$s"/recovery_tmo) s"
 done
+if [ "$MODE" = ship ]; then
+  # both paths in one group, round robin: the shipping check, then tear down and report
+  i=0
+  until [ "$(multipath -ll "$MAP" | grep -c 'active ready running')" = 2 ]; do
+    i=$((i + 1)); [ $i -le 100 ] || fail "ship: the map's two paths are not both active in 20 s"; sleep 0.2
+  done
+  multipath -ll "$MAP"
+  ship_check "$(portal_dev "$P1")" "$(portal_dev "$P2")"
+  kill "$MPID" 2>/dev/null; wait "$MPID" 2>/dev/null; MPID=
+  dmsetup remove "$MAP" || fail "dmsetup remove $MAP"
+  MAP=
+  timeout 60 iscsiadm -m node -T "$IQN" --logout >/dev/null || fail "logout"
+  for v in G1PID G2PID; do
+    eval "p=\$$v"
+    stop_pid "$p" 20
+    eval "$v="
+    [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
+  done
+  kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
+  bash /vmtest/down.sh "$CEPH_DIR" || fail "tools/ceph/down.sh"
+  CEPH_DIR=
+  echo "VM_MPATH_OK mode=$MODE backend=$BACKEND $SHIP_RESULT"
+  exit 0
+fi
 # scsi_dh_alua read both gateways' REPORT TARGET PORT GROUPS: A(ctive/optimized) on group 1,
 # N(on-optimized) or S(tandby) on group 2
 dmesg | grep -q 'alua: port group 01 state A' || fail "no 'alua: port group 01 state A' in the kernel log"

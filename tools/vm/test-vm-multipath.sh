@@ -38,10 +38,12 @@ if [ "$BACKEND" = rbd ]; then
   done
   # the Ceph cluster runs in the guest's RAM (memstore) beside two gateways' caches
   export VM_MEM=${VM_MEM:-3072}
-  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh $HERE/guest-rbd-thin.sh $HERE/guest-pr-shared.sh"
+  VM_FILES="$REPO/tools/ceph/up.sh $REPO/tools/ceph/down.sh $HERE/guest-rbd-thin.sh $HERE/guest-pr-shared.sh $HERE/guest-ship.sh"
 fi
 vm_ship_numatgtd
-if [ "$BACKEND" = rbd ]; then
+if [ "$BACKEND" = rbd ] && [ "${MPATH_MODE:-}" = ship ]; then
+  vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode=ship backend=rbd ship=sent:"
+elif [ "$BACKEND" = rbd ]; then
   vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode=stpg backend=rbd pr_shared=register,reserve,conflict,preempt,clear lba_status=rbd_diff("
 else
   vm_run_and_check guest-multipath.sh "VM_MPATH_OK mode="

@@ -34,7 +34,7 @@ pub(crate) fn for_lun(
 /// when nobody holds it; everybody else follows the record. The machine waits for
 /// [`start`].
 pub(super) fn init(lun: &Lun, o: &RbdOwnership, configured: u16) {
-    lun.scsi.set_explicit_alua(true);
+    lun.scsi.set_explicit_alua(o.explicit());
     let Some(image) = lun.store.rbd_image() else {
         return;
     };

@@ -153,8 +153,8 @@ pub(crate) fn set_local_state(
 /// A LUN rebuilt by tgtadm (`next`, on the same store) starts in the ALUA state and caching
 /// mode of the one it replaces.
 pub(crate) fn carry_over(old: &Lun, next: &Lun) -> Result<(), scsi::PortGroupError> {
-    if next.rbd_ownership.is_some() {
-        next.scsi.set_explicit_alua(true);
+    if let Some(o) = &next.rbd_ownership {
+        next.scsi.set_explicit_alua(o.explicit());
     }
     next.cache_in_use.set(old.cache_in_use.get());
     next.scsi.set_port_groups(old.scsi.port_groups())?;

@@ -142,6 +142,15 @@ impl RbdOwnership {
         &self.record
     }
 
+    /// Whether the LUN offers explicit ALUA (SET TARGET PORT GROUPS): when the other
+    /// gateways are standby, which an initiator activates with it. Active/non-optimized
+    /// non-owners serve I/O by shipping it, and offer implicit ALUA only: Linux's ALUA
+    /// handler would otherwise send SET TARGET PORT GROUPS whenever dm-multipath activates
+    /// a path of theirs, moving the LUN back and forth under round-robin multipath.
+    pub fn explicit(&self) -> bool {
+        self.alua.non_owner_for(true) == config::NonOwnerState::Standby
+    }
+
     /// Whether this gateway owns the LUN (holds the lock).
     pub fn owns(&self) -> bool {
         matches!(self.view(), Published::Owner(_))
