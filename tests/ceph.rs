@@ -92,6 +92,41 @@ impl Cluster {
             .check("rbd create");
     }
 
+    /// Sets up daemon `d` as a tgtd user makes a gateway of an RBD LUN several gateways
+    /// export, with Debian's tgtadm alone: target 1 (the test IQN, open to all), ALUA group
+    /// `group` with peer `peer` and non-owners in state `non_owner`, LUN 1 on this
+    /// cluster's image `rbd/shared`.
+    pub fn set_up_gateway(&self, d: &crate::Daemon, group: u16, peer: u16, non_owner: &str) {
+        crate::mgmt::new_open_target(d, "1", crate::TEST_IQN);
+        for (name, value) in [
+            ("alua_group", group.to_string()),
+            ("alua_peers", peer.to_string()),
+            ("alua_non_owner_state", non_owner.to_string()),
+        ] {
+            d.tgtadm(&[
+                "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name",
+                name, "--value", &value,
+            ])
+            .check(name);
+        }
+        let bsopts = self.bsopts("rados_osd_op_timeout=10");
+        crate::mgmt::new_lun(
+            d,
+            "1",
+            "1",
+            Path::new("rbd/shared"),
+            &["--bstype", "rbd", "--bsopts", &bsopts],
+        )
+        .check("LUN 1 on rbd/shared");
+    }
+
+    /// A numatgtd started like tgtd and set up by [`Cluster::set_up_gateway`].
+    pub fn gateway(&self, group: u16, peer: u16, non_owner: &str) -> crate::Daemon {
+        let d = crate::Daemon::start_like_tgtd_env(crate::daemon::TargetKind::Numatgtd, &[], &[]);
+        self.set_up_gateway(&d, group, peer, non_owner);
+        d
+    }
+
     /// The PID of a daemon (`osd.0`, `mon.a`) from its PID file.
     pub fn pid_of(&self, daemon: &str) -> u32 {
         let f = self.root.join("run").join(format!("{daemon}.pid"));

@@ -179,7 +179,9 @@ fn owned_elsewhere(
     landed: bool,
     reply: ReplyTo,
 ) -> Owner {
-    use crate::ship::{link::NotShipped, route, stats, wire::Shipped};
+    use crate::ship::link::NotShipped;
+    use crate::ship::route;
+    use crate::ship::wire::{LunRef, Shipped};
     let Some(a) = &lun.rbd_ownership else {
         return Owner::Here(reply);
     };
@@ -195,27 +197,17 @@ fn owned_elsewhere(
     let shippable = !landed && lun.scsi.access_state() == scsi::AccessState::ActiveNonOptimized;
     if let Some(s) = Shipped::from_action(action).filter(|_| shippable) {
         match route::way(a.record(), a.owner_group()) {
-            route::Way::Ship(link) => {
-                let st = stats::of(a.record());
+            route::Way::Ship(link, st) => {
                 let (replier, deferred) = reply.defer();
+                let to = LunRef {
+                    target: &target.iqn,
+                    lun: lun.number,
+                    record: a.record(),
+                };
                 let data = std::mem::take(&mut cmd.data_out);
-                let shipped = link.ship(
-                    &target.iqn,
-                    lun.number,
-                    a.record(),
-                    s,
-                    data,
-                    replier,
-                    Arc::clone(lun),
-                    Arc::clone(&st),
-                );
-                match shipped {
-                    Ok(()) => {
-                        st.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+                match link.ship(to, s, data, replier, Arc::clone(lun), st) {
+                    Ok(()) => {}
                     Err(NotShipped::Full(r, buf)) => {
-                        st.refused
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let full = scsi::Completion {
                             status: scsi::status::TASK_SET_FULL,
                             ..scsi::Completion::default()

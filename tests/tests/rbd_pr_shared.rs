@@ -14,16 +14,14 @@
 //!   timeout, then fences A (blocklists its Ceph client) before its status; A thawed admits
 //!   no WRITE on its stale copy (its lease ran out); A restarted reads the cluster's state.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tests::cdb::{cdb10, sense_of};
 use tests::ceph::Cluster;
-use tests::daemon::{TargetKind, require_numatgtd, send_signal};
-use tests::mgmt::{new_lun, new_open_target};
+use tests::daemon::{require_numatgtd, send_signal};
 use tests::pdu::ScsiSession;
 use tests::testcu;
-use tests::{Daemon, TEST_IQN, tools};
+use tests::{Daemon, tools};
 
 const REGISTER: u8 = 0;
 const RESERVE: u8 = 1;
@@ -36,42 +34,7 @@ const CONFLICT: u8 = 0x18;
 /// target 1, ALUA group `group` with peer `peer` (standby non-owners), LUN 1 on the
 /// cluster's image `rbd/shared`.
 fn gateway(c: &Cluster, group: u16, peer: u16) -> Daemon {
-    gateway_with(c, group, peer, "standby")
-}
-
-/// [`gateway`] with non-owners in `non_owner` state.
-fn gateway_with(c: &Cluster, group: u16, peer: u16, non_owner: &str) -> Daemon {
-    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
-    set_up_with(&d, c, group, peer, non_owner);
-    d
-}
-
-fn set_up(d: &Daemon, c: &Cluster, group: u16, peer: u16) {
-    set_up_with(d, c, group, peer, "standby");
-}
-
-fn set_up_with(d: &Daemon, c: &Cluster, group: u16, peer: u16, non_owner: &str) {
-    new_open_target(d, "1", TEST_IQN);
-    for (name, value) in [
-        ("alua_group", group.to_string()),
-        ("alua_peers", peer.to_string()),
-        ("alua_non_owner_state", non_owner.to_string()),
-    ] {
-        d.tgtadm(&[
-            "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name", name,
-            "--value", &value,
-        ])
-        .check(name);
-    }
-    let bsopts = c.bsopts("rados_osd_op_timeout=10");
-    new_lun(
-        d,
-        "1",
-        "1",
-        Path::new("rbd/shared"),
-        &["--bstype", "rbd", "--bsopts", &bsopts],
-    )
-    .check("LUN 1 on rbd/shared");
+    c.gateway(group, peer, "standby")
 }
 
 /// PERSISTENT RESERVE OUT through `s` (a basic parameter list): the status, and how long
@@ -275,7 +238,7 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     // state the cluster holds
     a.kill9();
     a.respawn();
-    set_up(&a, &c, 1, 2);
+    c.set_up_gateway(&a, 1, 2, "standby");
     let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:pr-x");
     assert_eq!(keys(&mut xa), vec![0xC], "A restarted sees B's changes");
     assert_eq!(reservation(&mut xa), Some((0xC, WE_RO)));
@@ -308,8 +271,8 @@ fn libiscsi_reservation_suites_across_two_gateways() {
     let c = Cluster::start();
     c.create_image("shared", 64 << 20);
     let ano = "active-non-optimized";
-    let mut a = gateway_with(&c, 1, 2, ano);
-    let mut b = gateway_with(&c, 2, 1, ano);
+    let mut a = c.gateway(1, 2, ano);
+    let mut b = c.gateway(2, 1, ano);
     let urls = [a.url(1), b.url(1)];
     let results: Vec<testcu::SuiteResult> = [
         "SCSI.PrinReadKeys",

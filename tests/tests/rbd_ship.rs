@@ -15,49 +15,18 @@
 //!   it, B's link breaks, B takes the LUN over (the takeover of before) and reads every
 //!   acknowledged block back from the image.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tests::cdb::{cdb10, sense_of};
 use tests::ceph::Cluster;
-use tests::daemon::{TargetKind, require_numatgtd};
-use tests::mgmt::{new_lun, new_open_target};
+use tests::daemon::require_numatgtd;
 use tests::pdu::ScsiSession;
-use tests::{Daemon, TEST_IQN, tools};
+use tests::tools;
 
 const WRITE10: u8 = 0x2a;
 const READ10: u8 = 0x28;
 const SYNC10: u8 = 0x35;
 const CAW: u8 = 0x89;
-
-/// A gateway as a tgtd user makes it: numatgtd started like tgtd, then Debian's tgtadm:
-/// target 1, ALUA group `group` with peer `peer`, non-owners active/non-optimized, LUN 1
-/// on the cluster's image `rbd/shared`.
-fn gateway(c: &Cluster, group: u16, peer: u16) -> Daemon {
-    let d = Daemon::start_like_tgtd_env(TargetKind::Numatgtd, &[], &[]);
-    new_open_target(&d, "1", TEST_IQN);
-    for (name, value) in [
-        ("alua_group", group.to_string()),
-        ("alua_peers", peer.to_string()),
-        ("alua_non_owner_state", "active-non-optimized".to_string()),
-    ] {
-        d.tgtadm(&[
-            "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1", "--name", name,
-            "--value", &value,
-        ])
-        .check(name);
-    }
-    let bsopts = c.bsopts("rados_osd_op_timeout=10");
-    new_lun(
-        &d,
-        "1",
-        "1",
-        Path::new("rbd/shared"),
-        &["--bstype", "rbd", "--bsopts", &bsopts],
-    )
-    .check("LUN 1 on rbd/shared");
-    d
-}
 
 /// A block's pattern: its LBA and a round number in every byte pair.
 fn pattern(lba: u64, round: u8, blocks: usize) -> Vec<u8> {
@@ -133,8 +102,9 @@ fn non_owner_paths_ship_io_to_the_owner() {
     tools::require_tool("tgtadm");
     let c = Cluster::start();
     c.create_image("shared", 64 << 20);
-    let mut a = gateway(&c, 1, 2);
-    let mut b = gateway(&c, 2, 1);
+    let ano = "active-non-optimized";
+    let mut a = c.gateway(1, 2, ano);
+    let mut b = c.gateway(2, 1, ano);
     let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:ship-a");
     let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:ship-b");
 

@@ -252,6 +252,17 @@ start_gateway() { # GROUP PEER PORTAL CONTROL_PORT
   step "gateway $1 (pid $pid) listens on $3, control port $4; target, ALUA group $1 (peer $2) and LUN made with tgtadm"
 }
 
+# stops the gateways still running (SIGTERM); each must exit with status 0
+stop_gateways() {
+  for v in G1PID G2PID; do
+    eval "p=\$$v"
+    [ -n "$p" ] || continue
+    stop_pid "$p" 20
+    eval "$v="
+    [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
+  done
+}
+
 # the multipath map's table line of each path group: "prio status" (status active/enabled)
 # from `multipath -ll`; prints e.g. "50 active 10 enabled"
 pg_summary() {
@@ -425,12 +436,7 @@ if [ "$MODE" = ship ]; then
   dmsetup remove "$MAP" || fail "dmsetup remove $MAP"
   MAP=
   timeout 60 iscsiadm -m node -T "$IQN" --logout >/dev/null || fail "logout"
-  for v in G1PID G2PID; do
-    eval "p=\$$v"
-    stop_pid "$p" 20
-    eval "$v="
-    [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
-  done
+  stop_gateways
   kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
   bash /vmtest/down.sh "$CEPH_DIR" || fail "tools/ceph/down.sh"
   CEPH_DIR=
@@ -652,13 +658,7 @@ kill "$MPID" 2>/dev/null; wait "$MPID" 2>/dev/null; MPID=
 dmsetup remove "$MAP" || fail "dmsetup remove $MAP"
 MAP=
 timeout 60 iscsiadm -m node -T "$IQN" --logout >/dev/null || fail "logout"
-for v in G1PID G2PID; do
-  eval "p=\$$v"
-  [ -n "$p" ] || continue
-  stop_pid "$p" 20
-  eval "$v="
-  [ "$TRC" = 0 ] || fail "gateway pid $p exited with status $TRC after SIGTERM"
-done
+stop_gateways
 [ "$BACKEND" = rbd ] && rbd_thin_check
 kill "$UPID" 2>/dev/null; wait "$UPID" 2>/dev/null; UPID=
 if [ -n "$CEPH_DIR" ]; then

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use iscsi_proto::CommandResult;
 
 use super::stats::ShipStats;
-use super::wire::{self, Frame, Hello, Request, Shipped, TOKEN_LEN};
+use super::wire::{self, Frame, Hello, LunRef, Shipped, TOKEN_LEN};
 use crate::backend::payload::Payload;
 use crate::backend::reply::Replier;
 use crate::registry::Lun;
@@ -136,14 +136,11 @@ impl Link {
         self.dead.load(Ordering::Acquire)
     }
 
-    /// Ships `action` of LUN `lun` (number `lun_no` of target `target`, ownership record
-    /// `record`) with its write `data`; `reply` answers once the owner did.
-    #[expect(clippy::too_many_arguments, reason = "one request's parts")]
+    /// Ships `action` of LUN `lun` (`to` on the owner) with its write `data`; `reply`
+    /// answers once the owner did. Counted in `stats` as sent.
     pub fn ship(
         &self,
-        target: &str,
-        lun_no: u64,
-        record: &str,
+        to: LunRef<'_>,
         action: Shipped,
         data: Vec<u8>,
         reply: Replier,
@@ -155,20 +152,14 @@ impl Link {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let data = if action.has_data() { data } else { Vec::new() };
-        let req = Request {
-            id,
-            target: target.to_owned(),
-            lun: lun_no,
-            record: record.to_owned(),
-            action,
-            data,
-        };
-        let head = wire::encode_request_head(&req);
+        let head = wire::encode_request_head(id, to, &action, data.len());
         {
             let mut p = lock(&self.pending);
             if p.len() >= MAX_IN_FLIGHT {
-                return Err(NotShipped::Full(reply, req.data));
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(NotShipped::Full(reply, data));
             }
+            stats.sent.fetch_add(1, Ordering::Relaxed);
             p.insert(
                 id,
                 Pending {
@@ -180,13 +171,9 @@ impl Link {
                 },
             );
         }
-        let sent = lock(&self.tx).as_ref().map(|tx| {
-            tx.send(Outgoing {
-                id,
-                head,
-                data: req.data,
-            })
-        });
+        let sent = lock(&self.tx)
+            .as_ref()
+            .map(|tx| tx.send(Outgoing { id, head, data }));
         if !matches!(sent, Some(Ok(()))) {
             // the sender is gone: the link is dying; this command is answered with the rest
             self.fail("the link's sender stopped");

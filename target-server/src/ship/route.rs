@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::link::Link;
+use super::stats::{self, ShipStats};
 use super::wire::{self, TOKEN_LEN};
 
 /// This gateway's link server.
@@ -53,8 +54,10 @@ const RETRY: Duration = Duration::from_secs(1);
 /// LUN moves here instead.
 const WAIT_MAX: Duration = Duration::from_secs(3);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Route {
+    /// The LUN's shipped-I/O counters (`stats::of` its record, looked up once).
+    stats: Arc<ShipStats>,
     /// The owner the route leads to.
     group: u16,
     link: Option<Arc<Link>>,
@@ -74,13 +77,45 @@ where
         .unwrap_or_else(|p| p.into_inner())
 }
 
+impl Route {
+    fn new(record: &str) -> Route {
+        Route {
+            stats: stats::of(record),
+            group: 0,
+            link: None,
+            tries: 0,
+            last_try: None,
+            waiting_since: None,
+        }
+    }
+
+    /// Leads to `group` from now on: everything learnt of the old owner forgotten.
+    fn lead_to(&mut self, group: u16) {
+        self.group = group;
+        self.link = None;
+        self.tries = 0;
+        self.last_try = None;
+        self.waiting_since = None;
+    }
+}
+
+/// The route of `record`, made on first use.
+fn route_of<'a>(routes: &'a mut HashMap<String, Route>, record: &str) -> &'a mut Route {
+    if !routes.contains_key(record) {
+        routes.insert(record.to_owned(), Route::new(record));
+    }
+    routes
+        .get_mut(record)
+        .unwrap_or_else(|| unreachable!("inserted above"))
+}
+
 static ROUTES: OnceLock<Mutex<HashMap<String, Route>>> = OnceLock::new();
 static LINKS: OnceLock<Mutex<HashMap<SocketAddr, Arc<Link>>>> = OnceLock::new();
 
 /// How a media command of a LUN another gateway owns goes.
 pub enum Way {
-    /// Over this link to the owner.
-    Ship(Arc<Link>),
+    /// Over this link to the owner; counted in these counters.
+    Ship(Arc<Link>, Arc<ShipStats>),
     /// A route is being made: answer "transitioning" (the initiator retries).
     Wait,
     /// No route: the LUN moves here (takeover).
@@ -94,12 +129,12 @@ pub fn way(record: &str, owner: u16) -> Way {
         return Way::Move;
     }
     let mut routes = lock(&ROUTES);
-    let r = routes.entry(record.to_owned()).or_default();
+    let r = route_of(&mut routes, record);
     if r.group == owner
         && let Some(l) = r.link.as_ref().filter(|l| !l.is_dead())
     {
         r.waiting_since = None;
-        return Way::Ship(Arc::clone(l));
+        return Way::Ship(Arc::clone(l), Arc::clone(&r.stats));
     }
     if r.group == owner && r.tries >= TRIES {
         return Way::Move;
@@ -155,12 +190,9 @@ pub fn refresh(image: &rbd::Image, record: &str, owner: u16) {
     }
     {
         let mut routes = lock(&ROUTES);
-        let r = routes.entry(record.to_owned()).or_default();
+        let r = route_of(&mut routes, record);
         if r.group != owner {
-            *r = Route {
-                group: owner,
-                ..Route::default()
-            };
+            r.lead_to(owner);
         }
         let alive = r.link.as_ref().is_some_and(|l| !l.is_dead());
         if alive || r.last_try.is_some_and(|t| t.elapsed() < RETRY) {
@@ -177,7 +209,7 @@ pub fn refresh(image: &rbd::Image, record: &str, owner: u16) {
             link_to(addr, token).map_err(|e| format!("connecting to the owner at {addr}: {e}"))
         });
     let mut routes = lock(&ROUTES);
-    let r = routes.entry(record.to_owned()).or_default();
+    let r = route_of(&mut routes, record);
     if r.group != owner {
         return; // the owner changed meanwhile
     }
@@ -260,7 +292,7 @@ mod tests {
             Some(Instant::now() - WAIT_MAX - Duration::from_secs(1));
         assert!(matches!(way("rec-test-b", 2), Way::Move));
         let mut routes = lock(&ROUTES);
-        let r = routes.entry("rec-test-c".into()).or_default();
+        let r = route_of(&mut routes, "rec-test-c");
         r.group = 3;
         r.tries = TRIES;
         drop(routes);

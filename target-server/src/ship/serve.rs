@@ -144,13 +144,12 @@ fn hello(s: &mut TcpStream, token: &[u8; TOKEN_LEN]) -> std::io::Result<()> {
 }
 
 /// Where the answers of one link's commands go: its writer thread.
-struct LinkSink(Mutex<mpsc::Sender<(u32, CommandResult<Payload>)>>);
+struct LinkSink(mpsc::Sender<(u32, CommandResult<Payload>)>);
 
 impl CompletionSink for LinkSink {
     fn complete(&self, _: ConnId, itt: u32, _: IoTag, result: CommandResult<Payload>, _: Vec<u8>) {
-        let tx = self.0.lock().unwrap_or_else(|p| p.into_inner());
         // a link gone: nobody waits for the answer any more
-        let _ = tx.send((itt, result));
+        let _ = self.0.send((itt, result));
     }
 }
 
@@ -170,7 +169,7 @@ fn serve_link(
     // the reader wakes every second to notice a writer that failed
     s.set_read_timeout(Some(Duration::from_secs(1)))?;
     let (tx, rx) = mpsc::channel::<(u32, CommandResult<Payload>)>();
-    let sink: Arc<dyn CompletionSink> = Arc::new(LinkSink(Mutex::new(tx.clone())));
+    let sink: Arc<dyn CompletionSink> = Arc::new(LinkSink(tx.clone()));
     let mut out = s.try_clone()?;
     let writer = std::thread::Builder::new()
         .name("ship-answer".into())

@@ -387,8 +387,14 @@ impl<'a> In<'a> {
             .map(str::to_owned)
             .map_err(|_| WireError::Utf8)
     }
-    fn rest(self) -> &'a [u8] {
-        self.0
+    /// The rest of the frame: exactly the `u32` length before it.
+    fn data(mut self) -> Result<Vec<u8>, WireError> {
+        let n = self.u32()? as usize;
+        match self.0.len() {
+            len if len < n => Err(WireError::Truncated),
+            len if len > n => Err(WireError::Trailing(len - n)),
+            _ => Ok(self.0.to_vec()),
+        }
     }
     fn end(self) -> Result<(), WireError> {
         match self.0.len() {
@@ -414,17 +420,26 @@ pub fn encode_hello_ok() -> Vec<u8> {
     o.finish(0)
 }
 
-/// A request's frame without its data: write `r.data` right after it (the length prefix
-/// counts it).
-pub fn encode_request_head(r: &Request) -> Vec<u8> {
-    let mut o = Out::new(KIND_REQUEST, 64 + r.target.len() + r.record.len());
-    o.u32(r.id);
-    o.bytes16(r.target.as_bytes());
-    o.u64(r.lun);
-    o.bytes16(r.record.as_bytes());
-    encode_action(&mut o, &r.action);
-    o.u32(r.data.len() as u32);
-    o.finish(r.data.len())
+/// Which LUN a request is for: the target's name, the LUN number, the name of the LUN's
+/// ownership record.
+#[derive(Debug, Clone, Copy)]
+pub struct LunRef<'a> {
+    pub target: &'a str,
+    pub lun: u64,
+    pub record: &'a str,
+}
+
+/// A request's frame without its data (`data_len` bytes, written right after it: the
+/// length prefix counts them).
+pub fn encode_request_head(id: u32, to: LunRef<'_>, action: &Shipped, data_len: usize) -> Vec<u8> {
+    let mut o = Out::new(KIND_REQUEST, 64 + to.target.len() + to.record.len());
+    o.u32(id);
+    o.bytes16(to.target.as_bytes());
+    o.u64(to.lun);
+    o.bytes16(to.record.as_bytes());
+    encode_action(&mut o, action);
+    o.u32(data_len as u32);
+    o.finish(data_len)
 }
 
 fn encode_action(o: &mut Out, a: &Shipped) {
@@ -604,42 +619,24 @@ pub fn decode(body: &[u8]) -> Result<Frame, WireError> {
             let lun = i.u64()?;
             let record = i.string()?;
             let action = decode_action(&mut i)?;
-            let n = i.u32()? as usize;
-            let data = i.rest();
-            if data.len() != n {
-                return Err(if data.len() < n {
-                    WireError::Truncated
-                } else {
-                    WireError::Trailing(data.len() - n)
-                });
-            }
             Ok(Frame::Request(Request {
                 id,
                 target,
                 lun,
                 record,
                 action,
-                data: data.to_vec(),
+                data: i.data()?,
             }))
         }
         KIND_RESPONSE => {
             let id = i.u32()?;
             let status = i.u8()?;
             let sense = i.bytes16()?.to_vec();
-            let n = i.u32()? as usize;
-            let data = i.rest();
-            if data.len() != n {
-                return Err(if data.len() < n {
-                    WireError::Truncated
-                } else {
-                    WireError::Trailing(data.len() - n)
-                });
-            }
             Ok(Frame::Response(Response {
                 id,
                 status,
                 sense,
-                data: data.to_vec(),
+                data: i.data()?,
             }))
         }
         k => Err(WireError::Kind(k)),
@@ -678,6 +675,15 @@ mod tests {
         let n = frame_len(frame[..4].try_into().unwrap()).unwrap();
         assert_eq!(n, frame.len() - 4, "the prefix counts the rest");
         &frame[4..]
+    }
+
+    fn head_of(r: &Request) -> Vec<u8> {
+        let to = LunRef {
+            target: &r.target,
+            lun: r.lun,
+            record: &r.record,
+        };
+        encode_request_head(r.id, to, &r.action, r.data.len())
     }
 
     fn whole(head: Vec<u8>, data: &[u8]) -> Vec<u8> {
@@ -757,7 +763,7 @@ mod tests {
             data in proptest::collection::vec(any::<u8>(), 0..300),
         ) {
             let r = Request { id, target, lun, record, action, data };
-            let f = whole(encode_request_head(&r), &r.data);
+            let f = whole(head_of(&r), &r.data);
             prop_assert_eq!(decode(body(&f)), Ok(Frame::Request(r)));
         }
 
@@ -790,7 +796,7 @@ mod tests {
                 action,
                 data: vec![1; 20],
             };
-            let f = whole(encode_request_head(&r), &r.data);
+            let f = whole(head_of(&r), &r.data);
             let b = body(&f);
             let cut = cut.min(b.len() - 1);
             prop_assert!(decode(&b[..cut]).is_err());
