@@ -477,6 +477,24 @@ impl ScsiSession {
         }
     }
 
+    /// Logs the session out (close the session) and returns the Response field of the
+    /// Logout Response (waits up to 30 s for it).
+    pub fn logout(&mut self) -> u8 {
+        self.itt += 1;
+        let bhs = Bhs::new(0x06, true)
+            .flags(0x80)
+            .itt(self.itt)
+            .set_u32(24, self.cmd_sn);
+        self.stream.write_all(bhs.bytes()).expect("send Logout");
+        loop {
+            match read_pdu(&mut self.stream, Duration::from_secs(30)) {
+                ReadOutcome::Pdu(p) if p.opcode() == 0x26 => return p.bhs[2],
+                ReadOutcome::Pdu(_) => {}
+                other => panic!("no Logout Response: {other:?}"),
+            }
+        }
+    }
+
     /// PERSISTENT RESERVE OUT with a basic 24-byte parameter list (service action `sa`,
     /// `pr_type`, RESERVATION KEY `key`, SERVICE ACTION RESERVATION KEY `sa_key`, APTPL);
     /// returns the status.

@@ -408,6 +408,9 @@ impl Harness {
                         data: info.params.data_digest == iscsi_proto::Digest::Crc32c,
                     };
                     self.in_dg = self.out_dg;
+                    // half the sessions (by ISID) have their logouts confirmed by the
+                    // harness, as a server that shares reservations does
+                    self.c.hold_logouts(info.isid[5] & 1 == 1);
                 }
                 Event::Command(cmd) => {
                     assert!(self.logged_in, "command before login");
@@ -431,6 +434,7 @@ impl Harness {
                 }
                 Event::TaskMgmt(t) => self.tmfs.push(t.itt),
                 Event::LoggedOut | Event::Close(_) => self.closed = true,
+                Event::LogoutRequested => self.c.confirm_logout(),
                 Event::LoginFailed { .. }
                 | Event::Rejected(_)
                 | Event::DigestError { .. }

@@ -236,6 +236,18 @@ pub struct PrOutcome {
     pub peer_events: Vec<u8>,
 }
 
+/// Whose SPC-2 reservation [`LogicalUnit::release_spc2_in`] releases.
+#[derive(Clone, Copy, Debug)]
+pub enum Spc2Holder<'a> {
+    /// Whoever holds it (a logical unit or target reset).
+    Any,
+    /// This I_T nexus's (its loss).
+    Nexus(&'a Nexus),
+    /// Any I_T nexus through this relative target port's (a restarted gateway's port: none
+    /// of its nexuses survived).
+    ThroughPort(u16),
+}
+
 /// Persistent reservation state to store (APTPL). Hand the bytes back to
 /// [`LogicalUnit::restore_pr_state`] when the logical unit is created again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -572,11 +584,61 @@ impl LogicalUnit {
 
     /// The I_T nexus is gone (logout, session closed or reinstated): releases its SPC-2
     /// reservation, ends its medium removal prevention and drops its unit attentions.
-    /// Persistent reservations stay.
-    pub fn nexus_removed(&self, id: NexusId) {
-        self.shared.nexus_removed(id);
+    /// Persistent reservations stay. Whether the nexus held the SPC-2 reservation (a
+    /// logical unit with shared reservations: the server writes the release where the other
+    /// gateways read it, [`LogicalUnit::release_spc2_in`]).
+    pub fn nexus_removed(&self, id: NexusId) -> bool {
+        let held = self.shared.nexus_removed(id);
         self.copies.nexus_removed(id);
         self.medium.nexus_removed(id);
+        held
+    }
+
+    /// Whether `nexus` holds the SPC-2 (RESERVE) reservation.
+    pub fn spc2_held_by(&self, nexus: &Nexus) -> bool {
+        use nexus::Ident;
+        self.shared
+            .lock()
+            .pr
+            .spc2
+            .as_ref()
+            .is_some_and(|h| nexus.is(h))
+    }
+
+    /// A logical unit with shared reservations: takes `bytes`, the state as the cluster
+    /// holds it, as the copy, with the SPC-2 reservation released when `which` holds it.
+    /// Returns the state to store in its place (with the next sequence number) when a
+    /// reservation was released, `None` when there was none to release. Invalid bytes are
+    /// refused and change nothing.
+    ///
+    /// The server calls it for the releases SPC-2 makes outside RESERVE and RELEASE: the
+    /// holder's I_T nexus loss (logout, a dropped connection), logical unit and target
+    /// resets, and the nexuses a restarted gateway held before it stopped.
+    pub fn release_spc2_in(
+        &self,
+        bytes: &[u8],
+        which: Spc2Holder<'_>,
+    ) -> Result<Option<PersistRequest>, PrStateError> {
+        use nexus::Ident;
+        let (mut st, seq) = pr::persist::decode(bytes)?;
+        let release = st.spc2.as_ref().is_some_and(|h| match which {
+            Spc2Holder::Any => true,
+            Spc2Holder::Nexus(n) => n.is(h),
+            Spc2Holder::ThroughPort(rp) => h.rel_port == rp,
+        });
+        let mut g = self.shared.lock();
+        if !release {
+            g.pr = st;
+            g.seq = seq;
+            return Ok(None);
+        }
+        st.spc2 = None;
+        g.pr = st;
+        g.seq = seq.wrapping_add(1);
+        Ok(Some(PersistRequest {
+            seq: g.seq,
+            bytes: pr::persist::encode(&g.pr, g.seq),
+        }))
     }
 
     /// LOGICAL UNIT RESET (after the server aborted the LU's tasks): releases the SPC-2
@@ -640,8 +702,10 @@ impl LogicalUnit {
     /// before the first command. A state saved without APTPL restores as no registrations.
     /// Invalid bytes are refused and leave the state unchanged.
     pub fn restore_pr_state(&self, bytes: &[u8]) -> Result<(), PrStateError> {
-        let (st, seq) = pr::persist::decode(bytes)?;
+        let (mut st, seq) = pr::persist::decode(bytes)?;
         let mut g = self.shared.lock();
+        // an SPC-2 reservation ends with its I_T nexus: none survives a restart
+        st.spc2 = None;
         g.pr = if st.aptpl {
             st
         } else {

@@ -9,10 +9,20 @@
 //! while any registration exists RESERVE and RELEASE conflict; while an SPC-2 reservation
 //! exists PERSISTENT RESERVE IN and OUT conflict. The reservation ends with RELEASE from
 //! its holder, the holder's I_T nexus loss, a logical unit reset or a hard reset.
+//!
+//! The holder is kept by I_T nexus identity (initiator port, target port and relative port)
+//! beside the persistent reservation state, so that the gateways sharing a logical unit's
+//! reservations share this one too: there RESERVE and RELEASE change the shared state as a
+//! PERSISTENT RESERVE OUT does ([`crate::LogicalUnit::set_shared_pr`]), and the server
+//! writes the releases that nexus loss and resets make
+//! ([`crate::LogicalUnit::release_spc2_in`]).
 
+use crate::nexus::Ident;
 use crate::ops::opcode;
+use crate::pr::PrEffects;
 use crate::sense::Sense;
-use crate::{Action, Completion, LogicalUnit, Req, status};
+use crate::shared::Shared;
+use crate::{Action, Completion, LogicalUnit, PersistRequest, Req, status};
 
 /// RESERVE(6), RELEASE(6), RESERVE(10), RELEASE(10).
 pub(crate) fn is_reserve_release(op: u8) -> bool {
@@ -51,10 +61,12 @@ pub(crate) fn reserve(lu: &LogicalUnit, _: &[u8], req: &Req<'_>) -> Result<Actio
     if !g.pr.regs.is_empty() {
         return Ok(conflict());
     }
-    match g.spc2 {
-        Some(h) if h != req.nexus.id => Ok(conflict()),
-        _ => {
-            g.spc2 = Some(req.nexus.id);
+    match &g.pr.spc2 {
+        Some(h) if req.nexus.is(h) => Ok(Action::good()),
+        Some(_) => Ok(conflict()),
+        None => {
+            g.pr.spc2 = Some(req.nexus.key());
+            shared_change(&mut g, req);
             Ok(Action::good())
         }
     }
@@ -65,8 +77,26 @@ pub(crate) fn release(lu: &LogicalUnit, _: &[u8], req: &Req<'_>) -> Result<Actio
     if !g.pr.regs.is_empty() {
         return Ok(conflict());
     }
-    if g.spc2 == Some(req.nexus.id) {
-        g.spc2 = None;
+    if g.pr.spc2.as_ref().is_some_and(|h| req.nexus.is(h)) {
+        g.pr.spc2 = None;
+        shared_change(&mut g, req);
     }
     Ok(Action::good())
+}
+
+/// A logical unit whose reservations several gateways share: the changed state is stored
+/// where every gateway reads it before the status goes out, as after a PERSISTENT RESERVE
+/// OUT (the server runs RESERVE and RELEASE of such a logical unit the same way).
+fn shared_change(g: &mut Shared, req: &Req<'_>) {
+    if !g.shared_pr {
+        return;
+    }
+    g.seq = g.seq.wrapping_add(1);
+    req.set_effects(PrEffects {
+        persist: Some(PersistRequest {
+            seq: g.seq,
+            bytes: crate::pr::persist::encode(&g.pr, g.seq),
+        }),
+        ..PrEffects::default()
+    });
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::nexus::{Nexus, NexusId, PortPair};
+use crate::nexus::{Ident, Nexus, NexusId, PortPair};
 use crate::ops::opcode;
 use crate::pr::state::PrState;
 use crate::ua::{UaQueue, UnitAttention};
@@ -33,8 +33,7 @@ pub(crate) struct NexusEntry {
 pub(crate) struct Shared {
     pub nexuses: HashMap<NexusId, NexusEntry>,
     seen: HashSet<PortPair>,
-    /// Holder of the SPC-2 (RESERVE / RELEASE) reservation.
-    pub spc2: Option<NexusId>,
+    /// The persistent reservation state and the SPC-2 reservation's holder (`pr.spc2`).
     pub pr: PrState,
     /// Sequence number of the last persistence request.
     pub seq: u64,
@@ -112,7 +111,7 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         let ua = self.g.nexuses.values().any(|e| !e.ua.is_empty());
         let guarded =
-            self.g.spc2.is_some() || self.g.pr.res.is_some() || !self.g.pr.regs.is_empty();
+            self.g.pr.spc2.is_some() || self.g.pr.res.is_some() || !self.g.pr.regs.is_empty();
         self.st.ua_pending.store(ua, Ordering::Release);
         self.st.guarded.store(guarded, Ordering::Release);
     }
@@ -155,20 +154,24 @@ impl SharedState {
     }
 
     /// I_T nexus loss: forgets the nexus and releases its SPC-2 reservation; persistent
-    /// reservations are not affected (SPC-4 5.9.1).
-    pub fn nexus_removed(&self, id: NexusId) {
+    /// reservations are not affected (SPC-4 5.9.1). Whether it held the SPC-2 reservation.
+    pub fn nexus_removed(&self, id: NexusId) -> bool {
         let mut g = self.lock();
-        g.nexuses.remove(&id);
-        if g.spc2 == Some(id) {
-            g.spc2 = None;
+        let Some(e) = g.nexuses.remove(&id) else {
+            return false;
+        };
+        let held = g.pr.spc2.as_ref() == Some(&e.ports);
+        if held {
+            g.pr.spc2 = None;
         }
+        held
     }
 
     /// Logical unit reset or hard reset: releases the SPC-2 reservation and establishes `ua`
     /// for every nexus.
     pub fn reset(&self, ua: UnitAttention) {
         let mut g = self.lock();
-        g.spc2 = None;
+        g.pr.spc2 = None;
         g.ua_all(ua);
     }
 
@@ -231,10 +234,10 @@ fn conflicts(g: &Shared, n: &Nexus, cdb: &[u8]) -> bool {
     use crate::reserve_spc2;
     let op = cdb[0];
     let pr_cmd = op == opcode::PERSISTENT_RESERVE_IN || op == opcode::PERSISTENT_RESERVE_OUT;
-    if let Some(holder) = g.spc2 {
+    if let Some(holder) = &g.pr.spc2 {
         // SPC-4 5.9.3: with an SPC-2 reservation every PERSISTENT RESERVE IN / OUT
         // conflicts, whoever sends it
-        if pr_cmd || (holder != n.id && !reserve_spc2::allowed(cdb)) {
+        if pr_cmd || (!n.is(holder) && !reserve_spc2::allowed(cdb)) {
             return true;
         }
     }

@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 use scsi::sense::parse_key_asc;
 use scsi::{
-    Action, CmdCtx, Completion, LogicalUnit, LuParams, Nexus, NexusId, Outcome, PrOutcome, PrType,
-    status,
+    Action, CmdCtx, Completion, LogicalUnit, LuParams, Nexus, NexusId, Outcome, PersistRequest,
+    PrOutcome, PrType, Spc2Holder, status,
 };
 
 const TARGET: &str = "iqn.2026-11.org.numatgt:t1";
@@ -893,13 +893,13 @@ fn shared_prout(
     p
 }
 
-#[test]
-fn two_gateways_share_reservations_and_tell_each_other() {
+/// One logical unit's copies on gateways A (relative port 1) and B (port 2), sharing
+/// reservations: initiator 1 through A (`x_a`) and through B (`x_b`), two nexuses;
+/// initiator 2 through B only (`y_b`); their power-on attentions cleared.
+fn two_gateways() -> (LogicalUnit, LogicalUnit, Nexus, Nexus, Nexus) {
     let (a, b) = (new_lu(), new_lu());
     a.set_shared_pr(true);
     b.set_shared_pr(true);
-    // initiator 1 through gateway A (port 1) and through gateway B (port 2): two nexuses;
-    // initiator 2 through B only
     let (x_a, x_b, y_b) = (nexus_at(1, 1, 1), nexus_at(1, 2, 2), nexus_at(2, 3, 2));
     a.nexus_added(&x_a);
     b.nexus_added(&x_b);
@@ -907,6 +907,12 @@ fn two_gateways_share_reservations_and_tell_each_other() {
     for (lu, n) in [(&a, &x_a), (&b, &x_b), (&b, &y_b)] {
         run(lu, n, &TUR, &[]);
     }
+    (a, b, x_a, x_b, y_b)
+}
+
+#[test]
+fn two_gateways_share_reservations_and_tell_each_other() {
+    let (a, b, x_a, x_b, y_b) = two_gateways();
     // x registers through A and takes WRITE EXCLUSIVE - REGISTRANTS ONLY
     let p = shared_prout(&a, &b, &x_a, REGISTER, 0, 0, 0xA);
     good(&p.completion);
@@ -964,6 +970,110 @@ fn two_gateways_share_reservations_and_tell_each_other() {
     assert_eq!(b.pr_state_bytes(), newest);
     assert!(b.adopt_pr_state(b"NTPR junk").is_err());
     assert!(b.apply_peer_pr_events(b"garbage").is_err());
+}
+
+/// A shared logical unit's RESERVE / RELEASE: the change is stored like a PR OUT's;
+/// another gateway that took the state refuses the other nexuses; the releases that nexus
+/// loss, resets and a restarted gateway make come out as states to store.
+#[test]
+fn two_gateways_share_the_spc2_reservation() {
+    let (a, b, x_a, x_b, y_b) = two_gateways();
+    let reserve = |lu: &LogicalUnit, n: &Nexus| -> PersistRequest {
+        let out = run_outcome(lu, n, &RESERVE6, &[]);
+        let Outcome::PersistentReserveOut(p) = out else {
+            panic!("a shared LU stores a RESERVE: {out:?}")
+        };
+        good(&p.completion);
+        p.persist.expect("stored")
+    };
+    let req = reserve(&a, &x_a);
+    let state = req.bytes;
+    assert!(a.spc2_held_by(&x_a) && !a.spc2_held_by(&x_b));
+    // a second RESERVE by the holder changes nothing: nothing to store
+    assert!(matches!(
+        run_outcome(&a, &x_a, &RESERVE6, &[]),
+        Outcome::Action(Action::Complete(_))
+    ));
+    b.adopt_pr_state(&state).expect("valid");
+    // through B, the same initiator is another nexus: refused, as is y
+    conflict(&run(&b, &x_b, &WRITE10, &[0; 512]));
+    conflict(&run(&b, &y_b, &RESERVE6, &[]));
+    conflict(&run(
+        &b,
+        &y_b,
+        &prout_cdb(REGISTER, 0, 24),
+        &params(0, 7, 0),
+    ));
+    good(&run(&b, &y_b, &INQUIRY, &[]));
+    // RELEASE by a nexus that does not hold it: GOOD, nothing stored
+    good(&run(&b, &y_b, &RELEASE6, &[]));
+    assert!(b.spc2_held_by(&x_a));
+    // x's nexus on A is lost: A releases, and the state without it is what to store
+    assert!(a.nexus_removed(x_a.id));
+    let after = a.pr_state_bytes().bytes;
+    let stored = b
+        .release_spc2_in(&state, Spc2Holder::Nexus(&x_a))
+        .expect("valid")
+        .expect("x held it");
+    assert!(!b.spc2_held_by(&x_a));
+    assert_eq!(
+        stored.seq,
+        req.seq + 1,
+        "the cluster's copy moves on by one"
+    );
+    assert_ne!(stored.bytes, after);
+    good(&run(&b, &y_b, &WRITE10, &[0; 512]));
+    // y reserves through B; another nexus's loss releases nothing
+    let state = reserve(&b, &y_b).bytes;
+    assert_eq!(b.release_spc2_in(&state, Spc2Holder::Nexus(&x_b)), Ok(None));
+    assert!(
+        b.spc2_held_by(&y_b),
+        "the copy is the cluster's state again"
+    );
+    // a restarted gateway A (port 1) releases what went through its port only
+    assert_eq!(
+        b.release_spc2_in(&state, Spc2Holder::ThroughPort(1)),
+        Ok(None)
+    );
+    assert!(
+        b.release_spc2_in(&state, Spc2Holder::ThroughPort(2))
+            .expect("valid")
+            .is_some()
+    );
+    // a reset releases whoever holds it
+    assert!(
+        a.release_spc2_in(&state, Spc2Holder::Any)
+            .expect("valid")
+            .is_some()
+    );
+    assert!(b.release_spc2_in(b"junk", Spc2Holder::Any).is_err());
+    // y's RELEASE through B is stored too
+    b.set_pr_state(&state).expect("valid");
+    let out = run_outcome(&b, &y_b, &RELEASE6, &[]);
+    let Outcome::PersistentReserveOut(p) = out else {
+        panic!("a shared LU stores a RELEASE: {out:?}")
+    };
+    good(&p.completion);
+    assert!(!b.spc2_held_by(&y_b));
+}
+
+/// A local logical unit: RESERVE and RELEASE store nothing; a restored APTPL state never
+/// brings an SPC-2 reservation back.
+#[test]
+fn local_spc2_reservations_store_nothing_and_never_survive_a_restart() {
+    let lu = new_lu();
+    let x = nexus_at(1, 1, 0);
+    lu.nexus_added(&x);
+    run(&lu, &x, &TUR, &[]);
+    assert!(matches!(
+        run_outcome(&lu, &x, &RESERVE6, &[]),
+        Outcome::Action(Action::Complete(_))
+    ));
+    assert!(lu.spc2_held_by(&x));
+    let saved = lu.pr_state_bytes().bytes;
+    let again = new_lu();
+    again.restore_pr_state(&saved).expect("valid");
+    assert!(!again.spc2_held_by(&x));
 }
 
 #[test]

@@ -62,7 +62,7 @@ pub fn execute(
         // several gateways share the LUN's reservations: a copy past its lease is not
         // trusted, and a change goes through the cluster, on an I/O worker
         sp.check_lease(&lun.scsi);
-        if cmd.cdb.first() == Some(&scsi::ops::opcode::PERSISTENT_RESERVE_OUT)
+        if changes_reservations(&cmd.cdb)
             && let Some(n) = nexus
         {
             let answer =
@@ -94,6 +94,16 @@ pub fn execute(
         reply,
     );
     (stamped(answer, stamp), kind)
+}
+
+/// PERSISTENT RESERVE OUT, RESERVE and RELEASE: on a LUN whose reservations several
+/// gateways share, they change the cluster's state (`pr_cluster::reserve_out`).
+fn changes_reservations(cdb: &[u8]) -> bool {
+    use scsi::ops::opcode::{PERSISTENT_RESERVE_OUT, RELEASE_6, RELEASE_10, RESERVE_6, RESERVE_10};
+    matches!(
+        cdb.first(),
+        Some(&(PERSISTENT_RESERVE_OUT | RESERVE_6 | RESERVE_10 | RELEASE_6 | RELEASE_10))
+    )
 }
 
 /// A media action another gateway shipped here, to the LUN's owner (`ship::serve`): started
@@ -225,7 +235,7 @@ fn owned_elsewhere(
             route::Way::Move => {}
         }
     }
-    a.want_ownership();
+    a.want_ownership(crate::alua::MoveCause::Io);
     refuse(&scsi::alua::TRANSITIONING)
 }
 

@@ -271,7 +271,7 @@ pub(crate) fn open_lun(
     let rbd_ownership = crate::alua::rbd_ownership_for(alua, &store);
     let shared_pr = crate::pr_shared::for_lun(alua, &store);
     if let (Some(sp), Some(image)) = (&shared_pr, store.rbd_image()) {
-        crate::backend::pr_cluster::init(&lu, image, sp).map_err(|e| StartError::Alua {
+        crate::backend::pr_cluster::init(&lu, l.lun, image, sp).map_err(|e| StartError::Alua {
             target: iqn.to_string(),
             lun: l.lun,
             reason: format!("shared persistent reservations: {e}"),

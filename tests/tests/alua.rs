@@ -71,20 +71,7 @@ fn vpd83(s: &mut ScsiSession) -> (Vec<u8>, u16, u16) {
 
 /// `tgtadm --op update --params alua_owner=GROUP` on LUN 1 of target 1.
 fn update_owner(d: &Daemon, group: u16) -> tests::tools::ToolRun {
-    d.tgtadm(&[
-        "--lld",
-        "iscsi",
-        "--mode",
-        "logicalunit",
-        "--op",
-        "update",
-        "--tid",
-        "1",
-        "--lun",
-        "1",
-        "--params",
-        &format!("alua_owner={group}"),
-    ])
+    tests::mgmt::update_lun1(d, &format!("alua_owner={group}"))
 }
 
 fn set_owner(d: &Daemon, group: u16) {

@@ -242,6 +242,20 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
         Some(2.0),
         "A fenced B twice (killed, then frozen)"
     );
+    let cause = |c: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("numatgt_lun_alua_takeover_causes_total{")
+                    && l.contains(&format!("cause=\"{c}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(
+        (cause("stpg"), cause("io"), cause("admin")),
+        (Some(2.0), Some(0.0), Some(0.0)),
+        "both of A's takeovers were asked for by SET TARGET PORT GROUPS"
+    );
     a.assert_alive("after the fencing");
 }
 

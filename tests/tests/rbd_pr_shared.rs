@@ -255,14 +255,177 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     );
 }
 
+const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+const RELEASE6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
+
+/// The status of `cdb` (no data) through `s`, after the unit attentions queued for it
+/// (reset, nexus loss) have been reported.
+fn status_after_attentions(s: &mut ScsiSession, cdb: &[u8]) -> u8 {
+    for _ in 0..4 {
+        let (st, sense, _) = s.command(cdb, &[], 0);
+        if st == 2 && sense_of(&sense).is_some_and(|(key, _, _)| key == 6) {
+            continue;
+        }
+        return st;
+    }
+    panic!("unit attentions without end")
+}
+
+/// SPC-2 RESERVE / RELEASE shared by the two gateways of an RBD LUN (active/non-optimized
+/// non-owners: B ships its media commands to A): a reservation taken through A is enforced
+/// through B, and each way SPC-2 ends one reaches both gateways — the holder's Logout
+/// (answered only once the release is in the cluster: the other initiator reserves
+/// through B right after the Logout Response), RELEASE, a LOGICAL UNIT RESET through the
+/// other gateway, the holder's connection dropped, and the holder's gateway killed and
+/// restarted (what went through its port is released as it starts).
+#[test]
+fn spc2_reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
+    require_numatgtd("spc2_reservations_are_shared_by_the_gateways_of_an_rbd_lun");
+    tools::require_tool("tgtadm");
+    let c = Cluster::start();
+    c.create_image("shared", 16 << 20);
+    let ano = "active-non-optimized";
+    let mut a = c.gateway(1, 2, ano);
+    let mut b = c.gateway(2, 1, ano);
+    let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:spc2-x");
+    let mut xb = ScsiSession::open(&b, "iqn.2026-11.test:spc2-x");
+    let mut yb = ScsiSession::open(&b, "iqn.2026-11.test:spc2-y");
+
+    // X reserves through A; B enforces it at once, X through B being another I_T nexus
+    assert_eq!(xa.command(&RESERVE6, &[], 0).0, 0, "{}", a.log_tail(20));
+    assert_eq!(write_status(&mut yb).0, CONFLICT, "Y's WRITE through B");
+    assert_eq!(yb.command(&RESERVE6, &[], 0).0, CONFLICT, "Y's RESERVE");
+    assert_eq!(write_status(&mut xb).0, CONFLICT, "X's WRITE through B");
+    assert_eq!(yb.command(&[0x12, 0, 0, 0, 36, 0], &[], 36).0, 0, "INQUIRY");
+    assert_eq!(yb.command(&RELEASE6, &[], 0).0, 0, "a RELEASE of no holder");
+    assert_eq!(write_status(&mut xa), (0, None), "the holder writes");
+    assert_eq!(prout(&mut yb, REGISTER, 0, 0, 0xB).0, CONFLICT, "PR OUT");
+
+    // X logs out of A: once the Logout Response is in, B has the release
+    assert_eq!(xa.logout(), 0, "Logout Response");
+    assert_eq!(
+        yb.command(&RESERVE6, &[], 0).0,
+        0,
+        "Y reserves through B right after X's logout\n{}",
+        a.log_tail(20)
+    );
+    let mut xa = ScsiSession::open(&a, "iqn.2026-11.test:spc2-x");
+    assert_eq!(
+        write_status(&mut xa).0,
+        CONFLICT,
+        "X through A after Y's RESERVE"
+    );
+    assert_eq!(write_status(&mut yb), (0, None), "Y writes through B");
+
+    // a LOGICAL UNIT RESET through A releases Y's reservation held through B
+    assert_eq!(xa.task_management(5, 0), 0, "LOGICAL UNIT RESET");
+    assert_eq!(
+        status_after_attentions(&mut xa, &RESERVE6),
+        0,
+        "X after the reset"
+    );
+    assert_eq!(
+        status_after_attentions(&mut yb, &RESERVE6),
+        CONFLICT,
+        "Y's RESERVE through B after the reset: X holds now"
+    );
+    assert_eq!(xa.command(&RELEASE6, &[], 0).0, 0, "X's RELEASE");
+    // (RESERVATION CONFLICT comes before a unit attention: Y's reset attention is still
+    // queued)
+    assert_eq!(
+        status_after_attentions(&mut yb, &RESERVE6),
+        0,
+        "Y after X's RELEASE"
+    );
+
+    // Y's connection to B dropped (no logout): B releases for it, and A learns of it
+    drop(yb);
+    let t0 = Instant::now();
+    while xa.command(&RESERVE6, &[], 0).0 != 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "X never got the reservation after Y's connection dropped\n{}",
+            b.log_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "released after the holder's connection dropped in {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(xa.command(&RELEASE6, &[], 0).0, 0, "X's RELEASE");
+
+    // Y holds through B, and B is killed: A keeps refusing X; B restarted releases what
+    // went through its port before it answers tgtadm
+    let mut yb = ScsiSession::open(&b, "iqn.2026-11.test:spc2-y");
+    assert_eq!(yb.command(&RESERVE6, &[], 0).0, 0, "Y's RESERVE through B");
+    b.kill9();
+    assert_eq!(write_status(&mut xa).0, CONFLICT, "A enforces with B dead");
+    b.respawn();
+    c.set_up_gateway(&b, 2, 1, ano);
+    assert_eq!(
+        xa.command(&RESERVE6, &[], 0).0,
+        0,
+        "X after B restarted\n{}",
+        b.log_tail(20)
+    );
+    assert!(
+        b.log()
+            .contains("SPC-2 reservation released in the cluster")
+    );
+    assert!(a.metric("numatgt_lun_pr_shared_changes_total", "result=\"written\"") >= 4.0);
+
+    // X holds through A, the owner, and A dies; the administrator moves the LUN to B
+    // (tgtadm alua_owner=2): B takes it by fencing the silent A, whose nexuses are gone
+    // with it — and with them X's reservation
+    let mut yb = ScsiSession::open(&b, "iqn.2026-11.test:spc2-y");
+    assert_eq!(
+        status_after_attentions(&mut yb, &RESERVE6),
+        CONFLICT,
+        "X still holds"
+    );
+    const RELEASED: &str = "SPC-2 reservation released in the cluster";
+    let released_before = b.log().matches(RELEASED).count();
+    a.kill9();
+    let r = tests::mgmt::update_lun1(&b, "alua_owner=2");
+    assert!(r.status.success(), "alua_owner=2: {}{}", r.stdout, r.stderr);
+    let t0 = Instant::now();
+    while status_after_attentions(&mut yb, &RESERVE6) != 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the fenced owner's SPC-2 reservation stayed\n{}",
+            b.log_tail(30)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!("released after the owner was fenced in {:?}", t0.elapsed());
+    assert_eq!(
+        b.log().matches(RELEASED).count(),
+        released_before + 1,
+        "B released it for the fenced A"
+    );
+    assert_eq!(
+        b.metric(
+            "numatgt_lun_alua_transitions_total",
+            "kind=\"fenced_other\""
+        ),
+        1.0
+    );
+    assert_eq!(
+        b.metric("numatgt_lun_alua_takeover_causes_total", "cause=\"admin\""),
+        1.0,
+        "tgtadm asked for it"
+    );
+}
+
 /// libiscsi's iscsi-test-cu reservation and multipath suites with their first I_T nexus on
 /// gateway A and their second (the multipath URL) on gateway B of the same RBD LUN,
 /// non-owners active/non-optimized (libiscsi's login needs TEST UNIT READY to pass, which
 /// a standby port refuses): pass / skip / fail counted apart, 0 fail, and no ownership move
 /// during the run. ProutReserve and MultipathIO read and write through both paths: B ships
 /// its media commands to A; MultipathIO's LUN reset through one gateway sets the reset's
-/// unit attention on the other's nexuses too. (Reserve6 needs SPC-2 reservations shared,
-/// which they are not yet.)
+/// unit attention on the other's nexuses too; Reserve6 takes its SPC-2 reservation through
+/// one gateway and its conflicts and releases through the other.
 #[test]
 fn libiscsi_reservation_suites_across_two_gateways() {
     require_numatgtd("libiscsi_reservation_suites_across_two_gateways");
@@ -282,6 +445,7 @@ fn libiscsi_reservation_suites_across_two_gateways() {
         "SCSI.ProutClear",
         "SCSI.ProutPreempt",
         "SCSI.ProutReserve",
+        "SCSI.Reserve6",
         "SCSI.MultipathIO",
     ]
     .iter()

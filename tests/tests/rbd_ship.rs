@@ -303,5 +303,9 @@ fn non_owner_paths_ship_io_to_the_owner() {
         "A's synchronized write survived A"
     );
     assert!(b.metric("numatgt_lun_alua_transitions_total", "kind=\"takeover\"") >= 1.0);
+    assert!(
+        b.metric("numatgt_lun_alua_takeover_causes_total", "cause=\"io\"") >= 1.0,
+        "a command through B, whose link to the dead owner broke, asked for it"
+    );
     b.assert_alive("after the takeover");
 }

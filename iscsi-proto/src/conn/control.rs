@@ -3,7 +3,7 @@
 //! (after pending tasks finish), task management (with cleanup of tasks still waiting
 //! for Data-Out), and Reject generation.
 
-use super::state::State;
+use super::state::{LogoutGate, State};
 use super::tx::TxData;
 use super::{
     ConnError, Connection, Directory, Event, SessionInfo, SessionType, TmfFunction, TmfRequest,
@@ -391,7 +391,8 @@ impl<B: DataBuf> Connection<B> {
         self.push(&Bhs::LogoutResponse(r), TxData::None);
     }
 
-    /// Sends the logout response once every task is done.
+    /// Sends the logout response once every task is done (and the server confirmed it,
+    /// when it asked to: [`Connection::hold_logouts`]).
     pub(crate) fn maybe_finish_logout(&mut self) {
         if !self.tasks.is_empty() {
             return;
@@ -399,10 +400,49 @@ impl<B: DataBuf> Connection<B> {
         let State::FullFeature(ff) = &mut self.state else {
             return;
         };
+        if ff.logout.is_none() {
+            return;
+        }
+        match ff.logout_gate {
+            LogoutGate::Off | LogoutGate::Confirmed => {}
+            LogoutGate::Armed => {
+                ff.logout_gate = LogoutGate::Asked;
+                self.events.push_back(Event::LogoutRequested);
+                return;
+            }
+            LogoutGate::Asked => return,
+        }
         if let Some(itt) = ff.logout.take() {
             self.send_logout_response(itt, 0);
             self.state.step(State::logged_out);
             self.events.push_back(Event::LoggedOut);
+        }
+    }
+
+    /// The server confirms every Logout of this session before its response goes out
+    /// (`on`), or no longer: once the session's tasks have ended the connection reports
+    /// [`Event::LogoutRequested`] and waits for [`Connection::confirm_logout`]. For what must
+    /// be done before the initiator learns that its I_T nexus is gone (a server that
+    /// shares the nexus's reservations with other gateways writes their release first).
+    /// Call it in full feature phase; elsewhere it does nothing.
+    pub fn hold_logouts(&mut self, on: bool) {
+        if let State::FullFeature(ff) = &mut self.state {
+            ff.logout_gate = if on {
+                LogoutGate::Armed
+            } else {
+                LogoutGate::Off
+            };
+        }
+    }
+
+    /// The server has done what a Logout needed ([`Event::LogoutRequested`]): the Logout
+    /// Response goes out, and [`Event::LoggedOut`] follows.
+    pub fn confirm_logout(&mut self) {
+        if let State::FullFeature(ff) = &mut self.state
+            && ff.logout_gate == LogoutGate::Asked
+        {
+            ff.logout_gate = LogoutGate::Confirmed;
+            self.maybe_finish_logout();
         }
     }
 

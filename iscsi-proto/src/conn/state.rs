@@ -54,7 +54,22 @@ pub(super) struct FullFeature {
     /// The ITT of a Logout request waiting for the tasks to end (commands are refused
     /// meanwhile).
     pub(super) logout: Option<u32>,
+    /// Whether the server confirms a Logout before its response, and how far it got.
+    pub(super) logout_gate: LogoutGate,
     pub(super) tmfs: TmfTable,
+}
+
+/// A Logout's confirmation by the server ([`super::Connection::hold_logouts`]): `Off`, the
+/// response goes out once the tasks have ended; `Armed`, the server is asked first
+/// ([`crate::Event::LogoutRequested`]), `Asked` until it answers with
+/// [`super::Connection::confirm_logout`], which makes it `Confirmed`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum LogoutGate {
+    #[default]
+    Off,
+    Armed,
+    Asked,
+    Confirmed,
 }
 
 impl Login {
@@ -95,6 +110,7 @@ impl Login {
             pings: Pings::start(cfg.nop_interval_ms, now),
             text: TextExchange::new(neg),
             logout: None,
+            logout_gate: LogoutGate::Off,
             tmfs: TmfTable::default(),
         }
     }

@@ -151,6 +151,35 @@ impl Ini {
         out
     }
     /// The connection's events, without the RDMA fetch notices ([`Ini::fetches`] has them).
+    /// An immediate Logout Request (ITT 2) with `reason`.
+    fn logout(&mut self, reason: u8) {
+        self.send(
+            Bhs::LogoutRequest(LogoutRequest {
+                immediate: true,
+                reason,
+                itt: 2,
+                cid: 0,
+                cmd_sn: self.cmd_sn,
+                exp_stat_sn: 0,
+            }),
+            vec![],
+            &[],
+        );
+    }
+
+    /// Task `itt`, a 512-byte READ, ends GOOD.
+    fn read_done(&mut self, itt: u32) {
+        self.c.complete_command(
+            itt,
+            CommandResult {
+                status: 0,
+                sense: vec![],
+                data: Some(Arc::from(vec![0; 512])),
+                write_transfer_len: None,
+            },
+        );
+    }
+
     fn events(&mut self) -> Vec<Event> {
         self.all_events()
             .into_iter()
@@ -1093,33 +1122,43 @@ fn nop_ping_and_timeout() {
 }
 
 #[test]
+fn a_held_logout_waits_for_the_servers_confirmation() {
+    let mut i = Ini::new(ConnConfig::default());
+    i.login();
+    i.c.hold_logouts(true);
+    i.scsi(1, true, false, 512, 0x28, &[], true);
+    let _ = i.events();
+    i.logout(0);
+    // the task first, the server's confirmation next
+    assert!(i.recv().is_empty());
+    assert!(i.c.poll_event().is_none());
+    i.c.confirm_logout(); // not asked yet: nothing
+    assert!(i.recv().is_empty());
+    i.read_done(1);
+    let r = i.recv();
+    assert_eq!(r.len(), 1, "the Data-In, not yet the Logout Response");
+    assert!(matches!(i.c.poll_event(), Some(Event::LogoutRequested)));
+    assert!(i.c.poll_event().is_none(), "asked once");
+    assert!(!i.c.is_closing());
+    i.c.confirm_logout();
+    let r = i.recv();
+    let Bhs::LogoutResponse(l) = r[0].bhs else {
+        panic!("{:?}", r[0].bhs)
+    };
+    assert_eq!(l.response, 0);
+    assert!(matches!(i.c.poll_event(), Some(Event::LoggedOut)));
+    assert!(i.c.is_closing());
+}
+
+#[test]
 fn logout_waits_for_tasks() {
     let mut i = Ini::new(ConnConfig::default());
     i.login();
     i.scsi(1, true, false, 512, 0x28, &[], true);
     let _ = i.events();
-    i.send(
-        Bhs::LogoutRequest(LogoutRequest {
-            immediate: true,
-            reason: 0,
-            itt: 2,
-            cid: 0,
-            cmd_sn: i.cmd_sn,
-            exp_stat_sn: 0,
-        }),
-        vec![],
-        &[],
-    );
+    i.logout(0);
     assert!(i.recv().is_empty());
-    i.c.complete_command(
-        1,
-        CommandResult {
-            status: 0,
-            sense: vec![],
-            data: Some(Arc::from(vec![0; 512])),
-            write_transfer_len: None,
-        },
-    );
+    i.read_done(1);
     let r = i.recv();
     assert!(matches!(r[0].bhs, Bhs::DataIn(_)));
     let Bhs::LogoutResponse(l) = r[1].bhs else {
@@ -1142,18 +1181,7 @@ fn logout_waits_for_tasks() {
 
     let mut i = Ini::new(ConnConfig::default());
     i.login();
-    i.send(
-        Bhs::LogoutRequest(LogoutRequest {
-            immediate: true,
-            reason: 2,
-            itt: 2,
-            cid: 0,
-            cmd_sn: i.cmd_sn,
-            exp_stat_sn: 0,
-        }),
-        vec![],
-        &[],
-    );
+    i.logout(2);
     let r = i.recv();
     let Bhs::LogoutResponse(l) = r[0].bhs else {
         panic!()

@@ -305,6 +305,10 @@ pub enum Event {
     },
     /// The server answers with `complete_tmf`.
     TaskMgmt(TmfRequest),
+    /// A Logout is ready to be answered, in a session whose server holds logouts
+    /// ([`Connection::hold_logouts`](super::Connection::hold_logouts)): the response waits
+    /// for [`Connection::confirm_logout`](super::Connection::confirm_logout).
+    LogoutRequested,
     /// Logout response queued; close after output drains.
     LoggedOut,
     /// Protocol error: flush output (e.g. a Reject) then close; log the reason.

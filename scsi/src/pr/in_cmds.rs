@@ -134,6 +134,7 @@ mod tests {
                 ty: PrType::WriteExclusive,
                 holder: a,
             }),
+            spc2: None,
         }
     }
 

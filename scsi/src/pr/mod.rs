@@ -57,7 +57,7 @@ pub(crate) fn access_class(cdb: &[u8]) -> Access {
 /// PERSISTENT RESERVE IN.
 pub(crate) fn pr_in(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let g = lu.shared().lock();
-    if g.spc2.is_some() {
+    if g.pr.spc2.is_some() {
         return Ok(conflict());
     }
     let mut d = in_cmds::data(&g.pr, cdb[1] & 0x1F, lu.params().rel_port_id);
@@ -96,7 +96,7 @@ fn every_target_port(lu: &LogicalUnit, me: &PortPair) -> Vec<PortPair> {
 /// PERSISTENT RESERVE OUT.
 pub(crate) fn pr_out(lu: &LogicalUnit, cdb: &[u8], req: &Req<'_>) -> Result<Action, Sense> {
     let mut g = lu.shared().lock();
-    if g.spc2.is_some() {
+    if g.pr.spc2.is_some() {
         return Ok(conflict());
     }
     let me = req.nexus.key();

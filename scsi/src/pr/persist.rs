@@ -3,16 +3,20 @@
 //! at start-up. Decoding never panics and refuses truncated, corrupt, oversized or
 //! inconsistent input with a [`PrStateError`].
 //!
-//! Layout (big-endian), version 2 (version 1, still read, lacks the relative port ids):
+//! Layout (big-endian), version 3 (version 2, written while no SPC-2 reservation is held so
+//! that older gateways keep reading the state, lacks it; version 1, still read, lacks the
+//! relative port ids too):
 //! ```text
 //! "NTPR"  magic
-//! u16     version (1)
-//! u16     flags: bit 0 APTPL, bit 1 a reservation follows
+//! u16     version (3, or 2)
+//! u16     flags: bit 0 APTPL, bit 1 a reservation follows, bit 2 (version 3) an SPC-2
+//!         reservation's holder follows
 //! u32     PRgeneration
 //! u64     sequence number of this snapshot
 //! u32     number of registrations, then for each:
 //!           u64 reservation key, nexus
 //! [u8 type, nexus of the holder]   when flags bit 1
+//! [nexus of the SPC-2 holder]      when flags bit 2
 //! u32     CRC-32C (Castagnoli) of all preceding bytes
 //! str = u16 length + UTF-8 bytes (at most 512)
 //! nexus = str initiator port name, str target port name, u16 relative target port id
@@ -25,9 +29,12 @@ use super::state::{MAX_REGISTRATIONS, PrState, PrType, Registration, Reservation
 use crate::nexus::PortPair;
 
 const MAGIC: &[u8; 4] = b"NTPR";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
+/// What a state without an SPC-2 reservation is written as.
+const VERSION_NO_SPC2: u16 = 2;
 const FLAG_APTPL: u16 = 1;
 const FLAG_RES: u16 = 2;
+const FLAG_SPC2: u16 = 4;
 const MAX_STR: usize = 512;
 
 /// Why saved persistent reservation state was refused.
@@ -98,13 +105,21 @@ pub(super) fn put_pair(out: &mut Vec<u8>, p: &PortPair) {
 pub(crate) fn encode(s: &PrState, seq: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(32 + s.regs.len() * 80);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_be_bytes());
+    let version = if s.spc2.is_some() {
+        VERSION
+    } else {
+        VERSION_NO_SPC2
+    };
+    out.extend_from_slice(&version.to_be_bytes());
     let mut flags = 0;
     if s.aptpl {
         flags |= FLAG_APTPL;
     }
     if s.res.is_some() {
         flags |= FLAG_RES;
+    }
+    if s.spc2.is_some() {
+        flags |= FLAG_SPC2;
     }
     out.extend_from_slice(&flags.to_be_bytes());
     out.extend_from_slice(&s.generation.to_be_bytes());
@@ -117,6 +132,9 @@ pub(crate) fn encode(s: &PrState, seq: u64) -> Vec<u8> {
     if let Some(r) = &s.res {
         out.push(r.ty.code());
         put_pair(&mut out, &r.holder);
+    }
+    if let Some(p) = &s.spc2 {
+        put_pair(&mut out, p);
     }
     let crc = crc32c(&out);
     out.extend_from_slice(&crc.to_be_bytes());
@@ -194,7 +212,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
         return Err(PrStateError::Truncated);
     }
     let version = u16::from_be_bytes([b[4], b[5]]);
-    if version != VERSION && version != 1 {
+    if !(1..=VERSION).contains(&version) {
         return Err(PrStateError::UnsupportedVersion(version));
     }
     let body_len = b.len().checked_sub(4).ok_or(PrStateError::Truncated)?;
@@ -213,7 +231,12 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
         version,
     };
     let flags = r.u16()?;
-    if flags & !(FLAG_APTPL | FLAG_RES) != 0 {
+    let known = if version >= 3 {
+        FLAG_APTPL | FLAG_RES | FLAG_SPC2
+    } else {
+        FLAG_APTPL | FLAG_RES
+    };
+    if flags & !known != 0 {
         return Err(PrStateError::Invalid("flags"));
     }
     let generation = r.u32()?;
@@ -245,6 +268,17 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
     } else {
         None
     };
+    let spc2 = if flags & FLAG_SPC2 != 0 {
+        // SPC-4 5.9.3: RESERVE conflicts while any registration exists
+        if !regs.is_empty() {
+            return Err(PrStateError::Invalid(
+                "SPC-2 reservation beside registrations",
+            ));
+        }
+        Some(r.pair()?)
+    } else {
+        None
+    };
     if r.at != body.len() {
         return Err(PrStateError::Invalid("length"));
     }
@@ -254,6 +288,7 @@ pub(crate) fn decode(b: &[u8]) -> Result<(PrState, u64), PrStateError> {
             aptpl: flags & FLAG_APTPL != 0,
             regs,
             res,
+            spc2,
         },
         seq,
     ))
@@ -289,6 +324,19 @@ mod tests {
                 ty: PrType::ExclusiveAccessRegistrantsOnly,
                 holder: pp("iqn.b,i,0x000000000002"),
             }),
+            spc2: None,
+        }
+    }
+
+    fn spc2_held() -> PrState {
+        PrState {
+            generation: 3,
+            spc2: Some(PortPair {
+                initiator: "iqn.c,i,0x000000000003".into(),
+                target: "iqn.t,t,0x0002".into(),
+                rel_port: 2,
+            }),
+            ..PrState::default()
         }
     }
 
@@ -304,19 +352,50 @@ mod tests {
         assert_eq!(decode(&b), Ok((s, 42)));
         let empty = PrState::default();
         assert_eq!(decode(&encode(&empty, 1)), Ok((empty, 1)));
+        let held = spc2_held();
+        let b = encode(&held, 9);
+        assert_eq!(u16::from_be_bytes([b[4], b[5]]), 3);
+        assert_eq!(decode(&b), Ok((held, 9)));
+    }
+
+    #[test]
+    fn version_2_is_written_while_no_spc2_reservation_is_held() {
+        let b = encode(&sample(), 4);
+        assert_eq!(u16::from_be_bytes([b[4], b[5]]), 2);
+    }
+
+    #[test]
+    fn spc2_flag_refused_in_version_2_and_beside_registrations() {
+        let mut b = encode(&sample(), 1);
+        // version 2 with the SPC-2 flag set (and the CRC made right)
+        b[7] |= 4;
+        let n = b.len() - 4;
+        let crc = crc32c(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(decode(&b), Err(PrStateError::Invalid("flags")));
+        let mut both = sample();
+        both.spc2 = spc2_held().spc2;
+        assert_eq!(
+            decode(&encode(&both, 1)),
+            Err(PrStateError::Invalid(
+                "SPC-2 reservation beside registrations"
+            ))
+        );
     }
 
     #[test]
     fn corrupt_and_truncated_rejected() {
+        for b in [encode(&sample(), 1), encode(&spc2_held(), 2)] {
+            for n in 0..b.len() {
+                assert!(decode(&b[..n]).is_err(), "prefix {n}");
+            }
+            for i in 0..b.len() {
+                let mut c = b.clone();
+                c[i] ^= 0x10;
+                assert!(decode(&c).is_err(), "flip at {i}");
+            }
+        }
         let b = encode(&sample(), 1);
-        for n in 0..b.len() {
-            assert!(decode(&b[..n]).is_err(), "prefix {n}");
-        }
-        for i in 0..b.len() {
-            let mut c = b.clone();
-            c[i] ^= 0x10;
-            assert!(decode(&c).is_err(), "flip at {i}");
-        }
         assert_eq!(decode(b"XXXX0000"), Err(PrStateError::BadMagic));
         let mut v = b.clone();
         v[5] = 9;

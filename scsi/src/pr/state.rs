@@ -119,6 +119,10 @@ pub(crate) struct PrState {
     /// Registrations in the order they were made.
     pub regs: Vec<Registration>,
     pub res: Option<Reservation>,
+    /// The I_T nexus holding the SPC-2 (RESERVE / RELEASE) reservation. Not a persistent
+    /// reservation: kept here so that the gateways sharing a logical unit share it too,
+    /// never restored from an APTPL file.
+    pub spc2: Option<PortPair>,
 }
 
 impl PrState {

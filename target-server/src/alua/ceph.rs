@@ -11,7 +11,7 @@ use std::time::Instant;
 use cache::BlockCache;
 
 use super::local::set_local_state;
-use super::machine::{Action, Event, Holder, LocalState, LockOwners, Machine, POLL};
+use super::machine::{Action, Event, Holder, LocalState, LockOwners, Machine, MoveCause, POLL};
 use super::record::{self, Record};
 use super::shared::RbdOwnership;
 use crate::registry::{Lun, Target};
@@ -94,8 +94,8 @@ fn follow(
             return;
         }
         let now = Instant::now();
-        if inbox.want {
-            m.handle_want(now);
+        if let Some(cause) = inbox.want {
+            m.handle_want(now, cause);
         }
         if o.has_waiting() {
             m.handle_stpg(now);
@@ -107,6 +107,9 @@ fn follow(
             return;
         };
         driver.run(&lun, image, &mut m);
+        if let Some(from) = driver.fenced_group.take() {
+            release_fenced_ports(&lun, from);
+        }
         link.keep(image, o);
         drop(lun);
         o.wait(m.poll_timeout().unwrap_or_else(|| Instant::now() + POLL));
@@ -142,6 +145,45 @@ impl LinkUpkeep {
 }
 
 /// The LUN `number` of `target` that `o` is the ownership of.
+/// The owner group `from` was fenced to take `lun` over: its gateway is cut off from the
+/// cluster until it restarts, so the I_T nexuses through its ports are gone, and the SPC-2
+/// reservation one of them held ends (SPC-2: the holder's nexus loss). Released in the
+/// cluster on a thread of its own (it waits for the other gateways' answers).
+fn release_fenced_ports(lun: &Arc<Lun>, from: u16) {
+    if lun.shared_pr.is_none() {
+        return;
+    }
+    let ports: Vec<u16> = lun
+        .scsi
+        .port_groups()
+        .iter()
+        .filter(|g| g.id == from)
+        .flat_map(|g| g.rel_ports.iter().copied())
+        .filter(|&p| p != 0)
+        .collect();
+    if ports.is_empty() {
+        return;
+    }
+    let (lun, number) = (Arc::clone(lun), lun.number);
+    let spawned = std::thread::Builder::new()
+        .name(format!("spc2-{number}"))
+        .spawn(move || {
+            for p in ports {
+                crate::backend::pr_cluster::release_spc2(
+                    &lun,
+                    scsi::Spc2Holder::ThroughPort(p),
+                    &[],
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(
+            lun = number,
+            "cannot release the fenced gateway's SPC-2 reservation: {e}"
+        );
+    }
+}
+
 fn current(target: &Weak<Target>, number: u64, o: &Arc<RbdOwnership>) -> Option<Arc<Lun>> {
     let lun = target.upgrade()?.lun_set().map.get(&number).cloned()?;
     let same = lun
@@ -159,6 +201,9 @@ struct Driver<'a> {
     owners: Vec<String>,
     /// Why the lock was lost or could not be taken (for the logs).
     trouble: String,
+    /// The group whose gateway a takeover just fenced (its SPC-2 reservation is
+    /// released once this turn is done).
+    fenced_group: Option<u16>,
 }
 
 impl<'a> Driver<'a> {
@@ -168,6 +213,7 @@ impl<'a> Driver<'a> {
             cache,
             owners: Vec::new(),
             trouble: String::new(),
+            fenced_group: None,
         }
     }
 
@@ -270,7 +316,7 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn report(&self, lun: &Lun, e: Event) {
+    fn report(&mut self, lun: &Lun, e: Event) {
         use std::sync::atomic::Ordering::Relaxed;
         let t = &self.o.transitions;
         let here = self.o.alua.group;
@@ -278,14 +324,25 @@ impl<'a> Driver<'a> {
             Event::Started { owner, owns } => {
                 tracing::info!(lun = lun.number, owner, here, owns, "RBD LUN ownership");
             }
-            Event::TookOver { fenced_other, took } => {
+            Event::TookOver {
+                cause,
+                from,
+                fenced_other,
+                took,
+            } => {
                 t.takeovers.fetch_add(1, Relaxed);
+                if let Some(i) = MoveCause::ALL.iter().position(|&c| c == cause) {
+                    t.causes[i].fetch_add(1, Relaxed);
+                }
                 if fenced_other {
                     t.fenced_others.fetch_add(1, Relaxed);
+                    self.fenced_group = Some(from);
                 }
                 tracing::info!(
                     lun = lun.number,
                     here,
+                    from,
+                    cause = cause.label(),
                     fenced_other,
                     ms = took.as_millis() as u64,
                     "RBD LUN taken over"

@@ -102,9 +102,14 @@ pub struct Holder(pub u64);
 pub enum Event {
     /// A new LUN's first state: group `owner` owns it (`owns`: this gateway).
     Started { owner: u16, owns: bool },
-    /// This gateway took the LUN over (`fenced_other`: by breaking a silent owner's lock),
-    /// `took` after its request.
-    TookOver { fenced_other: bool, took: Duration },
+    /// This gateway took the LUN over from group `from` (`fenced_other`: by breaking a
+    /// silent owner's lock), `took` after its request, asked for by `cause`.
+    TookOver {
+        cause: MoveCause,
+        from: u16,
+        fenced_other: bool,
+        took: Duration,
+    },
     /// A takeover failed: the lock could not be taken.
     TakeoverFailed,
     /// This gateway handed the LUN over to group `to` on request.
@@ -141,6 +146,38 @@ pub enum Action {
     AnswerStpg { ok: bool },
     /// Count and log a transition.
     Report(Event),
+}
+
+/// What asked this gateway to take an RBD LUN over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveCause {
+    /// A command arrived through this gateway's non-owner path (a standby path, or an
+    /// active/non-optimized one whose link to the owner failed).
+    Io,
+    /// SET TARGET PORT GROUPS asked for this gateway's group.
+    Stpg,
+    /// The administrator (tgtadm `alua_owner=`).
+    Admin,
+}
+
+impl MoveCause {
+    /// Of two causes waiting at once, the one a takeover is counted for: the
+    /// administrator's and SET TARGET PORT GROUPS' over a command's.
+    fn max_priority(self, other: MoveCause) -> MoveCause {
+        if self == MoveCause::Io { other } else { self }
+    }
+
+    /// Every cause, in the metrics' order.
+    pub const ALL: [MoveCause; 3] = [MoveCause::Io, MoveCause::Stpg, MoveCause::Admin];
+
+    /// The metrics' label.
+    pub fn label(self) -> &'static str {
+        match self {
+            MoveCause::Io => "io",
+            MoveCause::Stpg => "stpg",
+            MoveCause::Admin => "admin",
+        }
+    }
 }
 
 /// How ownership moves.
@@ -197,6 +234,8 @@ struct Following {
 
 #[derive(Debug, Clone, Copy)]
 struct Requesting {
+    /// What asked for the takeover.
+    cause: MoveCause,
     /// The owner as known before the request (kept when the takeover fails).
     owner: u16,
     /// When the request was written (or the holder changed): [`HANDOFF_MAX`] runs from
@@ -214,6 +253,7 @@ struct Requesting {
 
 #[derive(Debug, Clone, Copy)]
 struct Acquiring {
+    cause: MoveCause,
     owner: u16,
     started: Instant,
     fenced_other: bool,
@@ -251,8 +291,8 @@ pub struct Machine {
     awaiting: Option<Await>,
     /// When the next round starts (or, requesting, when the lock is looked at again).
     wake_at: Option<Instant>,
-    /// A takeover is wanted (a command for the LUN arrived here).
-    want: bool,
+    /// A takeover is wanted, and what asked for it.
+    want: Option<MoveCause>,
     /// SET TARGET PORT GROUPS commands wait for a takeover.
     stpg_waiting: bool,
     last_failure: Option<Instant>,
@@ -296,7 +336,7 @@ impl Machine {
             actions: VecDeque::new(),
             awaiting: None,
             wake_at: None,
-            want: false,
+            want: None,
             stpg_waiting: false,
             last_failure: None,
         }
@@ -336,11 +376,12 @@ impl Machine {
         matches!(self.state, State::Owning(_) | State::Releasing(_))
     }
 
-    /// A command for the LUN arrived here and this gateway does not own it: take the LUN
-    /// over (the command is answered "transitioning" and retried by the initiator).
-    pub fn handle_want(&mut self, now: Instant) {
+    /// `cause` asks for the LUN here (a command arrived and this gateway does not own
+    /// the LUN: it is answered "transitioning" and retried by the initiator; or the
+    /// administrator): take it over.
+    pub fn handle_want(&mut self, now: Instant, cause: MoveCause) {
         if self.arbitration == Arbitration::Lock {
-            self.want = true;
+            self.want = Some(self.want.map_or(cause, |w| w.max_priority(cause)));
             self.wake_soon(now);
         }
     }
@@ -350,7 +391,7 @@ impl Machine {
     pub fn handle_stpg(&mut self, now: Instant) {
         if self.arbitration == Arbitration::Lock {
             self.stpg_waiting = true;
-            self.want = true;
+            self.want = Some(MoveCause::Stpg);
             self.wake_soon(now);
         }
     }
@@ -426,6 +467,8 @@ impl Machine {
                 }));
                 self.push(Action::SetLocal(LocalState::Owner));
                 self.push(Action::Report(Event::TookOver {
+                    cause: a.cause,
+                    from: a.owner,
                     fenced_other: a.fenced_other,
                     took: now.saturating_duration_since(a.started),
                 }));
@@ -534,6 +577,7 @@ impl Machine {
             State::Acquiring(a) => {
                 // another requester may have been faster: look who holds the lock
                 self.state = State::Requesting(Requesting {
+                    cause: a.cause,
                     owner: a.owner,
                     started: a.started,
                     asked: now,
@@ -585,9 +629,13 @@ impl Machine {
         match self.state {
             State::Requesting(_) => self.ask(Action::ReadLockOwners, Await::LockOwners),
             State::Following(f) => {
-                let want = std::mem::take(&mut self.want) || self.stpg_waiting;
-                if want && self.may_try(now) {
+                let want = self
+                    .want
+                    .take()
+                    .or(self.stpg_waiting.then_some(MoveCause::Stpg));
+                if let Some(cause) = want.filter(|_| self.may_try(now)) {
                     self.state = State::Requesting(Requesting {
+                        cause,
                         owner: f.owner,
                         started: now,
                         asked: now,
@@ -600,7 +648,7 @@ impl Machine {
                         Await::WriteBack,
                     );
                 } else {
-                    if want {
+                    if want.is_some() {
                         // the last takeover failed a moment ago
                         self.answer_stpg(false);
                     }
@@ -608,12 +656,12 @@ impl Machine {
                 }
             }
             State::Owning(_) => {
-                self.want = false;
+                self.want = None;
                 self.answer_stpg(true);
                 self.ask(Action::CheckLock, Await::LockCheck);
             }
             State::Fenced(_) => {
-                self.want = false;
+                self.want = None;
                 self.answer_stpg(false);
                 self.end_round(now);
             }
@@ -647,6 +695,7 @@ impl Machine {
 
     fn acquire(&mut self, r: Requesting, fenced_other: bool) {
         self.state = State::Acquiring(Acquiring {
+            cause: r.cause,
             owner: r.owner,
             started: r.started,
             fenced_other,
@@ -713,7 +762,7 @@ impl Machine {
     /// wanted.
     fn end_round(&mut self, now: Instant) {
         self.wake_at = match self.arbitration {
-            Arbitration::Lock if self.want => Some(now),
+            Arbitration::Lock if self.want.is_some() => Some(now),
             Arbitration::Lock => Some(now + POLL),
             Arbitration::Admin => None,
         };

@@ -32,6 +32,7 @@ use cache::BlockCache;
 use scsi::AccessState;
 
 pub(crate) use ceph::for_lun as rbd_ownership_for;
+pub use machine::MoveCause;
 
 /// Starts what follows the other gateways for `targets`' RBD LUNs exported by several: the
 /// ownership threads (once the block cache exists) and the shared reservations' watches.
@@ -113,7 +114,7 @@ pub fn set_owner(
     match &lun.rbd_ownership {
         Some(_) if owner != alua.group => Err(OwnerError::TakenNotGiven(owner)),
         Some(o) => {
-            o.want_ownership();
+            o.want_ownership(MoveCause::Admin);
             Ok(!o.owns())
         }
         None => Ok(file::set_owner(lun, alua, owner, cache.map(|c| &**c))?),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::machine::Machine;
+use super::machine::{Machine, MoveCause};
 use crate::backend::reply::Replier;
 
 /// Whether a LUN's commands use the block cache now: its cache is configured and this
@@ -43,6 +43,8 @@ pub struct Transitions {
     pub releases: AtomicU64,
     /// This gateway's lock was broken by another one.
     pub fenced: AtomicU64,
+    /// Takeovers by what asked for them, in [`MoveCause::ALL`]'s order.
+    pub causes: [AtomicU64; 3],
 }
 
 /// This gateway's part in the LUN's ownership, as published for the event threads.
@@ -78,8 +80,9 @@ impl Published {
 /// Inputs for the ownership thread.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Inbox {
-    /// A command for the LUN arrived here and this gateway does not own it.
-    pub want: bool,
+    /// This gateway is asked to take the LUN over (a command arrived here and it does not
+    /// own the LUN, the administrator, SET TARGET PORT GROUPS), by what.
+    pub want: Option<MoveCause>,
     /// The LUN is going away: end the thread.
     pub stop: bool,
 }
@@ -168,10 +171,13 @@ impl RbdOwnership {
         }
     }
 
-    /// A command for the LUN arrived here and this gateway does not own it: start a
-    /// takeover (the command is answered "transitioning" and retried by the initiator).
-    pub fn want_ownership(&self) {
-        lock(&self.inbox).want = true;
+    /// `cause` asks for the LUN here: start a takeover (a command is answered
+    /// "transitioning" and retried by the initiator).
+    pub fn want_ownership(&self, cause: MoveCause) {
+        let mut g = lock(&self.inbox);
+        // the first cause waiting is the one counted
+        g.want = g.want.or(Some(cause));
+        drop(g);
         self.wake.notify_all();
     }
 
@@ -179,7 +185,7 @@ impl RbdOwnership {
     /// `reply`.
     pub fn take_over_for(&self, reply: Replier) {
         lock(&self.waiting).push(reply);
-        self.want_ownership();
+        self.want_ownership(MoveCause::Stpg);
     }
 
     /// Ends the ownership thread (the LUN is going away).
@@ -197,7 +203,7 @@ impl RbdOwnership {
     pub(super) fn take_inbox(&self) -> Inbox {
         let mut g = lock(&self.inbox);
         let now = *g;
-        g.want = false;
+        g.want = None;
         now
     }
 
@@ -207,7 +213,7 @@ impl RbdOwnership {
         let left = deadline.saturating_duration_since(Instant::now());
         let _ = self
             .wake
-            .wait_timeout_while(g, left, |i| !i.want && !i.stop)
+            .wait_timeout_while(g, left, |i| i.want.is_none() && !i.stop)
             .unwrap_or_else(|p| p.into_inner());
     }
 

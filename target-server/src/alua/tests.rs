@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::machine::{
-    ACK_WAIT, Action, Event, HANDOFF_MAX, Holder, LocalState, LockOwners, MIN_HOLD, Machine, POLL,
-    RETRY_AFTER,
+    ACK_WAIT, Action, Event, HANDOFF_MAX, Holder, LocalState, LockOwners, MIN_HOLD, Machine,
+    MoveCause, POLL, RETRY_AFTER,
 };
 use super::record::Record;
 
@@ -415,7 +415,7 @@ impl Sim {
 
     fn io(&mut self, i: usize) {
         let now = self.at(self.now);
-        self.gws[i].m.handle_want(now);
+        self.gws[i].m.handle_want(now, MoveCause::Io);
     }
 
     /// A write through gateway `i` (its owner state allowing): cached when it caches,
@@ -802,6 +802,8 @@ fn a_takeovers_last_record_write_keeps_anothers_request() {
     assert!(matches!(
         m.poll_action(t),
         Some(Action::Report(Event::TookOver {
+            cause: MoveCause::Stpg,
+            from: 1,
             fenced_other: false,
             ..
         }))
@@ -827,9 +829,8 @@ fn the_record_race_in_the_cluster_leaves_the_late_asker_its_turn() {
     }
 }
 
-#[test]
-fn stpg_is_answered_when_the_takeover_ends_and_failed_when_it_fails() {
-    let t = Instant::now();
+/// Gateway 2 of two, following group 1, which the record names the owner, at `t`.
+fn following_group_1(t: Instant) -> Machine {
     let mut m = Machine::arbitrated(2, &[1], 1);
     m.poll_action(t);
     m.handle_record(
@@ -840,6 +841,13 @@ fn stpg_is_answered_when_the_takeover_ends_and_failed_when_it_fails() {
         },
     );
     while m.poll_action(t).is_some() {}
+    m
+}
+
+#[test]
+fn stpg_is_answered_when_the_takeover_ends_and_failed_when_it_fails() {
+    let t = Instant::now();
+    let mut m = following_group_1(t);
     m.handle_stpg(t);
     let mut answers = Vec::new();
     let drive = |m: &mut Machine, now: Instant, acquire: bool, answers: &mut Vec<bool>| {
@@ -870,6 +878,38 @@ fn stpg_is_answered_when_the_takeover_ends_and_failed_when_it_fails() {
     drive(&mut m, later, true, &mut answers);
     assert_eq!(answers, vec![false, false, true]);
     assert!(m.owns());
+}
+
+/// A takeover reports what asked for it; the administrator's request counts over a
+/// command's that waited with it.
+#[test]
+fn a_takeover_says_what_asked_for_it() {
+    for (asks, counted) in [
+        (vec![MoveCause::Io], MoveCause::Io),
+        (vec![MoveCause::Admin], MoveCause::Admin),
+        (vec![MoveCause::Io, MoveCause::Admin], MoveCause::Admin),
+        (vec![MoveCause::Admin, MoveCause::Io], MoveCause::Admin),
+    ] {
+        let t = Instant::now();
+        let mut m = following_group_1(t);
+        for c in &asks {
+            m.handle_want(t, *c);
+        }
+        let mut took = None;
+        for _ in 0..32 {
+            let Some(a) = m.poll_action(t) else { break };
+            match a {
+                Action::SetLocal(LocalState::Transitioning) => m.handle_write_back(t, true),
+                Action::ReadRecord => m.handle_record(t, Record::default()),
+                Action::ReadLockOwners => m.handle_lock_owners(t, LockOwners::Free),
+                Action::AcquireLock => m.handle_lock_acquired(t, true),
+                Action::Report(Event::TookOver { cause, from, .. }) => took = Some((cause, from)),
+                _ => {}
+            }
+        }
+        assert_eq!(took, Some((counted, 1)), "{asks:?}");
+        assert_eq!(counted.label(), ["io", "stpg", "admin"][counted as usize]);
+    }
 }
 
 #[test]
@@ -914,7 +954,7 @@ fn an_administered_lun_moves_with_its_blocks_written_back() {
     assert!(m.owns());
     // STPG and I/O mean nothing to an administered LUN
     m.handle_stpg(t);
-    m.handle_want(t);
+    m.handle_want(t, MoveCause::Io);
     assert_eq!(m.poll_action(t + ms(10_000)), None);
 }
 

@@ -11,6 +11,11 @@
 //!   and the status is sent only once they answered — so no conflicting command is admitted
 //!   anywhere after the initiator saw GOOD. A gateway that does not answer within 10 s is
 //!   fenced first (its Ceph client blocklisted, by the address it wrote beside the state).
+//! - SPC-2 RESERVE and RELEASE go the same way (the holder is part of the state). The
+//!   releases SPC-2 makes on its own are written by [`release_spc2`]: the holder's I_T
+//!   nexus loss (a Logout is answered only after it), LOGICAL UNIT RESET and target resets
+//!   (with the reset's event for the others), and, when a gateway starts, whatever was held
+//!   through its own relative port before it stopped.
 //! - Each gateway watches the object; a watch that broke (a network cut, an OSD restart) is
 //!   made again and the object read again by the LUN's `pr-<lun>` thread. Until then the
 //!   copy may be stale, and the LUN admits no command a reservation could refuse (NOT
@@ -49,11 +54,30 @@ pub(crate) fn set_task_control(t: Arc<dyn TaskControl + Send + Sync>) {
 
 /// Before the LUN serves: its logical unit takes the cluster's state (the object is made
 /// from the local state when no gateway made it yet) and reports every change from now on.
-pub(crate) fn init(lu: &scsi::LogicalUnit, image: &rbd::Image, sp: &SharedPr) -> io::Result<()> {
+pub(crate) fn init(
+    lu: &scsi::LogicalUnit,
+    number: u64,
+    image: &rbd::Image,
+    sp: &SharedPr,
+) -> io::Result<()> {
     lu.set_shared_pr(true);
     let local = lu.pr_state_bytes().bytes;
     if !image.object_replace_if(&sp.object, rbd::Expect::Absent, &local)? {
         load(lu, image, sp, true)?;
+    }
+    // an SPC-2 reservation held through this gateway's port before it stopped: that I_T
+    // nexus is gone (the others are told once they watch; none of this gateway's own
+    // nexuses exists yet)
+    let port = lu.params().rel_port_id;
+    if port != 0 {
+        release_in(
+            lu,
+            number,
+            image,
+            sp,
+            scsi::Spc2Holder::ThroughPort(port),
+            &[],
+        );
     }
     tracing::info!(object = %sp.object, "persistent reservations shared through the cluster");
     Ok(())
@@ -241,6 +265,11 @@ fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload:
             "reservation state from another gateway refused: {e}"
         );
     }
+    if events.is_empty() {
+        // a change with no effect on other nexuses (RESERVE, RELEASE, an SPC-2 release)
+        sp.stats.taken.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     match lun.scsi.apply_peer_pr_events(events) {
         Ok(applied) => {
             let tasks = TASKS.get();
@@ -272,29 +301,106 @@ fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload:
 }
 
 /// Task management reset `luns` through this gateway (`target`: a target reset, else
-/// LOGICAL UNIT RESET): the other gateways of each shared LUN are told and reset their
-/// copies (unit attentions for their nexuses, their tasks of it ended) before this returns,
-/// or the notify timeout passed (a silent gateway is logged, not fenced: no reservation
-/// changed). Blocking: run on an I/O worker, before the task management response.
+/// LOGICAL UNIT RESET): the reset releases the SPC-2 reservation in the cluster's state
+/// too, and the other gateways of each shared LUN are told and reset their copies (unit
+/// attentions for their nexuses, their tasks of it ended) before this returns, or the
+/// notify timeout passed (a silent gateway is logged, not fenced: what a reset changes
+/// only lets more through). Blocking: run on an I/O worker, before the task management
+/// response.
 pub(crate) fn spread_reset(luns: &[Arc<Lun>], target: bool) {
     let event = scsi::LogicalUnit::peer_reset_event(target);
     for lun in luns {
-        let (Some(sp), Some(image)) = (&lun.shared_pr, lun.store.rbd_image()) else {
-            continue;
-        };
-        let note = payload(sp.me, &lun.scsi.pr_state_bytes().bytes, &event);
-        match image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
-            Ok(silent) if silent.is_empty() => {}
-            Ok(silent) => tracing::warn!(
-                lun = lun.number,
-                silent = silent.len(),
-                "a gateway did not take the reset in time"
-            ),
-            Err(e) => tracing::warn!(
-                lun = lun.number,
-                "the other gateways could not be told of the reset: {e}"
-            ),
+        release_spc2(lun, scsi::Spc2Holder::Any, &event);
+    }
+}
+
+/// Releases the SPC-2 reservation of `lun` (a shared LUN) that `which` holds in the
+/// cluster's state, then tells the other gateways, with `events` for them
+/// ([`scsi::LogicalUnit::apply_peer_pr_events`]: a reset's), the new state with it. When
+/// `which` holds none, only `events` are sent (nothing when there are none). The releases
+/// SPC-2 makes outside RELEASE: its holder's I_T nexus loss (before a Logout's response),
+/// resets, a restarted gateway's nexuses. Blocking: run on an I/O worker. Failures are
+/// logged: the reservation then stays until a reset or a RELEASE.
+pub(crate) fn release_spc2(lun: &Lun, which: scsi::Spc2Holder<'_>, events: &[u8]) {
+    if let (Some(sp), Some(image)) = (&lun.shared_pr, lun.store.rbd_image()) {
+        release_in(&lun.scsi, lun.number, image, sp, which, events);
+    }
+}
+
+/// [`release_spc2`] of LUN `number`, whose logical unit is `lu`.
+fn release_in(
+    lu: &scsi::LogicalUnit,
+    number: u64,
+    image: &rbd::Image,
+    sp: &SharedPr,
+    which: scsi::Spc2Holder<'_>,
+    events: &[u8],
+) {
+    let _one = sp.local.lock().unwrap_or_else(|p| p.into_inner());
+    // the events go out even when the release could not be stored (with this gateway's
+    // copy): a reset reaches the other gateways whatever happened to the state
+    let mut note = (!events.is_empty()).then(|| payload(sp.me, &lu.pr_state_bytes().bytes, events));
+    for attempt in 0..=ATTEMPTS {
+        if attempt == ATTEMPTS {
+            tracing::error!(
+                lun = number,
+                "the reservation state kept changing: the SPC-2 release was not stored"
+            );
+            break;
         }
+        let (before, exists) = match read_state(image, &sp.object) {
+            Ok(Some(b)) => (b, true),
+            Ok(None) => (lu.pr_state_bytes().bytes, false),
+            Err(e) => {
+                tracing::error!(lun = number, "cannot read the reservation state: {e}");
+                break;
+            }
+        };
+        let req = match lu.release_spc2_in(&before, which) {
+            Ok(Some(req)) => req,
+            Ok(None) => {
+                if note.is_some() {
+                    note = Some(payload(sp.me, &before, events));
+                }
+                break;
+            }
+            Err(e) => {
+                tracing::error!(lun = number, object = %sp.object,
+                    "the reservation state in the cluster is damaged: {e}");
+                break;
+            }
+        };
+        match image.object_replace_if(&sp.object, unchanged(&before, exists), &req.bytes) {
+            Ok(true) => {
+                sp.stats.written.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(lun = number, "SPC-2 reservation released in the cluster");
+                note = Some(payload(sp.me, &req.bytes, events));
+                break;
+            }
+            Ok(false) => {
+                sp.stats.races.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let _ = lu.set_pr_state(&before);
+                tracing::error!(lun = number, "cannot store the SPC-2 release: {e}");
+                break;
+            }
+        }
+    }
+    let Some(note) = note else {
+        return;
+    };
+    match image.object_notify(&sp.object, &note, NOTIFY_TIMEOUT_MS) {
+        Ok(silent) if silent.is_empty() => {}
+        Ok(silent) => tracing::warn!(
+            lun = number,
+            silent = silent.len(),
+            "a gateway did not take the change in time"
+        ),
+        Err(e) => tracing::warn!(
+            lun = number,
+            "the other gateways could not be told of the change: {e}"
+        ),
     }
 }
 
@@ -316,7 +422,7 @@ fn parse_payload(p: &[u8]) -> Option<(u64, &[u8], &[u8])> {
     Some((from, state, events))
 }
 
-/// A PERSISTENT RESERVE OUT of a shared LUN: carried out on an I/O worker (see the
+/// A PERSISTENT RESERVE OUT, RESERVE or RELEASE of a shared LUN: carried out on an I/O worker (see the
 /// module's text); its status goes to `reply` once the cluster and the other gateways have
 /// the change.
 pub(crate) fn reserve_out(
@@ -380,15 +486,7 @@ fn run_shared(
             finish_local(lun, tid, &po.abort);
             return po.completion;
         };
-        let expect = if exists {
-            rbd::Expect::Bytes {
-                offset: 0,
-                bytes: &before,
-            }
-        } else {
-            rbd::Expect::Absent
-        };
-        match image.object_replace_if(&sp.object, expect, &req.bytes) {
+        match image.object_replace_if(&sp.object, unchanged(&before, exists), &req.bytes) {
             Ok(true) => {
                 sp.stats.written.fetch_add(1, Ordering::Relaxed);
                 finish_local(lun, tid, &po.abort);
@@ -433,6 +531,19 @@ fn run_shared(
     );
     let _ = load(&lun.scsi, image, sp, true);
     failed()
+}
+
+/// The compare part of a compare-and-write of the state object: it still holds `before`
+/// (or, when it did not `exist`, still does not).
+fn unchanged(before: &[u8], exists: bool) -> rbd::Expect<'_> {
+    if exists {
+        rbd::Expect::Bytes {
+            offset: 0,
+            bytes: before,
+        }
+    } else {
+        rbd::Expect::Absent
+    }
 }
 
 /// Gateways that did not take a reservation change within the timeout are fenced before

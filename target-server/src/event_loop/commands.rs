@@ -65,6 +65,7 @@ impl EventThread {
                 Event::Command(cmd) => slot.command(&env, cmd),
                 Event::DataFetch { itt } => slot.data_fetch(&env, itt),
                 Event::TaskMgmt(req) => slot.task_management(&env, &req),
+                Event::LogoutRequested => slot.logout_requested(&env),
                 Event::LoggedOut => {
                     tracing::info!("logout");
                     slot.finish();
@@ -123,6 +124,11 @@ impl Slot {
             } else {
                 nexus.at_relative_port(alua.relative_port)
             };
+            // a Logout is answered once the shared reservations its nexus held are
+            // released where the other gateways read them
+            if !alua.peers.is_empty() {
+                self.conn.hold_logouts(true);
+            }
             self.session = Session::Normal(NormalSession::start(t, nexus));
         }
         self.io.set_session(info.tsih);
@@ -238,6 +244,34 @@ impl Slot {
         }
         self.conn.complete_tmf(req.itt, resp);
         self.tmf_answered();
+    }
+
+    /// A Logout of a session whose target several gateways serve is ready to be answered:
+    /// the SPC-2 reservations its I_T nexus holds on shared LUNs are released in the cluster
+    /// first (on an I/O worker), so that no initiator learns of the logout while another
+    /// gateway still refuses it. Answered at once when it holds none.
+    fn logout_requested(&mut self, env: &Env<'_>) {
+        let held: Vec<_> = self.session.normal().map_or_else(Vec::new, |n| {
+            let luns = n.target.lun_set();
+            luns.map
+                .values()
+                .filter(|l| l.shared_pr.is_some() && l.scsi.spc2_held_by(&n.nexus))
+                .cloned()
+                .collect()
+        });
+        let nexus = self.session.normal().map(|n| n.nexus.clone());
+        let inbox = env.shared.inbox(env.id.thread).cloned();
+        let (Some(nexus), Some(inbox), false) = (nexus, inbox, held.is_empty()) else {
+            self.conn.confirm_logout();
+            return;
+        };
+        let conn = env.id;
+        env.storage.run(move || {
+            for lun in &held {
+                crate::backend::pr_cluster::release_spc2(lun, scsi::Spc2Holder::Nexus(&nexus), &[]);
+            }
+            inbox.send(super::Msg::LogoutDone(conn));
+        });
     }
 
     /// The protocol connection closes on an error: logged (the limits' refusals counted and

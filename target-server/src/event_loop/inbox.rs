@@ -51,6 +51,9 @@ pub enum Msg {
         itt: u32,
         resp: iscsi_proto::TmfResponse,
     },
+    /// A held Logout may be answered: the releases it needed are done
+    /// (`pr_cluster::release_spc2`).
+    LogoutDone(ConnId),
     /// Stop: close every connection and leave the loop.
     Shutdown,
 }
@@ -175,6 +178,18 @@ impl EventThread {
                     if let Some(slot) = self.slots[conn.slot].as_mut() {
                         slot.conn.complete_tmf(itt, resp);
                         slot.tmf_answered();
+                        if !touched.contains(&conn.slot) {
+                            touched.push(conn.slot);
+                        }
+                    }
+                }
+                Msg::LogoutDone(conn) => {
+                    if self.id(conn.slot) != Some(conn) {
+                        continue; // the connection is gone
+                    }
+                    self.current = Some(conn.slot);
+                    if let Some(slot) = self.slots[conn.slot].as_mut() {
+                        slot.conn.confirm_logout();
                         if !touched.contains(&conn.slot) {
                             touched.push(conn.slot);
                         }

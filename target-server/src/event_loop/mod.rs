@@ -454,7 +454,22 @@ impl EventThread {
             let _in_conn = slot.span.clone().entered();
             self.retire(slot.link);
             if let Session::Normal(n) = &slot.session {
-                n.end();
+                let released = n.end();
+                if !released.is_empty() {
+                    // I_T nexus loss of an SPC-2 holder on LUNs other gateways share: the
+                    // release goes to the cluster and to them
+                    let nexus = n.nexus.clone();
+                    let job = crate::backend::jobs::Job::Other(Box::new(move || {
+                        for lun in &released {
+                            crate::backend::pr_cluster::release_spc2(
+                                lun,
+                                scsi::Spc2Holder::Nexus(&nexus),
+                                &[],
+                            );
+                        }
+                    }));
+                    crate::backend::Workers::submit(&self.shared.workers, self.node, job);
+                }
             }
             slot.io.detach_all();
             tracing::info!(inflight = slot.inflight, "connection closed: {reason}");

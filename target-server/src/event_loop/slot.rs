@@ -89,11 +89,17 @@ impl NormalSession {
         }
     }
 
-    /// The session ends: its nexus leaves the target's logical units.
-    pub fn end(&self) {
+    /// The session ends: its nexus leaves the target's logical units. Returns the LUNs
+    /// whose reservations several gateways share on which the nexus held the SPC-2
+    /// reservation: released here, the release is still to be written to the cluster.
+    pub fn end(&self) -> Vec<Arc<crate::registry::Lun>> {
+        let mut shared = Vec::new();
         for l in self.target.lun_set().map.values() {
-            l.scsi.nexus_removed(self.nexus.id);
+            if l.scsi.nexus_removed(self.nexus.id) && l.shared_pr.is_some() {
+                shared.push(Arc::clone(l));
+            }
         }
+        shared
     }
 }
 

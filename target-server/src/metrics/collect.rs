@@ -536,6 +536,7 @@ struct LunAlua {
     alua_state: Family,
     alua_owner: Family,
     alua_moves: Family,
+    alua_causes: Family,
 }
 
 impl LunAlua {
@@ -553,6 +554,10 @@ impl LunAlua {
                 "numatgt_lun_alua_transitions_total",
                 "Ownership moves of an RBD LUN seen by this gateway: takeover (it took the LUN), fenced_other (… breaking a silent owner's lock), release (it handed the LUN over), fenced (its own lock was broken).",
             ),
+            alua_causes: Family::counter(
+                "numatgt_lun_alua_takeover_causes_total",
+                "Takeovers of an RBD LUN by this gateway, by what asked for them: io (a command through this gateway's non-owner path: a standby path, or an active/non-optimized one whose link to the owner failed), stpg (SET TARGET PORT GROUPS), admin (tgtadm alua_owner=).",
+            ),
         }
     }
 
@@ -561,6 +566,7 @@ impl LunAlua {
             alua_state,
             alua_owner,
             alua_moves,
+            alua_causes,
         } = self;
         alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
         let owner = match &lun.rbd_ownership {
@@ -584,6 +590,10 @@ impl LunAlua {
                 let v = v.load(std::sync::atomic::Ordering::Relaxed);
                 alua_moves.add(&[l[0], l[1], ("kind", kind)], v as f64);
             }
+            for (cause, v) in crate::alua::MoveCause::ALL.iter().zip(&m.causes) {
+                let v = v.load(std::sync::atomic::Ordering::Relaxed);
+                alua_causes.add(&[l[0], l[1], ("cause", cause.label())], v as f64);
+            }
         }
     }
 
@@ -591,6 +601,7 @@ impl LunAlua {
         push(out, self.alua_state);
         push(out, self.alua_owner);
         push(out, self.alua_moves);
+        push(out, self.alua_causes);
     }
 }
 
