@@ -11,7 +11,7 @@
 //! and the route makes a new link or, failing that, moves the LUN here as before.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use iscsi_proto::CommandResult;
 
+use super::frames::{Batch, FrameReader, is_timeout, read_frame};
 use super::stats::ShipStats;
 use super::wire::{self, Frame, Hello, LunRef, Shipped, TOKEN_LEN};
 use crate::backend::payload::Payload;
@@ -181,14 +182,30 @@ impl Link {
         Ok(())
     }
 
+    /// Writes the requests in the order they were queued: what is queued together goes
+    /// out in one batch.
     fn send_loop(&self, mut s: TcpStream, rx: &mpsc::Receiver<Outgoing>) {
-        while let Ok(o) = rx.recv() {
-            if let Err(e) = s.write_all(&o.head).and_then(|()| s.write_all(&o.data)) {
+        let mut batch = Batch::default();
+        while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            while let Some(o) = next {
+                batch.head(&o.head);
+                if let Err(e) = batch.data(&mut s, &o.data) {
+                    self.fail(&format!("writing to the owner: {e}"));
+                    return;
+                }
+                if let Some(p) = lock(&self.pending).get_mut(&o.id) {
+                    p.buffer = o.data;
+                }
+                next = if batch.has_room() {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            if let Err(e) = batch.flush(&mut s) {
                 self.fail(&format!("writing to the owner: {e}"));
                 return;
-            }
-            if let Some(p) = lock(&self.pending).get_mut(&o.id) {
-                p.buffer = o.data;
             }
         }
     }
@@ -271,53 +288,4 @@ impl Drop for Link {
     fn drop(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Both);
     }
-}
-
-/// Whether a read error is a read timeout (the stream is still fine).
-pub(super) fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    )
-}
-
-/// Reads frames from a stream with a read timeout: a frame cut by a timeout is kept and
-/// finished by the next call.
-#[derive(Default)]
-pub(super) struct FrameReader {
-    prefix: [u8; wire::LEN_PREFIX],
-    got_prefix: usize,
-    body: Vec<u8>,
-    got_body: usize,
-}
-
-impl FrameReader {
-    /// The next frame; a timeout error leaves what was read so far for the next call.
-    pub(super) fn next(&mut self, s: &mut impl Read) -> std::io::Result<Frame> {
-        while self.got_prefix < wire::LEN_PREFIX {
-            match s.read(&mut self.prefix[self.got_prefix..])? {
-                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                n => self.got_prefix += n,
-            }
-            if self.got_prefix == wire::LEN_PREFIX {
-                let n = wire::frame_len(self.prefix).map_err(std::io::Error::other)?;
-                self.body = vec![0; n];
-                self.got_body = 0;
-            }
-        }
-        while self.got_body < self.body.len() {
-            match s.read(&mut self.body[self.got_body..])? {
-                0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                n => self.got_body += n,
-            }
-        }
-        self.got_prefix = 0;
-        let body = std::mem::take(&mut self.body);
-        wire::decode(&body).map_err(std::io::Error::other)
-    }
-}
-
-/// Reads one frame from a blocking stream (a timeout fails it).
-pub(super) fn read_frame(s: &mut impl Read) -> std::io::Result<Frame> {
-    FrameReader::default().next(s)
 }

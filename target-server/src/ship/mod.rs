@@ -6,6 +6,7 @@
 //! owner's NUMA write-back cache stays the one copy.
 //!
 //! - `wire.rs`: the link's messages and their bytes (sans I/O);
+//! - `frames.rs`: frames on the link's stream (buffered reads, batched writes), both ends;
 //! - `link.rs`: one link to an owner (the non-owner's side);
 //! - `route.rs`: which link serves which LUN; publishing and finding link servers through
 //!   the LUN's ownership record;
@@ -16,6 +17,7 @@
 //! Imports run one way: `dispatch` names `route`, `link` and `wire`; `serve` names
 //! `dispatch`; nothing here below `serve` names it.
 
+mod frames;
 pub mod link;
 pub mod route;
 pub mod serve;

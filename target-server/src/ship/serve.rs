@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use iscsi_proto::{CommandResult, DataBuf};
 
-use super::link::{FrameReader, is_timeout};
+use super::frames::{Batch, FrameReader, is_timeout};
 use super::route::{self, Local};
 use super::stats;
 use super::wire::{self, Frame, Request, TOKEN_LEN};
@@ -169,19 +169,17 @@ fn serve_link(
     // the reader wakes every second to notice a writer that failed
     s.set_read_timeout(Some(Duration::from_secs(1)))?;
     let (tx, rx) = mpsc::channel::<(u32, CommandResult<Payload>)>();
-    let sink: Arc<dyn CompletionSink> = Arc::new(LinkSink(tx.clone()));
-    let mut out = s.try_clone()?;
-    let writer = std::thread::Builder::new()
-        .name("ship-answer".into())
-        .spawn(move || {
-            while let Ok((id, r)) = rx.recv() {
-                if let Err(e) = write_answer(&mut out, id, &r) {
-                    let _ = out.shutdown(std::net::Shutdown::Both);
-                    return Err(e);
-                }
-            }
-            Ok(())
-        })?;
+    let sink: Arc<dyn CompletionSink> = Arc::new(LinkSink(tx));
+    let out = Arc::new(Mutex::new(AnswerOut {
+        s: s.try_clone()?,
+        batch: Batch::default(),
+    }));
+    let writer = {
+        let out = Arc::clone(&out);
+        std::thread::Builder::new()
+            .name("ship-answer".into())
+            .spawn(move || write_later_answers(&rx, &out))?
+    };
     let conn = ConnId {
         thread: usize::MAX,
         slot: 0,
@@ -192,20 +190,34 @@ fn serve_link(
         if writer.is_finished() {
             break Ok(());
         }
-        match frames.next(&mut s) {
-            Ok(Frame::Request(r)) => {
-                let id = r.id;
-                if let Some(now) = run(r, shared, ReplyTo::new(Arc::clone(&sink), conn, id)) {
-                    let _ = tx.send((id, now));
-                }
-            }
+        let r = match frames.next(&mut s) {
+            Ok(Frame::Request(r)) => r,
             Ok(other) => break Err(std::io::Error::other(format!("unexpected {other:?}"))),
-            Err(e) if is_timeout(&e) => {}
+            Err(e) if is_timeout(&e) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
             Err(e) => break Err(e),
+        };
+        let id = r.id;
+        let now = run(r, shared, ReplyTo::new(Arc::clone(&sink), conn, id));
+        // an answer ready at once (a cached read) is written here, without waking the
+        // writer; gathered while more requests are already read, written before the next
+        // read may wait
+        let mut o = lock(&out);
+        let written = match &now {
+            Some(answer) => o.add(id, answer),
+            None => Ok(()),
+        };
+        let flushed = written.and_then(|()| {
+            if frames.has_frame() && o.batch.has_room() {
+                Ok(())
+            } else {
+                o.flush()
+            }
+        });
+        if let Err(e) = flushed {
+            break Err(e);
         }
     };
-    drop(tx);
     drop(sink);
     let _ = s.shutdown(std::net::Shutdown::Read);
     // the writer ends once every command of the link has answered (their sinks dropped)
@@ -215,9 +227,65 @@ fn serve_link(
     }
 }
 
-fn write_answer(s: &mut TcpStream, id: u32, r: &CommandResult<Payload>) -> std::io::Result<()> {
+/// The link's answers on their way out: the stream and what is gathered for it.
+struct AnswerOut {
+    s: TcpStream,
+    batch: Batch,
+}
+
+impl AnswerOut {
+    fn add(&mut self, id: u32, r: &CommandResult<Payload>) -> std::io::Result<()> {
+        write_answer(&mut self.s, &mut self.batch, id, r)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.batch.flush(&mut self.s)
+    }
+}
+
+fn lock(m: &Mutex<AnswerOut>) -> std::sync::MutexGuard<'_, AnswerOut> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The `ship-answer` thread: the answers that come later (from the I/O workers), what is
+/// ready together in one batch; ends once every command of the link has answered.
+fn write_later_answers(
+    rx: &mpsc::Receiver<(u32, CommandResult<Payload>)>,
+    out: &Mutex<AnswerOut>,
+) -> std::io::Result<()> {
+    while let Ok(first) = rx.recv() {
+        let mut o = lock(out);
+        let mut next = Some(first);
+        let mut written = Ok(());
+        while let Some((id, r)) = next {
+            written = o.add(id, &r);
+            if written.is_err() {
+                break;
+            }
+            next = if o.batch.has_room() {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if let Err(e) = written.and_then(|()| o.flush()) {
+            let _ = o.s.shutdown(std::net::Shutdown::Both);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Adds command `id`'s answer to `batch` (its Data-In written from where it is when large:
+/// pinned cache blocks).
+fn write_answer(
+    s: &mut TcpStream,
+    batch: &mut Batch,
+    id: u32,
+    r: &CommandResult<Payload>,
+) -> std::io::Result<()> {
     let len = r.data.as_ref().map_or(0, DataBuf::len);
-    s.write_all(&wire::encode_response_head(id, r.status, &r.sense, len))?;
+    batch.head(&wire::encode_response_head(id, r.status, &r.sense, len));
     if let Some(d) = &r.data {
         let mut at = 0;
         while at < len {
@@ -225,7 +293,7 @@ fn write_answer(s: &mut TcpStream, id: u32, r: &CommandResult<Payload>) -> std::
             if c.is_empty() {
                 return Err(std::io::Error::other("payload shorter than its length"));
             }
-            s.write_all(c)?;
+            batch.data(s, c)?;
             at += c.len();
         }
     }
