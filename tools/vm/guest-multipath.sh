@@ -65,7 +65,7 @@
 #                            gateway 1 and either comes back (a round trip, counted) or
 #                            stays (a failback, reported); it must settle within 30 s on
 #                            one owner, the other standby, with the matching map
-# Prints VM_MPATH_OK mode=ship backend=rbd ship=sent:N,served:N,verified for the ship mode;
+# Prints VM_MPATH_OK mode=ship backend=rbd ship=sent:N,served:N,verified,pr=register,reserve,conflict,clear for the ship mode;
 # otherwise VM_MPATH_OK mode=M backend=B [pr_shared=...] [lba_status=rbd_diff(...)] stall=S files_before=N
 # files_after=M verified=V fsck=clean on success, VM_MPATH_FAIL: <why> otherwise.
 # word splitting of $(pg_summary) into "set --" is intended

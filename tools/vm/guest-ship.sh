@@ -9,6 +9,11 @@
 #   - gateway 2's metrics count shipped commands, gateway 1's the same number served; no
 #     takeover on either, gateway 1 still owns the LUN (active/optimized);
 #   - both paths of the map active and ready, none failed.
+#   - persistent reservations over the round-robin map (guest-pr-shared.sh's helpers): each
+#     path registers the host's key (as mpathpersist does), gateway 1's reserves Write
+#     Exclusive – Registrants Only before the writes above, which go on through both
+#     paths under it; then gateway 2's nexus leaves (REGISTER with key 0) and a WRITE
+#     through its path ends in RESERVATION CONFLICT; CLEAR through gateway 1.
 # Sets SHIP_RESULT (a summary for the result line).
 SHIP_RESULT=
 
@@ -19,8 +24,14 @@ ship_metric() { # GROUP KIND
 }
 
 ship_check() { # DEV1 DEV2 (gateway 1's and gateway 2's path)
-  local d1=$1 d2=$2 src=/tmp/ship.src sum got d sent served lost paths
+  local d1=$1 d2=$2 src=/tmp/ship.src sum got d sent served lost paths r s
   head -c $((32 << 20)) /dev/urandom > "$src" || fail "ship: random data"
+  pr_out "REGISTER key 0xabab" "$d1" --register --param-sark=0xabab
+  pr_out "REGISTER key 0xabab" "$d2" --register --param-sark=0xabab
+  pr_out "RESERVE (Write Exclusive - Registrants Only)" "$d1" --reserve --param-rk=0xabab --prout-type=5
+  r=$(pr_reservation "$d2")
+  case "$r" in "0xabab Write Exclusive, registrants only"*) ;; *) fail "ship: gateway 2 reports reservation '$r'" ;; esac
+  step "ship: both paths registered 0xabab, gateway 1's reserved ($r)"
   sum=$(sha256sum < "$src" | cut -d' ' -f1)
   timeout 120 dd if="$src" of="/dev/mapper/$MAP" bs=64k oflag=direct status=none \
     || fail "ship: dd to /dev/mapper/$MAP"
@@ -44,5 +55,11 @@ ship_check() { # DEV1 DEV2 (gateway 1's and gateway 2's path)
   paths=$(multipath -ll "$MAP" | grep -c 'active ready running')
   multipath -ll "$MAP" | grep -q 'failed' && fail "ship: a path failed: $(multipath -ll "$MAP")"
   [ "$paths" = 2 ] || fail "ship: want 2 active ready paths, got $paths"
-  SHIP_RESULT="ship=sent:$sent,served:$served,verified"
+  pr_out "REGISTER key 0 (leave)" "$d2" --register --param-rk=0xabab --param-sark=0
+  s=$(pr_write_status "$d2")
+  case "$s" in *[Cc]onflict*) ;; *) fail "ship: WRITE through gateway 2, no longer registered: status '$s'" ;; esac
+  pr_out "CLEAR" "$d1" --clear --param-rk=0xabab
+  [ "$(pr_keys "$d2") $(pr_reservation "$d2")" = "none none" ] || fail "ship: keys or a reservation left after CLEAR"
+  step "ship: under the reservation the writes went through both paths; gateway 2's nexus unregistered, a WRITE through it: $s; CLEAR"
+  SHIP_RESULT="ship=sent:$sent,served:$served,verified,pr=register,reserve,conflict,clear"
 }
