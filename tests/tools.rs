@@ -171,3 +171,27 @@ pub fn iscsi_ls_size(block_size: u64, num_blocks: u64) -> String {
     }
     format!("{size}{}", SUFFIX[i])
 }
+
+/// Builds the preload fault shim (tests/fixtures/faultshim.c) into `dir` with cc and
+/// returns the library's path (for `LD_PRELOAD`; numatgtd must run `--io-engine threads`,
+/// whose I/O goes through the C library).
+pub fn fault_shim(dir: &std::path::Path) -> String {
+    let src = crate::workspace_root().join("tests/fixtures/faultshim.c");
+    let so = dir.join("faultshim.so");
+    require_tool("cc");
+    run(
+        60,
+        "cc",
+        [
+            "-shared".to_string(),
+            "-fPIC".into(),
+            "-O2".into(),
+            "-o".into(),
+            so.display().to_string(),
+            src.display().to_string(),
+            "-ldl".into(),
+        ],
+    )
+    .check("build the fault shim");
+    so.display().to_string()
+}

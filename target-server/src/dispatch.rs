@@ -13,7 +13,7 @@ use scsi::{Action, CmdCtx};
 
 use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
-use crate::backend::reply::{Answer, ReplyTo, TaskControl, completed};
+use crate::backend::reply::{Answer, ReplyTo, TaskControl, TasksEnded, completed};
 use crate::backend::{StorageCtx, pr, pr_cluster, sanitize, selftest, storage, thin, xcopy};
 use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
@@ -390,13 +390,14 @@ fn stamped(answer: Answer, stamp: Option<u32>) -> Answer {
 /// out the logical units' side — the reset (reservations released,
 /// unit attentions for every I_T nexus: SAM-5 6.3.3, 6.4) and the end of other sessions'
 /// tasks through `tasks` (never those of connection `issuer`, whose own tasks its
-/// transport ends). Returns the plan: its verdict is the response, its `close_connections`
+/// transport ends; `ended` counts those whose work still runs until it has ended). Returns the plan: its verdict is the response, its `close_connections`
 /// asks the transport to drop the target's connections after answering.
 pub fn task_management(
     req: &iscsi_proto::TmfRequest,
     target: Option<&Target>,
     tasks: &dyn TaskControl,
     issuer: ConnId,
+    ended: Option<&Arc<TasksEnded>>,
 ) -> TmfPlan {
     let function = task_function(req.function);
     let Some(target) = target else {
@@ -428,7 +429,7 @@ pub fn task_management(
         TaskScope::Nothing | TaskScope::OneTask | TaskScope::OwnOnLun => None,
     };
     if let Some(lun) = lun {
-        tasks.abort_tasks(target.tid, lun, None, Some(issuer));
+        tasks.abort_tasks(target.tid, lun, None, Some(issuer), ended.cloned());
     }
     plan
 }

@@ -26,24 +26,7 @@ const UNRECOVERED_READ: (u8, u8, u8) = (0x03, 0x11, 0x00);
 const WRITE_ERROR: (u8, u8, u8) = (0x03, 0x0c, 0x00);
 
 fn shim(dir: &Path) -> String {
-    let src = tests::workspace_root().join("tests/fixtures/faultshim.c");
-    let so = dir.join("faultshim.so");
-    tools::require_tool("cc");
-    tools::run(
-        60,
-        "cc",
-        [
-            "-shared".to_string(),
-            "-fPIC".into(),
-            "-O2".into(),
-            "-o".into(),
-            so.display().to_string(),
-            src.display().to_string(),
-            "-ldl".into(),
-        ],
-    )
-    .check("build the fault shim");
-    so.display().to_string()
+    tools::fault_shim(dir)
 }
 
 /// The bytes a LUN file starts with: byte i of sector k is `k as u8 ^ 0x5a`.

@@ -577,8 +577,10 @@ impl<B: DataBuf> Connection<B> {
     /// RESET, CLEAR TASK SET, TARGET RESET) or by a PREEMPT AND ABORT: the tasks on `lun`
     /// (all LUNs with `None`) end without status (SAM-5, TAS = 0). Tasks still waiting for
     /// data or their CmdSN turn are removed now; running ones are marked so that their
-    /// completion sends nothing. Returns how many tasks were ended.
-    pub fn abort_tasks(&mut self, lun: Option<u64>) -> usize {
+    /// completion sends nothing, and their ITTs added to `running` (the server's work for
+    /// them is still going on: a task management response may wait for it). Returns how
+    /// many tasks were ended.
+    pub fn abort_tasks(&mut self, lun: Option<u64>, running: &mut Vec<u32>) -> usize {
         if !matches!(self.state, State::FullFeature(_)) {
             return 0;
         }
@@ -593,6 +595,7 @@ impl<B: DataBuf> Connection<B> {
             } else if task.aborted_by.is_none() {
                 // no task management request of this session waits for it
                 task.aborted_by = Some(RESERVED_TAG);
+                running.push(*itt);
                 marked += 1;
             }
         }

@@ -1705,8 +1705,18 @@ fn tasks_ended_by_another_nexus_send_nothing() {
     i.scsi(2, false, true, 4096, 0x2a, &[], true);
     assert_eq!(cmd_events(i.events()).len(), 1);
     let _ = i.recv(); // the write's R2T
-    assert_eq!(i.c.abort_tasks(Some(2)), 0, "other LUN untouched");
-    assert_eq!(i.c.abort_tasks(Some(1)), 2);
+    let mut running = Vec::new();
+    assert_eq!(
+        i.c.abort_tasks(Some(2), &mut running),
+        0,
+        "other LUN untouched"
+    );
+    assert_eq!(i.c.abort_tasks(Some(1), &mut running), 2);
+    assert_eq!(
+        running,
+        vec![1],
+        "the read runs in the server; the write had not started"
+    );
     assert_eq!(
         i.c.tasks_in_flight(),
         1,

@@ -26,7 +26,13 @@ pub fn reserve_out(
             "PREEMPT AND ABORT: ending the preempted I_T nexuses' tasks"
         );
         if let Some(tasks) = ctx.tasks {
-            tasks.abort_tasks(target.tid, Some(lun.number), Some(po.abort.clone()), None);
+            tasks.abort_tasks(
+                target.tid,
+                Some(lun.number),
+                Some(po.abort.clone()),
+                None,
+                None,
+            );
         }
     }
     let Some(req) = po.persist else {

@@ -279,7 +279,7 @@ fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload:
                     "reset through another gateway: unit attentions set, tasks ended"
                 );
                 if let Some(tasks) = tasks {
-                    tasks.abort_tasks(t.tid, Some(number), None, None);
+                    tasks.abort_tasks(t.tid, Some(number), None, None, None);
                 }
             } else if !applied.abort.is_empty() {
                 tracing::info!(
@@ -288,7 +288,7 @@ fn take_notification(sp: &SharedPr, target: &Weak<Target>, number: u64, payload:
                     "PREEMPT AND ABORT through another gateway: ending the preempted nexuses' tasks"
                 );
                 if let Some(tasks) = tasks {
-                    tasks.abort_tasks(t.tid, Some(number), Some(applied.abort), None);
+                    tasks.abort_tasks(t.tid, Some(number), Some(applied.abort), None, None);
                 }
             }
         }
@@ -610,7 +610,7 @@ fn finish_local(lun: &Lun, tid: u32, abort: &[scsi::NexusId]) {
         "PREEMPT AND ABORT: ending the preempted I_T nexuses' tasks"
     );
     if let Some(tasks) = TASKS.get() {
-        tasks.abort_tasks(tid, Some(lun.number), Some(abort.to_vec()), None);
+        tasks.abort_tasks(tid, Some(lun.number), Some(abort.to_vec()), None, None);
     }
 }
 

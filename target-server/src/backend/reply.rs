@@ -9,7 +9,8 @@
 //! command is ever left for the initiator to time out.
 //!
 //! Also here: [`TaskControl`], the one thing the backend asks of the transports' event
-//! threads (end other sessions' tasks), and [`completed`], the conversion of an emulated
+//! threads (end other sessions' tasks, [`TasksEnded`] counting them until their work has
+//! ended), and [`completed`], the conversion of an emulated
 //! command's `scsi::Completion` into what a connection sends.
 
 use std::sync::Arc;
@@ -39,7 +40,9 @@ pub trait CompletionSink: Send + Sync {
 /// Ends tasks of other sessions (task management from another I_T nexus, PREEMPT AND
 /// ABORT): every event thread of every transport ends the matching tasks of its sessions
 /// of target `tid` — on `lun` (every LUN with `None`), of the listed nexuses only (all with
-/// `None`), never of connection `except`. Their answers are not sent.
+/// `None`), never of connection `except`. Their answers are not sent. With `ended`, each
+/// thread counts the ended tasks whose work is still running into it and counts each
+/// down when that work ends, so that whoever holds it learns when all of them have.
 pub trait TaskControl: Sync {
     fn abort_tasks(
         &self,
@@ -47,7 +50,60 @@ pub trait TaskControl: Sync {
         lun: Option<u64>,
         nexuses: Option<Vec<scsi::NexusId>>,
         except: Option<ConnId>,
+        ended: Option<Arc<TasksEnded>>,
     );
+}
+
+/// A countdown of what a task management response waits for — the event threads that
+/// have still to look at their sessions, then the ended tasks whose work (a backend job, a
+/// command shipped to another gateway) is still running — and what to do at zero: send
+/// the response (SAM-5 7.1: a LOGICAL UNIT RESET completes once the tasks it aborted have
+/// ended, those of every I_T nexus). Counting down past zero does nothing.
+pub struct TasksEnded {
+    left: std::sync::atomic::AtomicUsize,
+    then: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl TasksEnded {
+    /// Waits for `count` things (at least one: the holder's own part), then runs `then`.
+    pub fn new(count: usize, then: impl FnOnce() + Send + 'static) -> Arc<TasksEnded> {
+        Arc::new(TasksEnded {
+            left: std::sync::atomic::AtomicUsize::new(count.max(1)),
+            then: std::sync::Mutex::new(Some(Box::new(then))),
+        })
+    }
+
+    /// `n` more to wait for (before the caller's own count down).
+    pub fn add(&self, n: usize) {
+        self.left.fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// One of them ended.
+    pub fn one_done(&self) {
+        let before = self
+            .left
+            .fetch_update(
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+                |n| n.checked_sub(1),
+            )
+            .unwrap_or(0);
+        if before == 1 {
+            self.fire();
+        }
+    }
+
+    /// What is left to wait for.
+    pub fn left(&self) -> usize {
+        self.left.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn fire(&self) {
+        let then = self.then.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = then {
+            f();
+        }
+    }
 }
 
 /// Where the answer of one command goes, before it is known whether the command completes

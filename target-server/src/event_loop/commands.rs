@@ -13,7 +13,7 @@ use super::shared::Shared;
 use super::slot::{NormalSession, Session, Slot};
 use crate::backend::StorageCtx;
 use crate::backend::landing::Landing;
-use crate::backend::reply::{Answer, CompletionSink, ReplyTo, completed};
+use crate::backend::reply::{Answer, CompletionSink, ReplyTo, TasksEnded, completed};
 use crate::conn_id::ConnId;
 use crate::dispatch;
 use crate::io_stats::{IoKind, IoTag, NO_STATS};
@@ -221,25 +221,38 @@ impl Slot {
     fn task_management(&mut self, env: &Env<'_>, req: &TmfRequest) {
         self.events.task_management(req.function.label());
         let target = self.session.normal().map(|n| &*n.target);
-        let plan = dispatch::task_management(req, target, env.shared, env.id);
+        // the response waits for the work of the tasks it ends on other connections (and
+        // for the other gateways of shared LUNs): `ended` sends it once they are done
+        let inbox = env.shared.inbox(env.id.thread).cloned();
+        let answer = Arc::new(std::sync::OnceLock::new());
+        let ended = inbox.map(|inbox| {
+            let (conn, itt, answer) = (env.id, req.itt, Arc::clone(&answer));
+            TasksEnded::new(1, move || {
+                if let Some(&resp) = answer.get() {
+                    inbox.send(super::Msg::TmfDone { conn, itt, resp });
+                }
+            })
+        });
+        let plan = dispatch::task_management(req, target, env.shared, env.id, ended.as_ref());
         let shared_resets = dispatch::shared_resets(req, target, &plan);
         if plan.close_connections {
             self.close_after_tmf();
         }
         let resp = dispatch::tmf_response(&plan);
+        let _ = answer.set(resp);
         // long server-side jobs of the ended tasks: an EXTENDED COPY stops between chunks, a
         // SANITIZE's task ends now (the operation goes on)
         let conn = &self.conn;
         crate::backend::task_watch::tasks_ended(env.id, |itt| conn.task_wanted(itt));
-        // a reset of LUNs other gateways serve too: they reset theirs before the response
-        if let Some((luns, target_reset)) = shared_resets
-            && let Some(inbox) = env.shared.inbox(env.id.thread).cloned()
-        {
-            let (conn, itt) = (env.id, req.itt);
-            env.storage.run(move || {
-                crate::backend::pr_cluster::spread_reset(&luns, target_reset);
-                inbox.send(super::Msg::TmfDone { conn, itt, resp });
-            });
+        if let Some(ended) = ended.filter(|e| e.left() > 1 || shared_resets.is_some()) {
+            match shared_resets {
+                // a reset of LUNs other gateways serve too: they reset theirs first
+                Some((luns, target_reset)) => env.storage.run(move || {
+                    crate::backend::pr_cluster::spread_reset(&luns, target_reset);
+                    ended.one_done();
+                }),
+                None => ended.one_done(),
+            }
             return;
         }
         self.conn.complete_tmf(req.itt, resp);

@@ -14,7 +14,7 @@ use mio::{Poll, Waker};
 use super::EventThread;
 use super::tokens::WAKER;
 use crate::backend::payload::Payload;
-use crate::backend::reply::CompletionSink;
+use crate::backend::reply::{CompletionSink, TasksEnded};
 use crate::conn_id::ConnId;
 use crate::io_stats::IoTag;
 use crate::transport::Accepted;
@@ -43,6 +43,9 @@ pub enum Msg {
         lun: Option<u64>,
         nexuses: Option<Vec<scsi::NexusId>>,
         except: Option<ConnId>,
+        /// Counts the ended tasks whose work still runs until it ends (and this thread,
+        /// once it has looked).
+        ended: Option<Arc<TasksEnded>>,
     },
     /// A task management response that waited for the other gateways of a shared LUN
     /// (they reset their copies first).
@@ -158,6 +161,11 @@ impl EventThread {
                     result,
                     buffer,
                 } => {
+                    if !self.awaited.is_empty()
+                        && let Some(e) = self.awaited.remove(&(conn, itt))
+                    {
+                        e.one_done();
+                    }
                     if self.id(conn.slot) != Some(conn) {
                         continue; // the connection is gone; the result is dropped
                     }
@@ -205,7 +213,9 @@ impl EventThread {
                     lun,
                     nexuses,
                     except,
+                    ended,
                 } => {
+                    let mut running = Vec::new();
                     for s in 0..self.slots.len() {
                         let id = self.id(s);
                         let Some(slot) = self.slots[s].as_mut() else {
@@ -217,7 +227,14 @@ impl EventThread {
                                     .as_ref()
                                     .is_none_or(|list| list.contains(&n.nexus.id))
                         }) && id != except;
-                        if ours && slot.conn.abort_tasks(lun) > 0 {
+                        running.clear();
+                        if ours && slot.conn.abort_tasks(lun, &mut running) > 0 {
+                            if let (Some(c), Some(e)) = (id, &ended) {
+                                e.add(running.len());
+                                for &itt in &running {
+                                    self.awaited.insert((c, itt), Arc::clone(e));
+                                }
+                            }
                             if let Some(c) = id {
                                 crate::backend::task_watch::tasks_ended(c, |itt| {
                                     slot.conn.task_wanted(itt)
@@ -228,6 +245,9 @@ impl EventThread {
                                 touched.push(s);
                             }
                         }
+                    }
+                    if let Some(e) = ended {
+                        e.one_done();
                     }
                 }
                 Msg::Shutdown => {

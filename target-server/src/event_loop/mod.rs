@@ -71,6 +71,9 @@ pub struct EventThread {
     turn_ms: u64,
     /// The same wake-up on the I/O statistics' clock (`io_stats::now_ns`).
     turn_ns: u64,
+    /// Tasks of this thread's connections ended by another connection's task management
+    /// whose work still runs: counted down in what waits for them when it ends.
+    awaited: std::collections::HashMap<(ConnId, u32), Arc<crate::backend::reply::TasksEnded>>,
 }
 
 impl EventThread {
@@ -98,6 +101,7 @@ impl EventThread {
             stopping: false,
             current: None,
             touched: Vec::new(),
+            awaited: std::collections::HashMap::new(),
             turn_ms: 0,
             turn_ns: 0,
         }

@@ -11,7 +11,7 @@ use std::time::Instant;
 use cache::{BlockCache, Router};
 
 use super::{Inbox, Msg};
-use crate::backend::reply::TaskControl;
+use crate::backend::reply::{TaskControl, TasksEnded};
 use crate::backend::workers::NodeWorkers;
 use crate::conn_id::ConnId;
 use crate::registry::{ConnControl, Registry};
@@ -121,13 +121,20 @@ impl TaskControl for Shared {
         lun: Option<u64>,
         nexuses: Option<Vec<scsi::NexusId>>,
         except: Option<ConnId>,
+        ended: Option<Arc<TasksEnded>>,
     ) {
-        for inbox in self.inboxes.get().into_iter().flatten() {
+        let inboxes: Vec<&Arc<Inbox>> = self.inboxes.get().into_iter().flatten().collect();
+        if let Some(e) = &ended {
+            // each thread counts itself down once it has looked at its sessions
+            e.add(inboxes.len());
+        }
+        for inbox in inboxes {
             inbox.send(Msg::AbortTasks {
                 tid,
                 lun,
                 nexuses: nexuses.clone(),
                 except,
+                ended: ended.clone(),
             });
         }
     }
