@@ -259,10 +259,14 @@ const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
 const RELEASE6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
 
 /// The status of `cdb` (no data) through `s`, after the unit attentions queued for it
-/// (reset, nexus loss) have been reported.
+/// (reset, nexus loss) have been reported. Waits up to 30 s, as Linux's SCSI command
+/// timeout: a change of the shared state waits for a dead gateway's watch until the notify
+/// timeout (10 s), then fences it.
 fn status_after_attentions(s: &mut ScsiSession, cdb: &[u8]) -> u8 {
     for _ in 0..4 {
-        let (st, sense, _) = s.command(cdb, &[], 0);
+        let (st, sense) = s
+            .try_command(cdb, &[], Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{cdb:02x?}: {e}"));
         if st == 2 && sense_of(&sense).is_some_and(|(key, _, _)| key == 6) {
             continue;
         }
@@ -363,12 +367,14 @@ fn spc2_reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
     assert_eq!(write_status(&mut xa).0, CONFLICT, "A enforces with B dead");
     b.respawn();
     c.set_up_gateway(&b, 2, 1, ano);
+    let t0 = Instant::now();
     assert_eq!(
-        xa.command(&RESERVE6, &[], 0).0,
+        status_after_attentions(&mut xa, &RESERVE6),
         0,
         "X after B restarted\n{}",
         b.log_tail(20)
     );
+    eprintln!("X's RESERVE after B restarted took {:?}", t0.elapsed());
     assert!(
         b.log()
             .contains("SPC-2 reservation released in the cluster")
