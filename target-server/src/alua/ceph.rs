@@ -11,7 +11,7 @@ use std::time::Instant;
 use cache::BlockCache;
 
 use super::local::set_local_state;
-use super::machine::{Action, Event, Holder, LocalState, LockOwners, Machine, MoveCause, POLL};
+use super::machine::{Action, Event, Holder, LocalState, LockOwners, Machine, POLL};
 use super::record::{self, Record};
 use super::shared::RbdOwnership;
 use crate::registry::{Lun, Target};
@@ -144,7 +144,6 @@ impl LinkUpkeep {
     }
 }
 
-/// The LUN `number` of `target` that `o` is the ownership of.
 /// The owner group `from` was fenced to take `lun` over: its gateway is cut off from the
 /// cluster until it restarts, so the I_T nexuses through its ports are gone, and the SPC-2
 /// reservation one of them held ends (SPC-2: the holder's nexus loss). Released in the
@@ -184,6 +183,7 @@ fn release_fenced_ports(lun: &Arc<Lun>, from: u16) {
     }
 }
 
+/// The LUN `number` of `target` that `o` is the ownership of.
 fn current(target: &Weak<Target>, number: u64, o: &Arc<RbdOwnership>) -> Option<Arc<Lun>> {
     let lun = target.upgrade()?.lun_set().map.get(&number).cloned()?;
     let same = lun
@@ -331,9 +331,7 @@ impl<'a> Driver<'a> {
                 took,
             } => {
                 t.takeovers.fetch_add(1, Relaxed);
-                if let Some(i) = MoveCause::ALL.iter().position(|&c| c == cause) {
-                    t.causes[i].fetch_add(1, Relaxed);
-                }
+                t.causes[cause.index()].fetch_add(1, Relaxed);
                 if fenced_other {
                     t.fenced_others.fetch_add(1, Relaxed);
                     self.fenced_group = Some(from);

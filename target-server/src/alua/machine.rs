@@ -170,6 +170,15 @@ impl MoveCause {
     /// Every cause, in the metrics' order.
     pub const ALL: [MoveCause; 3] = [MoveCause::Io, MoveCause::Stpg, MoveCause::Admin];
 
+    /// Its place in [`MoveCause::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            MoveCause::Io => 0,
+            MoveCause::Stpg => 1,
+            MoveCause::Admin => 2,
+        }
+    }
+
     /// The metrics' label.
     pub fn label(self) -> &'static str {
         match self {

@@ -908,7 +908,8 @@ fn a_takeover_says_what_asked_for_it() {
             }
         }
         assert_eq!(took, Some((counted, 1)), "{asks:?}");
-        assert_eq!(counted.label(), ["io", "stpg", "admin"][counted as usize]);
+        assert_eq!(MoveCause::ALL[counted.index()], counted);
+        assert_eq!(counted.label(), ["io", "stpg", "admin"][counted.index()]);
     }
 }
 

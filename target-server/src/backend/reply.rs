@@ -13,7 +13,8 @@
 //! ended), and [`completed`], the conversion of an emulated
 //! command's `scsi::Completion` into what a connection sends.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use iscsi_proto::CommandResult;
 
@@ -60,16 +61,16 @@ pub trait TaskControl: Sync {
 /// the response (SAM-5 7.1: a LOGICAL UNIT RESET completes once the tasks it aborted have
 /// ended, those of every I_T nexus). Counting down past zero does nothing.
 pub struct TasksEnded {
-    left: std::sync::atomic::AtomicUsize,
-    then: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    left: AtomicUsize,
+    then: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl TasksEnded {
     /// Waits for `count` things (at least one: the holder's own part), then runs `then`.
     pub fn new(count: usize, then: impl FnOnce() + Send + 'static) -> Arc<TasksEnded> {
         Arc::new(TasksEnded {
-            left: std::sync::atomic::AtomicUsize::new(count.max(1)),
-            then: std::sync::Mutex::new(Some(Box::new(then))),
+            left: AtomicUsize::new(count.max(1)),
+            then: Mutex::new(Some(Box::new(then))),
         })
     }
 
@@ -82,11 +83,7 @@ impl TasksEnded {
     pub fn one_done(&self) {
         let before = self
             .left
-            .fetch_update(
-                std::sync::atomic::Ordering::AcqRel,
-                std::sync::atomic::Ordering::Acquire,
-                |n| n.checked_sub(1),
-            )
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .unwrap_or(0);
         if before == 1 {
             self.fire();
@@ -95,7 +92,7 @@ impl TasksEnded {
 
     /// What is left to wait for.
     pub fn left(&self) -> usize {
-        self.left.load(std::sync::atomic::Ordering::Acquire)
+        self.left.load(Ordering::Acquire)
     }
 
     fn fire(&self) {

@@ -264,17 +264,15 @@ impl Slot {
     /// first (on an I/O worker), so that no initiator learns of the logout while another
     /// gateway still refuses it. Answered at once when it holds none.
     fn logout_requested(&mut self, env: &Env<'_>) {
-        let held: Vec<_> = self.session.normal().map_or_else(Vec::new, |n| {
-            let luns = n.target.lun_set();
-            luns.map
-                .values()
+        let held = self.session.normal().and_then(|n| {
+            let held: Vec<_> = (n.target.lun_set().map.values())
                 .filter(|l| l.shared_pr.is_some() && l.scsi.spc2_held_by(&n.nexus))
                 .cloned()
-                .collect()
+                .collect();
+            (!held.is_empty()).then(|| (held, n.nexus.clone()))
         });
-        let nexus = self.session.normal().map(|n| n.nexus.clone());
         let inbox = env.shared.inbox(env.id.thread).cloned();
-        let (Some(nexus), Some(inbox), false) = (nexus, inbox, held.is_empty()) else {
+        let (Some((held, nexus)), Some(inbox)) = (held, inbox) else {
             self.conn.confirm_logout();
             return;
         };

@@ -47,8 +47,9 @@ pub enum Msg {
         /// once it has looked).
         ended: Option<Arc<TasksEnded>>,
     },
-    /// A task management response that waited for the other gateways of a shared LUN
-    /// (they reset their copies first).
+    /// A task management response that waited: for the work of the tasks it ended on other
+    /// connections (`TasksEnded`), and for the other gateways of a shared LUN (they reset
+    /// their copies first).
     TmfDone {
         conn: ConnId,
         itt: u32,
