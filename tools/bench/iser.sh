@@ -31,7 +31,9 @@
 #   per PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), raw/profile-*), NET_MTU (1500: the guest's
 #   dummy netdev under soft-RoCE; RoCE's path MTU follows it, 1024 bytes at 1500 and 4096 at
 #   9000, as jumbo frames give real RoCE), BENCH_OUT (target/bench), VM_MEM (3072), VM_TIMEOUT (from
-#   the estimate). Root (9p export of /, iscsid and the targets in the guest).
+#   the estimate), PERF (0; 1: numatgtd's flat profile by thread and symbol, perf record -e task-clock
+#   over PERF_SECS (10) s of each PROFILE_POINT over iSER, raw/perf-*; numatgtd's metrics at the
+#   end go to raw/metrics-* in every run). Root (9p export of /, iscsid and the targets in the guest).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -86,13 +88,15 @@ case "$RUN_DIR" in /tmp/*) GUEST_DIR=/vmtest/out ;; esac
 cp "$BIN_SRC" "$RUN_DIR/numatgtd"
 export NUMATGTD=$GUEST_DIR/numatgtd NUMATGTD_BASE=
 if [ -n "$BASE_BIN" ]; then cp "$BASE_BIN" "$RUN_DIR/numatgtd-base"; NUMATGTD_BASE=$GUEST_DIR/numatgtd-base; fi
-export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU
+PERF=${PERF:-0} PERF_SECS=${PERF_SECS:-10}
+[[ "$PERF_SECS" =~ ^[1-9][0-9]*$ ]] || { say "PERF_SECS: a positive integer, not $PERF_SECS"; exit 1; }
+export TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU PERF PERF_SECS
 n_t=$((1 + TGTD + LIO)); [ -z "$BASE_BIN" ] || n_t=$((n_t + 1))
 n_p=0; for p in $POINTS; do n_p=$((n_p + 1)); done
 n_x=0; for x in $TRANSPORTS; do n_x=$((n_x + 1)); done
 # boot + set-up ~90 s, warm-up ~10 s per target, ~3 s of fio start-up per run under TCG,
 # strace windows ~10 s each
-EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10) + PROFILE * (n_t - LIO) * 2 * (PROFILE_SECS + 60)))
+EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t - LIO) * n_x * (STRACE_SECS + 10) + PROFILE * (n_t - LIO) * 2 * (PROFILE_SECS + 60) + PERF * 2 * (PERF_SECS + 40)))
 # 3 GiB. Debian's tgtd 1.0.85 sometimes fails an iSER connection over soft-RoCE
 # (rdma_create_qp: Invalid argument, right after its 1 GiB hugepage pool falls back to
 # valloc) and then dies of SIGSEGV in librdmacm: in 1 of 5 boots with 2-3 GiB, in each of 3
@@ -103,7 +107,7 @@ EST_S=$((90 + 10 * n_t + n_p * n_x * n_t * ROUNDS * (SECS + 3) + STRACE * (n_t -
 # tgtd is left out by default (TGTD=0): a before/after of numatgtd, LIO as the reference
 export VM_MEM=${VM_MEM:-3072}
 export VM_TIMEOUT=${VM_TIMEOUT:-$((EST_S * 2 + 300))} VM_OUT=$RUN_DIR
-export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU"
+export VM_ENV="NUMATGTD NUMATGTD_BASE TGTD LIO ROUNDS SECS POINTS TRANSPORTS LUN_MB STRACE STRACE_SECS STRACE_POINT PROFILE PROFILE_SECS PROFILE_POINTS NET_MTU PERF PERF_SECS"
 export VM_FILES=$HERE/points.sh # the points by name, /vmtest/points.sh in the guest
 
 VMPID=

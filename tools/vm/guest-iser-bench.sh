@@ -36,13 +36,17 @@
 # of a fio run, every thread's utime and stime (/proc/PID/task/*/stat) before and after
 # (raw/profile-POINT-TARGET.threads: first line "ios N", the disk's I/Os in the window, then
 # tid comm utime0 stime0 utime1 stime1 in ticks); /vmtest/out/profile.tsv: target point
-# threads_file ios. No perf: under TCG its samples land in the idle loop, and a system-wide
-# perf record slowed the 128K writes 30-fold (27 I/Os in 6 s instead of 832, 2026-11-27).
+# threads_file ios. No system-wide perf: under TCG its samples land in the idle loop, and it
+# slowed the 128K writes 30-fold (27 I/Os in 6 s instead of 832, 2026-11-27). With PERF=1,
+# afterwards: numatgtd's own flat profile (perf record -e task-clock -p PID, PERF_SECS s per
+# PROFILE_POINT, raw/perf-POINT-TARGET.txt); under TCG it often records no sample at all
+# (3 of 4 windows on 2026-11-29). numatgtd's metrics at the end: raw/metrics-TARGET.prom.
 # Everything is bounded by timeout; every process started here is stopped by PID; the
 # sessions are logged out and LIO's configuration cleared before the guest powers off.
 # Env: NUMATGTD (required), NUMATGTD_BASE, TGTD (1; 0: no tgtd), LIO (1), ROUNDS, SECS, POINTS, TRANSPORTS
 #      ("iser tcp"), LUN_MB, STRACE (0), STRACE_SECS (4), STRACE_POINT (rr4k-qd32),
-#      PROFILE (0), PROFILE_SECS (6), PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), NET_MTU (1500:
+#      PROFILE (0), PROFILE_SECS (6), PROFILE_POINTS ("sr512k-qd8 sw128k-qd8"), PERF (0),
+#      PERF_SECS (10), NET_MTU (1500:
 #      the dummy netdev's MTU; soft-RoCE's path MTU follows it: 1024 at 1500, 4096 at 9000)
 # Prints ISER_BENCH_OK at the end, ISER_BENCH_FAIL: <why> (exit 1) otherwise.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -402,6 +406,35 @@ if [ "$PROFILE" = 1 ]; then
     done
   done
 fi
+
+# ---- where numatgtd's threads spend their CPU (PERF=1): `perf record -e task-clock` on the
+# process (per-thread software clock: samples only where its threads run, which works under
+# TCG where a system-wide profile lands in the idle loop) for PERF_SECS while fio runs each
+# PROFILE_POINT over iSER; a flat profile by thread and symbol (no call graphs: the release
+# build keeps no frame pointers, and DWARF unwinding is too slow in the guest).
+if [ "${PERF:-0}" = 1 ] && command -v perf > /dev/null; then
+  for p in $PROFILE_POINTS; do
+    set -- $(point_spec "$p"); rw=$1 bs=$2 qd=$3 fflags=$(point_fio_flags "$p")
+    for t in "${TARGETS[@]}"; do
+      case "$t" in numatgtd*) ;; *) continue ;; esac
+      dev=${DEV[$t.iser]}
+      timeout -k 5 $((PERF_SECS + 90)) fio --name=pf --ioengine=libaio --direct=1 "--filename=/dev/$dev" --rw="$rw" --bs="$bs" $fflags \
+        --iodepth="$qd" --size="${LUN_MB}M" --time_based --runtime=$((PERF_SECS + 8)) --norandommap --randrepeat=0 \
+        --output-format=json --output="$OUT/raw/perf-$p-$t.json" > /dev/null 2>&1 &
+      FIOPID=$!
+      sleep 2
+      timeout -k 5 $((PERF_SECS + 120)) perf record -q -B -N -e task-clock -F 97 -p "${PID[$t]}" -o "$D/perf-$p-$t.data" -- sleep "$PERF_SECS" > /dev/null 2>&1
+      wait "$FIOPID"
+      timeout 120 perf report -i "$D/perf-$p-$t.data" --no-children --sort comm,dso,sym --stdio 2> /dev/null |
+        grep -v '^$' | head -n 80 > "$OUT/raw/perf-$p-$t.txt"
+      step "perf $t $p: $(grep -m1 -o 'Samples: [0-9]*' "$OUT/raw/perf-$p-$t.txt" 2> /dev/null || echo 'no samples')"
+    done
+  done
+fi
+# numatgtd's metrics as they are at the end (cache, iSER data paths, throttling)
+for t in "${TARGETS[@]}"; do
+  [ -n "${METRICS[$t]:-}" ] && timeout 10 curl -sf "http://${METRICS[$t]}/metrics" > "$OUT/raw/metrics-$t.prom" 2> /dev/null
+done
 
 step "stopping: logout, LIO cleared, targets by PID"
 stop_all
