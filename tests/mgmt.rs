@@ -269,6 +269,17 @@ pub fn new_open_target(d: &Daemon, tid: &str, iqn: &str) {
 }
 
 /// `tgtadm --op new --mode logicalunit --tid TID --lun LUN -b PATH EXTRA...`.
+/// Debian's `tgtadm` with `args` against `d`, which must succeed (the daemon's log tail on
+/// failure).
+pub fn tgtadm_ok(d: &Daemon, args: &[&str]) {
+    let r = d.tgtadm(args);
+    assert!(
+        r.status.success(),
+        "tgtadm {args:?} failed\n{r}\n{}",
+        d.log_tail(30)
+    );
+}
+
 pub fn new_lun(d: &Daemon, tid: &str, lun: &str, path: &Path, extra: &[&str]) -> tools::ToolRun {
     let path = path.to_string_lossy();
     let base = [

@@ -23,6 +23,8 @@
 # - ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc: the RBD backing-store tests bring up
 #   their own one-monitor, one-OSD cluster (tools/ceph/up.sh, loopback, free port, stopped by
 #   PID); no Ceph service is enabled. tgt-rbd: tgtd's bs_rbd, the reference for benchmarks.
+# - genisoimage, eject: the CD/DVD LUN tests (ISO 9660 images; the tray opened and closed in
+#   the guest)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -34,7 +36,7 @@ fi
 BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-dev busybox-static
   cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
   python3 ibverbs-providers ibverbs-utils curl ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc
-  tgt-rbd multipath-tools sg3-utils)
+  tgt-rbd multipath-tools sg3-utils genisoimage eject)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

@@ -105,23 +105,41 @@ pub enum BsType {
     Rbd,
     /// `null`: no storage (tgtd's `--bstype null`, the benchmark floor).
     Null,
+    /// `mmc`: tgt's name for a CD/DVD image file (the store of `device_type: cd`); a file
+    /// read as `rdwr` reads it.
+    Mmc,
 }
 
 impl BsType {
     /// Every type, in the order the documentation lists them.
-    pub const ALL: [BsType; 4] = [BsType::Rdwr, BsType::Aio, BsType::Rbd, BsType::Null];
+    pub const ALL: [BsType; 5] = [
+        BsType::Rdwr,
+        BsType::Aio,
+        BsType::Rbd,
+        BsType::Null,
+        BsType::Mmc,
+    ];
 
-    /// `rdwr`, `aio`, `rbd` or `null`.
+    /// `rdwr`, `aio`, `rbd`, `null` or `mmc`.
     pub fn as_str(self) -> &'static str {
         match self {
             BsType::Rdwr => "rdwr",
             BsType::Aio => "aio",
             BsType::Rbd => "rbd",
             BsType::Null => "null",
+            BsType::Mmc => "mmc",
         }
     }
 
-    /// Parses `rdwr` / `aio` / `rbd` / `null` (any case).
+    /// The backing-store template that opens this type (`mmc` is a file: `rdwr`).
+    pub fn store(self) -> &'static str {
+        match self {
+            BsType::Mmc => "rdwr",
+            t => t.as_str(),
+        }
+    }
+
+    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` (any case).
     pub fn parse(text: &str) -> Option<BsType> {
         BsType::ALL
             .into_iter()
@@ -130,7 +148,52 @@ impl BsType {
 
     /// The path is a file or block device (absolute; `size:` may create it).
     pub fn is_file(self) -> bool {
-        matches!(self, BsType::Rdwr | BsType::Aio)
+        matches!(self, BsType::Rdwr | BsType::Aio | BsType::Mmc)
+    }
+}
+
+/// tgt's `--device-type`: what kind of SCSI device a LUN is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// `disk` (default): a direct-access block device.
+    #[default]
+    Disk,
+    /// `cd`: a CD/DVD drive with a read-only DVD-ROM disc, the image file (2048-byte blocks,
+    /// removable).
+    Cd,
+}
+
+impl DeviceType {
+    /// `disk` or `cd`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceType::Disk => "disk",
+            DeviceType::Cd => "cd",
+        }
+    }
+
+    /// Parses `disk` / `cd` (any case).
+    pub fn parse(text: &str) -> Option<DeviceType> {
+        [DeviceType::Disk, DeviceType::Cd]
+            .into_iter()
+            .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+    }
+
+    /// tgt's code for it on the management wire (`--device-type`): 0 disk, 5 cd.
+    pub fn from_tgt_code(code: u32) -> Option<DeviceType> {
+        match code {
+            0 => Some(DeviceType::Disk),
+            5 => Some(DeviceType::Cd),
+            _ => None,
+        }
+    }
+
+    /// How tgtadm's `--op show` names it (`Type:`).
+    pub fn show_name(self) -> &'static str {
+        match self {
+            DeviceType::Disk => "disk",
+            DeviceType::Cd => "cd/dvd",
+        }
     }
 }
 

@@ -43,9 +43,9 @@ pub use error::ConfigError;
 pub use model::{
     AUTO_CACHE_MIN, Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, CacheSize,
     Config, DEFAULT_METRICS_ADDR, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE,
-    Digest, DirtyLimit, DiscoveryAuth, Driver, IoEngine, IscsiParams, IscsiParamsOverride,
-    LimitsSettings, LunConfig, MetricsAddress, MetricsSettings, NumaConfig, PortalConfig,
-    RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
+    DeviceType, Digest, DirtyLimit, DiscoveryAuth, Driver, IoEngine, IscsiParams,
+    IscsiParamsOverride, LimitsSettings, LunConfig, MetricsAddress, MetricsSettings, NumaConfig,
+    PortalConfig, RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};

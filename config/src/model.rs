@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 pub use crate::auth::{Account, DiscoveryAuth};
-pub use crate::kinds::{BsOflags, BsType, Driver, SenseFormat, TargetState};
+pub use crate::kinds::{BsOflags, BsType, DeviceType, Driver, SenseFormat, TargetState};
 pub use crate::net::AddressRule;
 
 /// Default portal when the file lists none: all IPv4 addresses, port 3260.
@@ -899,6 +899,9 @@ pub struct LunConfig {
     pub online: bool,
     /// tgt backing-store type (`rdwr` default, `aio`).
     pub bs_type: BsType,
+    /// tgt's device type: a disk (default) or a CD/DVD drive (`cd`: 2048-byte blocks,
+    /// removable, read-only disc).
+    pub device_type: DeviceType,
     /// tgt `bsoflags` as configured (O_DIRECT / O_SYNC).
     pub bsoflags: BsOflags,
     /// tgt `bsopts` of an `rbd` LUN (`conf=…;id=…;cluster=…` and librados settings),
@@ -938,6 +941,7 @@ impl LunConfig {
             thin_provisioning: false,
             online: true,
             bs_type: BsType::Rdwr,
+            device_type: DeviceType::Disk,
             bsoflags: BsOflags::default(),
             bsopts: None,
             lbppbe: None,

@@ -11,9 +11,9 @@ use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    BsOflags, BsType, CacheSettings, Config, Digest, DirtyLimit, DiscoveryAuth, IoEngine,
-    IscsiParams, IscsiParamsOverride, LunConfig, MetricsAddress, PortalConfig, RouterSettings,
-    SenseFormat, TargetConfig,
+    BsOflags, BsType, CacheSettings, Config, DeviceType, Digest, DirtyLimit, DiscoveryAuth,
+    IoEngine, IscsiParams, IscsiParamsOverride, LunConfig, MetricsAddress, PortalConfig,
+    RouterSettings, SenseFormat, TargetConfig,
 };
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -616,8 +616,14 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         removable: l.removable.then_some(YesNo(true)),
         thin_provisioning: l.thin_provisioning.then_some(YesNo(true)),
         online: (!l.online).then_some(YesNo(false)),
-        device_type: None,
-        bs_type: (l.bs_type != BsType::Rdwr).then(|| word(l.bs_type.as_str())),
+        device_type: (l.device_type != DeviceType::Disk).then(|| word(l.device_type.as_str())),
+        // the default is the device type's: rdwr for a disk, mmc for a cd
+        bs_type: (l.bs_type
+            != match l.device_type {
+                DeviceType::Disk => BsType::Rdwr,
+                DeviceType::Cd => BsType::Mmc,
+            })
+        .then(|| word(l.bs_type.as_str())),
         bsoflags: (l.bsoflags != BsOflags::default()).then(|| Word(l.bsoflags.as_string())),
         bsopts: l.bsopts.clone(),
         lbppbe: l.lbppbe.map(u64::from),

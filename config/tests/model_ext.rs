@@ -238,7 +238,11 @@ fn lun_attribute_rules() {
             "device_type",
             "device type \"tape\" is not supported",
         ),
-        ("device_type: cd", "device_type", "exports disks only"),
+        (
+            "device_type: changer",
+            "device_type",
+            "disks (disk) and CD/DVD images (cd)",
+        ),
         (
             "bs_type: glfs",
             "bs_type",
@@ -282,6 +286,36 @@ fn lun_attribute_rules() {
         }
     }
     err(&lun("removable: 2"), "targets[0].luns[0].removable", "1/0");
+    err(
+        &lun("device_type: cd\nblock_size: 512"),
+        "targets[0].luns[0].block_size",
+        "a cd LUN has 2048-byte blocks (got 512)",
+    );
+    err(
+        &lun("device_type: cd\nbs_type: null"),
+        "targets[0].luns[0].bs_type",
+        "a cd LUN is an image file",
+    );
+}
+
+#[test]
+fn cd_luns_are_2048_byte_image_files_of_bs_type_mmc() {
+    let c = ok(&lun("device_type: cd"));
+    let l = &c.targets[0].luns[0];
+    assert_eq!(
+        (l.device_type, l.bs_type, l.block_size),
+        (config::DeviceType::Cd, BsType::Mmc, 2048)
+    );
+    assert!(c.to_yaml().contains("device_type: cd"), "{}", c.to_yaml());
+    let c = ok(&lun("device_type: CD\nbs_type: rdwr\nblock_size: 2048"));
+    assert_eq!(c.targets[0].luns[0].bs_type, BsType::Rdwr);
+    // tgt's `--bstype mmc` on a disk: a disk on the image file
+    let c = ok(&lun("bs_type: mmc"));
+    let l = &c.targets[0].luns[0];
+    assert_eq!(
+        (l.device_type, l.block_size),
+        (config::DeviceType::Disk, 512)
+    );
 }
 
 #[test]

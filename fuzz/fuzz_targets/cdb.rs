@@ -5,8 +5,8 @@
 //! `data_out_len` and `verify_compare`.
 //!
 //! Input: byte 0 = LU shape (bit 0 4096-byte blocks, bit 1 read-only, bit 2 WCE,
-//! bits 3-5 capacity, bit 6 thin, bit 7 two ALUA groups with this one standby and explicit
-//! ALUA), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
+//! bits 3-5 capacity, bit 6 thin, bits 0 and 6 together a CD/DVD drive with 2048-byte
+//! blocks, bit 7 two ALUA groups with this one standby and explicit ALUA), then commands: CDB length (mod 33), CDB, big-endian u16 Data-Out
 //! length, Data-Out.
 //!
 //! Checks: no panic; CHECK CONDITION carries parseable sense; block actions stay within
@@ -23,7 +23,15 @@ use scsi::{
 fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
     let shape = inp.u8();
-    let block_size: u32 = if shape & 1 != 0 { 4096 } else { 512 };
+    // 4096-byte blocks and thin together: a CD/DVD drive (2048-byte blocks, MMC table)
+    let cd = shape & 0x41 == 0x41;
+    let block_size: u32 = if cd {
+        2048
+    } else if shape & 1 != 0 {
+        4096
+    } else {
+        512
+    };
     let num_blocks: u64 = match (shape >> 3) & 7 {
         0 => 2048,
         1 => 1,
@@ -49,6 +57,11 @@ fuzz_target!(|data: &[u8]| {
         target_name: "iqn.2026-11.org.numatgt:t1".into(),
         rel_port_id: 1,
         tpg: 7,
+        device_type: if cd {
+            scsi::DeviceType::Cd
+        } else {
+            scsi::DeviceType::Disk
+        },
     });
     lu.set_thin_provisioning(shape & 0x40 != 0);
     if shape & 0x80 != 0 {

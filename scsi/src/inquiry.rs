@@ -27,6 +27,9 @@ pub(crate) mod page {
     pub const PROVISIONING: u8 = 0xB2;
 }
 
+/// The VPD pages of a CD/DVD drive: identity only (no block limits or provisioning).
+const CD_PAGES: [u8; 3] = [page::SUPPORTED, page::UNIT_SERIAL, page::DEVICE_ID];
+
 const SUPPORTED_PAGES: [u8; 7] = [
     page::SUPPORTED,
     page::UNIT_SERIAL,
@@ -117,27 +120,33 @@ pub(crate) fn decode(cdb: &[u8]) -> Result<(bool, u8, usize), Sense> {
 pub(crate) fn inquiry(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
     let (evpd, code, alloc) = decode(cdb)?;
     let p = lu.params();
+    let pdt = p.device_type.pdt();
+    let disk = p.device_type == crate::DeviceType::Disk;
     let data = if !evpd {
-        let mut d = standard_data(PDT_DISK, &p.vendor_id, &p.product_id, &p.product_rev);
-        d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
-        // TPGS: 01b implicit asymmetric access, 11b implicit and explicit (alua)
-        d[5] |= if lu.explicit_alua() { 0x30 } else { 0x10 };
+        let mut d = standard_data(pdt, &p.vendor_id, &p.product_id, &p.product_rev);
+        if disk {
+            d[5] |= 0x08; // 3PC: EXTENDED COPY / RECEIVE COPY RESULTS (xcopy)
+            // TPGS: 01b implicit asymmetric access, 11b implicit and explicit (alua)
+            d[5] |= if lu.explicit_alua() { 0x30 } else { 0x10 };
+        }
         if lu.removable() {
             d[1] |= 0x80; // RMB
         }
         d
     } else {
         let body = match code {
+            page::SUPPORTED if !disk => CD_PAGES.to_vec(),
             page::SUPPORTED => SUPPORTED_PAGES.to_vec(),
             page::UNIT_SERIAL => serial_body(lu),
             page::DEVICE_ID => device_id_body(lu),
+            _ if !disk => return Err(Sense::invalid_field_in_cdb(2, Some(7))),
             crate::tpc_vpd::PAGE_CODE => crate::tpc_vpd::body(lu),
             page::BLOCK_LIMITS => block_limits_body(lu),
             page::BLOCK_CHARACTERISTICS => block_characteristics_body(lu),
             page::PROVISIONING => crate::thin::provisioning_body(lu),
             _ => return Err(Sense::invalid_field_in_cdb(2, Some(7))),
         };
-        vpd_page(PDT_DISK, code, &body)
+        vpd_page(pdt, code, &body)
     };
     Ok(Action::data(truncate(data, alloc)))
 }

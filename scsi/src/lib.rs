@@ -18,7 +18,8 @@
 //! `capacity` READ CAPACITY, `rw` READ / WRITE / WRITE AND VERIFY / VERIFY / SYNCHRONIZE
 //! CACHE, `maintenance` REPORT SUPPORTED OPERATION CODES and REPORT SUPPORTED TASK
 //! MANAGEMENT FUNCTIONS, [`report_luns`] REPORT LUNS, `request_sense` REQUEST SENSE,
-//! `unmapped` LUNs without a logical unit, `nexus` I_T nexus identity, `ua` unit attention
+//! `unmapped` LUNs without a logical unit, [`mmc`] CD/DVD drives (their device type and
+//! opcode table), `nexus` I_T nexus identity, `ua` unit attention
 //! conditions, `shared` per-LU multi-initiator state and command gate, `reserve_spc2`
 //! RESERVE / RELEASE, [`pr`] persistent reservations, [`removable`] removable medium
 //! (LOAD/EJECT, PREVENT ALLOW MEDIUM REMOVAL) and the write-protect check, [`task_mgmt`] task management plans, `diagnostic` SEND
@@ -38,6 +39,7 @@ mod diagnostic;
 mod inquiry;
 mod maintenance;
 mod medium;
+pub mod mmc;
 mod mode;
 mod nexus;
 mod op_class;
@@ -62,6 +64,7 @@ pub use alua::{AccessState, PortGroup, PortGroupError};
 pub use caw::{compare_and_write_data, or_write_data};
 pub use diagnostic::self_test_failed;
 pub use inquiry::{NAA_COMPANY_ID, naa6};
+pub use mmc::DeviceType;
 pub use nexus::{Nexus, NexusId};
 pub use op_class::{OpClass, op_class};
 pub use pr::{PrStateError, PrType};
@@ -133,6 +136,9 @@ pub struct LuParams {
     pub rel_port_id: u16,
     /// Target port group.
     pub tpg: u16,
+    /// What the logical unit is: a disk, or a CD/DVD drive ([`mmc`]; its block length is
+    /// 2048 and its medium removable).
+    pub device_type: DeviceType,
 }
 
 /// Mutable state of an LU, changed by MODE SELECT; read lock-free by every command.
@@ -398,6 +404,7 @@ impl LogicalUnit {
     /// A logical unit with power-on mode state (WCE from `p.write_cache`, D_SENSE = 0).
     pub fn new(p: LuParams) -> Self {
         let (p_tpg, p_port) = (p.tpg, p.rel_port_id);
+        let cd = p.device_type == DeviceType::Cd;
         let state = LuState {
             wce: AtomicBool::new(p.write_cache),
             d_sense: AtomicBool::new(false),
@@ -409,13 +416,25 @@ impl LogicalUnit {
             sanitize: sanitize::SanitizeState::default(),
             pr_unknown: AtomicBool::new(false),
         };
-        LogicalUnit {
+        let lu = LogicalUnit {
             params: p,
             state,
             shared: SharedState::default(),
             copies: xcopy::CopyTable::default(),
             medium: removable::MediumState::default(),
             alua: alua::AluaState::single(p_tpg, p_port),
+        };
+        if cd {
+            lu.set_removable(true);
+        }
+        lu
+    }
+
+    /// The commands this logical unit executes (its device type's opcode table).
+    pub(crate) fn op_table(&self) -> &'static [ops::OpInfo] {
+        match self.params.device_type {
+            DeviceType::Disk => ops::TABLE,
+            DeviceType::Cd => mmc::TABLE,
         }
     }
 
@@ -545,7 +564,7 @@ impl LogicalUnit {
             }
         };
         let action = match offered(cmd.cdb)
-            .and_then(|()| ops::lookup(cmd.cdb))
+            .and_then(|()| ops::lookup(self.op_table(), cmd.cdb))
             .and_then(|(op, cdb)| {
                 self.check_access_state(cdb)?;
                 self.check_pr_known(cdb)?;

@@ -3,7 +3,7 @@
 //! command's CDB usage map), and REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS.
 
 use crate::cdb::{be16, be32, truncate};
-use crate::ops::{OpInfo, TABLE};
+use crate::ops::OpInfo;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 
@@ -73,9 +73,10 @@ fn cdb_len(op: &OpInfo) -> [u8; 2] {
 /// a command timeouts descriptor) per table entry, in table order.
 fn all_commands(lu: &LogicalUnit, rctd: bool) -> Vec<u8> {
     let per = if rctd { 8 + TIMEOUTS_LEN } else { 8 };
-    let mut d = Vec::with_capacity(4 + TABLE.len() * per);
+    let table = lu.op_table();
+    let mut d = Vec::with_capacity(4 + table.len() * per);
     d.extend_from_slice(&[0; 4]);
-    for op in TABLE.iter().filter(|e| offered(lu, e)) {
+    for op in table.iter().filter(|e| offered(lu, e)) {
         d.push(op.opcode);
         d.push(0);
         d.extend_from_slice(&u16::from(op.service_action.unwrap_or(0)).to_be_bytes());
@@ -136,11 +137,12 @@ pub(crate) fn report_supported_opcodes(
     let alloc = be32(cdb, 6) as usize;
 
     // The table gives an operation code service actions in all its entries or in none.
-    let first = TABLE.iter().find(|e| e.opcode == req_op && offered(lu, e));
+    let table = lu.op_table();
+    let first = table.iter().find(|e| e.opcode == req_op && offered(lu, e));
     let has_sa = first.is_some_and(|e| e.service_action.is_some());
     let without_sa = || first.filter(|e| e.service_action.is_none());
     let with_sa = || {
-        TABLE.iter().find(|e| {
+        table.iter().find(|e| {
             e.opcode == req_op && e.service_action.map(u16::from) == Some(req_sa) && offered(lu, e)
         })
     };
@@ -194,6 +196,7 @@ pub(crate) fn report_supported_tmfs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::TABLE;
     use crate::ops::opcode::*;
     use crate::test_util::*;
 

@@ -33,7 +33,7 @@ pub(crate) struct OpInfo {
 }
 
 /// Recommended timeout of commands answered without medium access.
-const T_EMULATED: u32 = 10;
+pub(crate) const T_EMULATED: u32 = 10;
 /// Recommended timeout of READ / WRITE / VERIFY / WRITE AND VERIFY: one transfer of at
 /// most `MAX_TRANSFER_BYTES` to or from the backing store.
 const T_IO: u32 = 30;
@@ -117,7 +117,7 @@ pub mod opcode {
 
 /// Control byte: vendor-specific bits 7-6 are accepted and ignored; NACA and LINK are not
 /// supported.
-const C: u8 = 0xC0;
+pub(crate) const C: u8 = 0xC0;
 
 /// Usage maps shared with the unmapped-LUN path.
 pub(crate) const USAGE_INQUIRY: &[u8] = &[0xFF, 0x01, 0xFF, 0xFF, 0xFF, C];
@@ -148,23 +148,137 @@ const T_XCOPY: u32 = 120;
 
 use opcode::*;
 
+/// TEST UNIT READY: in every device type's table.
+pub(crate) const TEST_UNIT_READY_OP: OpInfo = OpInfo {
+    opcode: TEST_UNIT_READY,
+    service_action: None,
+    name: "TEST UNIT READY",
+    usage: &[0xFF, 0, 0, 0, 0, C],
+    handler: test_unit_ready,
+    timeout: T_EMULATED,
+};
+
+/// REQUEST SENSE: in every device type's table.
+pub(crate) const REQUEST_SENSE_OP: OpInfo = OpInfo {
+    opcode: REQUEST_SENSE,
+    service_action: None,
+    name: "REQUEST SENSE",
+    usage: USAGE_REQUEST_SENSE,
+    handler: request_sense::request_sense,
+    timeout: T_EMULATED,
+};
+
+/// INQUIRY: in every device type's table.
+pub(crate) const INQUIRY_OP: OpInfo = OpInfo {
+    opcode: INQUIRY,
+    service_action: None,
+    name: "INQUIRY",
+    usage: USAGE_INQUIRY,
+    handler: inquiry::inquiry,
+    timeout: T_EMULATED,
+};
+
+/// START STOP UNIT: in every device type's table.
+pub(crate) const START_STOP_UNIT_OP: OpInfo = OpInfo {
+    opcode: START_STOP_UNIT,
+    service_action: None,
+    name: "START STOP UNIT",
+    usage: &[0xFF, 0x01, 0, 0x0F, 0xF7, C],
+    handler: medium::start_stop_unit,
+    timeout: T_EMULATED,
+};
+
+/// PREVENT ALLOW MEDIUM REMOVAL: in every device type's table.
+pub(crate) const PREVENT_ALLOW_OP: OpInfo = OpInfo {
+    opcode: PREVENT_ALLOW_MEDIUM_REMOVAL,
+    service_action: None,
+    name: "PREVENT ALLOW MEDIUM REMOVAL",
+    // PREVENT
+    usage: &[0xFF, 0, 0, 0, 0x03, C],
+    handler: removable::prevent_allow,
+    timeout: T_EMULATED,
+};
+
+/// READ CAPACITY(10): in every device type's table.
+pub(crate) const READ_CAPACITY_10_OP: OpInfo = OpInfo {
+    opcode: READ_CAPACITY_10,
+    service_action: None,
+    name: "READ CAPACITY(10)",
+    usage: &[0xFF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C],
+    handler: capacity::read_capacity_10,
+    timeout: T_EMULATED,
+};
+
+/// READ(10): in every device type's table.
+pub(crate) const READ_10_OP: OpInfo = OpInfo {
+    opcode: READ_10,
+    service_action: None,
+    name: "READ(10)",
+    usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+    handler: rw::read_write,
+    timeout: T_IO,
+};
+
+/// SYNCHRONIZE CACHE(10): in every device type's table.
+pub(crate) const SYNCHRONIZE_CACHE_10_OP: OpInfo = OpInfo {
+    opcode: SYNCHRONIZE_CACHE_10,
+    service_action: None,
+    name: "SYNCHRONIZE CACHE(10)",
+    usage: &[0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
+    handler: rw::synchronize_cache,
+    timeout: T_SYNC,
+};
+
+/// REPORT LUNS: in every device type's table.
+pub(crate) const REPORT_LUNS_OP: OpInfo = OpInfo {
+    opcode: REPORT_LUNS,
+    service_action: None,
+    name: "REPORT LUNS",
+    usage: USAGE_REPORT_LUNS,
+    handler: report_luns::report_luns,
+    timeout: T_EMULATED,
+};
+
+/// REPORT SUPPORTED OPERATION CODES: in every device type's table.
+pub(crate) const RSOC_OP: OpInfo = OpInfo {
+    opcode: MAINTENANCE_IN,
+    service_action: Some(SA_REPORT_SUPPORTED_OPCODES),
+    name: "REPORT SUPPORTED OPERATION CODES",
+    // RCTD, REPORTING OPTIONS (2-0), REQUESTED OPERATION CODE / SERVICE ACTION
+    usage: &[
+        0xFF, 0x1F, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
+    ],
+    handler: maintenance::report_supported_opcodes,
+    timeout: T_EMULATED,
+};
+
+/// REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS: in every device type's table.
+pub(crate) const RSTMF_OP: OpInfo = OpInfo {
+    opcode: MAINTENANCE_IN,
+    service_action: Some(SA_REPORT_SUPPORTED_TMFS),
+    name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS",
+    // REPD
+    usage: &[0xFF, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
+    handler: maintenance::report_supported_tmfs,
+    timeout: T_EMULATED,
+};
+
+/// READ(12): in every device type's table.
+pub(crate) const READ_12_OP: OpInfo = OpInfo {
+    opcode: READ_12,
+    service_action: None,
+    name: "READ(12)",
+    usage: &[
+        0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
+    ],
+    handler: rw::read_write,
+    timeout: T_IO,
+};
+
+/// The commands of a disk (SBC-3 and SPC-4).
 pub(crate) static TABLE: &[OpInfo] = &[
-    OpInfo {
-        opcode: TEST_UNIT_READY,
-        service_action: None,
-        name: "TEST UNIT READY",
-        usage: &[0xFF, 0, 0, 0, 0, C],
-        handler: test_unit_ready,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: REQUEST_SENSE,
-        service_action: None,
-        name: "REQUEST SENSE",
-        usage: USAGE_REQUEST_SENSE,
-        handler: request_sense::request_sense,
-        timeout: T_EMULATED,
-    },
+    TEST_UNIT_READY_OP,
+    REQUEST_SENSE_OP,
     OpInfo {
         opcode: READ_6,
         service_action: None,
@@ -181,14 +295,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: rw::read_write,
         timeout: T_IO,
     },
-    OpInfo {
-        opcode: INQUIRY,
-        service_action: None,
-        name: "INQUIRY",
-        usage: USAGE_INQUIRY,
-        handler: inquiry::inquiry,
-        timeout: T_EMULATED,
-    },
+    INQUIRY_OP,
     OpInfo {
         opcode: MODE_SELECT_6,
         service_action: None,
@@ -221,14 +328,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: mode::mode_sense,
         timeout: T_EMULATED,
     },
-    OpInfo {
-        opcode: START_STOP_UNIT,
-        service_action: None,
-        name: "START STOP UNIT",
-        usage: &[0xFF, 0x01, 0, 0x0F, 0xF7, C],
-        handler: medium::start_stop_unit,
-        timeout: T_EMULATED,
-    },
+    START_STOP_UNIT_OP,
     OpInfo {
         opcode: RECEIVE_DIAGNOSTIC_RESULTS,
         service_action: None,
@@ -247,31 +347,9 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: diagnostic::send_diagnostic,
         timeout: T_IO,
     },
-    OpInfo {
-        opcode: PREVENT_ALLOW_MEDIUM_REMOVAL,
-        service_action: None,
-        name: "PREVENT ALLOW MEDIUM REMOVAL",
-        // PREVENT
-        usage: &[0xFF, 0, 0, 0, 0x03, C],
-        handler: removable::prevent_allow,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: READ_CAPACITY_10,
-        service_action: None,
-        name: "READ CAPACITY(10)",
-        usage: &[0xFF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, C],
-        handler: capacity::read_capacity_10,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: READ_10,
-        service_action: None,
-        name: "READ(10)",
-        usage: &[0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
-        handler: rw::read_write,
-        timeout: T_IO,
-    },
+    PREVENT_ALLOW_OP,
+    READ_CAPACITY_10_OP,
+    READ_10_OP,
     OpInfo {
         opcode: WRITE_10,
         service_action: None,
@@ -326,14 +404,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: medium::prefetch,
         timeout: T_IO,
     },
-    OpInfo {
-        opcode: SYNCHRONIZE_CACHE_10,
-        service_action: None,
-        name: "SYNCHRONIZE CACHE(10)",
-        usage: &[0xFF, 0x06, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, 0xFF, 0xFF, C],
-        handler: rw::synchronize_cache,
-        timeout: T_SYNC,
-    },
+    SYNCHRONIZE_CACHE_10_OP,
     OpInfo {
         opcode: READ_DEFECT_DATA_10,
         service_action: None,
@@ -741,14 +812,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: thin::get_lba_status,
         timeout: T_IO,
     },
-    OpInfo {
-        opcode: REPORT_LUNS,
-        service_action: None,
-        name: "REPORT LUNS",
-        usage: USAGE_REPORT_LUNS,
-        handler: report_luns::report_luns,
-        timeout: T_EMULATED,
-    },
+    REPORT_LUNS_OP,
     OpInfo {
         opcode: MAINTENANCE_IN,
         service_action: Some(SA_REPORT_TARGET_PORT_GROUPS),
@@ -758,26 +822,8 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: alua::report_target_port_groups,
         timeout: T_EMULATED,
     },
-    OpInfo {
-        opcode: MAINTENANCE_IN,
-        service_action: Some(SA_REPORT_SUPPORTED_OPCODES),
-        name: "REPORT SUPPORTED OPERATION CODES",
-        // RCTD, REPORTING OPTIONS (2-0), REQUESTED OPERATION CODE / SERVICE ACTION
-        usage: &[
-            0xFF, 0x1F, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, C,
-        ],
-        handler: maintenance::report_supported_opcodes,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: MAINTENANCE_IN,
-        service_action: Some(SA_REPORT_SUPPORTED_TMFS),
-        name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS",
-        // REPD
-        usage: &[0xFF, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, C],
-        handler: maintenance::report_supported_tmfs,
-        timeout: T_EMULATED,
-    },
+    RSOC_OP,
+    RSTMF_OP,
     OpInfo {
         opcode: MAINTENANCE_OUT,
         service_action: Some(SA_SET_TARGET_PORT_GROUPS),
@@ -787,16 +833,7 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: alua::set_target_port_groups,
         timeout: T_IO,
     },
-    OpInfo {
-        opcode: READ_12,
-        service_action: None,
-        name: "READ(12)",
-        usage: &[
-            0xFF, RW_FLAGS, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x1F, C,
-        ],
-        handler: rw::read_write,
-        timeout: T_IO,
-    },
+    READ_12_OP,
     OpInfo {
         opcode: WRITE_12,
         service_action: None,
@@ -865,13 +902,16 @@ fn test_unit_ready(_: &LogicalUnit, _: &[u8], _: &Req<'_>) -> Result<Action, Sen
     Ok(Action::good())
 }
 
-/// Finds the table entry for `cdb` and returns it with the CDB cut to its length, after
+/// Finds the entry for `cdb` in `table` (the logical unit's: [`LogicalUnit::op_table`]) and returns it with the CDB cut to its length, after
 /// the length and usage-map checks.
-pub(crate) fn lookup(cdb: &[u8]) -> Result<(&'static OpInfo, &[u8]), Sense> {
+pub(crate) fn lookup<'c>(
+    table: &'static [OpInfo],
+    cdb: &'c [u8],
+) -> Result<(&'static OpInfo, &'c [u8]), Sense> {
     let Some(&op) = cdb.first() else {
         return Err(Sense::invalid_opcode());
     };
-    let mut candidates = TABLE.iter().filter(|e| e.opcode == op).peekable();
+    let mut candidates = table.iter().filter(|e| e.opcode == op).peekable();
     if candidates.peek().is_none() {
         return Err(Sense::invalid_opcode());
     }
@@ -904,7 +944,7 @@ mod tests {
 
     #[test]
     fn usage_maps_have_standard_lengths() {
-        for e in TABLE {
+        for e in TABLE.iter().chain(crate::mmc::TABLE) {
             let expected = match e.opcode >> 5 {
                 0 => 6,
                 1 | 2 => 10,
@@ -924,7 +964,7 @@ mod tests {
 
     #[test]
     fn table_is_sorted_and_consistent() {
-        for w in TABLE.windows(2) {
+        for w in TABLE.windows(2).chain(crate::mmc::TABLE.windows(2)) {
             let key = |e: &OpInfo| (e.opcode, e.service_action);
             assert!(key(&w[0]) < key(&w[1]), "{} / {}", w[0].name, w[1].name);
             if w[0].opcode == w[1].opcode {

@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::nexus::NexusId;
 use crate::ops::opcode;
@@ -38,6 +38,9 @@ pub(crate) struct MediumState {
     ejected: AtomicBool,
     /// The I_T nexuses that prevent medium removal.
     preventing: Mutex<HashSet<NexusId>>,
+    /// The last load or eject not reported yet by GET EVENT STATUS NOTIFICATION (a CD/DVD
+    /// drive's media event code; 0: none).
+    media_event: AtomicU8,
 }
 
 impl MediumState {
@@ -62,9 +65,10 @@ impl MediumState {
 /// PRESENT while the medium is out.
 fn needs_medium(op: u8) -> bool {
     use opcode::*;
-    !matches!(
-        op,
-        REQUEST_SENSE
+    !crate::mmc::without_disc(op)
+        && !matches!(
+            op,
+            REQUEST_SENSE
             | INQUIRY
             | MODE_SELECT_6
             | RESERVE_6
@@ -90,7 +94,7 @@ fn needs_medium(op: u8) -> bool {
             | MAINTENANCE_IN
             | 0xA4 // MAINTENANCE OUT
             | 0xB5 // SECURITY PROTOCOL OUT
-    )
+        )
 }
 
 impl LogicalUnit {
@@ -115,6 +119,12 @@ impl LogicalUnit {
     /// The medium has been ejected (START STOP UNIT LOEJ=1 START=0).
     pub fn medium_ejected(&self) -> bool {
         self.medium.ejected.load(Ordering::Acquire)
+    }
+
+    /// The media event GET EVENT STATUS NOTIFICATION reports once: the last load or eject
+    /// since it last asked (new media, media removal), or none.
+    pub(crate) fn take_media_event(&self) -> u8 {
+        self.medium.media_event.swap(0, Ordering::AcqRel)
     }
 
     /// Whether some I_T nexus prevents medium removal.
@@ -179,6 +189,14 @@ pub(crate) fn load_eject(lu: &LogicalUnit, start: bool, req: &Req<'_>) -> Result
         return Err(MEDIUM_REMOVAL_PREVENTED);
     }
     let was_ejected = m.ejected.swap(!start, Ordering::AcqRel);
+    if was_ejected == start {
+        let event = if start {
+            crate::mmc::EVENT_NEW_MEDIA
+        } else {
+            crate::mmc::EVENT_MEDIA_REMOVAL
+        };
+        m.media_event.store(event, Ordering::Release);
+    }
     drop(p);
     if start && was_ejected {
         lu.shared()

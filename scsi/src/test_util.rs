@@ -18,6 +18,7 @@ pub fn params() -> LuParams {
         target_name: "iqn.2026-11.org.numatgt:t1".into(),
         rel_port_id: 1,
         tpg: 7,
+        device_type: crate::DeviceType::Disk,
     }
 }
 

@@ -24,6 +24,7 @@ fn params(block_size: u32, num_blocks: u64, readonly: bool) -> LuParams {
         target_name: "iqn.2026-11.org.numatgt:demo".into(),
         rel_port_id: 1,
         tpg: 1,
+        device_type: scsi::DeviceType::Disk,
     }
 }
 

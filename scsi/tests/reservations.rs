@@ -28,6 +28,7 @@ fn new_lu() -> LogicalUnit {
         target_name: TARGET.into(),
         rel_port_id: 1,
         tpg: 1,
+        device_type: scsi::DeviceType::Disk,
     })
 }
 

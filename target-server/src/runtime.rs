@@ -320,7 +320,8 @@ fn open_store(
 ) -> Result<BackingStore, cache::BackingError> {
     let opts = BackingOptions {
         block_size: l.block_size,
-        readonly: l.readonly,
+        // a CD/DVD image is only read
+        readonly: l.readonly || l.device_type == config::DeviceType::Cd,
         // `page`: buffered I/O through the kernel page cache (tgtd's rdwr backend),
         // unless tgt's `direct` flag asks for O_DIRECT
         direct: mode != config::CacheMode::Page || l.bsoflags.direct,
@@ -329,7 +330,7 @@ fn open_store(
     let bsopts = l.bsopts.as_deref().unwrap_or("");
     let t0 = std::time::Instant::now();
     let store = BackingStore::open_as(
-        l.bs_type.as_str(),
+        l.bs_type.store(),
         &cache::OpenRequest {
             path: &l.path,
             bsopts,
@@ -357,6 +358,7 @@ fn logical_unit(
 ) -> scsi::LogicalUnit {
     let LunHome { iqn, alua, .. } = *home;
     let sync_writes = l.bsoflags.sync;
+    let cd = l.device_type == config::DeviceType::Cd;
     let params = scsi::LuParams {
         lun: l.lun,
         block_size: l.block_size,
@@ -365,7 +367,7 @@ fn logical_unit(
         product_id: l
             .product_id
             .clone()
-            .unwrap_or_else(|| "VIRTUAL-DISK".into()),
+            .unwrap_or_else(|| if cd { "VIRTUAL-CDROM" } else { "VIRTUAL-DISK" }.into()),
         product_rev: l.product_rev.clone().unwrap_or_else(|| "0001".into()),
         serial: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
         naa_id: id,
@@ -375,6 +377,11 @@ fn logical_unit(
         target_name: iqn.to_string(),
         rel_port_id: alua.relative_port,
         tpg: alua.group,
+        device_type: if cd {
+            scsi::DeviceType::Cd
+        } else {
+            scsi::DeviceType::Disk
+        },
     };
     let lu = scsi::LogicalUnit::new(params);
     lu.set_thin_provisioning(l.thin_provisioning);
@@ -382,7 +389,8 @@ fn logical_unit(
     // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
     // GetLBAStatus.UnmapSingle needs)
     lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
-    lu.set_removable(l.removable);
+    // a CD/DVD drive's disc is always removable
+    lu.set_removable(l.removable || cd);
     crate::backend::pr_store::restore(&lu, state_dir, iqn, l.lun);
     lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
     lu
@@ -406,7 +414,7 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
         bsopts: l.bsopts.clone().unwrap_or_default(),
         bsoflags: flags.join(":"),
         online: l.online,
-        removable: l.removable,
+        removable: l.removable || l.device_type == config::DeviceType::Cd,
         thin_provisioning: l.thin_provisioning,
         sense_format: u8::from(l.sense_format == config::SenseFormat::Descriptor),
         ..d

@@ -8,19 +8,10 @@ use std::path::Path;
 
 use tests::MIB;
 use tests::daemon::{Daemon, TargetKind, create_sparse, require_numatgtd};
-use tests::mgmt::new_lun;
+use tests::mgmt::{new_lun, tgtadm_ok};
 use tests::{qemuio, tools};
 
 const IQN: &str = "iqn.2026-11.org.numatgt:dropin";
-
-fn tgtadm_ok(d: &Daemon, args: &[&str]) {
-    let r = d.tgtadm(args);
-    assert!(
-        r.status.success(),
-        "tgtadm {args:?} failed\n{r}\n{}",
-        d.log_tail(30)
-    );
-}
 
 /// `tgtadm --op new --mode target` as tid 1 named [`IQN`], open to every initiator.
 fn new_target(d: &Daemon) {

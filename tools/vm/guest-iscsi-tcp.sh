@@ -4,7 +4,8 @@
 # kernel's iscsi_tcp: discovery, login, mkfs.ext4, mount, write 32 MiB of random data,
 # sha256, umount, drop caches, remount, verify, logout; then CHAP on a second target: a wrong
 # initiator secret is refused, mutual CHAP logs in and reads, a wrong target secret makes the
-# initiator refuse; stop the target by PID.
+# initiator refuse; then a CD/DVD LUN of an ISO image (guest-cd.sh: sr driver, sg3_utils,
+# mount -t iso9660, a refused WRITE, eject and close); stop the target by PID.
 # numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
 # with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
 # cache report). numatgtd-yaml: the same targets from a YAML file instead.
@@ -18,6 +19,8 @@ CHAP_IQN=iqn.2026-11.org.numatgt:vmtest-chap
 PORTAL=127.0.0.1:3260
 LUN_FILE=/tmp/vm-lun1.img
 CHAP_LUN_FILE=/tmp/vm-lun2.img
+CD_IQN=iqn.2026-11.org.numatgt:vmtest-cd
+CD_ISO=/tmp/vm-cd.iso
 # CHAP accounts: the initiator's (incoming) and the target's (outgoing, mutual CHAP)
 IN_USER=vmuser
 IN_SECRET=initiatorsecret1
@@ -42,6 +45,12 @@ step "target=$TARGET, $(nproc) CPUs, kernel $(uname -r)"
 numactl --hardware 2>/dev/null | head -n 2
 truncate -s 256M "$LUN_FILE" || fail "create LUN file"
 truncate -s 16M "$CHAP_LUN_FILE" || fail "create CHAP LUN file"
+# the CD/DVD step's disc (guest-cd.sh): three files of random bytes in an ISO 9660 image
+mkdir -p /tmp/vm-cd-src/sub || fail "cd source directory"
+head -c 1000000 /dev/urandom > /tmp/vm-cd-src/a.bin
+head -c 70001 /dev/urandom > /tmp/vm-cd-src/sub/b.bin
+echo numatgt > /tmp/vm-cd-src/c.txt
+genisoimage -quiet -R -J -V NUMATGT_CD -o "$CD_ISO" /tmp/vm-cd-src || fail "genisoimage"
 
 TC=$((CTL % 30000))
 case "$TARGET" in
@@ -73,6 +82,11 @@ targets:
     luns:
       - lun: 1
         path: $CHAP_LUN_FILE
+  - iqn: $CD_IQN
+    luns:
+      - lun: 1
+        path: $CD_ISO
+        device_type: cd
 YAML
     mkdir -p /tmp/numatgt-state
     "$NUMATGTD" -f --config /tmp/numatgtd.yaml --state-dir /tmp/numatgt-state -C "$CTL" > "$LOG" 2>&1 &
@@ -183,11 +197,14 @@ chap_node password_in wrongtarget999
 timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login && fail "login despite a wrong target secret"
 iscsiadm -m session 2>/dev/null | grep -q "$CHAP_IQN" && fail "a session exists after the failed mutual login"
 
+. /vmtest/guest-cd.sh
+
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then
   tgtadm $C --op update --mode sys --name State -v offline
   tgtadm $C --lld iscsi --op delete --mode target --tid 1 --force
   tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
+  tgtadm $C --lld iscsi --op delete --mode target --tid 3 --force
   tgtadm $C --op delete --mode system
 fi
 stop_pid "$TPID" 10

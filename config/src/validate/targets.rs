@@ -5,8 +5,8 @@ use super::{Ctx, R, check_nonempty, ident, item_path, limits};
 use std::path::PathBuf;
 
 use crate::model::{
-    Account, AddressRule, BsOflags, BsType, Driver, IscsiParams, LunConfig, SenseFormat,
-    TargetConfig, TargetState,
+    Account, AddressRule, BsOflags, BsType, DeviceType, Driver, IscsiParams, LunConfig,
+    SenseFormat, TargetConfig, TargetState,
 };
 use crate::names::validate_iscsi_name;
 use crate::raw::{RawAuth, RawLun, RawTarget, Scalar};
@@ -151,29 +151,34 @@ pub(super) fn target(
 
 pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
     let lun = ctx.range(&format!("{p}.lun"), rl.lun, limits::LUN)?;
-    if let Some(w) = &rl.device_type {
-        if !w.0.trim().eq_ignore_ascii_case("disk") {
-            return Err(ctx.err(
+    let device_type = match &rl.device_type {
+        None => DeviceType::Disk,
+        Some(w) => DeviceType::parse(&w.0).ok_or_else(|| {
+            ctx.err(
                 &format!("{p}.device_type"),
                 format!(
-                    "device type {:?} is not supported; numatgt exports disks only (disk)",
+                    "device type {:?} is not supported; numatgt exports disks (disk) and \
+                     CD/DVD images (cd)",
                     w.0
                 ),
-            ));
-        }
-    }
+            )
+        })?,
+    };
     if rl.path.is_empty() {
         return Err(ctx.err(&format!("{p}.path"), "must not be empty"));
     }
     let path = PathBuf::from(&rl.path);
     let bs_type = match &rl.bs_type {
+        // tgt's store of a CD/DVD drive
+        None if device_type == DeviceType::Cd => BsType::Mmc,
         None => BsType::Rdwr,
         Some(w) => BsType::parse(&w.0).ok_or_else(|| {
             ctx.err(
                 &format!("{p}.bs_type"),
                 format!(
                     "backing-store type {:?} is not supported; numatgt serves files and \
-                     block devices (rdwr or aio), Ceph RBD images (rbd) and no storage (null)",
+                     block devices (rdwr or aio), CD/DVD images (mmc), Ceph RBD images (rbd) \
+                     and no storage (null)",
                     w.0
                 ),
             )
@@ -215,8 +220,27 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ),
         ));
     }
+    if device_type == DeviceType::Cd {
+        if !bs_type.is_file() {
+            return Err(ctx.err(
+                &format!("{p}.bs_type"),
+                format!(
+                    "a cd LUN is an image file (mmc, rdwr or aio), not {}",
+                    bs_type.as_str()
+                ),
+            ));
+        }
+        if let Some(b) = rl.block_size.filter(|&b| b != 2048) {
+            return Err(ctx.err(
+                &format!("{p}.block_size"),
+                format!("a cd LUN has 2048-byte blocks (got {b})"),
+            ));
+        }
+    }
     let block_size = match rl.block_size {
+        None if device_type == DeviceType::Cd => 2048,
         None => 512,
+        Some(2048) if device_type == DeviceType::Cd => 2048,
         Some(b @ (512 | 4096)) => b as u32,
         Some(b) => {
             return Err(ctx.err(
@@ -291,6 +315,7 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
         thin_provisioning: rl.thin_provisioning.is_some_and(|b| b.0),
         online: rl.online.is_none_or(|b| b.0),
         bs_type,
+        device_type,
         bsopts: bsopts.map(str::to_string),
         bsoflags: match &rl.bsoflags {
             None => BsOflags::default(),

@@ -502,7 +502,7 @@ impl LunIdentity {
             cap: Family::gauge("numatgt_lun_capacity_bytes", "Size of the logical unit."),
             info: Family::gauge(
                 "numatgt_lun_info",
-                "What backs the logical unit and its cache mode (always 1).",
+                "What backs the logical unit, its cache mode and device type (always 1).",
             ),
         }
     }
@@ -519,6 +519,7 @@ impl LunIdentity {
                     ("backing_store", meta.path.as_str()),
                     ("bs_type", meta.bstype.as_str()),
                     ("cache", lun.cache_mode.as_str()),
+                    ("device_type", lun.scsi.params().device_type.as_str()),
                 ],
                 1.0,
             );

@@ -48,6 +48,7 @@ fn overrides(cc: &ConnConfig, g: &config::IscsiParams) -> Option<config::IscsiPa
 fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
     let p = l.scsi.params();
     let meta = l.meta.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let device_type = config::DeviceType::parse(p.device_type.as_str()).unwrap_or_default();
     config::LunConfig {
         block_size: p.block_size,
         write_cache: l.scsi.write_cache_enabled(),
@@ -64,10 +65,12 @@ fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
         } else {
             config::SenseFormat::Fixed
         },
-        removable: meta.removable,
+        // a cd is removable by its type
+        removable: meta.removable && device_type == config::DeviceType::Disk,
         thin_provisioning: meta.thin_provisioning,
         online: meta.online,
         bs_type: config::BsType::parse(&meta.bstype).unwrap_or_default(),
+        device_type,
         bsopts: (!meta.bsopts.is_empty()).then(|| meta.bsopts.clone()),
         bsoflags: config::BsOflags::parse(&meta.bsoflags).unwrap_or_default(),
         alua_owner: (!alua.peers.is_empty()).then_some(meta.alua_owner),

@@ -16,7 +16,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 7] = ["sg", "bsg", "ssc", "smc", "mmc", "glfs", "sheepdog"];
+const OTHER_BSTYPES: [&str; 6] = ["sg", "bsg", "ssc", "smc", "glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -48,10 +48,10 @@ fn need_lun(h: &ReqHeader) -> Result<u64, ErrCode> {
 fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let t = lookup(ctx, h)?;
     let number = need_lun(h)?;
-    if h.device_type != 0 {
-        return Err(ErrCode::UnsupportedOperation);
-    }
-    let asked = NewLun::parse(p)?;
+    // tgt's device types beyond disk and cd (tape, changer, passthrough) are not served
+    let device_type =
+        config::DeviceType::from_tgt_code(h.device_type).ok_or(ErrCode::UnsupportedOperation)?;
+    let asked = NewLun::parse(p, device_type)?;
     number_free(&t, number)?;
     let lc = asked.lun_config(t.tid, number);
     let settings = loaded_cache_settings(ctx);
@@ -62,6 +62,7 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     crate::alua::start(&t, &lun, ctx.cache.as_ref());
     luns_changed(&t);
     tracing::info!(tid = t.tid, target = %t.iqn, lun = number, path = asked.path,
+        device_type = device_type.as_str(),
         block_size = asked.block_size, direct = lun.store.is_direct(), sync = asked.oflags.sync,
         cache = lun.cache_mode.as_str(), "LUN created");
     Ok(String::new())
@@ -79,15 +80,32 @@ struct NewLun<'a> {
     oflags: config::BsOflags,
     block_size: u32,
     path: &'a str,
+    device_type: config::DeviceType,
 }
 
 impl<'a> NewLun<'a> {
-    fn parse(p: &'a Payload) -> Result<NewLun<'a>, ErrCode> {
-        let bs_type = parse_bstype(p.get("bstype").unwrap_or(""))?;
+    fn parse(p: &'a Payload, device_type: config::DeviceType) -> Result<NewLun<'a>, ErrCode> {
+        let cd = device_type == config::DeviceType::Cd;
+        let bs_type = match p.get("bstype").unwrap_or("") {
+            // a CD/DVD drive's store is tgt's `mmc` (its image file)
+            "" if cd => config::BsType::Mmc,
+            b => parse_bstype(b)?,
+        };
+        if cd && !bs_type.is_file() {
+            return Err(ErrCode::InvalidRequest);
+        }
         let (cache, rbd_opts) = parse_bsopts(p.get("bsopts").unwrap_or(""), bs_type)?;
         let flags = p.get("bsoflags").unwrap_or("");
         let oflags = parse_bsoflags(flags, bs_type)?;
-        let block_size = parse_block_size(p.get("blocksize"))?;
+        let block_size = match p.get("blocksize").filter(|b| !b.is_empty()) {
+            // a disc's sectors are 2048 bytes
+            None if cd => 2048,
+            Some(_) if cd => match parse_block_size(p.get("blocksize"))? {
+                2048 => 2048,
+                _ => return Err(ErrCode::InvalidRequest),
+            },
+            b => parse_block_size(b)?,
+        };
         let path = p
             .get("path")
             .filter(|x| !x.is_empty())
@@ -100,6 +118,7 @@ impl<'a> NewLun<'a> {
             oflags,
             block_size,
             path,
+            device_type,
         })
     }
 
@@ -113,6 +132,7 @@ impl<'a> NewLun<'a> {
             bsopts: self.rbd_opts.clone(),
             cache: self.cache,
             serial: Some(d.scsi_sn),
+            device_type: self.device_type,
             ..config::LunConfig::new(number, self.path.into())
         }
     }
@@ -456,6 +476,10 @@ impl Update {
             "readonly" => {
                 params.readonly = parse_bool(v)?;
                 *rebuild = true;
+            }
+            // a CD/DVD drive's disc is removable by nature
+            "removable" if params.device_type == scsi::DeviceType::Cd && !parse_bool(v)? => {
+                return Err(ErrCode::InvalidRequest);
             }
             "removable" => meta.removable = parse_bool(v)?,
             // numatgt: ALUA, the target port group that owns the LUN (active/optimized)
