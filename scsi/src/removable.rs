@@ -127,6 +127,32 @@ impl LogicalUnit {
         self.medium.media_event.swap(0, Ordering::AcqRel)
     }
 
+    /// The administrator takes the medium out (`false`) or puts it back (`true`), whatever
+    /// the initiators prevent (a CD/DVD drive's disc: tgtadm `online=0|1`). Putting it back
+    /// tells every I_T nexus NOT READY TO READY CHANGE, MEDIUM MAY HAVE CHANGED; both are
+    /// media events for GET EVENT STATUS NOTIFICATION. No change, nothing said.
+    pub fn set_medium_present(&self, present: bool) {
+        let was_ejected = self.medium.ejected.swap(!present, Ordering::AcqRel);
+        if was_ejected != present {
+            return;
+        }
+        if present {
+            self.medium_changed();
+        } else {
+            let e = crate::mmc::EVENT_MEDIA_REMOVAL;
+            self.medium.media_event.store(e, Ordering::Release);
+        }
+    }
+
+    /// Another medium is in (a CD/DVD drive's new disc): every I_T nexus gets NOT READY TO
+    /// READY CHANGE, MEDIUM MAY HAVE CHANGED, and GET EVENT STATUS NOTIFICATION reports new
+    /// media.
+    pub fn medium_changed(&self) {
+        let e = crate::mmc::EVENT_NEW_MEDIA;
+        self.medium.media_event.store(e, Ordering::Release);
+        self.shared().ua_all(UnitAttention::MediumMayHaveChanged);
+    }
+
     /// Whether some I_T nexus prevents medium removal.
     pub fn medium_removal_prevented(&self) -> bool {
         !self.medium.preventing().is_empty()

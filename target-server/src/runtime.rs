@@ -312,7 +312,7 @@ fn create_if_asked(l: &config::LunConfig) -> Result<(), cache::BackingError> {
 
 /// Opens LUN `l`'s backing store through the bstype table, for cache mode `mode`;
 /// `arbitrated`: gateways arbitrate it (ALUA peers), so it may be fenced alone.
-fn open_store(
+pub(crate) fn open_store(
     iqn: &str,
     l: &config::LunConfig,
     mode: config::CacheMode,
@@ -389,8 +389,11 @@ fn logical_unit(
     // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
     // GetLBAStatus.UnmapSingle needs)
     lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
-    // a CD/DVD drive's disc is always removable
+    // a CD/DVD drive's disc is always removable, and out while the LUN is offline (tgtd)
     lu.set_removable(l.removable || cd);
+    if cd && !l.online {
+        lu.set_medium_present(false);
+    }
     crate::backend::pr_store::restore(&lu, state_dir, iqn, l.lun);
     lu.set_descriptor_sense(l.sense_format == config::SenseFormat::Descriptor);
     lu

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use tests::daemon::{Daemon, TargetKind, require_numatgtd};
-use tests::mgmt::{new_lun, tgtadm_ok};
+use tests::mgmt::{new_lun, tgtadm_ok, update_lun1};
 use tests::pdu::ScsiSession;
 use tests::{qemuio, tools};
 
@@ -336,4 +336,107 @@ fn libiscsi_suites_that_apply_to_a_cd_drive_pass() {
     })
     .collect();
     tests::testcu::assert_clean(&results, "numatgtd cd", "iscsi-test-cu-cd");
+}
+
+/// tgtadm's answer (exit status) and the LUN's `show` lines that change with the disc.
+fn disc_admin(d: &Daemon, params: &str) -> (bool, String) {
+    let r = update_lun1(d, params);
+    let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
+    let lines: Vec<&str> = show
+        .stdout
+        .lines()
+        .skip_while(|l| l.trim() != "LUN: 1")
+        .filter(|l| l.contains("Online:") || l.contains("Backing store path:"))
+        .take(2)
+        .map(str::trim)
+        .collect();
+    (r.status.success(), lines.join(" | "))
+}
+
+#[test]
+fn the_disc_changes_from_tgtadm_as_in_tgtd() {
+    require_numatgtd("cd");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let one = make_iso(dir.path());
+    let two_dir = dir.path().join("two");
+    std::fs::create_dir_all(&two_dir).expect("mkdir");
+    std::fs::write(two_dir.join("big.bin"), vec![7u8; 900_000]).expect("write");
+    let two = dir.path().join("two.iso");
+    let (two_s, src_s) = (two.to_string_lossy(), two_dir.to_string_lossy());
+    tools::run(
+        30,
+        "genisoimage",
+        ["-quiet", "-V", "TWO", "-o", &two_s, &src_s],
+    )
+    .check("genisoimage");
+    let image_two = std::fs::read(&two).expect("read");
+    let path_two = format!("path={two_s}");
+
+    // the same tgtadm commands to tgtd and numatgtd: the same answers and show lines
+    let mut transcripts = Vec::new();
+    for kind in [TargetKind::Tgtd, TargetKind::Numatgtd] {
+        let d = Daemon::start_like_tgtd(kind, &[]);
+        export_cd(&d, &one);
+        let steps = [
+            disc_admin(&d, &path_two), // refused: the disc is in
+            disc_admin(&d, "online=0"),
+            disc_admin(&d, "path="),
+            disc_admin(&d, &path_two), // accepted: online again
+        ];
+        transcripts.push(steps);
+    }
+    assert_eq!(transcripts[0], transcripts[1], "tgtd, then numatgtd");
+    let steps = &transcripts[1];
+    assert_eq!(
+        steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [false, true, false, true]
+    );
+    assert!(
+        steps[3].1.contains("Online: Yes") && steps[3].1.contains("two.iso"),
+        "{steps:?}"
+    );
+
+    // what an initiator sees in numatgtd: no disc while offline, then the new disc
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    export_cd(&d, &one);
+    let mut s = ScsiSession::open_target(&d, "iqn.2026-11.org.numatgt:cd-a", IQN);
+    assert_eq!(s.command(&[0x1E, 0, 0, 0, 1, 0], &[], 0).0, 0, "PREVENT");
+    assert!(disc_admin(&d, "online=0").0);
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, key_asc(&sense)),
+        (2, (2, 0x3A, 0)),
+        "no disc while offline"
+    );
+    assert!(disc_admin(&d, &path_two).0);
+    // a new logical unit on the new disc: the unit attentions of the change, then it reads
+    let mut ready = false;
+    for _ in 0..4 {
+        let (st, sense, _) = s.command(&[0; 6], &[], 0);
+        if st == 0 {
+            ready = true;
+            break;
+        }
+        assert_eq!(
+            (st, key_asc(&sense).0),
+            (2, 6),
+            "only unit attentions: {sense:02x?}"
+        );
+    }
+    assert!(ready, "TEST UNIT READY never GOOD after the change");
+    let sectors = (image_two.len() / 2048) as u32;
+    let cap = s.command(&[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 8).2;
+    assert_eq!(
+        cap[..4],
+        (sectors - 1).to_be_bytes(),
+        "the new disc's capacity"
+    );
+    let pvd = s.command(&[0x28, 0, 0, 0, 0, 16, 0, 0, 1, 0], &[], 2048).2;
+    assert!(
+        pvd == image_two[16 * 2048..17 * 2048],
+        "the new disc's volume descriptor"
+    );
+    let url = format!("{}/{IQN}/1", d.portal_url());
+    let read = qemuio::read_all(&url, dir.path(), "two-read.iso").expect("read");
+    assert!(read == image_two, "the new disc read back differs");
 }

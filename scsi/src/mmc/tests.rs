@@ -2,7 +2,7 @@
 //! and eject, and the commands a read-only drive does not have.
 
 use crate::test_util::*;
-use crate::{Action, DeviceType, LogicalUnit};
+use crate::{Action, DeviceType, LogicalUnit, Nexus, NexusId};
 
 /// A drive with a 1000-sector (2048-byte) disc.
 fn cd() -> LogicalUnit {
@@ -188,6 +188,37 @@ fn media_events_report_eject_and_load_once_and_no_disc_is_not_ready() {
         complete(&lu, &[0x4A, 1, 0, 0, 0x40, 0, 0, 0, 8, 0]).data,
         vec![0, 2, 0x80, 0x10]
     );
+}
+
+#[test]
+fn the_administrator_takes_the_disc_out_and_puts_it_back_whatever_is_prevented() {
+    let lu = cd();
+    // the nexus `complete` uses, announced: it gets unit attentions
+    let n = Nexus::iscsi(
+        NexusId(1),
+        "iqn.2026-11.test:unit",
+        1,
+        &lu.params().target_name,
+        1,
+    );
+    lu.nexus_added(&n);
+    assert_eq!(
+        check(&complete(&lu, &[0, 0, 0, 0, 0, 0])),
+        (6, 0x29, 0),
+        "power on"
+    );
+    assert_eq!(complete(&lu, &[0x1E, 0, 0, 0, 1, 0]).status, 0, "PREVENT");
+    lu.set_medium_present(false);
+    assert!(lu.medium_ejected());
+    assert_eq!(check(&complete(&lu, &[0, 0, 0, 0, 0, 0])), (2, 0x3A, 0));
+    assert_eq!(complete(&lu, &GESN_MEDIA).data[4..6], [3, 0x01]);
+    lu.set_medium_present(false);
+    assert_eq!(complete(&lu, &GESN_MEDIA).data[4], 0, "no change, no event");
+    lu.set_medium_present(true);
+    // the unit attention first, then the disc is there
+    assert_eq!(check(&complete(&lu, &[0, 0, 0, 0, 0, 0])), (6, 0x28, 0));
+    assert_eq!(complete(&lu, &[0, 0, 0, 0, 0, 0]).status, 0);
+    assert_eq!(complete(&lu, &GESN_MEDIA).data[4..6], [2, 0x02]);
 }
 
 #[test]

@@ -379,6 +379,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         resize,
         owner,
         wce,
+        disc,
     } = asked;
     if let Some(to) = resize {
         params.num_blocks = resize_store(&t, &lun, to)?;
@@ -395,8 +396,10 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         lun.scsi.set_write_cache(on);
         tracing::info!(target = %t.iqn, lun = lun.number, write_cache = on, "mode_page: write cache");
     }
-    if rebuild {
-        replace_lun(&t, &lun, params, meta);
+    if let Some(path) = disc {
+        super::disc::change(ctx, &t, &lun, &path, params, meta)?;
+    } else if rebuild {
+        replace_lun(&t, &lun, params, meta, None);
     } else {
         change_in_place(&lun, meta);
     }
@@ -417,6 +420,8 @@ struct Update {
     owner: Option<u16>,
     /// `mode_page=8:0:...`: the Caching page's WCE bit.
     wce: Option<bool>,
+    /// `path=`: a CD/DVD LUN's new disc (an image file), put in while the disc is out.
+    disc: Option<String>,
 }
 
 impl Update {
@@ -432,6 +437,7 @@ impl Update {
             resize: None,
             owner: None,
             wce: None,
+            disc: None,
         }
     }
 
@@ -445,6 +451,7 @@ impl Update {
             resize,
             owner,
             wce,
+            disc,
         } = self;
         match k {
             // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
@@ -506,6 +513,13 @@ impl Update {
                 }
             },
             "online" => meta.online = parse_bool(v)?,
+            // a CD/DVD drive's disc changes while it is out (online=0), as in tgtd
+            "path" if params.device_type == scsi::DeviceType::Cd => {
+                if meta.online || v.is_empty() {
+                    return Err(ErrCode::InvalidRequest);
+                }
+                *disc = Some(v.to_string());
+            }
             "thin_provisioning" => meta.thin_provisioning = parse_bool(v)?,
             "sense_format" => {
                 meta.sense_format = match v {
@@ -548,9 +562,16 @@ fn resize_store(t: &Target, lun: &Lun, to: Option<u64>) -> Result<u64, ErrCode> 
 }
 
 /// LUN `lun` replaced by one with a new SCSI logical unit made of `params`, on the same
-/// store, cache and statistics; its reservations with APTPL and its ALUA state carried
-/// over.
-fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta) {
+/// store, cache and statistics (or on `store`, another store with its own cache identity:
+/// a CD/DVD LUN's new disc); its reservations with APTPL and its ALUA state carried over.
+/// Returns the new LUN.
+pub(super) fn replace_lun(
+    t: &Target,
+    lun: &Arc<Lun>,
+    params: scsi::LuParams,
+    meta: LunMeta,
+    store: Option<(Arc<cache::BackingStore>, u32)>,
+) -> Arc<Lun> {
     let descriptor = meta.sense_format == 1;
     // INQUIRY data lives in the SCSI logical unit's fixed parameters: swap in a new one
     // on the same store (its reservations, unit attentions and mode pages start afresh,
@@ -558,7 +579,11 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
     let scsi = scsi::LogicalUnit::new(params);
     scsi.set_descriptor_sense(descriptor);
     scsi.set_thin_provisioning(meta.thin_provisioning);
-    scsi.set_removable(meta.removable);
+    scsi.set_removable(meta.removable || is_cd(&scsi));
+    if is_cd(&scsi) {
+        // a CD/DVD drive's disc is out while the LUN is offline
+        scsi.set_medium_present(meta.online);
+    }
     // persistent reservations with APTPL carry over to the rebuilt LU; shared ones (kept
     // in the cluster) carry over whole
     let carried = if lun.shared_pr.is_some() {
@@ -571,11 +596,12 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
     if let Err(e) = carried {
         tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
     }
+    let (store, cache_id) = store.unwrap_or_else(|| (Arc::clone(&lun.store), lun.cache_id));
     let next = Arc::new(Lun {
         number: lun.number,
         scsi,
-        store: Arc::clone(&lun.store),
-        cache_id: lun.cache_id,
+        store,
+        cache_id,
         cache_mode: lun.cache_mode,
         cache_in_use: crate::alua::shared::CacheInUse::off(),
         rbd_ownership: lun.rbd_ownership.clone(),
@@ -592,8 +618,13 @@ fn replace_lun(t: &Target, lun: &Arc<Lun>, params: scsi::LuParams, meta: LunMeta
         tracing::warn!(lun = next.number, "ALUA groups not carried over: {e}");
     }
     t.update_luns(|m| {
-        m.insert(next.number, next);
+        m.insert(next.number, Arc::clone(&next));
     });
+    next
+}
+
+fn is_cd(scsi: &scsi::LogicalUnit) -> bool {
+    scsi.params().device_type == scsi::DeviceType::Cd
 }
 
 /// The flags that need no new logical unit (sense format, thin provisioning, removable),
@@ -608,7 +639,11 @@ fn change_in_place(lun: &Lun, meta: LunMeta) {
         lun.scsi.set_thin_provisioning(meta.thin_provisioning);
     }
     if meta.removable != before.removable {
-        lun.scsi.set_removable(meta.removable);
+        lun.scsi.set_removable(meta.removable || is_cd(&lun.scsi));
+    }
+    // a CD/DVD drive: offline is no disc, as in tgtd
+    if meta.online != before.online && is_cd(&lun.scsi) {
+        lun.scsi.set_medium_present(meta.online);
     }
     *lun.meta.lock().unwrap_or_else(|p| p.into_inner()) = meta;
 }

@@ -4,6 +4,7 @@
 //! `ready` (else "can't find the driver", as tgtd when its iSER driver failed to start).
 
 pub mod account;
+mod disc;
 pub mod lun;
 pub mod system;
 pub mod target;

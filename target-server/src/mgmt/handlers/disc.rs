@@ -1,0 +1,48 @@
+//! A CD/DVD LUN's disc as the administrator changes it, the way tgtd does: `--params
+//! online=0` takes the disc out (the drive reports no medium, whatever the initiators
+//! prevent), `path=IMAGE` puts another image in (only while the disc is out, as tgtd; the
+//! drive is online again), `online=1` puts the disc back. The initiators see NOT READY TO
+//! READY CHANGE and a media event, as after a disc change in a real drive.
+
+use std::sync::Arc;
+
+use tgtadm_wire::ErrCode;
+
+use super::lun::replace_lun;
+use crate::mgmt::Ctx;
+use crate::registry::{Lun, LunMeta, Target};
+
+/// Opens `path` as the disc of CD/DVD LUN `lun` and replaces the LUN with one on it (its
+/// new capacity; the old image's cached blocks dropped).
+pub(super) fn change(
+    ctx: &Ctx,
+    t: &Target,
+    lun: &Arc<Lun>,
+    path: &str,
+    mut params: scsi::LuParams,
+    mut meta: LunMeta,
+) -> Result<(), ErrCode> {
+    let lc = config::LunConfig {
+        block_size: params.block_size,
+        bs_type: config::BsType::parse(&meta.bstype).unwrap_or(config::BsType::Mmc),
+        device_type: config::DeviceType::Cd,
+        ..config::LunConfig::new(lun.number, path.into())
+    };
+    let store = crate::runtime::open_store(&t.iqn, &lc, lun.cache_mode, false).map_err(|e| {
+        tracing::warn!(target = %t.iqn, lun = lun.number, path, "disc not changed: {e}");
+        ErrCode::InvalidRequest
+    })?;
+    params.num_blocks = store.num_blocks();
+    meta.path = path.to_string();
+    meta.online = true;
+    let old_cache_id = lun.cache_id;
+    let cache_id = ctx.registry.alloc_cache_id();
+    let next = replace_lun(t, lun, params, meta, Some((Arc::new(store), cache_id)));
+    next.scsi.medium_changed();
+    if let Some(c) = &ctx.cache {
+        c.invalidate_lun(old_cache_id);
+    }
+    tracing::info!(target = %t.iqn, lun = lun.number, path, blocks = next.scsi.num_blocks(),
+        "disc changed");
+    Ok(())
+}
