@@ -16,6 +16,8 @@ pub(crate) const STANDARD_LEN: usize = 96;
 
 /// Version descriptors (SPC-4 table 146 values): SAM-5, iSCSI, SPC-4, SBC-3.
 const VERSION_DESCRIPTORS: [u16; 4] = [0x00A0, 0x0960, 0x0460, 0x04C0];
+/// MMC-6 (no version claimed), a CD/DVD drive's command set standard.
+const VERSION_MMC6: u16 = 0x04E0;
 
 /// VPD page codes.
 pub(crate) mod page {
@@ -90,6 +92,10 @@ pub(crate) fn standard_data(pq_pdt: u8, vendor: &str, product: &str, rev: &str) 
     d[32..36].copy_from_slice(&ascii_field(rev, 4));
     for (i, v) in VERSION_DESCRIPTORS.iter().enumerate() {
         d[58 + 2 * i..60 + 2 * i].copy_from_slice(&v.to_be_bytes());
+    }
+    // a CD/DVD drive claims MMC-6 where a disk claims SBC-3
+    if pq_pdt & 0x1F == crate::DeviceType::Cd.pdt() {
+        d[64..66].copy_from_slice(&VERSION_MMC6.to_be_bytes());
     }
     d
 }

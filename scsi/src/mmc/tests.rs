@@ -26,6 +26,11 @@ fn inquiry_says_cd_dvd_removable_with_identity_pages_only() {
         (0x05, 0x80, 0),
         "PDT 5, RMB, no 3PC/TPGS"
     );
+    assert_eq!(
+        &d[58..66],
+        &[0, 0xA0, 0x09, 0x60, 0x04, 0x60, 0x04, 0xE0],
+        "SAM-5, iSCSI, SPC-4, MMC-6"
+    );
     let d = complete(&lu, &[0x12, 1, 0, 0, 255, 0]).data;
     assert_eq!(d, vec![0x05, 0, 0, 3, 0x00, 0x80, 0x83]);
     assert_eq!(
