@@ -312,3 +312,22 @@ pub fn update_lun1(d: &Daemon, params: &str) -> tools::ToolRun {
         params,
     ])
 }
+
+/// Target 1 named `iqn` with LUN 1 on `path` (`extra`: more `--op new --mode logicalunit`
+/// options, such as `--device-type`), open to every initiator: through tgtadm, as an
+/// administrator of tgtd does it.
+pub fn export_lun1(d: &Daemon, iqn: &str, path: &Path, extra: &[&str]) {
+    tgtadm_ok(
+        d,
+        &[
+            "--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", "1", "-T", iqn,
+        ],
+    );
+    new_lun(d, "1", "1", path, extra).check(&format!("tgtadm new LUN 1 {extra:?}"));
+    tgtadm_ok(
+        d,
+        &[
+            "--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+    );
+}

@@ -108,19 +108,23 @@ pub enum BsType {
     /// `mmc`: tgt's name for a CD/DVD image file (the store of `device_type: cd`); a file
     /// read as `rdwr` reads it.
     Mmc,
+    /// `ssc`: tgt's tape image file (the store of `device_type: tape`), which the tape
+    /// drive reads and writes itself: no block store.
+    Ssc,
 }
 
 impl BsType {
     /// Every type, in the order the documentation lists them.
-    pub const ALL: [BsType; 5] = [
+    pub const ALL: [BsType; 6] = [
         BsType::Rdwr,
         BsType::Aio,
         BsType::Rbd,
         BsType::Null,
         BsType::Mmc,
+        BsType::Ssc,
     ];
 
-    /// `rdwr`, `aio`, `rbd`, `null` or `mmc`.
+    /// `rdwr`, `aio`, `rbd`, `null`, `mmc` or `ssc`.
     pub fn as_str(self) -> &'static str {
         match self {
             BsType::Rdwr => "rdwr",
@@ -128,18 +132,21 @@ impl BsType {
             BsType::Rbd => "rbd",
             BsType::Null => "null",
             BsType::Mmc => "mmc",
+            BsType::Ssc => "ssc",
         }
     }
 
-    /// The backing-store template that opens this type (`mmc` is a file: `rdwr`).
+    /// The backing-store template that opens this type (`mmc` is a file: `rdwr`; a tape
+    /// image, `ssc`, is no block store: `null` stands in while the drive holds the tape).
     pub fn store(self) -> &'static str {
         match self {
             BsType::Mmc => "rdwr",
+            BsType::Ssc => "null",
             t => t.as_str(),
         }
     }
 
-    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` (any case).
+    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` / `ssc` (any case).
     pub fn parse(text: &str) -> Option<BsType> {
         BsType::ALL
             .into_iter()
@@ -149,6 +156,16 @@ impl BsType {
     /// The path is a file or block device (absolute; `size:` may create it).
     pub fn is_file(self) -> bool {
         matches!(self, BsType::Rdwr | BsType::Aio | BsType::Mmc)
+    }
+
+    /// The default type of a device type's LUN: `mmc` for a cd, `ssc` for a tape drive,
+    /// `rdwr` otherwise.
+    pub fn default_for(device_type: DeviceType) -> BsType {
+        match device_type {
+            DeviceType::Disk => BsType::Rdwr,
+            DeviceType::Cd => BsType::Mmc,
+            DeviceType::Tape => BsType::Ssc,
+        }
     }
 }
 
@@ -161,28 +178,32 @@ pub enum DeviceType {
     /// `cd`: a CD/DVD drive with a read-only DVD-ROM disc, the image file (2048-byte blocks,
     /// removable).
     Cd,
+    /// `tape`: a tape drive whose tape is a tgt tape image file (`bs_type: ssc`).
+    Tape,
 }
 
 impl DeviceType {
-    /// `disk` or `cd`.
+    /// `disk`, `cd` or `tape`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
+            DeviceType::Tape => "tape",
         }
     }
 
-    /// Parses `disk` / `cd` (any case).
+    /// Parses `disk` / `cd` / `tape` (any case).
     pub fn parse(text: &str) -> Option<DeviceType> {
-        [DeviceType::Disk, DeviceType::Cd]
+        [DeviceType::Disk, DeviceType::Cd, DeviceType::Tape]
             .into_iter()
             .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
     }
 
-    /// tgt's code for it on the management wire (`--device-type`): 0 disk, 5 cd.
+    /// tgt's code for it on the management wire (`--device-type`): 0 disk, 1 tape, 5 cd.
     pub fn from_tgt_code(code: u32) -> Option<DeviceType> {
         match code {
             0 => Some(DeviceType::Disk),
+            1 => Some(DeviceType::Tape),
             5 => Some(DeviceType::Cd),
             _ => None,
         }
@@ -193,6 +214,7 @@ impl DeviceType {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd/dvd",
+            DeviceType::Tape => "tape",
         }
     }
 }

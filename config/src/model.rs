@@ -957,6 +957,8 @@ impl LunConfig {
     /// benchmark floor it measures the path without storage, as tgtd's).
     pub fn cache_mode(&self, global: &CacheSettings) -> CacheMode {
         match self.cache {
+            // a tape drive reads and writes its image itself
+            _ if self.bs_type == BsType::Ssc => CacheMode::Off,
             Some(mode) => mode,
             None if self.bs_type == BsType::Null => CacheMode::Off,
             None => global.mode,

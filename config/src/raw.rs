@@ -603,7 +603,8 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         size: l
             .create_size
             .map(|s| Scalar::Text(crate::size::format_size(s))),
-        block_size: Some(l.block_size.into()),
+        // a tape drive's block size is the initiator's
+        block_size: (l.device_type != DeviceType::Tape).then(|| l.block_size.into()),
         write_cache: Some(YesNo(l.write_cache)),
         readonly: Some(YesNo(l.readonly)),
         vendor_id: l.vendor_id.clone(),
@@ -617,13 +618,9 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         thin_provisioning: l.thin_provisioning.then_some(YesNo(true)),
         online: (!l.online).then_some(YesNo(false)),
         device_type: (l.device_type != DeviceType::Disk).then(|| word(l.device_type.as_str())),
-        // the default is the device type's: rdwr for a disk, mmc for a cd
-        bs_type: (l.bs_type
-            != match l.device_type {
-                DeviceType::Disk => BsType::Rdwr,
-                DeviceType::Cd => BsType::Mmc,
-            })
-        .then(|| word(l.bs_type.as_str())),
+        // the default is the device type's: rdwr for a disk, mmc for a cd, ssc for a tape
+        bs_type: (l.bs_type != BsType::default_for(l.device_type))
+            .then(|| word(l.bs_type.as_str())),
         bsoflags: (l.bsoflags != BsOflags::default()).then(|| Word(l.bsoflags.as_string())),
         bsopts: l.bsopts.clone(),
         lbppbe: l.lbppbe.map(u64::from),

@@ -234,14 +234,14 @@ fn lun_attribute_rules() {
     let p = "targets[0].luns[0]";
     for (extra, field, words) in [
         (
-            "device_type: tape",
+            "device_type: pt",
             "device_type",
-            "device type \"tape\" is not supported",
+            "device type \"pt\" is not supported",
         ),
         (
             "device_type: changer",
             "device_type",
-            "disks (disk) and CD/DVD images (cd)",
+            "CD/DVD images (cd) and tape drives (tape)",
         ),
         (
             "bs_type: glfs",
@@ -296,6 +296,44 @@ fn lun_attribute_rules() {
         "targets[0].luns[0].bs_type",
         "a cd LUN is an image file",
     );
+    err(
+        &lun("device_type: tape\nbs_type: rdwr"),
+        "targets[0].luns[0].bs_type",
+        "a tape LUN is a tape image (ssc), not rdwr",
+    );
+    err(
+        &lun("bs_type: ssc"),
+        "targets[0].luns[0].bs_type",
+        "ssc is a tape image: it needs device_type: tape",
+    );
+    err(
+        &lun("device_type: tape\nblock_size: 512"),
+        "targets[0].luns[0].block_size",
+        "the initiator's choice",
+    );
+    err(
+        &lun("device_type: tape\nsize: 1G"),
+        "targets[0].luns[0].size",
+        "made with tgtimg",
+    );
+}
+
+#[test]
+fn a_tape_drive_round_trips_with_its_defaults() {
+    let c = ok(&lun("device_type: tape"));
+    let l = &c.targets[0].luns[0];
+    assert_eq!(
+        (l.device_type, l.bs_type, l.block_size),
+        (config::DeviceType::Tape, BsType::Ssc, 1)
+    );
+    assert_eq!(l.cache_mode(&c.cache), config::CacheMode::Off);
+    // `ok` parsed its dump back to the same model
+    let yaml = c.to_yaml();
+    assert!(
+        yaml.contains("device_type: tape") && !yaml.contains("bs_type"),
+        "{yaml}"
+    );
+    assert!(!yaml.contains("    block_size"), "{yaml}");
 }
 
 #[test]

@@ -503,8 +503,8 @@ fn located_errors() {
             ":3: block-size: must be 512 or 4096 (got 1000)",
         ),
         (
-            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type tape\n</backing-store>\n</target>\n",
-            ":3: device-type: device type \"tape\" is not supported",
+            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type changer\n</backing-store>\n</target>\n",
+            ":3: device-type: device type \"changer\" is not supported",
         ),
         (
             "<target iqn.2026-11.org.example:t>\nbacking-store /a\nbs-type glfs\n</target>\n",

@@ -23,8 +23,10 @@ use scsi::{
 fuzz_target!(|data: &[u8]| {
     let mut inp = Input::new(data);
     let shape = inp.u8();
-    // 4096-byte blocks and thin together: a CD/DVD drive (2048-byte blocks, MMC table)
-    let cd = shape & 0x41 == 0x41;
+    // 4096-byte blocks and thin together: a CD/DVD drive (2048-byte blocks, MMC table);
+    // read-only too: a tape drive (SSC table) with a 1 MiB tape in memory
+    let tape = shape & 0x43 == 0x43;
+    let cd = shape & 0x43 == 0x41;
     let block_size: u32 = if cd {
         2048
     } else if shape & 1 != 0 {
@@ -59,10 +61,20 @@ fuzz_target!(|data: &[u8]| {
         tpg: 7,
         device_type: if cd {
             scsi::DeviceType::Cd
+        } else if tape {
+            scsi::DeviceType::Tape
         } else {
             scsi::DeviceType::Disk
         },
     });
+    if tape {
+        let img = scsi::ssc::format::new_image("FUZZ0001", 1, scsi::ssc::format::medium::DATA, 1);
+        let t = scsi::ssc::MemTape {
+            bytes: img,
+            ..Default::default()
+        };
+        assert!(lu.tape_insert(Box::new(t)).is_ok(), "a new tape loads");
+    }
     lu.set_thin_provisioning(shape & 0x40 != 0);
     if shape & 0x80 != 0 {
         // two gateways, this one standby, explicit ALUA: SET TARGET PORT GROUPS and the
@@ -122,6 +134,7 @@ fuzz_target!(|data: &[u8]| {
         let c = scsi::execute_unmapped(cdb, ctx.luns, shape & 0x40 != 0);
         check_completion(&c);
         let _ = scsi::data_out_len(cdb, block_size);
+        let _ = lu.data_out_len(cdb);
     }
 });
 
@@ -289,6 +302,19 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
         }
         Action::Sanitize(_) => {
             assert!(!lu.write_protected(), "SANITIZE on a write-protected LU");
+        }
+        Action::Tape(op) => {
+            assert_eq!(lu.params().device_type, scsi::DeviceType::Tape);
+            let c = lu.run_tape(&op, ctx.data_out);
+            check_completion(&c);
+            if let scsi::ssc::TapeOp::Read { fixed, len, .. } = op {
+                let most = if fixed {
+                    u64::from(len) * u64::from(lu.tape_block_len())
+                } else {
+                    u64::from(len)
+                };
+                assert!(c.data.len() as u64 <= most, "READ returned more than asked");
+            }
         }
     }
 }

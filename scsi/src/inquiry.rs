@@ -18,6 +18,8 @@ pub(crate) const STANDARD_LEN: usize = 96;
 const VERSION_DESCRIPTORS: [u16; 4] = [0x00A0, 0x0960, 0x0460, 0x04C0];
 /// MMC-6 (no version claimed), a CD/DVD drive's command set standard.
 const VERSION_MMC6: u16 = 0x04E0;
+/// SSC-3 (no version claimed).
+const VERSION_SSC3: u16 = 0x0340;
 
 /// VPD page codes.
 pub(crate) mod page {
@@ -96,6 +98,10 @@ pub(crate) fn standard_data(pq_pdt: u8, vendor: &str, product: &str, rev: &str) 
     // a CD/DVD drive claims MMC-6 where a disk claims SBC-3
     if pq_pdt & 0x1F == crate::DeviceType::Cd.pdt() {
         d[64..66].copy_from_slice(&VERSION_MMC6.to_be_bytes());
+    }
+    // and a tape drive SSC-3
+    if pq_pdt & 0x1F == crate::DeviceType::Tape.pdt() {
+        d[64..66].copy_from_slice(&VERSION_SSC3.to_be_bytes());
     }
     d
 }

@@ -53,6 +53,7 @@ mod rw;
 pub mod sanitize;
 pub mod sense;
 mod shared;
+pub mod ssc;
 pub mod task_mgmt;
 pub mod thin;
 mod tpc_vpd;
@@ -177,6 +178,8 @@ pub struct LogicalUnit {
     medium: removable::MediumState,
     /// Target port groups and their asymmetric access states.
     alua: alua::AluaState,
+    /// A tape drive's tape and mode parameters (unused by other device types).
+    tape: ssc::TapeUnit,
 }
 
 /// The inputs of one command.
@@ -343,6 +346,9 @@ pub enum Action {
     /// `(target port group, state)` pairs; the server carries them out (for its own group:
     /// taking the LU over) and answers GOOD, or [`alua::STPG_FAILED`].
     SetTargetPortGroups(Vec<(u16, alua::AccessState)>),
+    /// A tape drive's command: run it on the drive in arrival order with
+    /// [`LogicalUnit::run_tape`] and answer what it returns.
+    Tape(ssc::TapeOp),
 }
 
 impl Action {
@@ -405,6 +411,7 @@ impl LogicalUnit {
     pub fn new(p: LuParams) -> Self {
         let (p_tpg, p_port) = (p.tpg, p.rel_port_id);
         let cd = p.device_type == DeviceType::Cd;
+        let p_tape = p.device_type == DeviceType::Tape;
         let state = LuState {
             wce: AtomicBool::new(p.write_cache),
             d_sense: AtomicBool::new(false),
@@ -423,8 +430,9 @@ impl LogicalUnit {
             copies: xcopy::CopyTable::default(),
             medium: removable::MediumState::default(),
             alua: alua::AluaState::single(p_tpg, p_port),
+            tape: ssc::TapeUnit::default(),
         };
-        if cd {
+        if cd || p_tape {
             lu.set_removable(true);
         }
         lu
@@ -435,6 +443,7 @@ impl LogicalUnit {
         match self.params.device_type {
             DeviceType::Disk => ops::TABLE,
             DeviceType::Cd => mmc::TABLE,
+            DeviceType::Tape => ssc::TABLE,
         }
     }
 
@@ -513,6 +522,31 @@ impl LogicalUnit {
     /// CHECK CONDITION completion for `sense`, in the format the control page selects.
     pub fn check_condition(&self, sense: &Sense) -> Completion {
         Completion::check_condition(sense, self.descriptor_sense())
+    }
+
+    /// The Data-Out length `cdb` announces on this LU (`None`: no write part): a tape
+    /// drive's WRITE(6) counts bytes or blocks of the mode's block length; every other
+    /// command is measured in the LU's logical blocks.
+    pub fn data_out_len(&self, cdb: &[u8]) -> Option<u64> {
+        if self.params.device_type == DeviceType::Tape {
+            return match cdb.first() {
+                Some(&ops::opcode::WRITE_6) if cdb.len() >= 6 => {
+                    let n = u64::from(cdb::be24(cdb, 2));
+                    Some(if cdb[1] & 1 != 0 {
+                        n * u64::from(self.tape.block_len())
+                    } else {
+                        n
+                    })
+                }
+                Some(
+                    &(ops::opcode::MODE_SELECT_6
+                    | ops::opcode::MODE_SELECT_10
+                    | ops::opcode::PERSISTENT_RESERVE_OUT),
+                ) => data_out_len(cdb, 1),
+                _ => None,
+            };
+        }
+        data_out_len(cdb, self.params.block_size)
     }
 
     /// Decodes and executes one command from an anonymous I_T nexus, for servers that do

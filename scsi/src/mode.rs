@@ -28,7 +28,7 @@ const DPOFUA: u8 = 0x10;
 
 /// Page control field of MODE SENSE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pc {
+pub(crate) enum Pc {
     Current,
     Changeable,
     Default,
@@ -42,7 +42,7 @@ const D_SENSE: u8 = 0x04;
 const SWP: u8 = 0x08;
 
 /// The page_0 format bytes of `code` for `pc`, or None if unsupported.
-fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
+pub(crate) fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
     let st = lu.state();
     let flag = |cur: bool, default: bool, bit: u8| match pc {
         Pc::Current if cur => bit,
@@ -134,20 +134,32 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Ac
         d
     };
     let dev_specific = DPOFUA | if lu.write_protected() { WP } else { 0 };
+    let pages = codes.iter().filter_map(|&c| page_bytes(lu, c, pc));
+    let out = parameter_data(ten, dev_specific, llbaa && !dbd, &bd, pages);
+    Ok(Action::data(truncate(out, alloc)))
+}
+
+/// MODE SENSE parameter data: the (6) or (10) header with its device-specific parameter
+/// (and LONGLBA), the block descriptor `bd`, the pages, the MODE DATA LENGTH.
+pub(crate) fn parameter_data(
+    ten: bool,
+    dev_specific: u8,
+    long_lba: bool,
+    bd: &[u8],
+    pages: impl Iterator<Item = Vec<u8>>,
+) -> Vec<u8> {
     let mut out = if ten {
         let mut h = vec![0u8; 8];
         h[3] = dev_specific;
-        h[4] = u8::from(llbaa && !dbd);
+        h[4] = u8::from(long_lba);
         h[6..8].copy_from_slice(&(bd.len() as u16).to_be_bytes());
         h
     } else {
         vec![0, 0, dev_specific, bd.len() as u8]
     };
-    out.extend_from_slice(&bd);
-    for &c in codes {
-        if let Some(pg) = page_bytes(lu, c, pc) {
-            out.extend_from_slice(&pg);
-        }
+    out.extend_from_slice(bd);
+    for pg in pages {
+        out.extend_from_slice(&pg);
     }
     if ten {
         let n = u16::try_from(out.len() - 2).unwrap_or(u16::MAX);
@@ -155,7 +167,31 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Ac
     } else {
         out[0] = u8::try_from(out.len() - 1).unwrap_or(u8::MAX);
     }
-    Ok(Action::data(truncate(out, alloc)))
+    out
+}
+
+/// The parameter list of MODE SELECT(6)/(10) `cdb` (`None`: PARAMETER LIST LENGTH 0), at
+/// least its header long.
+pub(crate) fn parameter_list<'a>(
+    cdb: &[u8],
+    data_out: &'a [u8],
+) -> Result<Option<&'a [u8]>, Sense> {
+    let ten = cdb[0] == MODE_SELECT_10;
+    let len = if ten {
+        usize::from(be16(cdb, 7))
+    } else {
+        usize::from(cdb[4])
+    };
+    if len == 0 {
+        return Ok(None);
+    }
+    let data = data_out
+        .get(..len)
+        .ok_or_else(Sense::param_list_length_error)?;
+    if data.len() < if ten { 8 } else { 4 } {
+        return Err(Sense::param_list_length_error());
+    }
+    Ok(Some(data))
 }
 
 /// MODE SELECT(6) and MODE SELECT(10) with PF = 1. The whole parameter list is validated
@@ -166,22 +202,10 @@ pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result
         // PF = 0: vendor-specific (SCSI-1) page format, not supported.
         return Err(Sense::invalid_field_in_cdb(1, Some(4)));
     }
-    let len = if ten {
-        usize::from(be16(cdb, 7))
-    } else {
-        usize::from(cdb[4])
-    };
-    if len == 0 {
+    let Some(data) = parameter_list(cdb, ctx.data_out)? else {
         return Ok(Action::good());
-    }
-    let data = ctx
-        .data_out
-        .get(..len)
-        .ok_or_else(Sense::param_list_length_error)?;
+    };
     let hdr = if ten { 8 } else { 4 };
-    if data.len() < hdr {
-        return Err(Sense::param_list_length_error());
-    }
     let (medium_at, bd_len, long) = if ten {
         (2, usize::from(be16(data, 6)), data[4] & 0x01 != 0)
     } else {
@@ -229,19 +253,8 @@ pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result
         ) else {
             return Err(Sense::invalid_field_in_param_list(off, Some(5)));
         };
-        if plen + 2 != cur.len() {
-            return Err(Sense::invalid_field_in_param_list(off + 1, Some(7)));
-        }
         let new = &data[off..off + 2 + plen];
-        for i in 2..cur.len() {
-            let bad = (new[i] ^ cur[i]) & !mask[i];
-            if bad != 0 {
-                return Err(Sense::invalid_field_in_param_list(
-                    off + i,
-                    Some(top_bit(bad)),
-                ));
-            }
-        }
+        check_page(new, &cur, &mask, off)?;
         changes.push((code, new[2], new[4]));
         off += 2 + plen;
     }
@@ -249,16 +262,40 @@ pub(crate) fn mode_select(lu: &LogicalUnit, cdb: &[u8], ctx: &Req<'_>) -> Result
     let st = lu.state();
     let _guard = st.select_lock.lock().unwrap_or_else(|e| e.into_inner());
     for (code, b2, b4) in changes {
-        match code {
-            page::CACHING => st.wce.store(b2 & WCE != 0, Ordering::Relaxed),
-            page::CONTROL => {
-                st.d_sense.store(b2 & D_SENSE != 0, Ordering::Relaxed);
-                st.swp.store(b4 & SWP != 0, Ordering::Relaxed);
-            }
-            _ => {}
-        }
+        apply(lu, code, b2, b4);
     }
     Ok(Action::good())
+}
+
+/// Applies the changeable bits of a validated page (its bytes 2 and 4).
+pub(crate) fn apply(lu: &LogicalUnit, code: u8, b2: u8, b4: u8) {
+    let st = lu.state();
+    match code {
+        page::CACHING => st.wce.store(b2 & WCE != 0, Ordering::Relaxed),
+        page::CONTROL => {
+            st.d_sense.store(b2 & D_SENSE != 0, Ordering::Relaxed);
+            st.swp.store(b4 & SWP != 0, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+/// Checks a page of a MODE SELECT parameter list at `off` against the current values and
+/// what may change (`cur`, `mask`: [`page_bytes`] current and changeable).
+pub(crate) fn check_page(new: &[u8], cur: &[u8], mask: &[u8], off: usize) -> Result<(), Sense> {
+    if new.len() != cur.len() {
+        return Err(Sense::invalid_field_in_param_list(off + 1, Some(7)));
+    }
+    for i in 2..cur.len() {
+        let bad = (new[i] ^ cur[i]) & !mask[i];
+        if bad != 0 {
+            return Err(Sense::invalid_field_in_param_list(
+                off + i,
+                Some(top_bit(bad)),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A block descriptor may restate the LU's geometry (or leave the block count 0) but not

@@ -275,6 +275,46 @@ pub(crate) const READ_12_OP: OpInfo = OpInfo {
     timeout: T_IO,
 };
 
+/// RESERVE(6): in the disk's and the tape drive's tables.
+pub(crate) const RESERVE_6_OP: OpInfo = OpInfo {
+    opcode: RESERVE_6,
+    service_action: None,
+    name: "RESERVE(6)",
+    usage: &[0xFF, 0, 0, 0, 0, C],
+    handler: reserve_spc2::reserve,
+    timeout: T_EMULATED,
+};
+
+/// RELEASE(6): in the disk's and the tape drive's tables.
+pub(crate) const RELEASE_6_OP: OpInfo = OpInfo {
+    opcode: RELEASE_6,
+    service_action: None,
+    name: "RELEASE(6)",
+    usage: &[0xFF, 0, 0, 0, 0, C],
+    handler: reserve_spc2::release,
+    timeout: T_EMULATED,
+};
+
+/// RESERVE(10): in the disk's and the tape drive's tables.
+pub(crate) const RESERVE_10_OP: OpInfo = OpInfo {
+    opcode: RESERVE_10,
+    service_action: None,
+    name: "RESERVE(10)",
+    usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
+    handler: reserve_spc2::reserve,
+    timeout: T_EMULATED,
+};
+
+/// RELEASE(10): in the disk's and the tape drive's tables.
+pub(crate) const RELEASE_10_OP: OpInfo = OpInfo {
+    opcode: RELEASE_10,
+    service_action: None,
+    name: "RELEASE(10)",
+    usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
+    handler: reserve_spc2::release,
+    timeout: T_EMULATED,
+};
+
 /// The commands of a disk (SBC-3 and SPC-4).
 pub(crate) static TABLE: &[OpInfo] = &[
     TEST_UNIT_READY_OP,
@@ -304,22 +344,8 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: mode::mode_select,
         timeout: T_EMULATED,
     },
-    OpInfo {
-        opcode: RESERVE_6,
-        service_action: None,
-        name: "RESERVE(6)",
-        usage: &[0xFF, 0, 0, 0, 0, C],
-        handler: reserve_spc2::reserve,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: RELEASE_6,
-        service_action: None,
-        name: "RELEASE(6)",
-        usage: &[0xFF, 0, 0, 0, 0, C],
-        handler: reserve_spc2::release,
-        timeout: T_EMULATED,
-    },
+    RESERVE_6_OP,
+    RELEASE_6_OP,
     OpInfo {
         opcode: MODE_SENSE_6,
         service_action: None,
@@ -475,22 +501,8 @@ pub(crate) static TABLE: &[OpInfo] = &[
         handler: mode::mode_select,
         timeout: T_EMULATED,
     },
-    OpInfo {
-        opcode: RESERVE_10,
-        service_action: None,
-        name: "RESERVE(10)",
-        usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
-        handler: reserve_spc2::reserve,
-        timeout: T_EMULATED,
-    },
-    OpInfo {
-        opcode: RELEASE_10,
-        service_action: None,
-        name: "RELEASE(10)",
-        usage: &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0, C],
-        handler: reserve_spc2::release,
-        timeout: T_EMULATED,
-    },
+    RESERVE_10_OP,
+    RELEASE_10_OP,
     OpInfo {
         opcode: MODE_SENSE_10,
         service_action: None,

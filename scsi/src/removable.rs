@@ -66,6 +66,7 @@ impl MediumState {
 fn needs_medium(op: u8) -> bool {
     use opcode::*;
     !crate::mmc::without_disc(op)
+        && !crate::ssc::without_tape(op)
         && !matches!(
             op,
             REQUEST_SENSE
@@ -100,8 +101,12 @@ fn needs_medium(op: u8) -> bool {
 impl LogicalUnit {
     /// Reports removable media (INQUIRY RMB) and supports LOAD/EJECT and PREVENT ALLOW
     /// MEDIUM REMOVAL (configuration `removable`, tgtadm `--params removable=1`). Turning it
-    /// off loads the medium and ends every prevention.
+    /// off loads the medium and ends every prevention. A CD/DVD drive's disc and a tape
+    /// drive's tape are always removable: turning it off does nothing there.
     pub fn set_removable(&self, on: bool) {
+        if !on && self.params().device_type != crate::DeviceType::Disk {
+            return;
+        }
         let m = &self.medium;
         let mut p = m.preventing();
         m.removable.store(on, Ordering::Relaxed);
@@ -142,6 +147,11 @@ impl LogicalUnit {
             let e = crate::mmc::EVENT_MEDIA_REMOVAL;
             self.medium.media_event.store(e, Ordering::Release);
         }
+    }
+
+    /// The medium went out (a tape drive's UNLOAD): nothing to tell.
+    pub(crate) fn medium_unloaded(&self) {
+        self.medium.ejected.store(true, Ordering::Release);
     }
 
     /// Another medium is in (a CD/DVD drive's new disc): every I_T nexus gets NOT READY TO

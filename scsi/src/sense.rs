@@ -1,7 +1,8 @@
 //! Sense data (SPC-4 4.5): the `Sense` value every failing command produces, its named
 //! constructors (one per additional sense code this crate reports) and its encoding in fixed
-//! (response code 70h) or descriptor (72h) format, with the INFORMATION field and the
-//! sense-key-specific field pointer.
+//! (response code 70h) or descriptor (72h) format, with the INFORMATION field, the
+//! sense-key-specific field pointer and the stream commands bits (FILEMARK, EOM, ILI) of a
+//! tape drive.
 
 /// Sense keys (SPC-4 table 27).
 pub mod key {
@@ -64,6 +65,20 @@ pub struct Sense {
     pub ascq: u8,
     pub info: Option<u64>,
     pub field: Option<FieldPointer>,
+    /// Stream commands bits (SSC-3 4.2.x): [`stream::FILEMARK`], [`stream::EOM`],
+    /// [`stream::ILI`]; fixed format byte 2, descriptor format a stream commands
+    /// descriptor (04h).
+    pub stream: u8,
+}
+
+/// The stream commands bits of sense data (a tape drive's READ, WRITE, SPACE, LOCATE …).
+pub mod stream {
+    /// A filemark was crossed.
+    pub const FILEMARK: u8 = 0x80;
+    /// End of medium (or of partition): early warning, end of data, beginning of medium.
+    pub const EOM: u8 = 0x40;
+    /// Incorrect length indicator: the block read was not the length asked for.
+    pub const ILI: u8 = 0x20;
 }
 
 fn ptr(byte: usize) -> u16 {
@@ -79,12 +94,19 @@ impl Sense {
             ascq,
             info: None,
             field: None,
+            stream: 0,
         }
     }
 
     /// Sets the INFORMATION field.
     pub const fn with_info(mut self, info: u64) -> Self {
         self.info = Some(info);
+        self
+    }
+
+    /// Sets the stream commands bits ([`stream`]).
+    pub const fn with_stream(mut self, bits: u8) -> Self {
+        self.stream = bits;
         self
     }
 
@@ -205,7 +227,7 @@ impl Sense {
             s[0] |= 0x80;
             s[3..7].copy_from_slice(&v.to_be_bytes());
         }
-        s[2] = self.key & 0x0F;
+        s[2] = (self.key & 0x0F) | (self.stream & 0xE0);
         s[7] = (FIXED_LEN - 8) as u8;
         s[12] = self.asc;
         s[13] = self.ascq;
@@ -231,6 +253,9 @@ impl Sense {
         if let Some(info) = self.info {
             s.extend_from_slice(&[0x00, 0x0A, 0x80, 0x00]);
             s.extend_from_slice(&info.to_be_bytes());
+        }
+        if self.stream != 0 {
+            s.extend_from_slice(&[0x04, 0x02, 0x00, self.stream & 0xE0]);
         }
         if let Some(f) = self.field {
             s.extend_from_slice(&[0x02, 0x06, 0x00, 0x00]);

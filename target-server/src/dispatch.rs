@@ -14,7 +14,7 @@ use scsi::{Action, CmdCtx};
 use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, TasksEnded, completed};
-use crate::backend::{StorageCtx, pr, pr_cluster, sanitize, selftest, storage, thin, xcopy};
+use crate::backend::{StorageCtx, pr, pr_cluster, sanitize, selftest, storage, tape, thin, xcopy};
 use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
 use crate::registry::{Lun, LunSet, Target};
@@ -41,7 +41,7 @@ pub fn execute(
 ) -> (Answer, IoKind) {
     let lun = luns.map.get(&cmd.lun);
     let block_size = lun.map_or(512, |l| l.store.block_size());
-    let stamp = write_transfer_len(cmd, block_size);
+    let stamp = write_transfer_len(cmd, lun.map(|l| &l.scsi), block_size);
     reply.set_write_transfer_len(stamp);
     let Some(lun) = lun else {
         let r = completed(scsi::execute_unmapped(&cmd.cdb, &luns.numbers, false));
@@ -77,7 +77,12 @@ pub fn execute(
             return (stamped(answer, stamp), IoKind::OTHER);
         }
     };
-    let kind = io_kind(&action, &cmd.cdb, u64::from(block_size));
+    let kind = io_kind(
+        &action,
+        &cmd.cdb,
+        u64::from(block_size),
+        lun.scsi.tape_block_len(),
+    );
     reply.set_kind(kind);
     let reply = match owned_elsewhere(lun, target, &action, cmd, landing.is_some(), reply) {
         Owner::Here(reply) => reply,
@@ -124,12 +129,19 @@ pub fn run_shipped(
 
 /// The Data-Out length the CDB of a write announces (`None` for a command without a write
 /// part), saturated to 32 bits: the write residuals are computed against it.
-fn write_transfer_len(cmd: &ScsiCommand, block_size: u32) -> Option<u32> {
-    if cmd.write {
-        scsi::data_out_len(&cmd.cdb, block_size).map(|n| n.min(u64::from(u32::MAX)) as u32)
-    } else {
-        None
+fn write_transfer_len(
+    cmd: &ScsiCommand,
+    lu: Option<&scsi::LogicalUnit>,
+    block_size: u32,
+) -> Option<u32> {
+    if !cmd.write {
+        return None;
     }
+    match lu {
+        Some(lu) => lu.data_out_len(&cmd.cdb),
+        None => scsi::data_out_len(&cmd.cdb, block_size),
+    }
+    .map(|n| n.min(u64::from(u32::MAX)) as u32)
 }
 
 /// An RBD image resized outside the daemon (its update watch noticed): the LU's capacity
@@ -327,12 +339,13 @@ fn start(
         Action::SetTargetPortGroups(asks) => {
             crate::alua::set_target_port_groups(lun, target, &asks, reply)
         }
+        Action::Tape(op) => tape::start(lun, op, std::mem::take(data_out), reply),
     }
 }
 
 /// What an action counts as in the LUN's statistics, and the bytes it moves. A command
 /// answered at once (refused, or emulated) counts by its operation code, moving nothing.
-fn io_kind(action: &Action, cdb: &[u8], block_size: u64) -> IoKind {
+fn io_kind(action: &Action, cdb: &[u8], block_size: u64, tape_block_len: u32) -> IoKind {
     let kind = |class, blocks: u64| IoKind {
         class,
         bytes: blocks.saturating_mul(block_size),
@@ -354,6 +367,16 @@ fn io_kind(action: &Action, cdb: &[u8], block_size: u64) -> IoKind {
             ranges.iter().fold(0u64, |a, r| a.saturating_add(r.1)),
         ),
         Action::Sync { .. } => kind(IoClass::Flush, 0),
+        // a tape's block size is 1: its bytes
+        Action::Tape(op @ scsi::ssc::TapeOp::Read { .. }) => {
+            kind(IoClass::Read, op.bytes(tape_block_len))
+        }
+        Action::Tape(op @ scsi::ssc::TapeOp::Write { .. }) => {
+            kind(IoClass::Write, op.bytes(tape_block_len))
+        }
+        Action::Tape(scsi::ssc::TapeOp::WriteFilemarks { immed: false, .. }) => {
+            kind(IoClass::Flush, 0)
+        }
         Action::Complete(_) => kind(
             io_class(scsi::op_class(cdb.first().copied().unwrap_or(0))),
             0,

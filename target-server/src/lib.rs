@@ -30,6 +30,7 @@ pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
+pub(crate) mod serial_work;
 pub(crate) mod ship;
 pub(crate) mod transport;
 

@@ -54,6 +54,9 @@ pub struct Lun {
     pub locks: crate::range_locks::RangeLocks,
     /// I/O statistics (kept when the LUN is rebuilt by `--op update`).
     pub stats: Arc<crate::io_stats::LunStats>,
+    /// The thread that runs a tape drive's commands in arrival order (`None` for other
+    /// device types).
+    pub serial: Option<crate::serial_work::SerialWork>,
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).

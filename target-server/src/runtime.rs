@@ -258,6 +258,7 @@ pub(crate) fn open_lun(
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
+    let serial = load_tape(&lu, l).map_err(lun_err)?;
     let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {
         meta.bsoflags = flags.to_string();
@@ -291,6 +292,7 @@ pub(crate) fn open_lun(
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
         stats: Default::default(),
+        serial,
     };
     crate::alua::init(&lun, alua, owner).map_err(|e| StartError::Alua {
         target: iqn.to_string(),
@@ -298,6 +300,33 @@ pub(crate) fn open_lun(
         reason: e.to_string(),
     })?;
     Ok(lun)
+}
+
+/// A tape drive's tape (the image at the LUN's path, unless the LUN is offline: an empty
+/// drive) and the thread that runs its commands; nothing for other device types.
+fn load_tape(
+    lu: &scsi::LogicalUnit,
+    l: &config::LunConfig,
+) -> Result<Option<crate::serial_work::SerialWork>, cache::BackingError> {
+    if l.device_type != config::DeviceType::Tape {
+        return Ok(None);
+    }
+    let bad = |e: String| cache::BackingError::Io {
+        path: l.path.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    };
+    if l.online {
+        let tape = crate::backend::tape::FileTape::open(&l.path, l.readonly)
+            .map_err(|e| bad(e.to_string()))?;
+        lu.tape_insert(Box::new(tape))
+            .map_err(|e| bad(e.to_string()))?;
+        let st = lu.tape_status();
+        tracing::info!(lun = l.lun, path = %l.path.display(), barcode = %st.barcode,
+            "tape loaded");
+    }
+    crate::serial_work::SerialWork::start(format!("tape-{}", l.lun))
+        .map(Some)
+        .map_err(|e| bad(format!("cannot start the drive's thread: {e}")))
 }
 
 /// Creates the sparse backing file a LUN's `size:` asks for, when it does not exist yet.
@@ -359,15 +388,24 @@ fn logical_unit(
     let LunHome { iqn, alua, .. } = *home;
     let sync_writes = l.bsoflags.sync;
     let cd = l.device_type == config::DeviceType::Cd;
+    let device_type = match l.device_type {
+        config::DeviceType::Disk => scsi::DeviceType::Disk,
+        config::DeviceType::Cd => scsi::DeviceType::Cd,
+        config::DeviceType::Tape => scsi::DeviceType::Tape,
+    };
     let params = scsi::LuParams {
         lun: l.lun,
         block_size: l.block_size,
         num_blocks,
         vendor_id: l.vendor_id.clone().unwrap_or_else(|| "NUMATGT".into()),
-        product_id: l
-            .product_id
-            .clone()
-            .unwrap_or_else(|| if cd { "VIRTUAL-CDROM" } else { "VIRTUAL-DISK" }.into()),
+        product_id: l.product_id.clone().unwrap_or_else(|| {
+            match device_type {
+                scsi::DeviceType::Disk => "VIRTUAL-DISK",
+                scsi::DeviceType::Cd => "VIRTUAL-CDROM",
+                scsi::DeviceType::Tape => "VIRTUAL-TAPE",
+            }
+            .into()
+        }),
         product_rev: l.product_rev.clone().unwrap_or_else(|| "0001".into()),
         serial: l.serial.clone().unwrap_or_else(|| format!("{:016x}", id)),
         naa_id: id,
@@ -377,11 +415,7 @@ fn logical_unit(
         target_name: iqn.to_string(),
         rel_port_id: alua.relative_port,
         tpg: alua.group,
-        device_type: if cd {
-            scsi::DeviceType::Cd
-        } else {
-            scsi::DeviceType::Disk
-        },
+        device_type,
     };
     let lu = scsi::LogicalUnit::new(params);
     lu.set_thin_provisioning(l.thin_provisioning);
@@ -389,8 +423,8 @@ fn logical_unit(
     // GET LBA STATUS extents then start at the LBA asked for, which libiscsi's
     // GetLBAStatus.UnmapSingle needs)
     lu.set_physical_block_exponent(l.lbppbe.unwrap_or(0));
-    // a CD/DVD drive's disc is always removable, and out while the LUN is offline (tgtd)
-    lu.set_removable(l.removable || cd);
+    // a CD/DVD drive's disc (always removable) is out while the LUN is offline (tgtd)
+    lu.set_removable(l.removable);
     if cd && !l.online {
         lu.set_medium_present(false);
     }
@@ -417,7 +451,7 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
         bsopts: l.bsopts.clone().unwrap_or_default(),
         bsoflags: flags.join(":"),
         online: l.online,
-        removable: l.removable || l.device_type == config::DeviceType::Cd,
+        removable: l.removable || l.device_type != config::DeviceType::Disk,
         thin_provisioning: l.thin_provisioning,
         sense_format: u8::from(l.sense_format == config::SenseFormat::Descriptor),
         ..d
@@ -1126,7 +1160,8 @@ fn sync_all(registry: &Registry) -> Vec<(u32, u64)> {
                         // closes as every healthy one does, ending its watches at once.
                         return;
                     }
-                    if let Err(e) = lun.store.sync() {
+                    // a tape drive's tape is its own file
+                    if let Err(e) = lun.store.sync().and_then(|()| lun.scsi.tape_sync()) {
                         tracing::error!(target = %t.iqn, lun = lun.number, "final sync failed: {e}");
                         failed
                             .lock()

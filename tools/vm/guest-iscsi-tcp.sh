@@ -5,7 +5,9 @@
 # sha256, umount, drop caches, remount, verify, logout; then CHAP on a second target: a wrong
 # initiator secret is refused, mutual CHAP logs in and reads, a wrong target secret makes the
 # initiator refuse; then a CD/DVD LUN of an ISO image (guest-cd.sh: sr driver, sg3_utils,
-# mount -t iso9660, a refused WRITE, eject and close); stop the target by PID.
+# mount -t iso9660, a refused WRITE, eject and close); then a tape drive of a tgtimg tape
+# (guest-tape.sh: st driver, mt, tar of two tape files read back, offline and load); stop
+# the target by PID.
 # numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
 # with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
 # cache report). numatgtd-yaml: the same targets from a YAML file instead.
@@ -21,6 +23,8 @@ LUN_FILE=/tmp/vm-lun1.img
 CHAP_LUN_FILE=/tmp/vm-lun2.img
 CD_IQN=iqn.2026-11.org.numatgt:vmtest-cd
 CD_ISO=/tmp/vm-cd.iso
+TAPE_IQN=iqn.2026-11.org.numatgt:vmtest-tape
+TAPE_FILE=/tmp/vm-tape.img
 # CHAP accounts: the initiator's (incoming) and the target's (outgoing, mutual CHAP)
 IN_USER=vmuser
 IN_SECRET=initiatorsecret1
@@ -51,6 +55,10 @@ head -c 1000000 /dev/urandom > /tmp/vm-cd-src/a.bin
 head -c 70001 /dev/urandom > /tmp/vm-cd-src/sub/b.bin
 echo numatgt > /tmp/vm-cd-src/c.txt
 genisoimage -quiet -R -J -V NUMATGT_CD -o "$CD_ISO" /tmp/vm-cd-src || fail "genisoimage"
+# the tape step's tape (guest-tape.sh), as tgt's README.vtl makes them
+rm -f "$TAPE_FILE"
+tgtimg --op new --device-type tape --barcode=VMT00001 --size=64 --type=data --file="$TAPE_FILE" \
+  > /dev/null || fail "tgtimg"
 
 TC=$((CTL % 30000))
 case "$TARGET" in
@@ -87,6 +95,11 @@ targets:
       - lun: 1
         path: $CD_ISO
         device_type: cd
+  - iqn: $TAPE_IQN
+    luns:
+      - lun: 1
+        path: $TAPE_FILE
+        device_type: tape
 YAML
     mkdir -p /tmp/numatgt-state
     "$NUMATGTD" -f --config /tmp/numatgtd.yaml --state-dir /tmp/numatgt-state -C "$CTL" > "$LOG" 2>&1 &
@@ -198,6 +211,7 @@ timeout 60 iscsiadm -m node -T "$CHAP_IQN" -p "$PORTAL" --login && fail "login d
 iscsiadm -m session 2>/dev/null | grep -q "$CHAP_IQN" && fail "a session exists after the failed mutual login"
 
 . /vmtest/guest-cd.sh
+. /vmtest/guest-tape.sh
 
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then
@@ -205,6 +219,7 @@ if [ "$TARGET" = tgtd ]; then
   tgtadm $C --lld iscsi --op delete --mode target --tid 1 --force
   tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
   tgtadm $C --lld iscsi --op delete --mode target --tid 3 --force
+  tgtadm $C --lld iscsi --op delete --mode target --tid 4 --force
   tgtadm $C --op delete --mode system
 fi
 stop_pid "$TPID" 10

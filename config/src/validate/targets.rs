@@ -157,8 +157,8 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ctx.err(
                 &format!("{p}.device_type"),
                 format!(
-                    "device type {:?} is not supported; numatgt exports disks (disk) and \
-                     CD/DVD images (cd)",
+                    "device type {:?} is not supported; numatgt exports disks (disk), \
+                     CD/DVD images (cd) and tape drives (tape)",
                     w.0
                 ),
             )
@@ -169,16 +169,15 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
     }
     let path = PathBuf::from(&rl.path);
     let bs_type = match &rl.bs_type {
-        // tgt's store of a CD/DVD drive
-        None if device_type == DeviceType::Cd => BsType::Mmc,
-        None => BsType::Rdwr,
+        // tgt's store of a CD/DVD drive, of a tape drive
+        None => BsType::default_for(device_type),
         Some(w) => BsType::parse(&w.0).ok_or_else(|| {
             ctx.err(
                 &format!("{p}.bs_type"),
                 format!(
                     "backing-store type {:?} is not supported; numatgt serves files and \
-                     block devices (rdwr or aio), CD/DVD images (mmc), Ceph RBD images (rbd) \
-                     and no storage (null)",
+                     block devices (rdwr or aio), CD/DVD images (mmc), tape images (ssc), \
+                     Ceph RBD images (rbd) and no storage (null)",
                     w.0
                 ),
             )
@@ -204,6 +203,22 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             &format!("{p}.bsopts"),
             "bsopts is for bs_type: rbd (a file's cache mode is `cache:`)",
         ));
+    } else if bs_type == BsType::Ssc {
+        if device_type != DeviceType::Tape {
+            return Err(ctx.err(
+                &format!("{p}.bs_type"),
+                "ssc is a tape image: it needs device_type: tape",
+            ));
+        }
+        if rl.size.is_some() {
+            return Err(ctx.err(
+                &format!("{p}.size"),
+                "a tape image is made with tgtimg (--op new --device-type tape), not size:",
+            ));
+        }
+        if !path.is_absolute() {
+            return Err(ctx.err(&format!("{p}.path"), "must be an absolute path"));
+        }
     } else if !bs_type.is_file() {
         if rl.size.is_some() {
             return Err(ctx.err(
@@ -218,6 +233,12 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 "must be an absolute path (got {:?}); relative paths are not resolved",
                 rl.path
             ),
+        ));
+    }
+    if device_type == DeviceType::Tape && bs_type != BsType::Ssc {
+        return Err(ctx.err(
+            &format!("{p}.bs_type"),
+            format!("a tape LUN is a tape image (ssc), not {}", bs_type.as_str()),
         ));
     }
     if device_type == DeviceType::Cd {
@@ -237,7 +258,15 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ));
         }
     }
+    if device_type == DeviceType::Tape && rl.block_size.is_some() {
+        return Err(ctx.err(
+            &format!("{p}.block_size"),
+            "a tape drive's block size is the initiator's choice (MODE SELECT), not configured",
+        ));
+    }
     let block_size = match rl.block_size {
+        // tgtd shows a tape drive's block size as 1
+        None if device_type == DeviceType::Tape => 1,
         None if device_type == DeviceType::Cd => 2048,
         None => 512,
         Some(2048) if device_type == DeviceType::Cd => 2048,

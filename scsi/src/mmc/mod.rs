@@ -26,6 +26,8 @@ pub enum DeviceType {
     Disk,
     /// CD/DVD drive (MMC-6) with a read-only DVD-ROM disc, tgt's `cd`.
     Cd,
+    /// Tape drive (SSC-3) over a tgt tape image, tgt's `tape`.
+    Tape,
 }
 
 impl DeviceType {
@@ -34,14 +36,16 @@ impl DeviceType {
         match self {
             DeviceType::Disk => 0x00,
             DeviceType::Cd => 0x05,
+            DeviceType::Tape => 0x01,
         }
     }
 
-    /// tgt's name of the type (`--device-type`): `disk` or `cd`.
+    /// tgt's name of the type (`--device-type`): `disk`, `cd` or `tape`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
+            DeviceType::Tape => "tape",
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod reply;
 pub mod sanitize;
 pub mod selftest;
 pub mod storage;
+pub mod tape;
 pub mod task_watch;
 pub mod thin;
 pub mod workers;

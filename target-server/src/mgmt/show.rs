@@ -40,19 +40,25 @@ fn lun_entry(out: &mut String, lun: &Lun, alua: &config::AluaConfig) {
     let m = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let p = lun.scsi.params();
     let size = p.num_blocks.saturating_mul(u64::from(p.block_size));
-    let cd = p.device_type == scsi::DeviceType::Cd;
+    // tgtd 1.0.85 shows a cd's block size as 1 (its 2048-byte sectors are MMC's), and a
+    // tape drive's size as 0 with blocks of 1
+    let (kind, size, block_size) = match p.device_type {
+        scsi::DeviceType::Disk => ("disk", size, p.block_size),
+        scsi::DeviceType::Cd => ("cd/dvd", size, 1),
+        scsi::DeviceType::Tape => ("tape", 0, 1),
+    };
+    let removable = m.removable || p.device_type != scsi::DeviceType::Disk;
     let _ = write!(
         out,
         "        LUN: {}\n            Type: {}\n            SCSI ID: {}\n            SCSI SN: {}\n            Size: {} MB, Block size: {}\n            Online: {}\n            Removable media: {}\n            Prevent removal: No\n            Readonly: {}\n            SWP: No\n            Thin-provisioning: {}\n            Backing store type: {}\n            Backing store path: {}\n            Backing store flags: {}\n",
         lun.number,
-        if cd { "cd/dvd" } else { "disk" },
+        kind,
         m.scsi_id,
         m.scsi_sn,
         tgt_size_mb(size),
-        // tgtd 1.0.85 shows a cd's block size as 1 (its 2048-byte sectors are MMC's)
-        if cd { 1 } else { p.block_size },
+        block_size,
         yes_no(m.online),
-        yes_no(m.removable || cd),
+        yes_no(removable),
         yes_no(p.readonly),
         yes_no(m.thin_provisioning),
         m.bstype,

@@ -3,12 +3,18 @@
 //! prevent), `path=IMAGE` puts another image in (only while the disc is out, as tgtd; the
 //! drive is online again), `online=1` puts the disc back. The initiators see NOT READY TO
 //! READY CHANGE and a media event, as after a disc change in a real drive.
+//!
+//! A tape drive's tape the same way: `online=0` takes it out (made durable first),
+//! `path=TAPE` puts another tape image in while the drive is offline, `online=1` loads the
+//! tape at the LUN's path again.
 
 use std::sync::Arc;
 
 use tgtadm_wire::ErrCode;
 
-use super::lun::replace_lun;
+use scsi::ssc::Removed;
+
+use super::lun::{change_in_place, replace_lun};
 use crate::mgmt::Ctx;
 use crate::registry::{Lun, LunMeta, Target};
 
@@ -44,5 +50,59 @@ pub(super) fn change(
     }
     tracing::info!(target = %t.iqn, lun = lun.number, path, blocks = next.scsi.num_blocks(),
         "disc changed");
+    Ok(())
+}
+
+/// `--op update` of a tape drive's LUN: the keys that rebuild the logical unit (the tape
+/// moves into the new one), then the tape taken out (`online=0`) or put in (`path=`, or
+/// `online=1` with the tape at the LUN's path). A tape that cannot be opened changes
+/// nothing.
+pub(super) fn tape_update(
+    t: &Target,
+    lun: &Arc<Lun>,
+    path: Option<&str>,
+    rebuild: bool,
+    params: scsi::LuParams,
+    mut meta: LunMeta,
+) -> Result<(), ErrCode> {
+    if let Some(p) = path {
+        meta.path = p.to_string();
+        meta.online = true;
+    }
+    let loaded = lun.scsi.tape_status().loaded;
+    let new_tape = if meta.online && (path.is_some() || !loaded) {
+        let tape = crate::backend::tape::FileTape::open(meta.path.as_ref(), params.readonly)
+            .map_err(|e| {
+                tracing::warn!(target = %t.iqn, lun = lun.number, path = %meta.path,
+                    "tape not loaded: {e}");
+                ErrCode::InvalidRequest
+            })?;
+        Some(tape)
+    } else {
+        None
+    };
+    let lun = if rebuild {
+        replace_lun(t, lun, params, meta.clone(), None)
+    } else {
+        Arc::clone(lun)
+    };
+    if !meta.online && loaded {
+        if let Some(Removed { synced: Err(e), .. }) = lun.scsi.tape_remove() {
+            tracing::error!(target = %t.iqn, lun = lun.number,
+                "tape taken out of the drive, but what was written may not be on disk: {e}");
+        } else {
+            tracing::info!(target = %t.iqn, lun = lun.number, "tape taken out of the drive");
+        }
+    }
+    if let Some(tape) = new_tape {
+        lun.scsi.tape_insert(Box::new(tape)).map_err(|e| {
+            tracing::warn!(target = %t.iqn, lun = lun.number, path = %meta.path,
+                "tape not loaded: {e}");
+            ErrCode::InvalidRequest
+        })?;
+        tracing::info!(target = %t.iqn, lun = lun.number, path = %meta.path,
+            barcode = %lun.scsi.tape_status().barcode, "tape loaded");
+    }
+    change_in_place(&lun, meta);
     Ok(())
 }

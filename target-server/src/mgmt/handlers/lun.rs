@@ -16,7 +16,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 6] = ["sg", "bsg", "ssc", "smc", "glfs", "sheepdog"];
+const OTHER_BSTYPES: [&str; 5] = ["sg", "bsg", "smc", "glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -86,18 +86,21 @@ struct NewLun<'a> {
 impl<'a> NewLun<'a> {
     fn parse(p: &'a Payload, device_type: config::DeviceType) -> Result<NewLun<'a>, ErrCode> {
         let cd = device_type == config::DeviceType::Cd;
+        let tape = device_type == config::DeviceType::Tape;
         let bs_type = match p.get("bstype").unwrap_or("") {
-            // a CD/DVD drive's store is tgt's `mmc` (its image file)
-            "" if cd => config::BsType::Mmc,
+            // a CD/DVD drive's store is tgt's `mmc` (its image file), a tape drive's `ssc`
+            "" => config::BsType::default_for(device_type),
             b => parse_bstype(b)?,
         };
-        if cd && !bs_type.is_file() {
+        if cd && !bs_type.is_file() || tape != (bs_type == config::BsType::Ssc) {
             return Err(ErrCode::InvalidRequest);
         }
         let (cache, rbd_opts) = parse_bsopts(p.get("bsopts").unwrap_or(""), bs_type)?;
         let flags = p.get("bsoflags").unwrap_or("");
         let oflags = parse_bsoflags(flags, bs_type)?;
         let block_size = match p.get("blocksize").filter(|b| !b.is_empty()) {
+            // a tape's blocks are the initiator's choice (tgtd shows 1)
+            _ if tape => 1,
             // a disc's sectors are 2048 bytes
             None if cd => 2048,
             Some(_) if cd => match parse_block_size(p.get("blocksize"))? {
@@ -396,7 +399,9 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         lun.scsi.set_write_cache(on);
         tracing::info!(target = %t.iqn, lun = lun.number, write_cache = on, "mode_page: write cache");
     }
-    if let Some(path) = disc {
+    if lun.scsi.params().device_type == scsi::DeviceType::Tape {
+        super::disc::tape_update(&t, &lun, disc.as_deref(), rebuild, params, meta)?;
+    } else if let Some(path) = disc {
         super::disc::change(ctx, &t, &lun, &path, params, meta)?;
     } else if rebuild {
         replace_lun(&t, &lun, params, meta, None);
@@ -420,7 +425,8 @@ struct Update {
     owner: Option<u16>,
     /// `mode_page=8:0:...`: the Caching page's WCE bit.
     wce: Option<bool>,
-    /// `path=`: a CD/DVD LUN's new disc (an image file), put in while the disc is out.
+    /// `path=`: a CD/DVD LUN's new disc, a tape drive's new tape (an image file), put in
+    /// while the drive is offline.
     disc: Option<String>,
 }
 
@@ -484,8 +490,8 @@ impl Update {
                 params.readonly = parse_bool(v)?;
                 *rebuild = true;
             }
-            // a CD/DVD drive's disc is removable by nature
-            "removable" if params.device_type == scsi::DeviceType::Cd && !parse_bool(v)? => {
+            // a CD/DVD drive's disc, a tape drive's tape are removable by nature
+            "removable" if params.device_type != scsi::DeviceType::Disk && !parse_bool(v)? => {
                 return Err(ErrCode::InvalidRequest);
             }
             "removable" => meta.removable = parse_bool(v)?,
@@ -514,7 +520,7 @@ impl Update {
             },
             "online" => meta.online = parse_bool(v)?,
             // a CD/DVD drive's disc changes while it is out (online=0), as in tgtd
-            "path" if params.device_type == scsi::DeviceType::Cd => {
+            "path" if params.device_type != scsi::DeviceType::Disk => {
                 if meta.online || v.is_empty() {
                     return Err(ErrCode::InvalidRequest);
                 }
@@ -579,7 +585,7 @@ pub(super) fn replace_lun(
     let scsi = scsi::LogicalUnit::new(params);
     scsi.set_descriptor_sense(descriptor);
     scsi.set_thin_provisioning(meta.thin_provisioning);
-    scsi.set_removable(meta.removable || is_cd(&scsi));
+    scsi.set_removable(meta.removable);
     if is_cd(&scsi) {
         // a CD/DVD drive's disc is out while the LUN is offline
         scsi.set_medium_present(meta.online);
@@ -597,6 +603,27 @@ pub(super) fn replace_lun(
         tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
     }
     let (store, cache_id) = store.unwrap_or_else(|| (Arc::clone(&lun.store), lun.cache_id));
+    // a tape drive's tape goes into the new drive (at its beginning, as after a power on),
+    // whose commands run on a thread of its own
+    let serial = lun.serial.as_ref().and_then(|_| {
+        crate::serial_work::SerialWork::start(format!("tape-{}", lun.number))
+            .map_err(|e| tracing::error!(lun = lun.number, "cannot start the drive's thread: {e}"))
+            .ok()
+    });
+    if let Some(r) = lun.scsi.tape_remove() {
+        if let Err(e) = r.synced {
+            tracing::error!(
+                lun = lun.number,
+                "tape not synced when moved to the new drive: {e}"
+            );
+        }
+        if let Err(e) = scsi.tape_insert(r.medium) {
+            tracing::error!(
+                lun = lun.number,
+                "the tape could not be moved to the new drive: {e}"
+            );
+        }
+    }
     let next = Arc::new(Lun {
         number: lun.number,
         scsi,
@@ -611,6 +638,7 @@ pub(super) fn replace_lun(
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
         stats: Arc::clone(&lun.stats),
+        serial,
     });
     // the ALUA state and caching mode as they are (an RBD LUN's ownership thread serves
     // the new LUN from now on: it holds the same ownership)
@@ -629,7 +657,7 @@ fn is_cd(scsi: &scsi::LogicalUnit) -> bool {
 
 /// The flags that need no new logical unit (sense format, thin provisioning, removable),
 /// applied to the running one where they changed; the description replaced.
-fn change_in_place(lun: &Lun, meta: LunMeta) {
+pub(super) fn change_in_place(lun: &Lun, meta: LunMeta) {
     let descriptor = meta.sense_format == 1;
     let before = lun.meta.lock().unwrap_or_else(|p| p.into_inner()).clone();
     if descriptor != (before.sense_format == 1) {
@@ -639,7 +667,7 @@ fn change_in_place(lun: &Lun, meta: LunMeta) {
         lun.scsi.set_thin_provisioning(meta.thin_provisioning);
     }
     if meta.removable != before.removable {
-        lun.scsi.set_removable(meta.removable || is_cd(&lun.scsi));
+        lun.scsi.set_removable(meta.removable);
     }
     // a CD/DVD drive: offline is no disc, as in tgtd
     if meta.online != before.online && is_cd(&lun.scsi) {

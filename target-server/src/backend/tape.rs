@@ -1,0 +1,101 @@
+//! A tape drive's commands: each runs on the drive's own thread (`serial_work`), in the
+//! order the LUN received them, where `scsi::ssc` reads and writes the tape image through
+//! [`FileTape`] (pread, pwrite, fdatasync on the image file, opened read-write, or
+//! read-only when the file or the LUN is). The answer goes back through the command's
+//! `Replier` with its write buffer.
+//!
+//! A tape is in one drive at a time: the image is locked (`flock`, exclusive) while a drive
+//! holds it, so a second drive of this daemon, or another numatgtd, cannot load it too.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use nix::fcntl::{Flock, FlockArg};
+use scsi::ssc::TapeMedium;
+
+use super::reply::{Answer, ReplyTo, completed};
+use crate::registry::Lun;
+
+/// A tape image file, locked while it is open.
+#[derive(Debug)]
+pub struct FileTape {
+    file: Flock<File>,
+    writable: bool,
+}
+
+impl FileTape {
+    /// Opens and locks the image at `path`: read-write unless `readonly` or the file
+    /// refuses it. A tape another drive holds is refused.
+    pub fn open(path: &Path, readonly: bool) -> io::Result<FileTape> {
+        let (file, writable) = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(!readonly)
+            .open(path)
+        {
+            Ok(f) => (f, !readonly),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !readonly => {
+                (File::open(path)?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            if e == nix::errno::Errno::EWOULDBLOCK {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "the tape is in another drive (its image is locked)",
+                )
+            } else {
+                io::Error::from(e)
+            }
+        })?;
+        Ok(FileTape { file, writable })
+    }
+}
+
+impl TapeMedium for FileTape {
+    fn read_at(&mut self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+
+    fn write_at(&mut self, off: u64, parts: &[&[u8]]) -> io::Result<()> {
+        let mut at = off;
+        for p in parts {
+            self.file.write_all_at(p, at)?;
+            at += p.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+}
+
+/// Queues `op` (with its write data `data`) on the drive's thread; answers when it ran.
+pub fn start(lun: &Arc<Lun>, op: scsi::ssc::TapeOp, data: Vec<u8>, reply: ReplyTo) -> Answer {
+    let Some(work) = &lun.serial else {
+        let c = lun
+            .scsi
+            .check_condition(&scsi::Sense::internal_target_failure());
+        return Answer::Now(completed(c));
+    };
+    let (replier, later) = reply.defer();
+    let job_lun = Arc::clone(lun);
+    let job = Box::new(move || {
+        let c = job_lun.scsi.run_tape(&op, &data);
+        replier.send_with_buffer(completed(c), data);
+    });
+    if work.push(job).is_err() {
+        // the drive's thread is gone: the dropped job's replier answers INTERNAL TARGET
+        // FAILURE
+        tracing::error!(lun = lun.number, "the tape drive's thread has ended");
+    }
+    Answer::Later(later)
+}
