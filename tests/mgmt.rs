@@ -331,3 +331,23 @@ pub fn export_lun1(d: &Daemon, iqn: &str, path: &Path, extra: &[&str]) {
         ],
     );
 }
+
+/// `numatgtadm --dump` of daemon `d` (numatgtadm beside the numatgtd under test), checked.
+pub fn numatgtadm_dump(d: &Daemon) -> tools::ToolRun {
+    let bin = crate::daemon::numatgtd_bin().with_file_name("numatgtadm");
+    let dump = d.admin_tool(&bin.to_string_lossy(), &["--dump"]);
+    dump.check("numatgtadm --dump");
+    dump
+}
+
+/// `tgtimg --op show` of a tape image (Debian's tgt): what tgt reads in it.
+pub fn tgtimg_show(tape: &Path) -> tools::ToolRun {
+    let file = format!("--file={}", tape.display());
+    let r = tools::run(
+        30,
+        "tgtimg",
+        ["--op", "show", "--device-type", "tape", file.as_str()],
+    );
+    r.check("tgtimg --op show");
+    r
+}

@@ -111,20 +111,24 @@ pub enum BsType {
     /// `ssc`: tgt's tape image file (the store of `device_type: tape`), which the tape
     /// drive reads and writes itself: no block store.
     Ssc,
+    /// `smc`: tgt's store of a medium changer (`device_type: changer`): its file keeps the
+    /// library's state (what each element holds), no data.
+    Smc,
 }
 
 impl BsType {
     /// Every type, in the order the documentation lists them.
-    pub const ALL: [BsType; 6] = [
+    pub const ALL: [BsType; 7] = [
         BsType::Rdwr,
         BsType::Aio,
         BsType::Rbd,
         BsType::Null,
         BsType::Mmc,
         BsType::Ssc,
+        BsType::Smc,
     ];
 
-    /// `rdwr`, `aio`, `rbd`, `null`, `mmc` or `ssc`.
+    /// `rdwr`, `aio`, `rbd`, `null`, `mmc`, `ssc` or `smc`.
     pub fn as_str(self) -> &'static str {
         match self {
             BsType::Rdwr => "rdwr",
@@ -133,6 +137,7 @@ impl BsType {
             BsType::Null => "null",
             BsType::Mmc => "mmc",
             BsType::Ssc => "ssc",
+            BsType::Smc => "smc",
         }
     }
 
@@ -141,12 +146,12 @@ impl BsType {
     pub fn store(self) -> &'static str {
         match self {
             BsType::Mmc => "rdwr",
-            BsType::Ssc => "null",
+            BsType::Ssc | BsType::Smc => "null",
             t => t.as_str(),
         }
     }
 
-    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` / `ssc` (any case).
+    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` / `ssc` / `smc` (any case).
     pub fn parse(text: &str) -> Option<BsType> {
         BsType::ALL
             .into_iter()
@@ -165,6 +170,7 @@ impl BsType {
             DeviceType::Disk => BsType::Rdwr,
             DeviceType::Cd => BsType::Mmc,
             DeviceType::Tape => BsType::Ssc,
+            DeviceType::Changer => BsType::Smc,
         }
     }
 }
@@ -180,31 +186,41 @@ pub enum DeviceType {
     Cd,
     /// `tape`: a tape drive whose tape is a tgt tape image file (`bs_type: ssc`).
     Tape,
+    /// `changer`: a medium changer (`bs_type: smc`), the robot of a virtual tape library.
+    Changer,
 }
 
 impl DeviceType {
-    /// `disk`, `cd` or `tape`.
+    /// `disk`, `cd`, `tape` or `changer`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
             DeviceType::Tape => "tape",
+            DeviceType::Changer => "changer",
         }
     }
 
-    /// Parses `disk` / `cd` / `tape` (any case).
+    /// Parses `disk` / `cd` / `tape` / `changer` (any case).
     pub fn parse(text: &str) -> Option<DeviceType> {
-        [DeviceType::Disk, DeviceType::Cd, DeviceType::Tape]
-            .into_iter()
-            .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
+        [
+            DeviceType::Disk,
+            DeviceType::Cd,
+            DeviceType::Tape,
+            DeviceType::Changer,
+        ]
+        .into_iter()
+        .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
     }
 
-    /// tgt's code for it on the management wire (`--device-type`): 0 disk, 1 tape, 5 cd.
+    /// tgt's code for it on the management wire (`--device-type`): 0 disk, 1 tape, 5 cd,
+    /// 8 changer.
     pub fn from_tgt_code(code: u32) -> Option<DeviceType> {
         match code {
             0 => Some(DeviceType::Disk),
             1 => Some(DeviceType::Tape),
             5 => Some(DeviceType::Cd),
+            8 => Some(DeviceType::Changer),
             _ => None,
         }
     }
@@ -215,6 +231,7 @@ impl DeviceType {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd/dvd",
             DeviceType::Tape => "tape",
+            DeviceType::Changer => "changer",
         }
     }
 }

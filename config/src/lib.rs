@@ -51,6 +51,7 @@ pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};
 pub use size::{format_size, parse_size};
 pub use targets_conf::Imported;
+pub use validate::CHANGER_KEYS;
 pub use validate::limits;
 
 /// Parses and validates a configuration file's text. `source` is the file

@@ -918,6 +918,11 @@ pub struct LunConfig {
     /// ALUA: the target port group that owns this LUN (active/optimized there); `None` =
     /// the target's lowest group.
     pub alua_owner: Option<u16>,
+    /// A medium changer's elements: tgt's `--params` strings
+    /// (`element_type=2,start_address=1000,quantity=24`, `element_type=2,address=1000,
+    /// barcode=A0000001`, `element_type=4,address=500,tid=1,lun=1`, `media_home=DIR`),
+    /// applied in order.
+    pub changer: Vec<String>,
 }
 
 impl LunConfig {
@@ -949,6 +954,7 @@ impl LunConfig {
             optimal_xfer_gran: None,
             optimal_xfer_len: None,
             alua_owner: None,
+            changer: Vec::new(),
         }
     }
 
@@ -957,8 +963,8 @@ impl LunConfig {
     /// benchmark floor it measures the path without storage, as tgtd's).
     pub fn cache_mode(&self, global: &CacheSettings) -> CacheMode {
         match self.cache {
-            // a tape drive reads and writes its image itself
-            _ if self.bs_type == BsType::Ssc => CacheMode::Off,
+            // a tape drive reads and writes its image itself; a changer has no data
+            _ if matches!(self.bs_type, BsType::Ssc | BsType::Smc) => CacheMode::Off,
             Some(mode) => mode,
             None if self.bs_type == BsType::Null => CacheMode::Off,
             None => global.mode,

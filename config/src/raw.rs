@@ -353,6 +353,8 @@ pub(crate) struct RawLun {
     pub optimal_xfer_len: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alua_owner: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changer: Vec<String>,
 }
 
 /// A scalar that may be written as a number or a word (`auto`, `1G`).
@@ -604,7 +606,8 @@ fn raw_lun(l: &LunConfig) -> RawLun {
             .create_size
             .map(|s| Scalar::Text(crate::size::format_size(s))),
         // a tape drive's block size is the initiator's
-        block_size: (l.device_type != DeviceType::Tape).then(|| l.block_size.into()),
+        block_size: (!matches!(l.device_type, DeviceType::Tape | DeviceType::Changer))
+            .then(|| l.block_size.into()),
         write_cache: Some(YesNo(l.write_cache)),
         readonly: Some(YesNo(l.readonly)),
         vendor_id: l.vendor_id.clone(),
@@ -628,6 +631,7 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         optimal_xfer_gran: l.optimal_xfer_gran.map(u64::from),
         optimal_xfer_len: l.optimal_xfer_len.map(u64::from),
         alua_owner: l.alua_owner.map(u64::from),
+        changer: l.changer.clone(),
     }
 }
 

@@ -239,9 +239,9 @@ fn lun_attribute_rules() {
             "device type \"pt\" is not supported",
         ),
         (
-            "device_type: changer",
+            "device_type: osd",
             "device_type",
-            "CD/DVD images (cd) and tape drives (tape)",
+            "tape drives (tape) and medium changers (changer)",
         ),
         (
             "bs_type: glfs",
@@ -310,6 +310,21 @@ fn lun_attribute_rules() {
         &lun("device_type: tape\nblock_size: 512"),
         "targets[0].luns[0].block_size",
         "the initiator's choice",
+    );
+    err(
+        &lun("device_type: changer\nbs_type: ssc"),
+        "targets[0].luns[0].bs_type",
+        "ssc is a tape image",
+    );
+    err(
+        &lun("changer: [\"element_type=2,start_address=1,quantity=2\"]"),
+        "targets[0].luns[0].changer",
+        "only a medium changer",
+    );
+    err(
+        &lun("device_type: changer\nchanger: [\"colour=red\"]"),
+        "targets[0].luns[0].changer[0]",
+        "unknown changer parameter",
     );
     err(
         &lun("device_type: tape\nsize: 1G"),

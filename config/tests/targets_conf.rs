@@ -503,8 +503,8 @@ fn located_errors() {
             ":3: block-size: must be 512 or 4096 (got 1000)",
         ),
         (
-            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type changer\n</backing-store>\n</target>\n",
-            ":3: device-type: device type \"changer\" is not supported",
+            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type pt\n</backing-store>\n</target>\n",
+            ":3: device-type: device type \"pt\" is not supported",
         ),
         (
             "<target iqn.2026-11.org.example:t>\nbacking-store /a\nbs-type glfs\n</target>\n",
@@ -931,4 +931,62 @@ fn null_backing_stores_as_tgt_admin_spells_them() {
     assert_eq!((a.bs_type, b.bs_type), (BsType::Null, BsType::Null));
     assert_eq!((a.cache, b.cache), (None, Some(config::CacheMode::Numa)));
     round_trips(&i.config);
+}
+
+#[test]
+fn a_virtual_tape_library_as_debians_l700_example_writes_it() {
+    let i = imp("\
+<target iqn.2008-09.com.example:server.tape>
+    <backing-store /srv/tapes/notape1>
+        lun 1
+        device-type tape
+        removable 1
+        vendor_id \"HP\"
+        product_id \"LTO3 ULTRIUM\"
+    </backing-store>
+    <backing-store /srv/smc>
+        lun 4
+        device-type changer
+        removable 1
+        vendor_id \"STK\"
+        product_id \"L700\"
+        params element_type=1,start_address=1,quantity=1,media_home=/srv/tapes
+        params element_type=2,start_address=1000,quantity=216,media_home=/srv/tapes
+        params element_type=4,start_address=500,quantity=3,media_home=/srv/tapes
+        params element_type=4,address=500,tid=1,lun=1
+    </backing-store>
+</target>
+");
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    let l = &i.config.targets[0].luns;
+    assert_eq!(
+        (l[0].device_type, l[0].bs_type),
+        (config::DeviceType::Tape, BsType::Ssc)
+    );
+    assert_eq!(
+        (l[1].lun, l[1].device_type, l[1].bs_type),
+        (4, config::DeviceType::Changer, BsType::Smc)
+    );
+    assert_eq!(
+        l[1].changer,
+        vec![
+            "element_type=1,start_address=1,quantity=1,media_home=/srv/tapes",
+            "element_type=2,start_address=1000,quantity=216,media_home=/srv/tapes",
+            "element_type=4,start_address=500,quantity=3,media_home=/srv/tapes",
+            "element_type=4,address=500,tid=1,lun=1",
+        ]
+    );
+    round_trips(&i.config);
+    // an element key beside another LUN parameter in one line is an error
+    let e = imp_err(
+        "\
+<target iqn.2008-09.com.example:t>
+    <backing-store /srv/smc>
+        device-type changer
+        params element_type=2,start_address=1,quantity=2,vendor_id=X
+    </backing-store>
+</target>
+",
+    );
+    assert!(e.contains("unknown parameter"), "{e}");
 }

@@ -27,6 +27,8 @@ fuzz_target!(|data: &[u8]| {
     // read-only too: a tape drive (SSC table) with a 1 MiB tape in memory
     let tape = shape & 0x43 == 0x43;
     let cd = shape & 0x43 == 0x41;
+    // thin, read-only, write cache, 512-byte blocks: a medium changer with a small library
+    let changer = shape & 0x47 == 0x46;
     let block_size: u32 = if cd {
         2048
     } else if shape & 1 != 0 {
@@ -63,6 +65,8 @@ fuzz_target!(|data: &[u8]| {
             scsi::DeviceType::Cd
         } else if tape {
             scsi::DeviceType::Tape
+        } else if changer {
+            scsi::DeviceType::Changer
         } else {
             scsi::DeviceType::Disk
         },
@@ -74,6 +78,20 @@ fuzz_target!(|data: &[u8]| {
             ..Default::default()
         };
         assert!(lu.tape_insert(Box::new(t)).is_ok(), "a new tape loads");
+    }
+    if changer {
+        for p in [
+            "element_type=1,start_address=1,quantity=1,media_home=/nonexistent",
+            "element_type=2,start_address=1000,quantity=6",
+            "element_type=3,start_address=10,quantity=2",
+            "element_type=4,start_address=500,quantity=2",
+            "element_type=4,address=500,tid=1,lun=1",
+            "element_type=2,address=1000,barcode=A0000001",
+            "element_type=2,address=1003,barcode=A0000002",
+        ] {
+            let pairs: Vec<(&str, &str)> = p.split(',').filter_map(|kv| kv.split_once('=')).collect();
+            assert!(lu.changer_configure(&pairs).is_ok(), "{p}");
+        }
     }
     lu.set_thin_provisioning(shape & 0x40 != 0);
     if shape & 0x80 != 0 {
@@ -302,6 +320,23 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
         }
         Action::Sanitize(_) => {
             assert!(!lu.write_protected(), "SANITIZE on a write-protected LU");
+        }
+        Action::Changer(scsi::smc::ChangerOp::Move { src, dst, invert }) => {
+            assert_eq!(lu.params().device_type, scsi::DeviceType::Changer);
+            let before = lu.changer_library();
+            let cartridges = |l: &scsi::smc::Library| {
+                l.elements.values().filter(|e| e.cartridge.is_some()).count()
+            };
+            if let Ok(m) = lu.changer_plan(src, dst, invert) {
+                lu.changer_commit(&m);
+            }
+            let after = lu.changer_library();
+            assert_eq!(cartridges(&before), cartridges(&after), "a move loses no cartridge");
+            assert_eq!(
+                scsi::smc::Library::from_text(&after.to_text()).as_ref(),
+                Some(&after),
+                "the state round-trips"
+            );
         }
         Action::Tape(op) => {
             assert_eq!(lu.params().device_type, scsi::DeviceType::Tape);

@@ -20,6 +20,8 @@ const VERSION_DESCRIPTORS: [u16; 4] = [0x00A0, 0x0960, 0x0460, 0x04C0];
 const VERSION_MMC6: u16 = 0x04E0;
 /// SSC-3 (no version claimed).
 const VERSION_SSC3: u16 = 0x0340;
+/// SMC-3 (no version claimed).
+const VERSION_SMC3: u16 = 0x0480;
 
 /// VPD page codes.
 pub(crate) mod page {
@@ -99,9 +101,12 @@ pub(crate) fn standard_data(pq_pdt: u8, vendor: &str, product: &str, rev: &str) 
     if pq_pdt & 0x1F == crate::DeviceType::Cd.pdt() {
         d[64..66].copy_from_slice(&VERSION_MMC6.to_be_bytes());
     }
-    // and a tape drive SSC-3
+    // a tape drive SSC-3, a changer SMC-3
     if pq_pdt & 0x1F == crate::DeviceType::Tape.pdt() {
         d[64..66].copy_from_slice(&VERSION_SSC3.to_be_bytes());
+    }
+    if pq_pdt & 0x1F == crate::DeviceType::Changer.pdt() {
+        d[64..66].copy_from_slice(&VERSION_SMC3.to_be_bytes());
     }
     d
 }

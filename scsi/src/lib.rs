@@ -53,6 +53,7 @@ mod rw;
 pub mod sanitize;
 pub mod sense;
 mod shared;
+pub mod smc;
 pub mod ssc;
 pub mod task_mgmt;
 pub mod thin;
@@ -180,6 +181,8 @@ pub struct LogicalUnit {
     alua: alua::AluaState,
     /// A tape drive's tape and mode parameters (unused by other device types).
     tape: ssc::TapeUnit,
+    /// A medium changer's elements (unused by other device types).
+    changer: smc::ChangerUnit,
 }
 
 /// The inputs of one command.
@@ -349,6 +352,9 @@ pub enum Action {
     /// A tape drive's command: run it on the drive in arrival order with
     /// [`LogicalUnit::run_tape`] and answer what it returns.
     Tape(ssc::TapeOp),
+    /// A medium changer's MOVE MEDIUM: carry it out between the library's tape drive LUNs
+    /// ([`LogicalUnit::changer_plan`], then [`LogicalUnit::changer_commit`]).
+    Changer(smc::ChangerOp),
 }
 
 impl Action {
@@ -412,6 +418,7 @@ impl LogicalUnit {
         let (p_tpg, p_port) = (p.tpg, p.rel_port_id);
         let cd = p.device_type == DeviceType::Cd;
         let p_tape = p.device_type == DeviceType::Tape;
+        let p_changer = p.device_type == DeviceType::Changer;
         let state = LuState {
             wce: AtomicBool::new(p.write_cache),
             d_sense: AtomicBool::new(false),
@@ -431,8 +438,9 @@ impl LogicalUnit {
             medium: removable::MediumState::default(),
             alua: alua::AluaState::single(p_tpg, p_port),
             tape: ssc::TapeUnit::default(),
+            changer: smc::ChangerUnit::default(),
         };
-        if cd || p_tape {
+        if cd || p_tape || p_changer {
             lu.set_removable(true);
         }
         lu
@@ -444,6 +452,7 @@ impl LogicalUnit {
             DeviceType::Disk => ops::TABLE,
             DeviceType::Cd => mmc::TABLE,
             DeviceType::Tape => ssc::TABLE,
+            DeviceType::Changer => smc::TABLE,
         }
     }
 

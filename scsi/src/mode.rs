@@ -139,6 +139,53 @@ pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Ac
     Ok(Action::data(truncate(out, alloc)))
 }
 
+/// A MODE SENSE(6)/(10) request of a device with the page list `pages` (its own page set,
+/// `0x3F` for all of them; page 0, when `page_zero`, for the header and block descriptor
+/// alone): (ten-byte form, page control, the pages asked for, allocation length). Subpage
+/// 00h and FFh only; saved values are not supported.
+pub(crate) struct SenseRequest<'p> {
+    pub ten: bool,
+    pub pc: Pc,
+    pub codes: &'p [u8],
+    pub alloc: usize,
+}
+
+pub(crate) fn sense_request<'p>(
+    cdb: &[u8],
+    pages: &'p [u8],
+    page_zero: bool,
+) -> Result<SenseRequest<'p>, Sense> {
+    let ten = cdb[0] == MODE_SENSE_10;
+    let pc = match cdb[2] >> 6 {
+        0 => Pc::Current,
+        1 => Pc::Changeable,
+        2 => Pc::Default,
+        _ => return Err(Sense::saving_parameters_not_supported()),
+    };
+    if cdb[3] != 0 && cdb[3] != 0xFF {
+        return Err(Sense::invalid_field_in_cdb(3, Some(7)));
+    }
+    let alloc = if ten {
+        usize::from(be16(cdb, 7))
+    } else {
+        usize::from(cdb[4])
+    };
+    let codes: &[u8] = match cdb[2] & 0x3F {
+        page::ALL => pages,
+        0 if page_zero => &[],
+        c => match pages.iter().position(|&p| p == c) {
+            Some(i) => &pages[i..=i],
+            None => return Err(Sense::invalid_field_in_cdb(2, Some(5))),
+        },
+    };
+    Ok(SenseRequest {
+        ten,
+        pc,
+        codes,
+        alloc,
+    })
+}
+
 /// MODE SENSE parameter data: the (6) or (10) header with its device-specific parameter
 /// (and LONGLBA), the block descriptor `bd`, the pages, the MODE DATA LENGTH.
 pub(crate) fn parameter_data(

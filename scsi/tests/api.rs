@@ -229,6 +229,13 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
         Action::SelfTest { lba, blocks } => {
             assert!(*blocks > 0 && lba + u64::from(*blocks) <= p.num_blocks);
         }
+        Action::Changer(_) => {
+            assert_eq!(
+                p.device_type,
+                scsi::DeviceType::Changer,
+                "only a changer moves media"
+            );
+        }
         Action::Tape(_) => {
             assert_eq!(
                 p.device_type,

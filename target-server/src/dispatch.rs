@@ -14,7 +14,9 @@ use scsi::{Action, CmdCtx};
 use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, TasksEnded, completed};
-use crate::backend::{StorageCtx, pr, pr_cluster, sanitize, selftest, storage, tape, thin, xcopy};
+use crate::backend::{
+    StorageCtx, changer, pr, pr_cluster, sanitize, selftest, storage, tape, thin, xcopy,
+};
 use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
 use crate::registry::{Lun, LunSet, Target};
@@ -340,6 +342,7 @@ fn start(
             crate::alua::set_target_port_groups(lun, target, &asks, reply)
         }
         Action::Tape(op) => tape::start(lun, op, std::mem::take(data_out), reply),
+        Action::Changer(op) => changer::start(lun, op, ctx.registry, reply),
     }
 }
 

@@ -258,7 +258,7 @@ pub(crate) fn open_lun(
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
-    let serial = load_tape(&lu, l).map_err(lun_err)?;
+    let serial = device_thread(&lu, l).map_err(lun_err)?;
     let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {
         meta.bsoflags = flags.to_string();
@@ -303,19 +303,35 @@ pub(crate) fn open_lun(
 }
 
 /// A tape drive's tape (the image at the LUN's path, unless the LUN is offline: an empty
-/// drive) and the thread that runs its commands; nothing for other device types.
-fn load_tape(
+/// drive), a changer's elements (its configuration, then the state it saved in its state
+/// file), and the thread that runs their commands; nothing for other device types.
+fn device_thread(
     lu: &scsi::LogicalUnit,
     l: &config::LunConfig,
 ) -> Result<Option<crate::serial_work::SerialWork>, cache::BackingError> {
-    if l.device_type != config::DeviceType::Tape {
-        return Ok(None);
-    }
     let bad = |e: String| cache::BackingError::Io {
         path: l.path.clone(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     };
-    if l.online {
+    let name = match l.device_type {
+        config::DeviceType::Tape => "tape",
+        config::DeviceType::Changer => "changer",
+        _ => return Ok(None),
+    };
+    if l.device_type == config::DeviceType::Changer {
+        if let Some(saved) = crate::backend::changer::saved_state(&l.path) {
+            tracing::info!(lun = l.lun, path = %l.path.display(), "changer state restored");
+            lu.changer_restore(saved);
+        }
+        for params in &l.changer {
+            let pairs: Vec<(&str, &str)> = params
+                .split(',')
+                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())))
+                .collect();
+            lu.changer_configure(&pairs)
+                .map_err(|e| bad(format!("changer {params:?}: {e}")))?;
+        }
+    } else if l.online {
         let tape = crate::backend::tape::FileTape::open(&l.path, l.readonly)
             .map_err(|e| bad(e.to_string()))?;
         lu.tape_insert(Box::new(tape))
@@ -324,7 +340,7 @@ fn load_tape(
         tracing::info!(lun = l.lun, path = %l.path.display(), barcode = %st.barcode,
             "tape loaded");
     }
-    crate::serial_work::SerialWork::start(format!("tape-{}", l.lun))
+    crate::serial_work::SerialWork::start(format!("{name}-{}", l.lun))
         .map(Some)
         .map_err(|e| bad(format!("cannot start the drive's thread: {e}")))
 }
@@ -392,6 +408,7 @@ fn logical_unit(
         config::DeviceType::Disk => scsi::DeviceType::Disk,
         config::DeviceType::Cd => scsi::DeviceType::Cd,
         config::DeviceType::Tape => scsi::DeviceType::Tape,
+        config::DeviceType::Changer => scsi::DeviceType::Changer,
     };
     let params = scsi::LuParams {
         lun: l.lun,
@@ -403,6 +420,7 @@ fn logical_unit(
                 scsi::DeviceType::Disk => "VIRTUAL-DISK",
                 scsi::DeviceType::Cd => "VIRTUAL-CDROM",
                 scsi::DeviceType::Tape => "VIRTUAL-TAPE",
+                scsi::DeviceType::Changer => "VIRTUAL-CHANGER",
             }
             .into()
         }),
@@ -879,6 +897,7 @@ impl Daemon {
             .map(|_| EventThreadSetup::new().map_err(StartError::Threads))
             .collect::<Result<Vec<_>, _>>()?;
         let registry = new_registry(&rc, targets, tcp.portals);
+        crate::backend::changer::settle(&registry);
         crate::alua::start_all(&registry.targets(), data.cache.as_ref());
         apply_access_settings(&registry, &rc.config);
         let flushers = start_flushers(&rc, data.cache.as_ref(), &topology, &registry)?;

@@ -214,30 +214,13 @@ fn tapes_written_by_numatgtd_and_tgtd_read_back_the_same_through_both() {
     assert_eq!(data, pattern(1000, 1));
     drop(s);
     // numatgtd's dump and metrics keep it a tape drive
-    let dump = d.admin_tool(
-        &tests::daemon::numatgtd_bin()
-            .with_file_name("numatgtadm")
-            .to_string_lossy(),
-        &["--dump"],
-    );
-    dump.check("numatgtadm --dump");
+    let dump = tests::mgmt::numatgtadm_dump(&d);
     assert!(dump.stdout.contains("device_type: tape"), "{dump}");
     assert_eq!(d.metric("numatgt_lun_info", "device_type=\"tape\""), 1.0);
     drop(d);
 
     // tgtimg reads the tape numatgtd wrote: four data blocks, two filemarks
-    let shown = tools::run(
-        30,
-        "tgtimg",
-        [
-            "--op",
-            "show",
-            "--device-type",
-            "tape",
-            &format!("--file={}", ours.display()),
-        ],
-    );
-    shown.check("tgtimg --op show");
+    let shown = tests::mgmt::tgtimg_show(&ours);
     assert_eq!(shown.stdout.matches("Filemark").count(), 2, "{shown}");
     assert_eq!(
         shown.stdout.matches("Uncompressed data").count(),

@@ -6,8 +6,9 @@
 # initiator secret is refused, mutual CHAP logs in and reads, a wrong target secret makes the
 # initiator refuse; then a CD/DVD LUN of an ISO image (guest-cd.sh: sr driver, sg3_utils,
 # mount -t iso9660, a refused WRITE, eject and close); then a tape drive of a tgtimg tape
-# (guest-tape.sh: st driver, mt, tar of two tape files read back, offline and load); stop
-# the target by PID.
+# (guest-tape.sh: st driver, mt, tar of two tape files read back, offline and load); then
+# Debian's L700 virtual tape library example loaded with tgt-admin (guest-changer.sh: mtx
+# status, load, tar through the drive, unload); stop the target by PID.
 # numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
 # with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
 # cache report). numatgtd-yaml: the same targets from a YAML file instead.
@@ -212,6 +213,7 @@ iscsiadm -m session 2>/dev/null | grep -q "$CHAP_IQN" && fail "a session exists 
 
 . /vmtest/guest-cd.sh
 . /vmtest/guest-tape.sh
+. /vmtest/guest-changer.sh
 
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then
@@ -220,6 +222,7 @@ if [ "$TARGET" = tgtd ]; then
   tgtadm $C --lld iscsi --op delete --mode target --tid 2 --force
   tgtadm $C --lld iscsi --op delete --mode target --tid 3 --force
   tgtadm $C --lld iscsi --op delete --mode target --tid 4 --force
+  tgtadm $C --lld iscsi --op delete --mode target --tid "$VTL_TID" --force
   tgtadm $C --op delete --mode system
 fi
 stop_pid "$TPID" 10

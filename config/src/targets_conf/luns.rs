@@ -304,6 +304,15 @@ impl Interp {
         let text = value
             .replace("${tid}", &tid.to_string())
             .replace("${lun}", &lun.to_string());
+        // a medium changer's element configuration: one request, kept whole, in order
+        let keys: Vec<&str> = text
+            .split(',')
+            .filter_map(|p| p.split_once('=').map(|(k, _)| k.trim()))
+            .collect();
+        if !keys.is_empty() && keys.iter().all(|k| crate::CHANGER_KEYS.contains(k)) {
+            l.changer.push(text.trim().to_string());
+            return Ok(());
+        }
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((k, v)) = part.split_once('=') else {
                 self.fail(err_at(
@@ -372,6 +381,7 @@ fn new_lun(lun: u64, path: &str) -> RawLun {
         optimal_xfer_gran: None,
         optimal_xfer_len: None,
         alua_owner: None,
+        changer: Vec::new(),
     }
 }
 

@@ -322,6 +322,7 @@ mod targets;
 
 use caching::{cache, metrics, router};
 use network::{check_bursts, iscsi_override, iser_portals, portals};
+pub use targets::CHANGER_KEYS;
 use targets::target;
 
 pub(crate) use network::portal_from_option;

@@ -158,7 +158,7 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 &format!("{p}.device_type"),
                 format!(
                     "device type {:?} is not supported; numatgt exports disks (disk), \
-                     CD/DVD images (cd) and tape drives (tape)",
+                     CD/DVD images (cd), tape drives (tape) and medium changers (changer)",
                     w.0
                 ),
             )
@@ -177,7 +177,7 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 format!(
                     "backing-store type {:?} is not supported; numatgt serves files and \
                      block devices (rdwr or aio), CD/DVD images (mmc), tape images (ssc), \
-                     Ceph RBD images (rbd) and no storage (null)",
+                     changer state files (smc), Ceph RBD images (rbd) and no storage (null)",
                     w.0
                 ),
             )
@@ -203,17 +203,29 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             &format!("{p}.bsopts"),
             "bsopts is for bs_type: rbd (a file's cache mode is `cache:`)",
         ));
-    } else if bs_type == BsType::Ssc {
-        if device_type != DeviceType::Tape {
-            return Err(ctx.err(
-                &format!("{p}.bs_type"),
+    } else if matches!(bs_type, BsType::Ssc | BsType::Smc) {
+        let (needs, what) = if bs_type == BsType::Ssc {
+            (
+                DeviceType::Tape,
                 "ssc is a tape image: it needs device_type: tape",
-            ));
+            )
+        } else {
+            (
+                DeviceType::Changer,
+                "smc is a changer's state file: it needs device_type: changer",
+            )
+        };
+        if device_type != needs {
+            return Err(ctx.err(&format!("{p}.bs_type"), what));
         }
         if rl.size.is_some() {
             return Err(ctx.err(
                 &format!("{p}.size"),
-                "a tape image is made with tgtimg (--op new --device-type tape), not size:",
+                if bs_type == BsType::Ssc {
+                    "a tape image is made with tgtimg (--op new --device-type tape), not size:"
+                } else {
+                    "a changer's state file is written by numatgtd, not made with size:"
+                },
             ));
         }
         if !path.is_absolute() {
@@ -241,6 +253,24 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             format!("a tape LUN is a tape image (ssc), not {}", bs_type.as_str()),
         ));
     }
+    if device_type == DeviceType::Changer && bs_type != BsType::Smc {
+        return Err(ctx.err(
+            &format!("{p}.bs_type"),
+            format!(
+                "a changer LUN's store is smc (its state file), not {}",
+                bs_type.as_str()
+            ),
+        ));
+    }
+    if device_type != DeviceType::Changer && !rl.changer.is_empty() {
+        return Err(ctx.err(
+            &format!("{p}.changer"),
+            "only a medium changer (device_type: changer) has elements",
+        ));
+    }
+    for (i, params) in rl.changer.iter().enumerate() {
+        check_changer_params(params).map_err(|m| ctx.err(&format!("{p}.changer[{i}]"), m))?;
+    }
     if device_type == DeviceType::Cd {
         if !bs_type.is_file() {
             return Err(ctx.err(
@@ -258,15 +288,17 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ));
         }
     }
-    if device_type == DeviceType::Tape && rl.block_size.is_some() {
+    let no_blocks = matches!(device_type, DeviceType::Tape | DeviceType::Changer);
+    if no_blocks && rl.block_size.is_some() {
         return Err(ctx.err(
             &format!("{p}.block_size"),
-            "a tape drive's block size is the initiator's choice (MODE SELECT), not configured",
+            "a tape drive's block size is the initiator's choice (MODE SELECT), and a \
+             changer has no blocks: not configured",
         ));
     }
     let block_size = match rl.block_size {
-        // tgtd shows a tape drive's block size as 1
-        None if device_type == DeviceType::Tape => 1,
+        // tgtd shows a tape drive's and a changer's block size as 1
+        None if no_blocks => 1,
         None if device_type == DeviceType::Cd => 2048,
         None => 512,
         Some(2048) if device_type == DeviceType::Cd => 2048,
@@ -391,5 +423,39 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                     .map(|v| v as u16)
             })
             .transpose()?,
+        changer: rl.changer.clone(),
     })
+}
+
+/// The keys tgt's medium changer takes in `--params` (its element configuration).
+pub const CHANGER_KEYS: [&str; 11] = [
+    "element_type",
+    "start_address",
+    "quantity",
+    "address",
+    "barcode",
+    "tid",
+    "lun",
+    "sides",
+    "media_home",
+    "dump",
+    "type",
+];
+
+/// One changer `params` string: `key=value` pairs of [`CHANGER_KEYS`] (what they mean is
+/// the changer's to check when it applies them).
+fn check_changer_params(params: &str) -> Result<(), String> {
+    for part in params.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let Some((k, _)) = part.split_once('=') else {
+            return Err(format!("expected key=value (got {part:?})"));
+        };
+        if !CHANGER_KEYS.contains(&k.trim()) {
+            return Err(format!(
+                "unknown changer parameter {:?} (one of {})",
+                k.trim(),
+                CHANGER_KEYS.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }

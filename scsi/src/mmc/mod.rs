@@ -28,6 +28,8 @@ pub enum DeviceType {
     Cd,
     /// Tape drive (SSC-3) over a tgt tape image, tgt's `tape`.
     Tape,
+    /// Medium changer (SMC-3) of a virtual tape library, tgt's `changer`.
+    Changer,
 }
 
 impl DeviceType {
@@ -37,15 +39,17 @@ impl DeviceType {
             DeviceType::Disk => 0x00,
             DeviceType::Cd => 0x05,
             DeviceType::Tape => 0x01,
+            DeviceType::Changer => 0x08,
         }
     }
 
-    /// tgt's name of the type (`--device-type`): `disk`, `cd` or `tape`.
+    /// tgt's name of the type (`--device-type`): `disk`, `cd`, `tape` or `changer`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
             DeviceType::Tape => "tape",
+            DeviceType::Changer => "changer",
         }
     }
 }

@@ -7,8 +7,10 @@ use std::sync::atomic::Ordering;
 
 use super::MAX_BLOCK;
 use crate::cdb::{be16, be24, truncate};
-use crate::mode::{Pc, check_page, page_bytes, parameter_data, parameter_list};
-use crate::ops::opcode::{MODE_SELECT_10, MODE_SENSE_10};
+use crate::mode::{
+    Pc, SenseRequest, check_page, page_bytes, parameter_data, parameter_list, sense_request,
+};
+use crate::ops::opcode::MODE_SELECT_10;
 use crate::sense::Sense;
 use crate::{Action, LogicalUnit, Req};
 
@@ -16,7 +18,6 @@ const DATA_COMPRESSION: u8 = 0x0F;
 const DEVICE_CONFIGURATION: u8 = 0x10;
 const CONTROL: u8 = 0x0A;
 const INFO_EXCEPTIONS: u8 = 0x1C;
-const ALL: u8 = 0x3F;
 const PAGES: [u8; 4] = [
     CONTROL,
     DATA_COMPRESSION,
@@ -69,32 +70,14 @@ fn page(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> {
 
 /// MODE SENSE(6) and MODE SENSE(10) of a tape drive.
 pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
-    let ten = cdb[0] == MODE_SENSE_10;
     let dbd = cdb[1] & 0x08 != 0;
-    let pc = match cdb[2] >> 6 {
-        0 => Pc::Current,
-        1 => Pc::Changeable,
-        2 => Pc::Default,
-        _ => return Err(Sense::saving_parameters_not_supported()),
-    };
-    let code = cdb[2] & 0x3F;
-    if cdb[3] != 0 && cdb[3] != 0xFF {
-        return Err(Sense::invalid_field_in_cdb(3, Some(7)));
-    }
-    let alloc = if ten {
-        usize::from(be16(cdb, 7))
-    } else {
-        usize::from(cdb[4])
-    };
-    let codes: &[u8] = match code {
-        ALL => &PAGES,
-        // page 0: the header and block descriptor alone (Linux's st asks so)
-        0 => &[],
-        c => match PAGES.iter().position(|&p| p == c) {
-            Some(i) => &PAGES[i..=i],
-            None => return Err(Sense::invalid_field_in_cdb(2, Some(5))),
-        },
-    };
+    // page 0: the header and block descriptor alone (Linux's st asks so)
+    let SenseRequest {
+        ten,
+        pc,
+        codes,
+        alloc,
+    } = sense_request(cdb, &PAGES, true)?;
     let t = &lu.tape;
     let mut bd = Vec::new();
     if !dbd {

@@ -11,6 +11,7 @@
 //! drives every transport (TCP, iSER) through `crate::transport`. `tools/check-layers.py`
 //! checks it.
 
+pub mod changer;
 pub mod flusher;
 pub mod jobs;
 pub mod landing;

@@ -19,6 +19,9 @@ use scsi::ssc::TapeMedium;
 use super::reply::{Answer, ReplyTo, completed};
 use crate::registry::Lun;
 
+/// Where the MAM's medium type is in a tape image.
+const MEDIUM_TYPE_AT: u64 = 48 + 336;
+
 /// A tape image file, locked while it is open.
 #[derive(Debug)]
 pub struct FileTape {
@@ -41,7 +44,19 @@ impl FileTape {
             }
             Err(e) => return Err(e),
         };
-        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        // a tape that is never written (a cleaning cartridge, read-only) may be in several
+        // drives at once (tgt's VTL examples give every empty drive the same "notape"
+        // cleaning cartridge); a data tape written in one drive is in no other
+        let mut medium = [0u8; 1];
+        let never_written = !writable
+            || (file.read_exact_at(&mut medium, MEDIUM_TYPE_AT).is_ok()
+                && medium[0] == scsi::ssc::format::medium::CLEANING);
+        let how = if never_written {
+            FlockArg::LockSharedNonblock
+        } else {
+            FlockArg::LockExclusiveNonblock
+        };
+        let file = Flock::lock(file, how).map_err(|(_, e)| {
             if e == nix::errno::Errno::EWOULDBLOCK {
                 io::Error::new(
                     io::ErrorKind::WouldBlock,

@@ -46,6 +46,7 @@ fn lun_entry(out: &mut String, lun: &Lun, alua: &config::AluaConfig) {
         scsi::DeviceType::Disk => ("disk", size, p.block_size),
         scsi::DeviceType::Cd => ("cd/dvd", size, 1),
         scsi::DeviceType::Tape => ("tape", 0, 1),
+        scsi::DeviceType::Changer => ("changer", 0, 1),
     };
     let removable = m.removable || p.device_type != scsi::DeviceType::Disk;
     let _ = write!(

@@ -16,7 +16,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 5] = ["sg", "bsg", "smc", "glfs", "sheepdog"];
+const OTHER_BSTYPES: [&str; 4] = ["sg", "bsg", "glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -92,15 +92,19 @@ impl<'a> NewLun<'a> {
             "" => config::BsType::default_for(device_type),
             b => parse_bstype(b)?,
         };
-        if cd && !bs_type.is_file() || tape != (bs_type == config::BsType::Ssc) {
+        let changer = device_type == config::DeviceType::Changer;
+        if cd && !bs_type.is_file()
+            || tape != (bs_type == config::BsType::Ssc)
+            || changer != (bs_type == config::BsType::Smc)
+        {
             return Err(ErrCode::InvalidRequest);
         }
         let (cache, rbd_opts) = parse_bsopts(p.get("bsopts").unwrap_or(""), bs_type)?;
         let flags = p.get("bsoflags").unwrap_or("");
         let oflags = parse_bsoflags(flags, bs_type)?;
         let block_size = match p.get("blocksize").filter(|b| !b.is_empty()) {
-            // a tape's blocks are the initiator's choice (tgtd shows 1)
-            _ if tape => 1,
+            // a tape's blocks are the initiator's choice, a changer has none (tgtd shows 1)
+            _ if tape || changer => 1,
             // a disc's sectors are 2048 bytes
             None if cd => 2048,
             Some(_) if cd => match parse_block_size(p.get("blocksize"))? {
@@ -366,9 +370,29 @@ fn fixed_len(v: &str, max: usize) -> Result<String, ErrCode> {
 fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let t = lookup(ctx, h)?;
     let lun = existing(&t, h)?;
-    let pairs: Vec<&(String, String)> = p.params.iter().chain(p.pairs.iter()).collect();
+    let mut pairs: Vec<&(String, String)> = p.params.iter().chain(p.pairs.iter()).collect();
     if pairs.is_empty() {
         return Err(ErrCode::InvalidRequest);
+    }
+    // a changer's element configuration (tgt's smc keys) is one request of its own
+    if lun.scsi.params().device_type == scsi::DeviceType::Changer {
+        let (elements, rest): (Vec<_>, Vec<_>) = pairs
+            .into_iter()
+            .partition(|(k, _)| config::CHANGER_KEYS.contains(&k.as_str()));
+        if !elements.is_empty() {
+            let kv: Vec<(&str, &str)> = elements
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            crate::backend::changer::configure(&ctx.registry, &lun, &kv).map_err(|e| {
+                tracing::warn!(target = %t.iqn, lun = lun.number, "changer: {e}");
+                ErrCode::InvalidRequest
+            })?;
+        }
+        if rest.is_empty() {
+            return Ok(String::new());
+        }
+        pairs = rest;
     }
     // validate everything first, then apply: a bad key changes nothing
     let mut asked = Update::of(&lun);
@@ -603,11 +627,14 @@ pub(super) fn replace_lun(
         tracing::warn!(lun = lun.number, "reservations not carried over: {e}");
     }
     let (store, cache_id) = store.unwrap_or_else(|| (Arc::clone(&lun.store), lun.cache_id));
+    // a changer keeps its elements and cartridges
+    scsi.changer_adopt(&lun.scsi);
     // a tape drive's tape goes into the new drive (at its beginning, as after a power on),
     // whose commands run on a thread of its own
     let serial = lun.serial.as_ref().and_then(|_| {
-        crate::serial_work::SerialWork::start(format!("tape-{}", lun.number))
-            .map_err(|e| tracing::error!(lun = lun.number, "cannot start the drive's thread: {e}"))
+        let kind = scsi.params().device_type.as_str();
+        crate::serial_work::SerialWork::start(format!("{kind}-{}", lun.number))
+            .map_err(|e| tracing::error!(lun = lun.number, "cannot start the {kind}'s thread: {e}"))
             .ok()
     });
     if let Some(r) = lun.scsi.tape_remove() {
