@@ -334,8 +334,7 @@ pub fn export_lun1(d: &Daemon, iqn: &str, path: &Path, extra: &[&str]) {
 
 /// `numatgtadm --dump` of daemon `d` (numatgtadm beside the numatgtd under test), checked.
 pub fn numatgtadm_dump(d: &Daemon) -> tools::ToolRun {
-    let bin = crate::daemon::numatgtd_bin().with_file_name("numatgtadm");
-    let dump = d.admin_tool(&bin.to_string_lossy(), &["--dump"]);
+    let dump = d.admin_tool(&numatgtadm_bin(), &["--dump"]);
     dump.check("numatgtadm --dump");
     dump
 }

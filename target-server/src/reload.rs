@@ -66,7 +66,11 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     // now replace: the old versions go first (sessions closed, dirty data written back)
     let closed = retire_replaced(ctx, &diff);
     crate::alua::start_all(&opened, ctx.cache.as_ref());
+    // the tapes of the new drives, now that the old ones let go of them; the changers'
+    // drives then get the cartridges their libraries hold
+    crate::backend::tape::load_deferred(&opened);
     ctx.registry.update_targets(|ts| ts.extend(opened));
+    crate::backend::changer::settle(&ctx.registry);
     apply_accounts(ctx, &diff, &next);
     if diff.limits_changed {
         // in force at once: new connections, logins and management clients see them
@@ -140,7 +144,7 @@ fn open_new_targets(
         used.push(tid);
         let reg = Arc::clone(&ctx.registry);
         let mut ids = move || reg.alloc_cache_id();
-        let t = crate::runtime::open_target(next, tc, tid, &mut ids, &state_dir)
+        let t = crate::runtime::open_target(next, tc, tid, &mut ids, &state_dir, true)
             .map_err(|e| format!("{e}"))?;
         opened.push(Arc::new(t));
     }

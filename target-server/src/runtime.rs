@@ -177,6 +177,7 @@ fn open_targets(
             tid,
             &mut cache_ids,
             state_dir,
+            false,
         )?));
     }
     Ok(out)
@@ -190,6 +191,7 @@ pub(crate) fn open_target(
     tid: u32,
     cache_id: &mut dyn FnMut() -> u32,
     state_dir: &std::path::Path,
+    defer_media: bool,
 ) -> Result<Target, StartError> {
     let mut luns = BTreeMap::new();
     for l in &t.luns {
@@ -198,6 +200,7 @@ pub(crate) fn open_target(
             iqn: &t.iqn,
             tid,
             alua: &alua,
+            defer_media,
         };
         let lun = open_lun(&cfg.cache, &home, l, cache_id(), state_dir, None)?;
         luns.insert(l.lun, Arc::new(lun));
@@ -229,6 +232,10 @@ pub(crate) struct LunHome<'a> {
     pub iqn: &'a str,
     pub tid: u32,
     pub alua: &'a config::AluaConfig,
+    /// A reload opens the target while its old version still runs: a tape drive's tape is
+    /// checked but loaded only once the old drive let go of it
+    /// ([`crate::backend::tape::load_deferred`]).
+    pub defer_media: bool,
 }
 
 /// Opens one LUN of target `iqn` (tid `tid`), however it was asked for: the YAML file, an
@@ -246,7 +253,7 @@ pub(crate) fn open_lun(
     state_dir: &std::path::Path,
     shown_flags: Option<&str>,
 ) -> Result<Lun, StartError> {
-    let LunHome { iqn, tid, alua } = *home;
+    let LunHome { iqn, tid, alua, .. } = *home;
     let lun_err = |source| StartError::Lun {
         target: iqn.to_string(),
         lun: l.lun,
@@ -258,7 +265,7 @@ pub(crate) fn open_lun(
     let id = lun_identity(iqn, l.lun);
     let sync_writes = l.bsoflags.sync;
     let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
-    let serial = device_thread(&lu, l).map_err(lun_err)?;
+    let serial = device_thread(&lu, l, home.defer_media).map_err(lun_err)?;
     let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {
         meta.bsoflags = flags.to_string();
@@ -308,6 +315,7 @@ pub(crate) fn open_lun(
 fn device_thread(
     lu: &scsi::LogicalUnit,
     l: &config::LunConfig,
+    defer_media: bool,
 ) -> Result<Option<crate::serial_work::SerialWork>, cache::BackingError> {
     let bad = |e: String| cache::BackingError::Io {
         path: l.path.clone(),
@@ -331,6 +339,8 @@ fn device_thread(
             lu.changer_configure(&pairs)
                 .map_err(|e| bad(format!("changer {params:?}: {e}")))?;
         }
+    } else if l.online && defer_media {
+        crate::backend::tape::check(&l.path).map_err(bad)?;
     } else if l.online {
         let tape = crate::backend::tape::FileTape::open(&l.path, l.readonly)
             .map_err(|e| bad(e.to_string()))?;

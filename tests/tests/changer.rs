@@ -308,3 +308,77 @@ fn bad_changer_parameters_are_refused() {
     let log = d.log_tail(40);
     assert!(log.contains("overlap") && log.contains("barcode"), "{log}");
 }
+
+/// YAML of a library target (tid 2): a tape drive (LUN 1, "notape" when empty), the changer
+/// (LUN 2: a picker, four slots from 1000, one drive at 500 bound to LUN 1, A0000001 in
+/// slot 1000), a drive of its own with the data tape A0000002 (LUN 4), and `extra` LUNs.
+fn vtl_yaml(dir: &Path, extra: &str) -> String {
+    let d = dir.display();
+    format!(
+        "  - iqn: {IQN}\n    tid: 2\n    luns:\n      - lun: 1\n        path: {d}/notape1\n        device_type: tape\n      - lun: 2\n        path: {d}/smc\n        device_type: changer\n        changer:\n          - element_type=1,start_address=1,quantity=1,media_home={d}\n          - element_type=2,start_address=1000,quantity=4\n          - element_type=4,start_address=500,quantity=1\n          - element_type=4,address=500,tid=2,lun=1\n          - element_type=2,address=1000,barcode=A0000001\n      - lun: 4\n        path: {d}/A0000002\n        device_type: tape\n{extra}"
+    )
+}
+
+#[test]
+fn a_reload_keeps_the_library_and_the_tape_in_its_drive() {
+    require_numatgtd("changer");
+    tools::require_tool("tgtimg");
+    let dir = tempfile::tempdir().expect("tempdir");
+    vtl_dir(dir.path());
+    let d = Daemon::start(&[tests::LunSpec::new(1, 512, tests::MIB)]);
+    let base = std::fs::read_to_string(&d.config_path).expect("read config");
+    let path = d.config_path.display().to_string();
+    let reload = |yaml: String, want: &str| {
+        std::fs::write(&d.config_path, yaml).expect("write config");
+        let r = d.admin_tool(&tests::mgmt::numatgtadm_bin(), &["--reload", &path]);
+        r.check("numatgtadm --reload");
+        assert!(r.stdout.contains(want), "{r}\n{}", d.log_tail(20));
+    };
+    reload(format!("{base}{}", vtl_yaml(dir.path(), "")), "1 added");
+    let mut s = session(&d, 2);
+    assert_eq!(move_medium(&mut s, 1000, 500).0, 0, "{}", d.log_tail(20));
+    let mut t1 = session(&d, 1);
+    let rec = vec![0xC3u8; 512];
+    assert_eq!(t1.command(&[0x0A, 0, 0, 2, 0, 0], &rec, 0).0, 0, "WRITE(6)");
+    assert_eq!(
+        t1.command(&[0x10, 0, 0, 0, 1, 0], &[], 0).0,
+        0,
+        "WRITE FILEMARKS"
+    );
+    drop(t1);
+    drop(s);
+    // the library's target changes (a disk LUN more): rebuilt while its old version
+    // holds the tape; the new drive gets it once the old one let it go
+    let disk = dir.path().join("disk.img");
+    tests::daemon::create_sparse(&disk, tests::MIB);
+    let extra = format!("      - lun: 3\n        path: {}\n", disk.display());
+    reload(
+        format!("{base}{}", vtl_yaml(dir.path(), &extra)),
+        "1 changed",
+    );
+    let mut s = session(&d, 2);
+    assert_eq!(
+        full(&elements(&mut s, 0)),
+        vec![(500, "A0000001".into())],
+        "the library after the reload\n{}",
+        d.log_tail(20)
+    );
+    let mut t1 = session(&d, 1);
+    assert_eq!(t1.command(&[0x01, 0, 0, 0, 0, 0], &[], 0).0, 0, "REWIND");
+    let (st, sense, data) = t1.command(&[0x08, 0, 0, 2, 0, 0], &[], 512);
+    assert_eq!(
+        (st, data),
+        (0, rec),
+        "the record, read back after the reload: {sense:02x?}"
+    );
+    // the drive of its own has its data tape again (held exclusively by the old drive
+    // while the reload opened the new one)
+    let mut t4 = session(&d, 4);
+    let (st, sense, _) = t4.command(&[0x34, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 20);
+    assert_eq!(
+        st,
+        0,
+        "LUN 4 has its tape: {sense:02x?}\n{}",
+        d.log_tail(20)
+    );
+}

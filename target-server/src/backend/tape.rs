@@ -114,3 +114,62 @@ pub fn start(lun: &Arc<Lun>, op: scsi::ssc::TapeOp, data: Vec<u8>, reply: ReplyT
     }
     Answer::Later(later)
 }
+
+/// The image at `path` is a tape (read without taking its lock: a reload checks a drive's
+/// tape while the old drive still holds it).
+pub fn check(path: &Path) -> Result<(), String> {
+    /// The image read as it is, unlocked and never written.
+    struct Unlocked(File);
+    impl TapeMedium for Unlocked {
+        fn read_at(&mut self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.0.read_exact_at(buf, off)
+        }
+        fn write_at(&mut self, _: u64, _: &[&[u8]]) -> io::Result<()> {
+            Err(io::ErrorKind::PermissionDenied.into())
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn writable(&self) -> bool {
+            false
+        }
+    }
+    let f = File::open(path).map_err(|e| e.to_string())?;
+    scsi::ssc::Cartridge::open(Box::new(Unlocked(f)))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The tape drives of `targets` that are online without their tape (opened by a reload
+/// while the old drives held the tapes) load it now.
+pub fn load_deferred(targets: &[Arc<crate::registry::Target>]) {
+    for t in targets {
+        for lun in t.lun_set().map.values() {
+            if lun.scsi.params().device_type != scsi::DeviceType::Tape
+                || lun.scsi.tape_status().loaded
+            {
+                continue;
+            }
+            let (path, online) = {
+                let m = lun.meta.lock().unwrap_or_else(|p| p.into_inner());
+                (m.path.clone(), m.online)
+            };
+            if !online {
+                continue;
+            }
+            let r = FileTape::open(Path::new(&path), lun.scsi.params().readonly)
+                .map_err(|e| e.to_string())
+                .and_then(|tape| {
+                    lun.scsi
+                        .tape_insert(Box::new(tape))
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                });
+            match r {
+                Ok(()) => tracing::info!(target = %t.iqn, lun = lun.number, path, "tape loaded"),
+                Err(e) => tracing::error!(target = %t.iqn, lun = lun.number, path,
+                    "reload: the drive's tape could not be loaded, the drive is empty: {e}"),
+            }
+        }
+    }
+}

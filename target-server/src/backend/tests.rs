@@ -189,6 +189,7 @@ impl Bench {
                 iqn: "iqn.2026-11.org.numatgt:backend-test",
                 tid: 1,
                 alua: &config::AluaConfig::default(),
+                defer_media: false,
             },
             &lc,
             7,

@@ -239,6 +239,7 @@ fn open_new(
             iqn: &t.iqn,
             tid: t.tid,
             alua: &t.alua(),
+            defer_media: false,
         },
         lc,
         ctx.registry.alloc_cache_id(),
