@@ -234,6 +234,11 @@ fn tapes_written_by_numatgtd_and_tgtd_read_back_the_same_through_both() {
     assert_eq!(lun1_block(&t), ours_show, "tgtadm show of the drive");
     let mut s = ScsiSession::open_target(&t, INITIATOR, IQN);
     same(&read_all(&mut s), &want, "tgtd reads numatgtd's tape");
+    assert!(
+        !t.log().contains("crc error"),
+        "tgtd checks the headers' CRC32C\n{}",
+        t.log_tail(20)
+    );
     drop(s);
     tgtadm_ok(
         &t,

@@ -14,10 +14,11 @@
 //!
 //! Every integer is big-endian. `blk_num` counts the headers: BOT 0, the first record 1, so
 //! a record's logical object identifier (READ POSITION, LOCATE) is `blk_num - 1`. The first
-//! four bytes of a header are called a checksum by tgt but never computed (tgtd leaves
-//! stack garbage there): they are written as zeros and ignored on reading. Writing at a
-//! position turns the header there into the new record and writes a new EOD after it;
-//! what lay beyond is unreachable (the file is not truncated).
+//! four bytes of a header are the CRC32C of its other 44 bytes, little-endian (what tgt
+//! writes on x86; tgtd only warns "crc error" when it does not match, and tgt releases
+//! before the checksum left whatever their stack held there): written here, not required
+//! on reading. Writing at a position turns the header there into the new record and
+//! writes a new EOD after it; what lay beyond is unreachable (the file is not truncated).
 
 /// Size of a block header.
 pub const HEADER_LEN: usize = 48;
@@ -76,6 +77,7 @@ impl Header {
         }
     }
 
+    /// The header's bytes, its checksum first.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[4..8].copy_from_slice(&self.ondisk_sz.to_be_bytes());
@@ -85,7 +87,14 @@ impl Header {
         b[24..32].copy_from_slice(&self.prev.to_be_bytes());
         b[32..40].copy_from_slice(&self.curr.to_be_bytes());
         b[40..48].copy_from_slice(&self.next.to_be_bytes());
+        let crc = crc32c::crc32c(&b[4..]);
+        b[0..4].copy_from_slice(&crc.to_le_bytes());
         b
+    }
+
+    /// The checksum of header bytes `b` matches (tgt's, and numatgt's).
+    pub fn checksum_ok(b: &[u8; HEADER_LEN]) -> bool {
+        b[0..4] == crc32c::crc32c(&b[4..]).to_le_bytes()
     }
 
     /// An end-of-data header at `at`, after the header at `prev`, numbered `blk_num`.

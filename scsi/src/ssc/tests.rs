@@ -306,6 +306,15 @@ fn unload_and_load_with_unit_attention_and_prevention() {
 
 #[test]
 fn the_image_links_as_tgt_writes_it() {
+    // the checksum of the BOT header tgtimg 1.0.85 wrote for a 10 MiB tape: CRC32C of its
+    // last 44 bytes, little-endian
+    let mut bot = [0u8; 48];
+    bot[..16].copy_from_slice(&[
+        0x4f, 0x20, 0x10, 0x0c, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0, 0, 0, 0x10,
+    ]);
+    bot[40..48].copy_from_slice(&1152u64.to_be_bytes());
+    assert!(Header::checksum_ok(&bot), "tgtimg's BOT header");
+    assert_eq!(Header::decode(&bot).encode(), bot, "written the same");
     let lu = drive(10, format::medium::DATA);
     write(&lu, &[0xAB; 10]);
     filemarks(&lu, 1);
@@ -314,6 +323,7 @@ fn the_image_links_as_tgt_writes_it() {
     let mut io = removed.medium;
     let mut h = [0u8; 48];
     io.read_at(format::FIRST_RECORD, &mut h).expect("header");
+    assert!(Header::checksum_ok(&h), "the CRC32C tgt checks");
     let rec = Header::decode(&h);
     assert_eq!(
         (rec.blk_type, rec.ondisk_sz, rec.blk_num, rec.prev, rec.next),
