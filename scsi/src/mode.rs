@@ -86,33 +86,14 @@ pub(crate) fn page_bytes(lu: &LogicalUnit, code: u8, pc: Pc) -> Option<Vec<u8>> 
 
 /// MODE SENSE(6) and MODE SENSE(10).
 pub(crate) fn mode_sense(lu: &LogicalUnit, cdb: &[u8], _: &Req<'_>) -> Result<Action, Sense> {
-    let ten = cdb[0] == MODE_SENSE_10;
     let dbd = cdb[1] & 0x08 != 0;
+    let SenseRequest {
+        ten,
+        pc,
+        codes,
+        alloc,
+    } = sense_request(cdb, &PAGES, false)?;
     let llbaa = ten && cdb[1] & 0x10 != 0;
-    let pc = match cdb[2] >> 6 {
-        0 => Pc::Current,
-        1 => Pc::Changeable,
-        2 => Pc::Default,
-        _ => return Err(Sense::saving_parameters_not_supported()),
-    };
-    let code = cdb[2] & 0x3F;
-    let sub = cdb[3];
-    let alloc = if ten {
-        usize::from(be16(cdb, 7))
-    } else {
-        usize::from(cdb[4])
-    };
-    let codes: &[u8] = if code == page::ALL {
-        &PAGES
-    } else if let Some(i) = PAGES.iter().position(|&p| p == code) {
-        &PAGES[i..=i]
-    } else {
-        return Err(Sense::invalid_field_in_cdb(2, Some(5)));
-    };
-    // No subpages: subpage 00h is page_0 format, FFh "all subpages" is the same set.
-    if sub != 0x00 && sub != 0xFF {
-        return Err(Sense::invalid_field_in_cdb(3, Some(7)));
-    }
 
     let p = lu.params();
     let bd: Vec<u8> = if dbd {
@@ -162,9 +143,6 @@ pub(crate) fn sense_request<'p>(
         2 => Pc::Default,
         _ => return Err(Sense::saving_parameters_not_supported()),
     };
-    if cdb[3] != 0 && cdb[3] != 0xFF {
-        return Err(Sense::invalid_field_in_cdb(3, Some(7)));
-    }
     let alloc = if ten {
         usize::from(be16(cdb, 7))
     } else {
@@ -178,6 +156,10 @@ pub(crate) fn sense_request<'p>(
             None => return Err(Sense::invalid_field_in_cdb(2, Some(5))),
         },
     };
+    // no subpages: subpage 00h is page_0 format, FFh "all subpages" is the same set
+    if cdb[3] != 0 && cdb[3] != 0xFF {
+        return Err(Sense::invalid_field_in_cdb(3, Some(7)));
+    }
     Ok(SenseRequest {
         ten,
         pc,

@@ -102,16 +102,17 @@ impl<'a> NewLun<'a> {
         let (cache, rbd_opts) = parse_bsopts(p.get("bsopts").unwrap_or(""), bs_type)?;
         let flags = p.get("bsoflags").unwrap_or("");
         let oflags = parse_bsoflags(flags, bs_type)?;
-        let block_size = match p.get("blocksize").filter(|b| !b.is_empty()) {
+        let asked = p.get("blocksize").filter(|b| !b.is_empty());
+        let block_size = match asked {
             // a tape's blocks are the initiator's choice, a changer has none (tgtd shows 1)
             _ if tape || changer => 1,
             // a disc's sectors are 2048 bytes
             None if cd => 2048,
-            Some(_) if cd => match parse_block_size(p.get("blocksize"))? {
+            b => match parse_block_size(b)? {
                 2048 => 2048,
-                _ => return Err(ErrCode::InvalidRequest),
+                _ if cd => return Err(ErrCode::InvalidRequest),
+                n => n,
             },
-            b => parse_block_size(b)?,
         };
         let path = p
             .get("path")
