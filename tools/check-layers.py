@@ -8,7 +8,7 @@ the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`
      backend modules (rank 1) <- dispatch (rank 2) <- transport, the transports behind their
      seam (rank 3) <- event_loop (rank 4). A module names only modules of its own rank or
      lower ones, never a layer above it;
-  2. the base modules every layer may use (registry, serial_work, conn_id, range_locks, alloc_count, io_stats,
+  2. the base modules every layer may use (registry, serial_work, sgio, conn_id, range_locks, alloc_count, io_stats,
      proto_stats) name none of the data-path modules;
   3. no import circle goes through the event loop, dispatch or the transports (Tarjan's
      strongly connected components over the whole module graph);
@@ -29,7 +29,7 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
 RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "transport": 3, "event_loop": 4}
-BASE = {"registry", "serial_work", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats"}
+BASE = {"registry", "serial_work", "sgio", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats"}
 # the seam: its submodules (one per transport) are internals
 SEAM = "transport"
 

@@ -114,11 +114,17 @@ pub enum BsType {
     /// `smc`: tgt's store of a medium changer (`device_type: changer`): its file keeps the
     /// library's state (what each element holds), no data.
     Smc,
+    /// `sg`: a real local SCSI device through its SCSI generic node (`/dev/sgN`), passed
+    /// through (the store of `device_type: pt`).
+    Sg,
+    /// `bsg`: a real local SCSI device through its block SCSI generic node
+    /// (`/dev/bsg/H:C:T:L`), passed through.
+    Bsg,
 }
 
 impl BsType {
     /// Every type, in the order the documentation lists them.
-    pub const ALL: [BsType; 7] = [
+    pub const ALL: [BsType; 9] = [
         BsType::Rdwr,
         BsType::Aio,
         BsType::Rbd,
@@ -126,9 +132,11 @@ impl BsType {
         BsType::Mmc,
         BsType::Ssc,
         BsType::Smc,
+        BsType::Sg,
+        BsType::Bsg,
     ];
 
-    /// `rdwr`, `aio`, `rbd`, `null`, `mmc`, `ssc` or `smc`.
+    /// `rdwr`, `aio`, `rbd`, `null`, `mmc`, `ssc`, `smc`, `sg` or `bsg`.
     pub fn as_str(self) -> &'static str {
         match self {
             BsType::Rdwr => "rdwr",
@@ -138,20 +146,24 @@ impl BsType {
             BsType::Mmc => "mmc",
             BsType::Ssc => "ssc",
             BsType::Smc => "smc",
+            BsType::Sg => "sg",
+            BsType::Bsg => "bsg",
         }
     }
 
     /// The backing-store template that opens this type (`mmc` is a file: `rdwr`; a tape
-    /// image, `ssc`, is no block store: `null` stands in while the drive holds the tape).
+    /// image, `ssc`, is no block store: `null` stands in while the drive holds the tape; a
+    /// passed-through device, `sg` or `bsg`, neither).
     pub fn store(self) -> &'static str {
         match self {
             BsType::Mmc => "rdwr",
-            BsType::Ssc | BsType::Smc => "null",
+            BsType::Ssc | BsType::Smc | BsType::Sg | BsType::Bsg => "null",
             t => t.as_str(),
         }
     }
 
-    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` / `ssc` / `smc` (any case).
+    /// Parses `rdwr` / `aio` / `rbd` / `null` / `mmc` / `ssc` / `smc` / `sg` / `bsg` (any
+    /// case).
     pub fn parse(text: &str) -> Option<BsType> {
         BsType::ALL
             .into_iter()
@@ -163,14 +175,20 @@ impl BsType {
         matches!(self, BsType::Rdwr | BsType::Aio | BsType::Mmc)
     }
 
+    /// A real SCSI device passed through: `sg` or `bsg`.
+    pub fn is_passthrough(self) -> bool {
+        matches!(self, BsType::Sg | BsType::Bsg)
+    }
+
     /// The default type of a device type's LUN: `mmc` for a cd, `ssc` for a tape drive,
-    /// `rdwr` otherwise.
+    /// `smc` for a changer, `sg` for passthrough, `rdwr` otherwise.
     pub fn default_for(device_type: DeviceType) -> BsType {
         match device_type {
             DeviceType::Disk => BsType::Rdwr,
             DeviceType::Cd => BsType::Mmc,
             DeviceType::Tape => BsType::Ssc,
             DeviceType::Changer => BsType::Smc,
+            DeviceType::Passthrough => BsType::Sg,
         }
     }
 }
@@ -188,39 +206,45 @@ pub enum DeviceType {
     Tape,
     /// `changer`: a medium changer (`bs_type: smc`), the robot of a virtual tape library.
     Changer,
+    /// `pt`: a real local SCSI device passed through (`bs_type: sg` or `bsg`); it answers
+    /// its commands itself.
+    Passthrough,
 }
 
 impl DeviceType {
-    /// `disk`, `cd`, `tape` or `changer`.
+    /// `disk`, `cd`, `tape`, `changer` or `pt`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
             DeviceType::Tape => "tape",
             DeviceType::Changer => "changer",
+            DeviceType::Passthrough => "pt",
         }
     }
 
-    /// Parses `disk` / `cd` / `tape` / `changer` (any case).
+    /// Parses `disk` / `cd` / `tape` / `changer` / `pt` (any case).
     pub fn parse(text: &str) -> Option<DeviceType> {
         [
             DeviceType::Disk,
             DeviceType::Cd,
             DeviceType::Tape,
             DeviceType::Changer,
+            DeviceType::Passthrough,
         ]
         .into_iter()
         .find(|d| text.trim().eq_ignore_ascii_case(d.as_str()))
     }
 
     /// tgt's code for it on the management wire (`--device-type`): 0 disk, 1 tape, 5 cd,
-    /// 8 changer.
+    /// 8 changer, 255 pt.
     pub fn from_tgt_code(code: u32) -> Option<DeviceType> {
         match code {
             0 => Some(DeviceType::Disk),
             1 => Some(DeviceType::Tape),
             5 => Some(DeviceType::Cd),
             8 => Some(DeviceType::Changer),
+            0xFF => Some(DeviceType::Passthrough),
             _ => None,
         }
     }
@@ -232,6 +256,7 @@ impl DeviceType {
             DeviceType::Cd => "cd/dvd",
             DeviceType::Tape => "tape",
             DeviceType::Changer => "changer",
+            DeviceType::Passthrough => "passthrough",
         }
     }
 }

@@ -964,7 +964,14 @@ impl LunConfig {
     pub fn cache_mode(&self, global: &CacheSettings) -> CacheMode {
         match self.cache {
             // a tape drive reads and writes its image itself; a changer has no data
-            _ if matches!(self.bs_type, BsType::Ssc | BsType::Smc) => CacheMode::Off,
+            // a passed-through device is the device's: nothing of it is kept here
+            _ if matches!(
+                self.bs_type,
+                BsType::Ssc | BsType::Smc | BsType::Sg | BsType::Bsg
+            ) =>
+            {
+                CacheMode::Off
+            }
             Some(mode) => mode,
             None if self.bs_type == BsType::Null => CacheMode::Off,
             None => global.mode,

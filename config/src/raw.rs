@@ -606,8 +606,11 @@ fn raw_lun(l: &LunConfig) -> RawLun {
             .create_size
             .map(|s| Scalar::Text(crate::size::format_size(s))),
         // a tape drive's block size is the initiator's
-        block_size: (!matches!(l.device_type, DeviceType::Tape | DeviceType::Changer))
-            .then(|| l.block_size.into()),
+        block_size: (!matches!(
+            l.device_type,
+            DeviceType::Tape | DeviceType::Changer | DeviceType::Passthrough
+        ))
+        .then(|| l.block_size.into()),
         write_cache: Some(YesNo(l.write_cache)),
         readonly: Some(YesNo(l.readonly)),
         vendor_id: l.vendor_id.clone(),

@@ -29,6 +29,8 @@ fuzz_target!(|data: &[u8]| {
     let cd = shape & 0x43 == 0x41;
     // thin, read-only, write cache, 512-byte blocks: a medium changer with a small library
     let changer = shape & 0x47 == 0x46;
+    // not thin, read-only, write cache, 512-byte blocks: a passthrough LU
+    let pt = shape & 0x47 == 0x06;
     let block_size: u32 = if cd {
         2048
     } else if shape & 1 != 0 {
@@ -67,6 +69,8 @@ fuzz_target!(|data: &[u8]| {
             scsi::DeviceType::Tape
         } else if changer {
             scsi::DeviceType::Changer
+        } else if pt {
+            scsi::DeviceType::Passthrough
         } else {
             scsi::DeviceType::Disk
         },
@@ -337,6 +341,10 @@ fn check(lu: &LogicalUnit, action: Action, ctx: &CmdCtx<'_>, bs: u32, num_blocks
                 Some(&after),
                 "the state round-trips"
             );
+        }
+        Action::Passthrough(op) => {
+            assert_eq!(lu.params().device_type, scsi::DeviceType::Passthrough);
+            assert!(op.cdb.len() >= 6 && ctx.cdb.starts_with(&op.cdb), "the CDB as it came");
         }
         Action::Tape(op) => {
             assert_eq!(lu.params().device_type, scsi::DeviceType::Tape);

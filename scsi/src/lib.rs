@@ -45,6 +45,7 @@ mod nexus;
 mod op_class;
 pub mod ops;
 pub mod pr;
+pub mod pt;
 pub mod removable;
 pub mod report_luns;
 mod request_sense;
@@ -355,6 +356,10 @@ pub enum Action {
     /// A medium changer's MOVE MEDIUM: carry it out between the library's tape drive LUNs
     /// ([`LogicalUnit::changer_plan`], then [`LogicalUnit::changer_commit`]).
     Changer(smc::ChangerOp),
+    /// A passthrough LU's command ([`pt`]): send the CDB to the device with the data the
+    /// transport carries (Data-Out) or expects (Data-In), and answer what the device
+    /// answers.
+    Passthrough(pt::PassOp),
 }
 
 impl Action {
@@ -453,6 +458,7 @@ impl LogicalUnit {
             DeviceType::Cd => mmc::TABLE,
             DeviceType::Tape => ssc::TABLE,
             DeviceType::Changer => smc::TABLE,
+            DeviceType::Passthrough => pt::TABLE,
         }
     }
 
@@ -537,6 +543,10 @@ impl LogicalUnit {
     /// drive's WRITE(6) counts bytes or blocks of the mode's block length; every other
     /// command is measured in the LU's logical blocks.
     pub fn data_out_len(&self, cdb: &[u8]) -> Option<u64> {
+        if self.params.device_type == DeviceType::Passthrough {
+            // only the device knows what its commands transfer
+            return None;
+        }
         if self.params.device_type == DeviceType::Tape {
             return match cdb.first() {
                 Some(&ops::opcode::WRITE_6) if cdb.len() >= 6 => {
@@ -596,6 +606,9 @@ impl LogicalUnit {
             nexus,
             effects: RefCell::new(None),
         };
+        if self.params.device_type == DeviceType::Passthrough {
+            return Outcome::Action(pt::execute(self, &req));
+        }
         // MAINTENANCE OUT (SET TARGET PORT GROUPS) exists only on an explicit-ALUA LU:
         // elsewhere the whole operation code is unknown, as REPORT SUPPORTED OPERATION
         // CODES says

@@ -243,6 +243,14 @@ fn check_result(lu: &LogicalUnit, cdb: &[u8], data_out: &[u8], a: &Action) {
                 "only a tape drive runs tape commands"
             );
         }
+        Action::Passthrough(op) => {
+            assert_eq!(
+                p.device_type,
+                scsi::DeviceType::Passthrough,
+                "only a passthrough LU passes commands on"
+            );
+            assert!(op.cdb.len() >= 6 && cdb.starts_with(&op.cdb));
+        }
     }
 }
 

@@ -15,7 +15,8 @@ use crate::backend::landing::Landing;
 use crate::backend::locked::{self, Blocks, Locked, LockedOp};
 use crate::backend::reply::{Answer, ReplyTo, TaskControl, TasksEnded, completed};
 use crate::backend::{
-    StorageCtx, changer, pr, pr_cluster, sanitize, selftest, storage, tape, thin, xcopy,
+    StorageCtx, changer, passthrough, pr, pr_cluster, sanitize, selftest, storage, tape, thin,
+    xcopy,
 };
 use crate::conn_id::ConnId;
 use crate::io_stats::{IoClass, IoKind};
@@ -86,6 +87,19 @@ pub fn execute(
         lun.scsi.tape_block_len(),
     );
     reply.set_kind(kind);
+    // a passed-through device's command carries the transport's data direction and length
+    let action = match action {
+        Action::Passthrough(op) => {
+            let kind = IoKind {
+                bytes: u64::from(cmd.expected_read_len.max(cmd.expected_write_len)),
+                ..kind
+            };
+            reply.set_kind(kind);
+            let answer = passthrough::start(lun, op, cmd, reply);
+            return (stamped(answer, stamp), kind);
+        }
+        a => a,
+    };
     let reply = match owned_elsewhere(lun, target, &action, cmd, landing.is_some(), reply) {
         Owner::Here(reply) => reply,
         Owner::Answered(answer) => return (stamped(answer, stamp), kind),
@@ -343,6 +357,11 @@ fn start(
         }
         Action::Tape(op) => tape::start(lun, op, std::mem::take(data_out), reply),
         Action::Changer(op) => changer::start(lun, op, ctx.registry, reply),
+        // started by `execute` (the transport's data direction), never shipped
+        Action::Passthrough(_) => Answer::Now(completed(
+            lun.scsi
+                .check_condition(&scsi::Sense::internal_target_failure()),
+        )),
     }
 }
 
@@ -380,7 +399,8 @@ fn io_kind(action: &Action, cdb: &[u8], block_size: u64, tape_block_len: u32) ->
         Action::Tape(scsi::ssc::TapeOp::WriteFilemarks { immed: false, .. }) => {
             kind(IoClass::Flush, 0)
         }
-        Action::Complete(_) => kind(
+        // a passed-through command by its operation code (its bytes: the transport's)
+        Action::Complete(_) | Action::Passthrough(_) => kind(
             io_class(scsi::op_class(cdb.first().copied().unwrap_or(0))),
             0,
         ),
@@ -441,11 +461,13 @@ pub fn task_management(
         ResetKind::LogicalUnit => {
             if let Some(l) = lu {
                 l.scsi.logical_unit_reset();
+                passthrough::reset(l, ended);
             }
         }
         ResetKind::Target => {
             for l in luns.map.values() {
                 l.scsi.target_reset();
+                passthrough::reset(l, ended);
             }
         }
     }

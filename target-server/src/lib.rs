@@ -31,6 +31,7 @@ pub mod reload;
 pub mod runtime;
 pub mod sd_notify;
 pub(crate) mod serial_work;
+pub(crate) mod sgio;
 pub(crate) mod ship;
 pub(crate) mod transport;
 

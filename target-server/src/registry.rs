@@ -57,6 +57,8 @@ pub struct Lun {
     /// The thread that runs a tape drive's commands in arrival order (`None` for other
     /// device types).
     pub serial: Option<crate::serial_work::SerialWork>,
+    /// A passthrough LUN's local SCSI device (`None` for other device types).
+    pub passthrough: Option<Arc<crate::sgio::PtDevice>>,
 }
 
 /// The management view of a LUN (tgtadm `show`/`update --params`).

@@ -266,6 +266,7 @@ pub(crate) fn open_lun(
     let sync_writes = l.bsoflags.sync;
     let lu = logical_unit(home, l, id, store.num_blocks(), state_dir);
     let serial = device_thread(&lu, l, home.defer_media).map_err(lun_err)?;
+    let passthrough = passthrough_device(iqn, l).map_err(lun_err)?;
     let mut meta = lun_meta(tid, l, id);
     if let Some(flags) = shown_flags {
         meta.bsoflags = flags.to_string();
@@ -300,6 +301,7 @@ pub(crate) fn open_lun(
         meta: std::sync::Mutex::new(meta),
         stats: Default::default(),
         serial,
+        passthrough,
     };
     crate::alua::init(&lun, alua, owner).map_err(|e| StartError::Alua {
         target: iqn.to_string(),
@@ -353,6 +355,30 @@ fn device_thread(
     crate::serial_work::SerialWork::start(format!("{name}-{}", l.lun))
         .map(Some)
         .map_err(|e| bad(format!("cannot start the drive's thread: {e}")))
+}
+
+/// A passthrough LUN's local SCSI device, open with its thread(s); nothing for other
+/// device types.
+fn passthrough_device(
+    iqn: &str,
+    l: &config::LunConfig,
+) -> Result<Option<std::sync::Arc<crate::sgio::PtDevice>>, cache::BackingError> {
+    let kind = match l.bs_type {
+        config::BsType::Sg => crate::sgio::Kind::Sg,
+        config::BsType::Bsg => crate::sgio::Kind::Bsg,
+        _ => return Ok(None),
+    };
+    let dev = crate::sgio::PtDevice::open(&l.path, kind, &l.lun.to_string()).map_err(|e| {
+        cache::BackingError::Io {
+            path: l.path.clone(),
+            source: e,
+        }
+    })?;
+    let id = dev.identity();
+    tracing::info!(target = %iqn, lun = l.lun, path = %l.path.display(), bstype = kind.as_str(),
+        pdt = id.pdt, vendor = %id.vendor, product = %id.product, revision = %id.revision,
+        "passthrough device open");
+    Ok(Some(std::sync::Arc::new(dev)))
 }
 
 /// Creates the sparse backing file a LUN's `size:` asks for, when it does not exist yet.
@@ -419,6 +445,7 @@ fn logical_unit(
         config::DeviceType::Cd => scsi::DeviceType::Cd,
         config::DeviceType::Tape => scsi::DeviceType::Tape,
         config::DeviceType::Changer => scsi::DeviceType::Changer,
+        config::DeviceType::Passthrough => scsi::DeviceType::Passthrough,
     };
     let params = scsi::LuParams {
         lun: l.lun,
@@ -431,6 +458,8 @@ fn logical_unit(
                 scsi::DeviceType::Cd => "VIRTUAL-CDROM",
                 scsi::DeviceType::Tape => "VIRTUAL-TAPE",
                 scsi::DeviceType::Changer => "VIRTUAL-CHANGER",
+                // the device answers INQUIRY itself
+                scsi::DeviceType::Passthrough => "PASSTHROUGH",
             }
             .into()
         }),
@@ -479,7 +508,11 @@ fn lun_meta(tid: u32, l: &config::LunConfig, id: u64) -> LunMeta {
         bsopts: l.bsopts.clone().unwrap_or_default(),
         bsoflags: flags.join(":"),
         online: l.online,
-        removable: l.removable || l.device_type != config::DeviceType::Disk,
+        removable: l.removable
+            || !matches!(
+                l.device_type,
+                config::DeviceType::Disk | config::DeviceType::Passthrough
+            ),
         thin_provisioning: l.thin_provisioning,
         sense_format: u8::from(l.sense_format == config::SenseFormat::Descriptor),
         ..d

@@ -151,3 +151,45 @@ fn cache_size_option_sets_or_refuses_the_cache() {
         "{r}"
     );
 }
+
+/// A passthrough LUN (`device_type: pt`) is a local SCSI device on `bs_type: sg` or `bsg`:
+/// either without the other, a block size (the device has its own) or `readonly` (the
+/// target does not write-protect a device it passes through) is refused at the field.
+#[test]
+fn passthrough_luns_are_checked() {
+    require_numatgtd("config_errors");
+    for (name, with, field) in [
+        ("sg-disk", "        bs_type: sg\n", "bs_type"),
+        (
+            "pt-rdwr",
+            "        device_type: pt\n        bs_type: rdwr\n",
+            "bs_type",
+        ),
+        ("pt-block-size", "        device_type: pt\n", "block_size"),
+    ] {
+        let (r, cfg) = run_with_config(&format!("{name}.yaml"), |y| {
+            y.replace(
+                "        block_size: 512\n",
+                &format!("        block_size: 512\n{with}"),
+            )
+        });
+        assert_rejected(&r, &cfg, field);
+    }
+    let (r, cfg) = run_with_config("pt-readonly.yaml", |y| {
+        y.replace(
+            "        block_size: 512\n",
+            "        device_type: pt\n        readonly: yes\n",
+        )
+    });
+    assert_rejected(&r, &cfg, "readonly");
+    // a well-formed one whose path is no sg node stops the start naming the path
+    let (r, _) = run_with_config("pt-file.yaml", |y| {
+        y.replace("        block_size: 512\n", "        device_type: pt\n")
+    });
+    assert!(!r.status.success() && !r.timed_out(), "{r}");
+    let msg = format!("{}{}", r.stderr, r.stdout);
+    assert!(
+        msg.contains("is not a character device: passthrough needs a SCSI generic node"),
+        "{r}"
+    );
+}

@@ -8,7 +8,10 @@
 # mount -t iso9660, a refused WRITE, eject and close); then a tape drive of a tgtimg tape
 # (guest-tape.sh: st driver, mt, tar of two tape files read back, offline and load); then
 # Debian's L700 virtual tape library example loaded with tgt-admin (guest-changer.sh: mtx
-# status, load, tar through the drive, unload); stop the target by PID.
+# status, load, tar through the drive, unload); then a local scsi_debug disk passed through
+# with --bstype sg and bsg (guest-passthrough.sh: sg_inq and sg_readcap show the device
+# itself, data written through the target is on the device, sg_reset reaches it); stop the
+# target by PID.
 # numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
 # with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
 # cache report). numatgtd-yaml: the same targets from a YAML file instead.
@@ -214,6 +217,7 @@ iscsiadm -m session 2>/dev/null | grep -q "$CHAP_IQN" && fail "a session exists 
 . /vmtest/guest-cd.sh
 . /vmtest/guest-tape.sh
 . /vmtest/guest-changer.sh
+. /vmtest/guest-passthrough.sh
 
 step "stop target (pid $TPID)"
 if [ "$TARGET" = tgtd ]; then

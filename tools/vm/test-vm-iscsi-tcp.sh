@@ -16,7 +16,7 @@ NAME="test-vm-iscsi-tcp target=$TARGET"
 # shellcheck source=host-lib.sh
 . "$HERE/host-lib.sh"
 VM_ENV="TARGET"
-VM_FILES="$HERE/guest-cd.sh $HERE/guest-tape.sh $HERE/guest-changer.sh"
+VM_FILES="$HERE/guest-cd.sh $HERE/guest-tape.sh $HERE/guest-changer.sh $HERE/guest-passthrough.sh"
 case "$TARGET" in
   numatgtd*) vm_ship_numatgtd ;;
 esac

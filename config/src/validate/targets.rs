@@ -158,7 +158,8 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 &format!("{p}.device_type"),
                 format!(
                     "device type {:?} is not supported; numatgt exports disks (disk), \
-                     CD/DVD images (cd), tape drives (tape) and medium changers (changer)",
+                     CD/DVD images (cd), tape drives (tape), medium changers (changer) and \
+                     local SCSI devices passed through (pt)",
                     w.0
                 ),
             )
@@ -177,7 +178,8 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
                 format!(
                     "backing-store type {:?} is not supported; numatgt serves files and \
                      block devices (rdwr or aio), CD/DVD images (mmc), tape images (ssc), \
-                     changer state files (smc), Ceph RBD images (rbd) and no storage (null)",
+                     changer state files (smc), local SCSI devices passed through (sg, bsg), \
+                     Ceph RBD images (rbd) and no storage (null)",
                     w.0
                 ),
             )
@@ -247,6 +249,35 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ),
         ));
     }
+    if (device_type == DeviceType::Passthrough) != bs_type.is_passthrough() {
+        return Err(ctx.err(
+            &format!("{p}.bs_type"),
+            if bs_type.is_passthrough() {
+                format!(
+                    "{} passes a local SCSI device through: it needs device_type: pt",
+                    bs_type.as_str()
+                )
+            } else {
+                format!(
+                    "a pt LUN is a local SCSI device (bs_type: sg for /dev/sgN, bsg for \
+                     /dev/bsg/H:C:T:L), not {}",
+                    bs_type.as_str()
+                )
+            },
+        ));
+    }
+    if bs_type.is_passthrough() {
+        if !path.is_absolute() {
+            return Err(ctx.err(&format!("{p}.path"), "must be an absolute path"));
+        }
+        if rl.readonly.is_some_and(|r| r.0) {
+            return Err(ctx.err(
+                &format!("{p}.readonly"),
+                "a passed-through device is the device as it is: the target does not \
+                 write-protect it (write-protect the device itself)",
+            ));
+        }
+    }
     if device_type == DeviceType::Tape && bs_type != BsType::Ssc {
         return Err(ctx.err(
             &format!("{p}.bs_type"),
@@ -288,12 +319,15 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             ));
         }
     }
-    let no_blocks = matches!(device_type, DeviceType::Tape | DeviceType::Changer);
+    let no_blocks = matches!(
+        device_type,
+        DeviceType::Tape | DeviceType::Changer | DeviceType::Passthrough
+    );
     if no_blocks && rl.block_size.is_some() {
         return Err(ctx.err(
             &format!("{p}.block_size"),
-            "a tape drive's block size is the initiator's choice (MODE SELECT), and a \
-             changer has no blocks: not configured",
+            "a tape drive's block size is the initiator's choice (MODE SELECT), a \
+             changer has no blocks and a passed-through device has its own: not configured",
         ));
     }
     let block_size = match rl.block_size {

@@ -30,6 +30,9 @@ pub enum DeviceType {
     Tape,
     /// Medium changer (SMC-3) of a virtual tape library, tgt's `changer`.
     Changer,
+    /// A real local SCSI device passed through (tgt's `pt`, bstype `sg` or `bsg`): it
+    /// answers its commands itself ([`crate::pt`]).
+    Passthrough,
 }
 
 impl DeviceType {
@@ -40,16 +43,19 @@ impl DeviceType {
             DeviceType::Cd => 0x05,
             DeviceType::Tape => 0x01,
             DeviceType::Changer => 0x08,
+            // the device's own, which only its INQUIRY tells
+            DeviceType::Passthrough => 0x1F,
         }
     }
 
-    /// tgt's name of the type (`--device-type`): `disk`, `cd`, `tape` or `changer`.
+    /// tgt's name of the type (`--device-type`): `disk`, `cd`, `tape`, `changer` or `pt`.
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Disk => "disk",
             DeviceType::Cd => "cd",
             DeviceType::Tape => "tape",
             DeviceType::Changer => "changer",
+            DeviceType::Passthrough => "pt",
         }
     }
 }

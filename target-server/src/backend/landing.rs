@@ -58,7 +58,8 @@ impl Landing {
     /// when the command runs: the write data in so far (`data_out`) copied in, the rest to
     /// come from the transport.
     pub fn reserve(lun: &Lun, cmd: &ScsiCommand, ctx: &StorageCtx<'_>) -> Option<Landing> {
-        if !ctx.sends_from_blocks || cmd.landed != 0 {
+        // a passed-through device takes its write data from `data_out`
+        if !ctx.sends_from_blocks || cmd.landed != 0 || lun.passthrough.is_some() {
             return None;
         }
         // a LUN another gateway owns ships its write data there from `data_out`

@@ -16,6 +16,7 @@ pub mod flusher;
 pub mod jobs;
 pub mod landing;
 pub mod locked;
+pub mod passthrough;
 pub mod payload;
 pub mod pr;
 pub mod pr_cluster;

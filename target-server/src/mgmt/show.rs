@@ -47,8 +47,14 @@ fn lun_entry(out: &mut String, lun: &Lun, alua: &config::AluaConfig) {
         scsi::DeviceType::Cd => ("cd/dvd", size, 1),
         scsi::DeviceType::Tape => ("tape", 0, 1),
         scsi::DeviceType::Changer => ("changer", 0, 1),
+        // tgtd knows no size of a passed-through device
+        scsi::DeviceType::Passthrough => ("passthrough", 0, 1),
     };
-    let removable = m.removable || p.device_type != scsi::DeviceType::Disk;
+    let removable = m.removable
+        || !matches!(
+            p.device_type,
+            scsi::DeviceType::Disk | scsi::DeviceType::Passthrough
+        );
     let _ = write!(
         out,
         "        LUN: {}\n            Type: {}\n            SCSI ID: {}\n            SCSI SN: {}\n            Size: {} MB, Block size: {}\n            Online: {}\n            Removable media: {}\n            Prevent removal: No\n            Readonly: {}\n            SWP: No\n            Thin-provisioning: {}\n            Backing store type: {}\n            Backing store path: {}\n            Backing store flags: {}\n",

@@ -113,7 +113,7 @@ impl Shipped {
     pub fn from_action(a: &scsi::Action) -> Option<Shipped> {
         use scsi::Action as A;
         Some(match a {
-            A::Tape(_) | A::Changer(_) => return None,
+            A::Tape(_) | A::Changer(_) | A::Passthrough(_) => return None,
             &A::Read { lba, blocks, fua } => Shipped::Read { lba, blocks, fua },
             &A::Write {
                 lba,

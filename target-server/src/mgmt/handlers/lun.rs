@@ -16,7 +16,7 @@ use crate::registry::{Lun, LunMeta, Target};
 use tgtadm_wire::{ErrCode, NO_LUN, Op, Payload, ReqHeader};
 
 /// Backing-store types tgtd knows but numatgt does not serve.
-const OTHER_BSTYPES: [&str; 4] = ["sg", "bsg", "glfs", "sheepdog"];
+const OTHER_BSTYPES: [&str; 2] = ["glfs", "sheepdog"];
 
 pub fn handle(ctx: &Ctx, op: Op, h: &ReqHeader, p: &Payload) -> Reply {
     match op {
@@ -48,7 +48,7 @@ fn need_lun(h: &ReqHeader) -> Result<u64, ErrCode> {
 fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let t = lookup(ctx, h)?;
     let number = need_lun(h)?;
-    // tgt's device types beyond disk and cd (tape, changer, passthrough) are not served
+    // tgt's other device codes (printer, scanner, ...) have no emulation in tgtd either
     let device_type =
         config::DeviceType::from_tgt_code(h.device_type).ok_or(ErrCode::UnsupportedOperation)?;
     let asked = NewLun::parse(p, device_type)?;
@@ -88,14 +88,22 @@ impl<'a> NewLun<'a> {
         let cd = device_type == config::DeviceType::Cd;
         let tape = device_type == config::DeviceType::Tape;
         let bs_type = match p.get("bstype").unwrap_or("") {
+            // tgtd: "Must set bstype to bsg or sg for pt devtype"
+            "" if device_type == config::DeviceType::Passthrough => {
+                return Err(ErrCode::InvalidRequest);
+            }
             // a CD/DVD drive's store is tgt's `mmc` (its image file), a tape drive's `ssc`
             "" => config::BsType::default_for(device_type),
             b => parse_bstype(b)?,
         };
+        // tgtd: "Must set device type to pt for bsg/sg bstype", "Must set bstype to bsg or
+        // sg for pt devtype"
         let changer = device_type == config::DeviceType::Changer;
+        let pt = device_type == config::DeviceType::Passthrough;
         if cd && !bs_type.is_file()
             || tape != (bs_type == config::BsType::Ssc)
             || changer != (bs_type == config::BsType::Smc)
+            || pt != bs_type.is_passthrough()
         {
             return Err(ErrCode::InvalidRequest);
         }
@@ -104,8 +112,9 @@ impl<'a> NewLun<'a> {
         let oflags = parse_bsoflags(flags, bs_type)?;
         let asked = p.get("blocksize").filter(|b| !b.is_empty());
         let block_size = match asked {
-            // a tape's blocks are the initiator's choice, a changer has none (tgtd shows 1)
-            _ if tape || changer => 1,
+            // a tape's blocks are the initiator's choice, a changer has none, a passed-through
+            // device its own (tgtd shows 1)
+            _ if tape || changer || pt => 1,
             // a disc's sectors are 2048 bytes
             None if cd => 2048,
             b => match parse_block_size(b)? {
@@ -163,8 +172,11 @@ fn parse_bsoflags(flags: &str, bs_type: config::BsType) -> Result<config::BsOfla
     let mut oflags = config::BsOflags::default();
     for f in flags.split(':').filter(|f| !f.is_empty()) {
         match f {
-            // tgtd: "bsoflags direct not supported by backing store null"
-            _ if bs_type == config::BsType::Null => return Err(ErrCode::InvalidRequest),
+            // tgtd: "bsoflags direct not supported by backing store null"; a passed-through
+            // device is opened as the kernel's SCSI generic interface wants it
+            _ if bs_type == config::BsType::Null || bs_type.is_passthrough() => {
+                return Err(ErrCode::InvalidRequest);
+            }
             "direct" => oflags.direct = true,
             "sync" => oflags.sync = true,
             _ => return Err(ErrCode::InvalidRequest),
@@ -546,7 +558,12 @@ impl Update {
             },
             "online" => meta.online = parse_bool(v)?,
             // a CD/DVD drive's disc changes while it is out (online=0), as in tgtd
-            "path" if params.device_type != scsi::DeviceType::Disk => {
+            "path"
+                if !matches!(
+                    params.device_type,
+                    scsi::DeviceType::Disk | scsi::DeviceType::Passthrough
+                ) =>
+            {
                 if meta.online || v.is_empty() {
                     return Err(ErrCode::InvalidRequest);
                 }
@@ -668,6 +685,7 @@ pub(super) fn replace_lun(
         meta: std::sync::Mutex::new(meta),
         stats: Arc::clone(&lun.stats),
         serial,
+        passthrough: lun.passthrough.clone(),
     });
     // the ALUA state and caching mode as they are (an RBD LUN's ownership thread serves
     // the new LUN from now on: it holds the same ownership)
