@@ -990,3 +990,54 @@ fn a_virtual_tape_library_as_debians_l700_example_writes_it() {
     );
     assert!(e.contains("unknown parameter"), "{e}");
 }
+
+#[test]
+fn passthrough_devices_as_tgt_admin_writes_them() {
+    let i = imp("\
+<target iqn.2008-09.com.example:server.pt>
+    <backing-store /dev/sg3>
+        lun 1
+        bs-type sg
+        device-type pt
+    </backing-store>
+    <backing-store /dev/bsg/4:0:0:0>
+        lun 2
+        bs-type bsg
+        device-type pt
+    </backing-store>
+</target>
+");
+    assert!(i.warnings.is_empty(), "{:?}", i.warnings);
+    let l = &i.config.targets[0].luns;
+    assert_eq!(
+        (l[0].device_type, l[0].bs_type, l[0].path.as_path()),
+        (
+            config::DeviceType::Passthrough,
+            BsType::Sg,
+            Path::new("/dev/sg3")
+        )
+    );
+    assert_eq!(
+        (l[1].device_type, l[1].bs_type),
+        (config::DeviceType::Passthrough, BsType::Bsg)
+    );
+    assert_eq!(
+        l[0].cache_mode(&config::CacheSettings::default()),
+        config::CacheMode::Off
+    );
+    round_trips(&i.config);
+    // sg on a disk is an error naming bs-type, as tgtd refuses it
+    let e = imp_err(
+        "\
+<target iqn.2008-09.com.example:t>
+    <backing-store /dev/sg3>
+        bs-type sg
+    </backing-store>
+</target>
+",
+    );
+    assert!(
+        e.contains("bs-type") && e.contains("device_type: pt"),
+        "{e}"
+    );
+}

@@ -458,7 +458,8 @@ impl LogicalUnit {
             DeviceType::Cd => mmc::TABLE,
             DeviceType::Tape => ssc::TABLE,
             DeviceType::Changer => smc::TABLE,
-            DeviceType::Passthrough => pt::TABLE,
+            // the commands the target answers itself are the disk's (`pt::answered_here`)
+            DeviceType::Passthrough => ops::TABLE,
         }
     }
 
@@ -606,8 +607,8 @@ impl LogicalUnit {
             nexus,
             effects: RefCell::new(None),
         };
-        if self.params.device_type == DeviceType::Passthrough {
-            return Outcome::Action(pt::execute(self, &req));
+        if self.params.device_type == DeviceType::Passthrough && !pt::answered_here(cmd.cdb) {
+            return Outcome::Action(pt::pass(self, cmd.cdb));
         }
         // MAINTENANCE OUT (SET TARGET PORT GROUPS) exists only on an explicit-ALUA LU:
         // elsewhere the whole operation code is unknown, as REPORT SUPPORTED OPERATION
@@ -725,6 +726,14 @@ impl LogicalUnit {
         self.reset_mode_parameters();
         self.medium.reset();
         self.shared.reset(UnitAttention::LuReset);
+    }
+
+    /// LOGICAL UNIT RESET (or a target reset) of a passthrough LU, whose device the server
+    /// resets too and which reports the reset itself: the SPC-2 reservation the target
+    /// keeps is released (as any reset releases it); no unit attention is established here,
+    /// or each initiator would see the reset twice. Persistent reservations stay.
+    pub fn passthrough_reset(&self) {
+        self.shared.lock().pr.spc2 = None;
     }
 
     /// TARGET WARM / COLD RESET (a hard reset of every logical unit of the target):

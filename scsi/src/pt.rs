@@ -1,26 +1,46 @@
 //! SCSI passthrough (tgt's `--device-type pt`, bstype `sg` or `bsg`): the logical unit is a
 //! real local SCSI device that the server reaches through the kernel's SCSI generic
 //! interfaces. This module decides which commands go to the device: all of them, as they
-//! came, except REPORT LUNS, which must name the target's LUNs, not the device's. The
-//! device answers with its own identity, data, status and sense; the server only carries
-//! the bytes ([`PassOp`]) and the data direction and length the transport announced.
+//! came, except the few the target must answer itself ([`answered_here`]): REPORT LUNS,
+//! which must name the target's LUNs, not the device's, and the reservation commands
+//! (RESERVE / RELEASE (6)/(10), PERSISTENT RESERVE IN / OUT). Every initiator reaches the
+//! device through one local port, so the device cannot tell them apart: its own
+//! reservations would hold nobody off. The target keeps them per I_T nexus, as for its
+//! own logical units, and refuses the commands a reservation forbids with RESERVATION
+//! CONFLICT before they reach the device. The device answers everything else with its
+//! own identity, data, status and sense; the server only carries the bytes ([`PassOp`])
+//! and the data direction and length the transport announced.
 //!
-//! What the target itself still does for such a logical unit: the unit attentions it
-//! establishes (a new I_T nexus, a changed LUN inventory, its resets: the server passes a
-//! LOGICAL UNIT RESET on to the device as well). Reservations are the device's: every
-//! initiator reaches it through one local port, so the device cannot tell them apart.
+//! The target's unit attentions (a new I_T nexus, a changed LUN inventory) come first, as
+//! for every logical unit; a LOGICAL UNIT RESET is passed on to the device, which reports
+//! it itself.
 
-use crate::ops::{self, OpInfo};
+use crate::ops;
 use crate::sense::Sense;
-use crate::{Action, LogicalUnit, Req};
-
-/// The commands the target answers itself on a passthrough LU.
-pub(crate) const TABLE: &[OpInfo] = &[ops::REPORT_LUNS_OP];
+use crate::{Action, LogicalUnit};
 
 /// A command for the device: its CDB, cut to the length its operation code has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PassOp {
     pub cdb: Vec<u8>,
+}
+
+/// The commands the target answers itself on a passthrough LU (with the disk's handlers:
+/// REPORT LUNS and the reservations).
+pub fn answered_here(cdb: &[u8]) -> bool {
+    use ops::opcode::*;
+    matches!(
+        cdb.first(),
+        Some(
+            &(REPORT_LUNS
+                | RESERVE_6
+                | RELEASE_6
+                | RESERVE_10
+                | RELEASE_10
+                | PERSISTENT_RESERVE_IN
+                | PERSISTENT_RESERVE_OUT)
+        )
+    )
 }
 
 /// The length of the CDB that starts `cdb` (SPC-4 4.2.5.1, the group code in the operation
@@ -40,14 +60,9 @@ pub fn cdb_len(cdb: &[u8]) -> Option<usize> {
     (n >= 6 && n <= cdb.len()).then_some(n)
 }
 
-/// What a command to passthrough LU `lu` becomes (after the unit attentions the target
-/// holds for the nexus): REPORT LUNS answered here, everything else [`Action::Passthrough`].
-pub(crate) fn execute(lu: &LogicalUnit, req: &Req<'_>) -> Action {
-    let cdb = req.cdb;
-    if cdb.first() == Some(&ops::opcode::REPORT_LUNS) {
-        let answer = ops::lookup(TABLE, cdb).and_then(|(op, c)| (op.handler)(lu, c, req));
-        return answer.unwrap_or_else(|s| Action::Complete(lu.check_condition(&s)));
-    }
+/// A command of passthrough LU `lu` that is not [`answered_here`], after the unit
+/// attentions and reservations the target holds: [`Action::Passthrough`].
+pub(crate) fn pass(lu: &LogicalUnit, cdb: &[u8]) -> Action {
     match cdb_len(cdb) {
         Some(n) => Action::Passthrough(PassOp {
             cdb: cdb[..n].to_vec(),
@@ -101,7 +116,7 @@ mod tests {
     }
 
     #[test]
-    fn the_device_answers_everything_but_report_luns() {
+    fn the_device_answers_everything_but_report_luns_and_reservations() {
         let lu = pt();
         let mut inq = [0u8; 16];
         inq[0] = 0x12;
@@ -116,7 +131,7 @@ mod tests {
         w[8] = 8;
         assert_eq!(passed(&lu, &w).len(), 10);
         // the target's own commands elsewhere go to the device too
-        for op in [0x00, 0x25, 0x5F, 0x9E, 0xA3, 0xC1] {
+        for op in [0x00, 0x25, 0x9E, 0xA3, 0xC1] {
             let mut c = [0u8; 16];
             c[0] = op;
             passed(&lu, &c);
@@ -130,6 +145,49 @@ mod tests {
             None,
             "the device knows its transfer lengths"
         );
+    }
+
+    #[test]
+    fn reservations_are_the_targets_and_hold_other_initiators_off() {
+        let lu = pt();
+        let a = Nexus::iscsi(NexusId(1), "iqn.2026-11.test:a", 1, "iqn.t", 1);
+        let b = Nexus::iscsi(NexusId(2), "iqn.2026-11.test:b", 1, "iqn.t", 1);
+        let run = |n: &Nexus, cdb: &[u8]| {
+            let ctx = crate::CmdCtx {
+                cdb,
+                data_out: &[],
+                landed: 0,
+                luns: &[0, 1],
+            };
+            match lu.execute_nexus(n, &ctx) {
+                Outcome::Action(a) => a,
+                Outcome::PersistentReserveOut(p) => Action::Complete(p.completion),
+            }
+        };
+        let status = |a: Action| match a {
+            Action::Complete(c) => c.status,
+            other => panic!("not answered here: {other:?}"),
+        };
+        let reserve = [0x16u8, 0, 0, 0, 0, 0];
+        let read = [0x28u8, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        assert_eq!(status(run(&a, &reserve)), 0);
+        assert!(
+            matches!(run(&a, &read), Action::Passthrough(_)),
+            "the holder reads"
+        );
+        let conflict = crate::status::RESERVATION_CONFLICT;
+        assert_eq!(status(run(&b, &read)), conflict, "another initiator");
+        assert_eq!(status(run(&b, &reserve)), conflict);
+        assert_eq!(status(run(&a, &[0x17, 0, 0, 0, 0, 0])), 0, "RELEASE(6)");
+        assert!(matches!(run(&b, &read), Action::Passthrough(_)), "released");
+        // PERSISTENT RESERVE IN is answered here too
+        let prin = [0x5Eu8, 0, 0, 0, 0, 0, 0, 0, 64, 0];
+        assert_eq!(status(run(&a, &prin)), 0);
+        // a reset (the device's) releases the reservation and adds no unit attention
+        assert_eq!(status(run(&a, &reserve)), 0);
+        lu.passthrough_reset();
+        assert!(matches!(run(&b, &read), Action::Passthrough(_)), "released by the reset");
+        assert!(matches!(run(&a, &read), Action::Passthrough(_)), "no unit attention");
     }
 
     #[test]

@@ -459,15 +459,23 @@ pub fn task_management(
     match plan.reset {
         ResetKind::None => {}
         ResetKind::LogicalUnit => {
+            // a passed-through device is reset itself and reports it (its own unit
+            // attention): the target adds none, or the reset would be seen twice
             if let Some(l) = lu {
-                l.scsi.logical_unit_reset();
-                passthrough::reset(l, ended);
+                if passthrough::reset(l, ended) {
+                    l.scsi.passthrough_reset();
+                } else {
+                    l.scsi.logical_unit_reset();
+                }
             }
         }
         ResetKind::Target => {
             for l in luns.map.values() {
-                l.scsi.target_reset();
-                passthrough::reset(l, ended);
+                if passthrough::reset(l, ended) {
+                    l.scsi.passthrough_reset();
+                } else {
+                    l.scsi.target_reset();
+                }
             }
         }
     }

@@ -19,11 +19,13 @@
 # tgtd 1.0.85 cannot export bsg on this kernel (the bsg node lost read/write and has no
 # poll: epoll refuses it, "tgt_event_add ... Cannot add fd, Operation not permitted"):
 # for TARGET=tgtd only, that half is skipped with a note; numatgtd must do both. Logout,
-# both targets deleted, scsi_debug unloaded.
-# Uses from guest-iscsi-tcp.sh: TARGET, PORTAL, C, LOG, fail, step.
+# both targets deleted; then the same sg node from a targets.conf (bs-type sg, device-type
+# pt) loaded by Debian's tgt-admin -e serves scsi_debug's identity too; scsi_debug unloaded.
+# Uses from guest-iscsi-tcp.sh: TARGET, PORTAL, C, TC, LOG, fail, step.
 
 PT_SG_IQN=iqn.2026-11.org.numatgt:vmtest-pt-sg
 PT_BSG_IQN=iqn.2026-11.org.numatgt:vmtest-pt-bsg
+PT_CONF_IQN=iqn.2026-11.org.numatgt:vmtest-pt-conf
 PT_SG_TID=6
 PT_BSG_TID=7
 PT_BLOCKS=131072
@@ -234,6 +236,37 @@ if [ $PT_DO_BSG = 1 ]; then
 fi
 tgtadm $C --lld iscsi --op show --mode target | grep -E "^Target ($PT_SG_TID|$PT_BSG_TID):" &&
   pt_fail "a passthrough target is still there after its delete"
+
+# 5. the same device from a targets.conf through Debian's tgt-admin -e (bs-type sg,
+# device-type pt); logged in, it is scsi_debug again; then deleted
+cat > /tmp/vm-pt.conf << EOF
+<target $PT_CONF_IQN>
+    <backing-store /dev/$PT_SG>
+        lun 1
+        bs-type sg
+        device-type pt
+    </backing-store>
+</target>
+EOF
+tgt-admin -C "$TC" -e -c /tmp/vm-pt.conf || pt_fail "tgt-admin -e of a passthrough targets.conf"
+t=$(tgtadm $C --lld iscsi --op show --mode target | sed -n "s/^Target \([0-9]*\): $PT_CONF_IQN\$/\1/p")
+[ -n "$t" ] || pt_fail "tgt-admin -e made no target $PT_CONF_IQN"
+pt_show_lun "$t" | grep -qx ' *Type: passthrough' || pt_fail "tgt-admin -e: LUN 1 of tid $t is not passthrough"
+timeout 60 iscsiadm -m discovery -t sendtargets -p "$PORTAL" > /dev/null || pt_fail "discovery"
+timeout 60 iscsiadm -m node -T "$PT_CONF_IQN" -p "$PORTAL" --login || pt_fail "tgt-admin target: login"
+sg= i=0
+while [ $i -lt 100 ]; do
+  d=$(pt_lun_dir "$PT_CONF_IQN")
+  [ -n "$d" ] && sg=$(ls "$d/scsi_generic" 2> /dev/null | head -n 1)
+  [ -n "$sg" ] && [ -c "/dev/$sg" ] && break
+  i=$((i + 1)); sleep 0.2
+done
+[ -n "$sg" ] || pt_fail "tgt-admin target: no sg node for LUN 1"
+sg_turs "/dev/$sg" > /dev/null 2>&1
+[ "$(pt_id "/dev/$sg")" = "$PT_LOCAL_ID" ] || pt_fail "tgt-admin target: sg_inq says '$(pt_id "/dev/$sg")'"
+timeout 60 iscsiadm -m node -T "$PT_CONF_IQN" -p "$PORTAL" --logout || pt_fail "tgt-admin target: logout"
+tgtadm $C --lld iscsi --op delete --mode target --tid "$t" || pt_fail "tgtadm delete of the tgt-admin target"
+step "pt: a targets.conf with bs-type sg, device-type pt, loaded by tgt-admin -e (tid $t), serves scsi_debug"
 i=0
 until rmmod scsi_debug 2> /dev/null; do
   i=$((i + 1)); [ $i -le 25 ] || pt_fail "rmmod scsi_debug: still in use after the targets were deleted"; sleep 0.2

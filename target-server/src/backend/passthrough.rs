@@ -115,11 +115,13 @@ fn refused_sense(e: &io::Error) -> Sense {
     }
 }
 
-/// LOGICAL UNIT RESET (or a target reset) of a passthrough LUN: the device is reset too;
+/// LOGICAL UNIT RESET (or a target reset) of a passthrough LUN: the device is reset, and
 /// the task management response waits for it when `ended` counts what it waits for.
-pub fn reset(lun: &Lun, ended: Option<&Arc<TasksEnded>>) {
-    let Some(dev) = &lun.passthrough else {
-        return;
+/// Whether the device is being reset (`false`: not a passthrough LUN, or a device that
+/// cannot be reset from here: the target's own reset applies).
+pub fn reset(lun: &Lun, ended: Option<&Arc<TasksEnded>>) -> bool {
+    let Some(dev) = lun.passthrough.as_ref().filter(|d| d.can_reset()) else {
+        return false;
     };
     let waiter = ended.cloned();
     if let Some(w) = &waiter {
@@ -130,6 +132,7 @@ pub fn reset(lun: &Lun, ended: Option<&Arc<TasksEnded>>) {
             w.one_done();
         }
     }));
+    true
 }
 
 #[cfg(test)]

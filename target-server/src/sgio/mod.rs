@@ -200,6 +200,11 @@ impl PtDevice {
         }
     }
 
+    /// The device can be reset from here (an sg node to reset it through).
+    pub fn can_reset(&self) -> bool {
+        self.reset_fd.is_some()
+    }
+
     /// LOGICAL UNIT RESET of the device (`SG_SCSI_RESET`), on a thread of its own (the
     /// kernel's error handler may take seconds); `then` runs when it is done. A reset
     /// asked while one runs runs `then` at once: the device is being reset already.
