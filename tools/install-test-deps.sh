@@ -25,6 +25,9 @@
 #   PID); no Ceph service is enabled. tgt-rbd: tgtd's bs_rbd, the reference for benchmarks.
 # - genisoimage, eject: the CD/DVD LUN tests (ISO 9660 images; the tray opened and closed in
 #   the guest)
+# - dpkg-dev, pandoc, binutils: tools/build-deb.sh (dpkg-shlibdeps for Depends, numatgt.yaml(5)
+#   from docs/configuration.md, strip); lintian, man-db, groff-base, zsh: the package test
+#   (tests/tests/deb_package.rs) lints the .deb, renders its man pages, loads its completions
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -36,7 +39,8 @@ fi
 BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-dev busybox-static
   cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
   python3 ibverbs-providers ibverbs-utils curl ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc
-  tgt-rbd multipath-tools sg3-utils genisoimage eject mt-st mtx)
+  tgt-rbd multipath-tools sg3-utils genisoimage eject mt-st mtx
+  dpkg-dev pandoc binutils lintian man-db groff-base zsh)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

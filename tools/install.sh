@@ -1,7 +1,7 @@
 #!/bin/bash
 # Install numatgt for production use on Debian 12:
 #   $PREFIX/sbin/numatgtd, $PREFIX/sbin/numatgtadm       (PREFIX default /usr/local)
-#   /etc/systemd/system/numatgtd.service                 (Type=notify, reload = SIGHUP)
+#   /etc/systemd/system/numatgtd.service                 (Type=notify, reload = numatgtadm --reload)
 #   /etc/numatgt/numatgt.yaml                            (only if absent: never overwritten;
 #                                                         root:numatgt 0640, it may hold secrets)
 #   /usr/lib/sysusers.d/numatgt.conf                     (the system user numatgt the unit

@@ -2,8 +2,9 @@
 # THE test command of numatgt: every check CI runs, in order, each as a stage.
 #   install-test-deps (when root) -> toolchain components -> cargo build -> cargo fmt --check
 #   -> cargo clippy -D warnings -> layers (tools/check-layers.py) -> cargo test --workspace (unit + integration against the
-#   built numatgtd and real initiators) -> fuzz smoke (every cargo-fuzz target of fuzz/ for
-#   15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
+#   built numatgtd and real initiators) -> deb (tools/build-deb.sh, a release build, and the
+#   package's checks: files, Depends, man pages, completions, lintian) -> fuzz smoke (every
+#   cargo-fuzz target of fuzz/ for 15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM crash test (numatgtd SIGKILLed under fsync'ed ext4 writes; files and e2fsck checked)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
 #   -> VM multipath (two ALUA gateways under dm-multipath; the owner SIGKILLed under
@@ -72,6 +73,12 @@ cargo_test() {
     cat "$table"
   done
   return $rc
+}
+
+deb_test() {
+  # builds target/debian/numatgt_*.deb and checks it (tests/tests/deb_package.rs; its tests
+  # are #[ignore]d in `cargo test --workspace` because of the release build)
+  cargo test -p tests --test deb_package -- --ignored
 }
 
 fuzz_smoke() {
@@ -152,6 +159,7 @@ stage fmt cargo fmt --all -- --check
 stage clippy cargo clippy --workspace --all-targets -- -D warnings
 stage layers python3 tools/check-layers.py
 stage test cargo_test
+stage deb deb_test
 stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-crash vm_crash_test

@@ -186,8 +186,14 @@ mod tests {
         // a reset (the device's) releases the reservation and adds no unit attention
         assert_eq!(status(run(&a, &reserve)), 0);
         lu.passthrough_reset();
-        assert!(matches!(run(&b, &read), Action::Passthrough(_)), "released by the reset");
-        assert!(matches!(run(&a, &read), Action::Passthrough(_)), "no unit attention");
+        assert!(
+            matches!(run(&b, &read), Action::Passthrough(_)),
+            "released by the reset"
+        );
+        assert!(
+            matches!(run(&a, &read), Action::Passthrough(_)),
+            "no unit attention"
+        );
     }
 
     #[test]

@@ -1,11 +1,18 @@
 //! numatgtd's command line: tgtd's options (`-f`, `-C`, `-t`, `-d`, `--iscsi portal=…`,
 //! `--iser portal=…`) plus
 //! numatgt's own (`--config`, `--state-dir`, `--demo`, NUMA and thread sizing).
+//!
+//! The same definitions make numatgtd(8) and the bash and zsh completions: the hidden
+//! `numatgtd --generate man|bash|zsh` prints them (clap_mangen, clap_complete), and
+//! tools/build-deb.sh packages what the built binary prints, so the man page and the
+//! completions list exactly the options `--help` shows.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// numatgtd's command line (tgtd's options and numatgt's own). `long_about = None` keeps this
 /// comment out of `--help`.
@@ -17,7 +24,7 @@ use clap::Parser;
     long_about = None
 )]
 pub struct Cli {
-    /// Stay in the foreground (do not daemonize); logs go to stderr.
+    /// Stay in the foreground (do not daemonize); logs go to stderr (detached: to syslog).
     #[arg(short = 'f', long = "foreground")]
     pub foreground: bool,
 
@@ -56,6 +63,12 @@ pub struct Cli {
         default_value = "/var/lib/numatgt"
     )]
     pub state_dir: PathBuf,
+
+    /// Save every change made at run time (tgtadm, tgt-admin, numatgtadm, reloads) to
+    /// STATE_DIR/saved-config.yaml, and start from it next time unless the --config file
+    /// was changed after it.
+    #[arg(long = "save-config")]
+    pub save_config: bool,
 
     /// Serve a demo LUN: STATE_DIR/demo.img (1 GiB sparse) as LUN 1 of
     /// iqn.2026-11.org.numatgt:demo on 127.0.0.1:3260 (or the --iscsi portals).
@@ -99,6 +112,235 @@ pub struct Cli {
     /// Export `numatgt_session_info` (names the initiators; off by default).
     #[arg(long = "metrics-session-info")]
     pub metrics_session_info: bool,
+}
+
+/// `numatgtd --generate WHAT`, alone on the command line: print numatgtd(8) or a completion
+/// script made from [`Cli`] and exit (packaging: tools/build-deb.sh). Not part of [`Cli`],
+/// so neither `--help`, the man page nor the completions offer it.
+#[derive(Debug, Parser)]
+#[command(
+    name = "numatgtd",
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+struct GenerateCli {
+    #[arg(long = "generate", value_name = "man|bash|zsh")]
+    generate: Generate,
+}
+
+/// What `numatgtd --generate` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generate {
+    /// The numatgtd(8) man page, roff source.
+    Man,
+    /// A bash completion script (bash-completion's completions directory).
+    Bash,
+    /// A zsh completion script (`_numatgtd`, for zsh's vendor-completions).
+    Zsh,
+}
+
+/// The hook at the top of `main`: when the command line is `--generate WHAT`, print it
+/// and return the exit status; `None` for every other command line. The check comes before
+/// anything else main does (logging, configuration), so generating a man page needs no
+/// configuration and starts nothing.
+pub fn generate_if_requested() -> Option<ExitCode> {
+    let asked = std::env::args_os()
+        .skip(1)
+        .any(|a| a == "--generate" || a.as_encoded_bytes().starts_with(b"--generate="));
+    if !asked {
+        return None;
+    }
+    // clap checks the value, and that nothing else is on the command line
+    let what = GenerateCli::parse().generate;
+    let mut out = std::io::stdout().lock();
+    Some(match generate(what, &mut out).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("numatgtd: --generate: {e}");
+            ExitCode::from(1)
+        }
+    })
+}
+
+/// Write numatgtd(8) or a completion script, made from [`Cli`], to `out`.
+pub fn generate(what: Generate, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut cmd = Cli::command();
+    match what {
+        Generate::Bash => {
+            clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "numatgtd", out);
+            Ok(())
+        }
+        Generate::Zsh => {
+            clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, "numatgtd", out);
+            Ok(())
+        }
+        Generate::Man => man_page(cmd, out),
+    }
+}
+
+/// numatgtd(8)'s DESCRIPTION (the options come from the clap definitions).
+const MAN_DESCRIPTION: &[&str] = &[
+    "numatgtd is a user-space iSCSI target for Linux, with iSER (iSCSI over RDMA), and a \
+     drop-in for tgtd(8): it takes tgtd's options, speaks tgt's management protocol \
+     (tgtadm(8), tgt-admin(8) and numatgtadm(8) drive it unchanged) and imports tgt's \
+     targets.conf(5). Its data path is NUMA-aware: event threads per NUMA node own the \
+     connections, and a partitioned block cache keeps each block in the memory of its home \
+     node.",
+    "Without --config (and without --demo) numatgtd starts as tgtd does: no targets, \
+     listening on 0.0.0.0:3260 and [::]:3260 (or on the --iscsi portals), the management \
+     socket ready for tgtadm. With --config FILE it reads a YAML configuration \
+     (numatgt.yaml(5)) or tgt's targets.conf; a bad file stops it at start with \
+     FILE:LINE:COL and the problem. Without -f it detaches, as tgtd does.",
+    "Prometheus metrics are served at http://127.0.0.1:9470/metrics and a status page at \
+     http://127.0.0.1:9470/ unless --metrics says otherwise.",
+];
+
+/// numatgtd(8)'s sections after OPTIONS: (heading, [(tag, text)]).
+const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "SIGNALS",
+        &[
+            (
+                "SIGTERM, SIGINT",
+                "Stop cleanly: connections are closed, dirty cached data is written back and \
+                 the LUNs are synced (as tgtadm --op delete --mode system).",
+            ),
+            (
+                "SIGHUP",
+                "Apply the --config file again: only targets whose definition changed are \
+                 touched; a refused file changes nothing and the reason is logged \
+                 (numatgtadm --reload waits for the result and reports it).",
+            ),
+            (
+                "SIGUSR1",
+                "Log the block cache's state, one line per NUMA node.",
+            ),
+        ],
+    ),
+    (
+        "FILES",
+        &[
+            (
+                "/etc/numatgt/numatgt.yaml",
+                "The configuration numatgtd.service starts numatgtd with (numatgt.yaml(5)).",
+            ),
+            (
+                "/var/run/tgtd/socket.N",
+                "The management socket of control port N (--control-port, default 0), as \
+                 tgtd's; socket.N.lock keeps a second daemon off the same port.",
+            ),
+            (
+                "/var/lib/numatgt",
+                "The default --state-dir: persistent reservations kept over restarts (pr/) \
+                 and the --demo LUN.",
+            ),
+        ],
+    ),
+    (
+        "ENVIRONMENT",
+        &[
+            (
+                "NUMATGT_LOG",
+                "Log filter (tracing's env-filter syntax, e.g. debug or \
+                 target_server=trace); it overrides -d.",
+            ),
+            (
+                "TGT_IPC_SOCKET",
+                "Path prefix of the management socket (default /var/run/tgtd/socket), as for \
+                 tgtd and tgtadm.",
+            ),
+            (
+                "NOTIFY_SOCKET",
+                "Set by systemd for Type=notify: numatgtd sends READY=1 once every portal \
+                 listens and every LUN is open, RELOADING=1 around a SIGHUP reload and \
+                 STOPPING=1 when it stops.",
+            ),
+        ],
+    ),
+    (
+        "EXIT STATUS",
+        &[
+            ("0", "Stopped cleanly."),
+            (
+                "1",
+                "The configuration was refused or the daemon could not start (the reason is \
+                 on standard error).",
+            ),
+            ("2", "A command-line error."),
+        ],
+    ),
+];
+
+/// numatgtd(8)'s SEE ALSO.
+const MAN_SEE_ALSO: &[(&str, &str)] = &[
+    ("numatgtadm", "8"),
+    ("numatgt.yaml", "5"),
+    ("tgtadm", "8"),
+    ("tgt-admin", "8"),
+    ("tgtd", "8"),
+    ("targets.conf", "5"),
+    ("systemd.service", "5"),
+];
+
+/// numatgtd(8): clap_mangen's title, NAME, SYNOPSIS, OPTIONS and VERSION around the prose
+/// above.
+fn man_page(cmd: clap::Command, out: &mut dyn Write) -> std::io::Result<()> {
+    use clap_mangen::roff::{Roff, bold, roman};
+    let man = clap_mangen::Man::new(cmd)
+        .title("NUMATGTD")
+        .section("8")
+        .date(man_date())
+        .source(concat!("numatgt ", env!("CARGO_PKG_VERSION")))
+        .manual("System Administration");
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    let mut r = Roff::new();
+    r.control("SH", ["DESCRIPTION"]);
+    for (i, p) in MAN_DESCRIPTION.iter().enumerate() {
+        if i > 0 {
+            r.control("PP", []);
+        }
+        r.text([roman(*p)]);
+    }
+    r.to_writer(&mut page)?;
+    man.render_options_section(&mut page)?;
+    let mut r = Roff::new();
+    for (heading, items) in MAN_SECTIONS {
+        r.control("SH", [*heading]);
+        for (tag, text) in *items {
+            r.control("TP", []);
+            r.text([bold(*tag)]);
+            r.text([roman(*text)]);
+        }
+    }
+    r.control("SH", ["SEE ALSO"]);
+    let mut see = Vec::new();
+    for (i, (name, section)) in MAN_SEE_ALSO.iter().enumerate() {
+        let sep = if i + 1 < MAN_SEE_ALSO.len() { ", " } else { "" };
+        see.push(bold(*name));
+        see.push(roman(format!("({section}){sep}")));
+    }
+    r.text(see);
+    r.to_writer(&mut page)?;
+    man.render_version_section(&mut page)?;
+    write_man(&page, out)
+}
+
+/// The page's date: `NUMATGT_MAN_DATE` (tools/build-deb.sh sets it from the package's
+/// changelog, so the page is the same at every build), else none.
+fn man_date() -> String {
+    std::env::var("NUMATGT_MAN_DATE").unwrap_or_default()
+}
+
+/// Every roff piece starts with the same preamble: keep the first one only.
+fn write_man(page: &[u8], out: &mut dyn Write) -> std::io::Result<()> {
+    let preamble = clap_mangen::roff::Roff::new().render();
+    let text = String::from_utf8_lossy(page);
+    let body = text.replace(&preamble, "");
+    out.write_all(preamble.as_bytes())?;
+    out.write_all(body.as_bytes())
 }
 
 /// One `--iscsi` option set.
@@ -325,6 +567,48 @@ mod tests {
         let none = Cli::try_parse_from(["numatgtd", "--demo"]).expect("parse");
         assert_eq!(iser_portals(&none.iser), Ok(None));
         assert!(iser_portals(&["bogus=1".to_string()]).is_err());
+    }
+
+    #[test]
+    fn man_page_and_completions_come_from_the_definitions() {
+        let text = |what| {
+            let mut out = Vec::new();
+            generate(what, &mut out).expect("generate");
+            String::from_utf8(out).expect("utf-8")
+        };
+        let man = text(Generate::Man);
+        assert!(man.contains(".TH NUMATGTD 8"), "{man}");
+        assert_eq!(man.matches(".ie \\n(.g").count(), 1, "one preamble:\n{man}");
+        let bash = text(Generate::Bash);
+        let zsh = text(Generate::Zsh);
+        for arg in Cli::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            // roff escapes '-' as '\-'
+            let roff = format!("\\-\\-{}", long.replace('-', "\\-"));
+            assert!(man.contains(&roff), "--{long} in the man page");
+            assert!(bash.contains(&format!("--{long} ")), "--{long} in bash");
+            assert!(zsh.contains(&format!("--{long}")), "--{long} in zsh");
+        }
+        for text in [&man, &bash, &zsh] {
+            assert!(!text.contains("generate"), "--generate offered:\n{text}");
+        }
+        assert!(bash.contains("complete -F _numatgtd"), "{bash}");
+        assert!(zsh.starts_with("#compdef numatgtd"), "{zsh}");
+    }
+
+    #[test]
+    fn generate_is_hidden_and_alone() {
+        let g = |args: &[&str]| GenerateCli::try_parse_from(args).map(|g| g.generate);
+        assert_eq!(
+            g(&["numatgtd", "--generate", "man"]).ok(),
+            Some(Generate::Man)
+        );
+        assert_eq!(g(&["numatgtd", "--generate=zsh"]).ok(), Some(Generate::Zsh));
+        assert!(g(&["numatgtd", "--generate", "html"]).is_err());
+        assert!(g(&["numatgtd", "-f", "--generate", "bash"]).is_err());
+        assert!(Cli::try_parse_from(["numatgtd", "--generate", "man"]).is_err());
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains("generate"), "{help}");
     }
 
     #[test]

@@ -109,6 +109,7 @@ impl Daemon {
                 metrics_from_cli: false,
                 demo: Vec::new(),
             })),
+            saved: None,
         };
         Daemon {
             ctx,

@@ -29,10 +29,12 @@ pub mod rdma_probe;
 pub(crate) mod registry;
 pub mod reload;
 pub mod runtime;
+pub mod saved;
 pub mod sd_notify;
 pub(crate) mod serial_work;
 pub(crate) mod sgio;
 pub(crate) mod ship;
+pub(crate) mod syslog;
 pub(crate) mod transport;
 
 pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;

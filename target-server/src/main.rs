@@ -12,6 +12,34 @@ use target_server::runtime::{Daemon, RuntimeConfig};
 #[global_allocator]
 static ALLOC: target_server::alloc_count::CountingAlloc = target_server::alloc_count::CountingAlloc;
 
+/// The configuration file a start loads: `--config`, or with `--save-config` the saved
+/// configuration when it was written after it (or there is no `--config`).
+fn config_source(cli: &Cli) -> Option<std::path::PathBuf> {
+    use target_server::saved::{self, Source};
+    if !cli.save_config {
+        return cli.config.clone();
+    }
+    match saved::source(cli.config.as_deref(), &cli.state_dir) {
+        Source::Saved(p) => {
+            match &cli.config {
+                Some(c) => tracing::info!(saved = %p.display(), config = %c.display(),
+                    "loading the saved configuration (written after the --config file)"),
+                None => tracing::info!(saved = %p.display(), "loading the saved configuration"),
+            }
+            Some(p)
+        }
+        Source::Config(c) => {
+            let saved = saved::path(&cli.state_dir);
+            if saved.exists() {
+                tracing::info!(config = %c.display(), saved = %saved.display(),
+                    "the --config file was written after the saved configuration: loading it");
+            }
+            Some(c)
+        }
+        Source::Nothing => None,
+    }
+}
+
 fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
     let mut iscsi = Vec::new();
     for s in &cli.iscsi {
@@ -19,7 +47,8 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
     }
     let cli_portals: Vec<std::net::SocketAddr> = iscsi.iter().filter_map(|o| o.portal).collect();
     let cli_iser = iser_portals(&cli.iser)?;
-    let mut cfg = match (&cli.config, cli.demo) {
+    let file = config_source(cli);
+    let mut cfg = match (&file, cli.demo) {
         (Some(path), _) => {
             // numatgt YAML, or tgt's targets.conf (by extension `.conf` or by its content)
             let imported = config::load(path).map_err(|e| e.to_string())?;
@@ -113,8 +142,14 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
 }
 
 fn main() -> ExitCode {
+    // packaging: `numatgtd --generate man|bash|zsh` prints numatgtd(8) or a completion
+    // script made from the clap definitions (cli.rs) and exits before anything starts
+    if let Some(code) = target_server::cli::generate_if_requested() {
+        return code;
+    }
     let cli = Cli::parse();
-    let debug_switch = target_server::logging::init(cli.debug);
+    // before anything logs; without -f the lines go to syslog (and to stderr until detached)
+    let logging = target_server::logging::init(cli.debug, !cli.foreground);
     target_server::set_sanitize_rate_limit_mib(cli.sanitize_rate);
     let rc = match load(&cli) {
         Ok(rc) => rc,
@@ -124,11 +159,14 @@ fn main() -> ExitCode {
         }
     };
     if !cli.foreground {
-        // as tgtd: detach unless -f; stderr stays where it was pointed
+        // as tgtd: detach unless -f, and log to syslog from here on. stdin, stdout and
+        // stderr stay until the daemon is up, so that a failure to start (the lock, a
+        // portal) still reaches the terminal
         if let Err(e) = nix::unistd::daemon(true, true) {
             eprintln!("numatgtd: cannot daemonize: {e}");
             return ExitCode::from(1);
         }
+        logging.detached();
     }
     // block the stop signals in every thread; the main thread waits for them
     let mut sigs = SigSet::empty();
@@ -166,7 +204,7 @@ fn main() -> ExitCode {
         }
     };
     let mut ctx = daemon.mgmt_ctx();
-    ctx.debug = Some(debug_switch);
+    ctx.debug = Some(logging.debug_switch());
     {
         let mut loaded = ctx.loaded.lock().unwrap_or_else(|p| p.into_inner());
         loaded.path = cli.config.clone();
@@ -180,12 +218,23 @@ fn main() -> ExitCode {
             loaded.demo = config::Config::demo(&cli.state_dir, &[]).targets;
         }
     }
+    if cli.save_config {
+        ctx.saved = Some(target_server::saved::path(&cli.state_dir));
+        // what the daemon started from is what a restart starts from
+        target_server::saved::after_change(&ctx);
+    }
     let reload_ctx = ctx.clone();
     if let Err(e) = mgmt.spawn(ctx) {
         tracing::error!("{e}");
         eprintln!("numatgtd: {e}");
         daemon.stop();
         return ExitCode::from(1);
+    }
+    // up: a detached daemon that logs to syslog lets go of the terminal (/dev/null)
+    if !cli.foreground
+        && let Err(e) = logging.release_stdio()
+    {
+        tracing::warn!("cannot point stdin, stdout and stderr at /dev/null: {e}");
     }
     // systemd (Type=notify): the portals are listening and every LUN is open
     target_server::sd_notify::notify(&format!(

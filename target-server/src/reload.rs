@@ -80,6 +80,7 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
     let summary = summary(&path, &diff, closed, &portal_errors);
     loaded.config = next;
     loaded.path = Some(path);
+    crate::saved::after_change(ctx);
     Ok(summary)
 }
 

@@ -1055,6 +1055,7 @@ impl Daemon {
                 metrics_from_cli: false,
                 demo: Vec::new(),
             })),
+            saved: None,
         }
     }
 

@@ -69,6 +69,36 @@ fn vpd83(s: &mut ScsiSession) -> (Vec<u8>, u16, u16) {
     (naa, port, tpg)
 }
 
+/// LUN 1's state on `d` as `numatgt_lun_alua_state` says it: one series per ALUA state,
+/// exactly one of them 1.
+fn alua_state_metric(d: &Daemon) -> String {
+    let (code, body) = d.http_get("/metrics").expect("GET /metrics");
+    assert_eq!(code, 200, "GET /metrics: {body}");
+    let prefix = format!("numatgt_lun_alua_state{{target=\"{TEST_IQN}\",lun=\"1\",state=\"");
+    let series: Vec<(&str, &str)> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix)?.split_once("\"} "))
+        .collect();
+    let states: Vec<&str> = series.iter().map(|s| s.0).collect();
+    assert_eq!(
+        states,
+        [
+            "active_optimized",
+            "active_non_optimized",
+            "standby",
+            "unavailable",
+            "transitioning"
+        ],
+        "one series per state"
+    );
+    let on: Vec<&str> = series.iter().filter(|s| s.1 == "1").map(|s| s.0).collect();
+    assert!(
+        on.len() == 1 && series.iter().all(|s| matches!(s.1, "0" | "1")),
+        "exactly one state is 1: {series:?}"
+    );
+    on[0].to_string()
+}
+
 /// `tgtadm --op update --params alua_owner=GROUP` on LUN 1 of target 1.
 fn update_owner(d: &Daemon, group: u16) -> tests::tools::ToolRun {
     tests::mgmt::update_lun1(d, &format!("alua_owner={group}"))
@@ -130,6 +160,11 @@ fn standby_gateways_move_ownership_coherently() {
         "A: group 1 active/optimized, 2 standby"
     );
     assert_eq!(rtpg(&mut sb), both, "B reports the same");
+    assert_eq!(
+        (alua_state_metric(&a), alua_state_metric(&b)),
+        ("active_optimized".into(), "standby".into()),
+        "the metrics say the same"
+    );
 
     // B is in standby: medium access is NOT READY / TARGET PORT IN STANDBY STATE
     let (st, sense, _) = read(&mut sb);
@@ -144,6 +179,11 @@ fn standby_gateways_move_ownership_coherently() {
 
     // move to B: A writes back and drops its blocks, B takes over
     move_to_b(&a, &b, &mut sa, &mut sb);
+    assert_eq!(
+        (alua_state_metric(&a), alua_state_metric(&b)),
+        ("standby".into(), "active_optimized".into()),
+        "the metrics follow the move"
+    );
     let (st, _, got) = read(&mut sb);
     assert_eq!(st, 0);
     assert!(
@@ -202,6 +242,7 @@ fn active_non_optimized_gateways_serve_coherently_without_cache() {
         vec![(1, 0x0, vec![1]), (2, 0x1, vec![2])],
         "group 2 active/non-optimized"
     );
+    assert_eq!(alua_state_metric(&b), "active_non_optimized");
     assert!(
         a.log().contains("the NUMA cache is off for this LUN"),
         "the owner says why it does not cache:\n{}",

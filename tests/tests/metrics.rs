@@ -63,6 +63,21 @@ fn counters_match_what_the_initiator_did() {
         lun1(&before, "numatgt_lun_capacity_bytes", ""),
         (16 * MIB) as f64
     );
+    // one target port group: LUN 1 is active/optimized, one series per ALUA state
+    for (state, want) in [
+        ("active_optimized", 1.0),
+        ("active_non_optimized", 0.0),
+        ("standby", 0.0),
+        ("unavailable", 0.0),
+        ("transitioning", 0.0),
+    ] {
+        let extra = format!(",state=\"{state}\"");
+        assert_eq!(
+            lun1(&before, "numatgt_lun_alua_state", &extra),
+            want,
+            "{state}"
+        );
+    }
 
     let mut s = ScsiSession::open(&d, "iqn.2026-11.org.numatgt:metrics-test");
     for i in 0..10u32 {

@@ -230,7 +230,18 @@ fn ownership_follows_the_rbd_lock_and_a_silent_owner_is_fenced() {
             .unwrap_or_else(|| panic!("no {name} in A's metrics"))
     };
     assert_eq!(value("numatgt_lun_alua_owner_group{"), 1.0);
-    assert_eq!(value("numatgt_lun_alua_state{"), 0.0);
+    // one series per ALUA state: A's is active/optimized, and only that one
+    for (state, want) in [
+        ("active_optimized", 1.0),
+        ("active_non_optimized", 0.0),
+        ("standby", 0.0),
+        ("unavailable", 0.0),
+        ("transitioning", 0.0),
+    ] {
+        let series =
+            format!("numatgt_lun_alua_state{{target=\"{TEST_IQN}\",lun=\"1\",state=\"{state}\"}}");
+        assert_eq!(value(&series), want, "{series}");
+    }
     let fenced_other = metrics
         .lines()
         .find(|l| {

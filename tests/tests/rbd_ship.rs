@@ -181,8 +181,11 @@ fn non_owner_paths_ship_io_to_the_owner() {
         );
     }
     assert_eq!(
-        a.metric("numatgt_lun_alua_state", "lun=\"1\""),
-        0.0,
+        a.metric(
+            "numatgt_lun_alua_state",
+            "lun=\"1\",state=\"active_optimized\""
+        ),
+        1.0,
         "A active/optimized"
     );
     let sent = b.metric("numatgt_lun_shipped_commands_total", "kind=\"sent\"");

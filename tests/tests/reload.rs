@@ -111,6 +111,11 @@ fn reload_touches_only_changed_targets() {
         r.stderr.contains("reload") || r.stderr.contains(&path),
         "{r}"
     );
+    // the form the unit's ExecReload= runs (no FILE: the daemon's --config) fails the same
+    // way, with tgtadm's EINVAL status and the file's error
+    let r = d.admin_tool(&numatgtadm_bin(), &["--reload"]);
+    assert_eq!(r.status.code(), Some(22), "{r}");
+    assert!(r.stderr.starts_with(&format!("tgtadm: {path}:")), "{r}");
     assert!(targets(&d).contains(B), "B must survive a failed reload");
 
     // 4. remove B (SIGHUP)

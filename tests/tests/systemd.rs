@@ -2,7 +2,9 @@
 //! `systemd-analyze verify`, and the daemon speaks the Type=notify protocol — `READY=1` only
 //! once its portal accepts connections, `STOPPING=1` on SIGTERM — to the socket named by
 //! NOTIFY_SOCKET, as systemd would provide it. The unit runs numatgtd as the user numatgt
-//! with two ambient capabilities, and numatgtd does its job that way (setpriv).
+//! with two ambient capabilities, and numatgtd does its job that way (setpriv). The unit's
+//! `ExecReload=` (numatgtadm --reload) returns once the new configuration is applied and
+//! fails, saying why, when it is refused.
 
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -22,19 +24,21 @@ fn unit_file_verifies() {
         unit.contains("ExecStart=/usr/local/sbin/numatgtd -f --config /etc/numatgt/numatgt.yaml")
     );
     assert!(unit.contains("Type=notify"));
-    // verify it with the binary under test in place of the installed path
+    // reload waits for the daemon and fails when it refuses the file (not kill -HUP, which
+    // returns at once); same control port as ExecStart (none given: 0)
+    assert_eq!(
+        unit_setting(&unit, "ExecReload").as_deref(),
+        Some("/usr/local/sbin/numatgtadm --reload")
+    );
+    // verify it with the binaries under test in place of the installed paths
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("numatgtd.service");
-    let bin = numatgtd_bin();
-    std::fs::write(
-        &path,
-        unit.replace("/usr/local/sbin/numatgtd", &bin.display().to_string()),
-    )
-    .expect("write unit");
+    std::fs::write(&path, with_built_binaries(&unit)).expect("write unit");
     let run = tools::run(
         30,
         &analyze.display().to_string(),
-        ["verify", &path.display().to_string()],
+        // the man pages the unit names are the package's, not installed on a build host
+        ["verify", "--man=no", &path.display().to_string()],
     );
     // systemd-analyze exits 0 on some problems (an unknown Type= is only a warning), so any
     // message about our unit counts as a failure
@@ -111,6 +115,120 @@ fn notifies_ready_after_listening_and_stopping_on_sigterm() {
     assert_eq!(stopping, "STOPPING=1");
     let status = status.expect("numatgtd did not exit within 10 s of SIGTERM");
     assert!(status.success(), "exit status {status}");
+}
+
+/// `text` with the installed binaries' directory (/usr/local/sbin) replaced by the one of
+/// the binaries under test (numatgtd and numatgtadm are built side by side).
+fn with_built_binaries(text: &str) -> String {
+    let bin = numatgtd_bin();
+    let dir = bin.parent().expect("numatgtd's directory");
+    text.replace("/usr/local/sbin/", &format!("{}/", dir.display()))
+}
+
+/// `systemctl reload` runs the unit's `ExecReload=` and waits for it: against a daemon
+/// started as `ExecStart=` starts it (no `-C`), the command returns once a changed file is
+/// applied (the new LUN is there when it exits 0), and exits non-zero with the file's error
+/// when the file is refused, the daemon keeping what it had.
+#[test]
+fn exec_reload_waits_and_fails_when_the_file_is_refused() {
+    let unit =
+        std::fs::read_to_string(tests::workspace_root().join("tools/systemd/numatgtd.service"))
+            .expect("read unit file");
+    let reload = with_built_binaries(&unit_setting(&unit, "ExecReload").expect("ExecReload="));
+    let reload: Vec<&str> = reload.split_whitespace().collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = LunSpec::new(1, 512, 8 * MIB);
+    let lun1 = dir.path().join("lun1.img");
+    let lun2 = dir.path().join("lun2.img");
+    create_sparse(&lun1, spec.size);
+    create_sparse(&lun2, spec.size);
+    let port = free_port();
+    let cfg = dir.path().join("numatgtd.yaml");
+    let one = numatgtd_config(port, &[(spec.clone(), lun1.clone())]);
+    std::fs::write(&cfg, &one).expect("write config");
+    let socket = dir.path().join("socket");
+    let log = dir.path().join("log");
+    let out = std::fs::File::create(&log).expect("create log");
+    let err = out.try_clone().expect("clone log");
+    // as the unit's ExecStart: -f --config, the default control port
+    let mut child = Command::new(numatgtd_bin())
+        .arg("-f")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .args(["--metrics", "off"])
+        .env("TGT_IPC_SOCKET", &socket)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawn numatgtd");
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let t = Instant::now();
+    while !read_log().contains(&format!("listening on 127.0.0.1:{port}"))
+        || std::os::unix::net::UnixStream::connect(socket.with_extension("0")).is_err()
+    {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "numatgtd exited
+{}",
+            read_log()
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "not up
+{}",
+            read_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = [("TGT_IPC_SOCKET", socket.as_os_str())];
+    let run_reload = || tools::run_env(60, reload[0], &reload[1..], &env);
+    let show = || {
+        let r = tools::run_env(
+            20,
+            &tests::mgmt::numatgtadm_bin(),
+            ["--mode", "target", "--op", "show"],
+            &env,
+        );
+        r.check("numatgtadm show");
+        r.stdout
+    };
+
+    // a changed file: applied by the time the command returns
+    let two = numatgtd_config(
+        port,
+        &[(spec.clone(), lun1), (LunSpec::new(2, 512, 8 * MIB), lun2)],
+    );
+    std::fs::write(&cfg, &two).expect("write config");
+    let good = run_reload();
+    let shown = show();
+    // a refused file: the command fails and says why; nothing changes
+    std::fs::write(&cfg, "targets: [\n").expect("write config");
+    let bad = run_reload();
+    let shown_after = show();
+    send_signal(child.id(), libc::SIGTERM);
+    let status = child.wait().expect("wait numatgtd");
+
+    good.check("ExecReload with a changed file");
+    assert!(good.stdout.contains("1 changed"), "{good}");
+    assert!(
+        shown.contains("LUN: 2"),
+        "LUN 2 not there when ExecReload returned:\n{shown}"
+    );
+    assert_eq!(
+        bad.status.code(),
+        Some(22),
+        "a refused file fails ExecReload:\n{bad}"
+    );
+    assert!(
+        bad.stderr
+            .contains(&format!("tgtadm: {}:2:1: ", cfg.display())),
+        "the failure names the file and the place:\n{bad}"
+    );
+    assert!(shown_after.contains("LUN: 2"), "{shown_after}");
+    assert!(status.success(), "numatgtd exit {status}\n{}", read_log());
 }
 
 /// The unit's settings: `KEY=VALUE` lines of `[Service]`.

@@ -2,7 +2,9 @@
 //! getopt_long parsing with unambiguous long prefixes and the `-F`/`-O` quirk, per-mode
 //! validation messages, exit codes 0/22/1, `tgtadm: <message>` on stderr), speaking the
 //! tgtadm wire protocol to numatgtd (or tgtd) on `$TGT_IPC_SOCKET.<port>`. `--dump` (numatgt
-//! only) prints the running configuration as YAML.
+//! only) prints the running configuration as YAML. `--generate man|bash|zsh` (first on the
+//! command line, not in `--help`) prints numatgtadm(8) or a completion script made from the
+//! parser's own option table (`numatgtadm/manual.rs`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,6 +18,8 @@ use tgtadm_wire::{ErrCode, Mode, Op, ReqHeader};
 
 #[path = "numatgtadm/getopt.rs"]
 mod getopt;
+#[path = "numatgtadm/manual.rs"]
+mod manual;
 #[path = "numatgtadm/validate.rs"]
 mod validate;
 
@@ -36,33 +40,55 @@ fn fail(msg: impl Into<String>) -> Fail {
     Fail(format!("tgtadm: {}\n", msg.into()), EINVAL)
 }
 
+/// `--mode` values, tgtadm's spellings (the parser's table; the man page and the
+/// completions list it).
+const MODES: [(&str, Mode); 14] = [
+    ("system", Mode::System),
+    ("sys", Mode::System),
+    ("target", Mode::Target),
+    ("tgt", Mode::Target),
+    ("logicalunit", Mode::Device),
+    ("lu", Mode::Device),
+    ("portal", Mode::Portal),
+    ("pt", Mode::Portal),
+    ("session", Mode::Session),
+    ("sess", Mode::Session),
+    ("connection", Mode::Connection),
+    ("conn", Mode::Connection),
+    ("account", Mode::Account),
+    ("lld", Mode::Lld),
+];
+
+/// `--op` values, tgtadm's spellings.
+const OPS: [(&str, Op); 9] = [
+    ("new", Op::New),
+    ("delete", Op::Delete),
+    ("show", Op::Show),
+    ("bind", Op::Bind),
+    ("unbind", Op::Unbind),
+    ("update", Op::Update),
+    ("stat", Op::Stats),
+    ("start", Op::Start),
+    ("stop", Op::Stop),
+];
+
+/// `--device-type` values and their SCSI peripheral device types.
+const DEVICE_TYPES: [(&str, u32); 7] = [
+    ("disk", 0x00),
+    ("tape", 0x01),
+    ("ssc", 0x01),
+    ("cd", 0x05),
+    ("changer", 0x08),
+    ("osd", 0x11),
+    ("pt", 0xff),
+];
+
 fn mode_of(s: &str) -> Option<Mode> {
-    Some(match s {
-        "system" | "sys" => Mode::System,
-        "target" | "tgt" => Mode::Target,
-        "logicalunit" | "lu" => Mode::Device,
-        "portal" | "pt" => Mode::Portal,
-        "session" | "sess" => Mode::Session,
-        "connection" | "conn" => Mode::Connection,
-        "account" => Mode::Account,
-        "lld" => Mode::Lld,
-        _ => return None,
-    })
+    MODES.iter().find(|(n, _)| *n == s).map(|&(_, m)| m)
 }
 
 fn op_of(s: &str) -> Option<Op> {
-    Some(match s {
-        "new" => Op::New,
-        "delete" => Op::Delete,
-        "show" => Op::Show,
-        "bind" => Op::Bind,
-        "unbind" => Op::Unbind,
-        "update" => Op::Update,
-        "stat" => Op::Stats,
-        "start" => Op::Start,
-        "stop" => Op::Stop,
-        _ => return None,
-    })
+    OPS.iter().find(|(n, _)| *n == s).map(|&(_, o)| o)
 }
 
 fn op_name(op: Op) -> &'static str {
@@ -93,15 +119,7 @@ fn mode_name(m: Mode) -> &'static str {
 }
 
 fn device_type(s: &str) -> Option<u32> {
-    Some(match s {
-        "disk" => 0x00,
-        "tape" | "ssc" => 0x01,
-        "cd" => 0x05,
-        "changer" => 0x08,
-        "osd" => 0x11,
-        "pt" => 0xff,
-        _ => return None,
-    })
+    DEVICE_TYPES.iter().find(|(n, _)| *n == s).map(|&(_, t)| t)
 }
 
 /// Everything from the command line.
@@ -433,6 +451,9 @@ fn reload(argv: &[String]) -> Result<String, Fail> {
 }
 
 fn run(argv: &[String]) -> Result<String, Fail> {
+    if argv.first().is_some_and(|a| a == "--generate") {
+        return manual::generate(&argv[1..]);
+    }
     if argv.iter().any(|a| a == "--dump") {
         return dump(argv);
     }

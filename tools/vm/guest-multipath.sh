@@ -161,7 +161,9 @@ metrics_addr() { # GROUP
 # gateway GROUP's ALUA metrics: "state owner takeover fenced_other release fenced"
 alua_metrics() { # GROUP
   curl -s --max-time 5 "http://127.0.0.$1:9470/metrics" | awk '
-    /^numatgt_lun_alua_state\{/ { st = $NF }
+    /^numatgt_lun_alua_state\{/ && $NF == 1 {
+      s = $0; sub(/.*state="/, "", s); sub(/".*/, "", s)
+      st = s == "active_optimized" ? 0 : s == "active_non_optimized" ? 1 : s == "standby" ? 2 : s == "unavailable" ? 3 : 15 }
     /^numatgt_lun_alua_owner_group\{/ { ow = $NF }
     /^numatgt_lun_alua_transitions_total\{/ {
       k = $0; sub(/.*kind="/, "", k); sub(/".*/, "", k); m[k] = $NF }

@@ -5,6 +5,7 @@
 
 use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
+use scsi::AccessState;
 
 use super::family::Family;
 use crate::backend::Workers;
@@ -532,6 +533,39 @@ impl LunIdentity {
     }
 }
 
+/// Every ALUA access state (SPC-4 table 90) with its `state` label, in the order of their
+/// ASYMMETRIC ACCESS STATE codes: `numatgt_lun_alua_state` has one series per entry.
+const ALUA_STATES: [(AccessState, &str); 5] = [
+    (AccessState::ActiveOptimized, "active_optimized"),
+    (AccessState::ActiveNonOptimized, "active_non_optimized"),
+    (AccessState::Standby, "standby"),
+    (AccessState::Unavailable, "unavailable"),
+    (AccessState::Transitioning, "transitioning"),
+];
+
+/// Where `s` is in [`ALUA_STATES`]. The match has no wildcard: a state added to
+/// `scsi::AccessState` does not compile here until it has its entry (and the unit test
+/// checks that the entry is in its place).
+const fn alua_state_index(s: AccessState) -> usize {
+    match s {
+        AccessState::ActiveOptimized => 0,
+        AccessState::ActiveNonOptimized => 1,
+        AccessState::Standby => 2,
+        AccessState::Unavailable => 3,
+        AccessState::Transitioning => 4,
+    }
+}
+
+/// The samples of `numatgt_lun_alua_state` for a LUN in state `now`: each state's label,
+/// with 1 for `now` and 0 for the others (node_exporter's `node_systemd_unit_state` form).
+fn alua_state_samples(now: AccessState) -> impl Iterator<Item = (&'static str, f64)> {
+    let now = alua_state_index(now);
+    ALUA_STATES
+        .iter()
+        .enumerate()
+        .map(move |(i, &(_, label))| (label, if i == now { 1.0 } else { 0.0 }))
+}
+
 /// A LUN's asymmetric access: this gateway's state, the owner group, ownership moves.
 struct LunAlua {
     alua_state: Family,
@@ -545,7 +579,7 @@ impl LunAlua {
         LunAlua {
             alua_state: Family::gauge(
                 "numatgt_lun_alua_state",
-                "Asymmetric access state of this gateway's port group for the LUN (0 active/optimized, 1 active/non-optimized, 2 standby, 3 unavailable, 15 transitioning).",
+                "Asymmetric access state of this gateway's port group for the LUN: one series per state (active_optimized, active_non_optimized, standby, unavailable, transitioning), 1 for the current one, 0 for the others.",
             ),
             alua_owner: Family::gauge(
                 "numatgt_lun_alua_owner_group",
@@ -569,7 +603,9 @@ impl LunAlua {
             alua_moves,
             alua_causes,
         } = self;
-        alua_state.add(&l, f64::from(lun.scsi.access_state().code()));
+        for (state, v) in alua_state_samples(lun.scsi.access_state()) {
+            alua_state.add(&[l[0], l[1], ("state", state)], v);
+        }
         let owner = match &lun.rbd_ownership {
             Some(a) => a.owner_group(),
             None => {
@@ -828,6 +864,11 @@ fn cache_nodes(src: &Source, out: &mut Vec<MetricFamily>) {
         "numatgt_cache_capacity_bytes",
         "Size of the node's cache arena.",
     );
+    let mut dirty_limit = Family::gauge(
+        "numatgt_cache_dirty_limit_bytes",
+        "Dirty bytes the node's cache may hold (cache.dirty_limit): above it, writes are not \
+         cached but written through.",
+    );
     let mut wb = Family::counter(
         "numatgt_cache_writeback_bytes_total",
         "Dirty bytes written back to the backing stores, by home node.",
@@ -863,6 +904,7 @@ fn cache_nodes(src: &Source, out: &mut Vec<MetricFamily>) {
                 .map(|a| a.len())
                 .sum();
             capacity.add(&l, arena as f64);
+            dirty_limit.add(&l, cache.config().dirty_limit_bytes as f64);
             wb.add(&l, s.writeback_bytes as f64);
             served.add(&[l[0], ("locality", "local")], s.served_local_bytes as f64);
             served.add(
@@ -875,7 +917,17 @@ fn cache_nodes(src: &Source, out: &mut Vec<MetricFamily>) {
             }
         }
     }
-    for f in [hits, misses, evictions, bytes, capacity, wb, served, fwd] {
+    for f in [
+        hits,
+        misses,
+        evictions,
+        bytes,
+        capacity,
+        dirty_limit,
+        wb,
+        served,
+        fwd,
+    ] {
         push(out, f);
     }
 }
@@ -908,5 +960,45 @@ fn threads(src: &Source, out: &mut Vec<MetricFamily>) {
     }
     for f in [busy, depth] {
         push(out, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alua_states_are_all_listed_in_code_order() {
+        for (i, &(s, label)) in ALUA_STATES.iter().enumerate() {
+            assert_eq!(alua_state_index(s), i, "{s:?} out of place");
+            // the configuration's name, in label form
+            assert_eq!(label, s.name().replace('-', "_"), "{s:?}");
+            if let Some(&(prev, _)) = i.checked_sub(1).and_then(|p| ALUA_STATES.get(p)) {
+                assert!(prev.code() < s.code(), "{prev:?} before {s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn alua_state_is_one_series_per_state_with_one_set() {
+        for &(now, now_label) in &ALUA_STATES {
+            let samples: Vec<(&str, f64)> = alua_state_samples(now).collect();
+            assert_eq!(samples.len(), ALUA_STATES.len());
+            let labels: Vec<&str> = samples.iter().map(|&(l, _)| l).collect();
+            assert_eq!(
+                labels,
+                [
+                    "active_optimized",
+                    "active_non_optimized",
+                    "standby",
+                    "unavailable",
+                    "transitioning"
+                ]
+            );
+            for (label, v) in samples {
+                let want = if label == now_label { 1.0 } else { 0.0 };
+                assert_eq!(v, want, "state {now:?}, series {label}");
+            }
+        }
     }
 }

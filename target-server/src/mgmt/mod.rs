@@ -31,6 +31,8 @@ pub struct Ctx {
     pub(crate) portals: Option<Arc<portals::PortalAcceptor>>,
     /// The configuration as loaded last (for reload).
     pub loaded: crate::reload::Shared,
+    /// `--save-config`: the file every change is saved to (`crate::saved`); `None`: off.
+    pub saved: Option<std::path::PathBuf>,
 }
 
 /// The outcome of one request: text for stdout, or tgtd's error code.

@@ -7,7 +7,7 @@ use super::{EINVAL, Fail, TRY_HELP, getopt_err};
 pub(super) const SHORT: &str = "dhVL:o:m:t:s:c:l:n:v:b:E:f:y:T:I:Q:u:p:H:F:P:B:Y:O:C:S:";
 
 /// Long options: name, takes an argument, short letter; in tgtadm's table order.
-const LONG: [(&str, bool, char); 29] = [
+pub(super) const LONG: [(&str, bool, char); 29] = [
     ("debug", false, 'd'),
     ("help", false, 'h'),
     ("version", false, 'V'),

@@ -37,8 +37,11 @@ pub fn handle(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         Mode::Session => system::session(ctx, op, h),
         Mode::Connection => system::connection(ctx, op, h),
     };
-    if let Err(e) = &r {
-        tracing::info!(?mode, ?op, tid = h.tid, "management request failed: {e}");
+    match &r {
+        Err(e) => tracing::info!(?mode, ?op, tid = h.tid, "management request failed: {e}"),
+        // what changed is saved (`--save-config`); showing and counting change nothing
+        Ok(_) if !matches!(op, Op::Show | Op::Stats) => crate::saved::after_change(ctx),
+        Ok(_) => {}
     }
     r
 }
