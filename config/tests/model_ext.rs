@@ -234,21 +234,30 @@ fn lun_attribute_rules() {
     let p = "targets[0].luns[0]";
     for (extra, field, words) in [
         (
-            "device_type: pt",
+            "device_type: printer",
             "device_type",
-            "device type \"pt\" is not supported",
+            "device type \"printer\" is not supported",
         ),
         (
             "device_type: osd",
             "device_type",
-            "tape drives (tape) and medium changers (changer)",
+            "medium changers (changer) and local SCSI devices passed through (pt)",
+        ),
+        (
+            "bs_type: rdwr\ndevice_type: pt",
+            "bs_type",
+            "a pt LUN is a local SCSI device (bs_type: sg for /dev/sgN",
         ),
         (
             "bs_type: glfs",
             "bs_type",
             "backing-store type \"glfs\" is not supported",
         ),
-        ("bs_type: sg", "bs_type", "rdwr or aio"),
+        (
+            "bs_type: sg",
+            "bs_type",
+            "sg passes a local SCSI device through",
+        ),
         ("bsopts: conf=/c", "bsopts", "bsopts is for bs_type: rbd"),
         ("bsoflags: fast", "bsoflags", "unknown flag \"fast\""),
         (

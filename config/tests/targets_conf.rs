@@ -503,8 +503,8 @@ fn located_errors() {
             ":3: block-size: must be 512 or 4096 (got 1000)",
         ),
         (
-            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type pt\n</backing-store>\n</target>\n",
-            ":3: device-type: device type \"pt\" is not supported",
+            "<target iqn.2026-11.org.example:t>\n<backing-store /a>\ndevice-type osd\n</backing-store>\n</target>\n",
+            ":3: device-type: device type \"osd\" is not supported",
         ),
         (
             "<target iqn.2026-11.org.example:t>\nbacking-store /a\nbs-type glfs\n</target>\n",
