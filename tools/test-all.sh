@@ -10,6 +10,8 @@
 #   -> VM multipath (two ALUA gateways under dm-multipath; the owner SIGKILLed under
 #   fsync'ed ext4 writes, which go on through the other one; files and e2fsck checked)
 #   -> VM RDMA echo (the rdma crate's CM, Send, RDMA READ/WRITE over soft-RoCE in the guest)
+#   -> VM iSER (the kernel's ib_iser over soft-RoCE) -> VM systemd (the .deb of the deb
+#   stage installed in a Debian 12 guest whose PID 1 is systemd: tools/vm/test-vm-systemd.sh)
 # All stages run even after a failure; the last line is `test-all: N passed, M failed`, and the
 # exit status is non-zero when any stage failed.
 # Env: SKIP_VM=1 skips the VM stages (they are then reported as failed: CI never sets it).
@@ -168,6 +170,7 @@ stage vm-multipath vm_multipath_test
 stage vm-multipath-rbd vm_multipath_rbd_test
 stage vm-rdma-echo vm_rdma_echo_test
 stage vm-iser vm_iser_test
+stage vm-systemd "$REPO/tools/vm/test-vm-systemd.sh"
 
 echo
 echo "test-all: passed stages: ${PASSED[*]:-none}"
