@@ -215,6 +215,14 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
                 "SIGUSR1",
                 "Log the block cache's state, one line per NUMA node.",
             ),
+            (
+                "SIGUSR2",
+                "Live upgrade: hand the daemon over to a new process of the executable it \
+                 was started from, without refusing a connection; sessions are asked to log \
+                 out and log in to the new process (numatgtadm --upgrade does the same, \
+                 with --binary, and reports the outcome). A new process that fails leaves \
+                 this one serving.",
+            ),
         ],
     ),
     (

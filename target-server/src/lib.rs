@@ -17,6 +17,7 @@ pub(crate) mod event_loop;
 /// Entry points of the fuzz targets (`fuzz/`): not an API.
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod handover;
 pub(crate) mod io_stats;
 pub(crate) mod limits;
 pub mod logging;

@@ -40,15 +40,26 @@ fn config_source(cli: &Cli) -> Option<std::path::PathBuf> {
     }
 }
 
-fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
+/// The runtime configuration: the command line over the configuration file (or, after
+/// a handover, over the running configuration the old numatgtd passed on: `handed`).
+fn load(cli: &Cli, handed: Option<&str>) -> Result<RuntimeConfig, String> {
     let mut iscsi = Vec::new();
     for s in &cli.iscsi {
         iscsi.push(parse_iscsi_opts(s)?);
     }
     let cli_portals: Vec<std::net::SocketAddr> = iscsi.iter().filter_map(|o| o.portal).collect();
     let cli_iser = iser_portals(&cli.iser)?;
-    let file = config_source(cli);
+    let file = if handed.is_some() {
+        None
+    } else {
+        config_source(cli)
+    };
     let mut cfg = match (&file, cli.demo) {
+        // the running configuration holds the demo targets already
+        (None, _) if handed.is_some() => {
+            config::parse(handed.unwrap_or_default(), "the handed-over configuration")
+                .map_err(|e| e.to_string())?
+        }
         (Some(path), _) => {
             // numatgt YAML, or tgt's targets.conf (by extension `.conf` or by its content)
             let imported = config::load(path).map_err(|e| e.to_string())?;
@@ -129,6 +140,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
         numa_nodes: cli.numa_nodes.or(cfg.numa.nodes),
         event_threads: cli.event_threads.or(cfg.threads.event_threads),
         io_engine: cli.io_engine.unwrap_or(cfg.threads.io_engine),
+        inherited: Default::default(),
         busy_poll: std::time::Duration::from_micros(u64::from(
             cli.busy_poll.unwrap_or(cfg.threads.busy_poll_us),
         )),
@@ -142,6 +154,7 @@ fn load(cli: &Cli) -> Result<RuntimeConfig, String> {
 }
 
 fn main() -> ExitCode {
+    target_server::handover::record_start();
     // packaging: `numatgtd --generate man|bash|zsh` prints numatgtd(8) or a completion
     // script made from the clap definitions (cli.rs) and exits before anything starts
     if let Some(code) = target_server::cli::generate_if_requested() {
@@ -151,14 +164,63 @@ fn main() -> ExitCode {
     // before anything logs; without -f the lines go to syslog (and to stderr until detached)
     let logging = target_server::logging::init(cli.debug, !cli.foreground);
     target_server::set_sanitize_rate_limit_mib(cli.sanitize_rate);
-    let rc = match load(&cli) {
+    // started by a handover (numatgtadm --upgrade): the old numatgtd's sockets and
+    // running configuration
+    let incoming = match target_server::handover::incoming() {
+        None => None,
+        Some(Ok(i)) => Some(i),
+        Some(Err(e)) => {
+            tracing::error!("handover: {e}");
+            eprintln!("numatgtd: handover: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let upgrade = incoming
+        .as_ref()
+        .is_some_and(|i| i.offer.mode == target_server::handover::wire::Mode::Upgrade);
+    let mut rc = match load(&cli, incoming.as_ref().map(|i| i.offer.config.as_str())) {
         Ok(rc) => rc,
         Err(e) => {
+            if let Some(i) = &incoming {
+                i.refuse(&e);
+            }
+            tracing::error!("{e}");
             eprintln!("numatgtd: {e}");
             return ExitCode::from(1);
         }
     };
-    if !cli.foreground {
+    if let Some(i) = &incoming {
+        tracing::info!(from_pid = i.offer.from_pid, from_version = %i.offer.from_version,
+            "handover: taking over from the previous numatgtd");
+        if upgrade {
+            // the old daemon stops; its configuration as it is then is the one to serve
+            let handed = match i.prepared_then_wait() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!("handover: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            rc = match load(&cli, Some(&handed)) {
+                Ok(rc) => rc,
+                Err(e) => {
+                    i.failed(&e);
+                    tracing::error!("handover: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+        }
+    }
+    let mut incoming = incoming;
+    if let Some(i) = &mut incoming {
+        rc.inherited = std::mem::take(&mut i.inherited);
+    }
+    if incoming.is_some() {
+        // the old daemon detached already: this one runs where it ran
+        if !cli.foreground {
+            logging.detached();
+        }
+    } else if !cli.foreground {
         // as tgtd: detach unless -f, and log to syslog from here on. stdin, stdout and
         // stderr stay until the daemon is up, so that a failure to start (the lock, a
         // portal) still reaches the terminal
@@ -175,6 +237,7 @@ fn main() -> ExitCode {
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGUSR1,
+        Signal::SIGUSR2,
     ] {
         sigs.add(s);
     }
@@ -185,23 +248,28 @@ fn main() -> ExitCode {
     // the lock is taken after daemonizing (lockf locks are not inherited across fork) and
     // before anything starts, so a second daemon on the same control port stops here
     let sock_path = target_server::mgmt::socket_path(cli.control_port);
-    let mgmt = match MgmtSocket::bind(&sock_path) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("numatgtd: {e}");
-            return ExitCode::from(1);
+    let passed_mgmt = incoming.as_mut().and_then(|i| i.mgmt.take());
+    let failed = |e: &dyn std::fmt::Display| {
+        if let Some(i) = &incoming {
+            i.failed(&e.to_string());
         }
+        tracing::error!("{e}");
+        eprintln!("numatgtd: {e}");
+        ExitCode::from(1)
+    };
+    let mgmt = match passed_mgmt {
+        Some(l) => MgmtSocket::adopt(&sock_path, l),
+        None => MgmtSocket::bind(&sock_path),
+    };
+    let mgmt = match mgmt {
+        Ok(m) => m,
+        Err(e) => return failed(&e),
     };
     // iSER: which RDMA devices there are (logged; tgtadm shows the LLD ready or error)
     target_server::rdma_probe::probe();
-    let daemon = match Daemon::start(rc) {
+    let mut daemon = match Daemon::start(rc) {
         Ok(d) => d,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("numatgtd: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return failed(&e),
     };
     let mut ctx = daemon.mgmt_ctx();
     ctx.debug = Some(logging.debug_switch());
@@ -224,29 +292,39 @@ fn main() -> ExitCode {
         target_server::saved::after_change(&ctx);
     }
     let reload_ctx = ctx.clone();
-    if let Err(e) = mgmt.spawn(ctx) {
-        tracing::error!("{e}");
-        eprintln!("numatgtd: {e}");
-        daemon.stop();
-        return ExitCode::from(1);
-    }
+    let mgmt = match mgmt.spawn(ctx) {
+        Ok(h) => h,
+        Err(e) => {
+            let code = failed(&e);
+            daemon.stop();
+            return code;
+        }
+    };
     // up: a detached daemon that logs to syslog lets go of the terminal (/dev/null)
     if !cli.foreground
         && let Err(e) = logging.release_stdio()
     {
         tracing::warn!("cannot point stdin, stdout and stderr at /dev/null: {e}");
     }
-    // systemd (Type=notify): the portals are listening and every LUN is open
-    target_server::sd_notify::notify(&format!(
-        "READY=1\nMAINPID={}\nSTATUS=serving on {}",
-        std::process::id(),
-        daemon
-            .listening()
-            .iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    ));
+    // systemd (Type=notify): the portals are listening and every LUN is open. After an
+    // upgrade the old process tells systemd that this one is the main process now.
+    if let Some(i) = &incoming
+        && upgrade
+    {
+        i.serving();
+    } else {
+        target_server::sd_notify::notify(&format!(
+            "READY=1\nMAINPID={}\nSTATUS=serving on {}",
+            std::process::id(),
+            daemon
+                .listening()
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    drop(incoming);
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
@@ -256,6 +334,56 @@ fn main() -> ExitCode {
                     Err(e) => tracing::error!("SIGHUP: reload failed, nothing changed: {e}"),
                 }
                 target_server::sd_notify::notify("READY=1");
+            }
+            Ok(Signal::SIGUSR2) => {
+                // live upgrade: numatgtadm --upgrade (a request waits) or kill -USR2
+                let req = target_server::mgmt::upgrade_request::take_request();
+                let binary = req.as_ref().and_then(|r| r.binary.clone());
+                let answer = |req: Option<target_server::mgmt::upgrade_request::Request>, r| {
+                    if let Some(req) = req {
+                        req.answer(r);
+                        target_server::mgmt::upgrade_request::wait_answer_written();
+                    }
+                };
+                use target_server::handover::Failure;
+                match target_server::handover::upgrade(
+                    daemon,
+                    &mgmt,
+                    &reload_ctx,
+                    binary.as_deref(),
+                ) {
+                    Ok(up) => {
+                        tracing::info!("{}", up.summary);
+                        target_server::sd_notify::notify(&format!(
+                            "MAINPID={}\nREADY=1\nSTATUS=handed over to numatgtd pid {}",
+                            up.pid, up.pid
+                        ));
+                        target_server::sd_notify::barrier(std::time::Duration::from_secs(5));
+                        answer(req, Ok(up.summary));
+                        return ExitCode::SUCCESS;
+                    }
+                    Err(Failure::Refused(d, why)) => {
+                        daemon = *d;
+                        mgmt.resume_accepting();
+                        tracing::error!("upgrade refused, this numatgtd goes on serving: {why}");
+                        answer(
+                            req,
+                            Err(format!("{why}; the running numatgtd goes on serving")),
+                        );
+                    }
+                    Err(Failure::Lost(why, resume)) => {
+                        tracing::error!("upgrade failed after the handover: {why}; starting again");
+                        answer(
+                            req,
+                            Err(format!(
+                                "{why}; the previous numatgtd starts again (same pid)"
+                            )),
+                        );
+                        let e = resume.exec();
+                        tracing::error!("upgrade: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
             }
             Ok(Signal::SIGUSR1) => {
                 daemon.report();

@@ -38,6 +38,40 @@ pub struct RuntimeConfig {
     pub io_engine: config::IoEngine,
     /// How long an event thread keeps polling after its last work before it sleeps.
     pub busy_poll: std::time::Duration,
+    /// Listening sockets a handover passed on (`crate::handover`): used instead of
+    /// binding the same addresses again.
+    pub inherited: Inherited,
+}
+
+/// Listening sockets received from the numatgtd that handed over to this one.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    /// TCP portals; each serves the configured portal of its address.
+    pub tcp: Vec<std::net::TcpListener>,
+    /// The metrics server's.
+    pub metrics: Option<std::net::TcpListener>,
+}
+
+impl Clone for Inherited {
+    /// New descriptors of the same sockets (one that cannot be duplicated is left out:
+    /// its address is bound again).
+    fn clone(&self) -> Inherited {
+        Inherited {
+            tcp: self.tcp.iter().filter_map(|l| l.try_clone().ok()).collect(),
+            metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
+        }
+    }
+}
+
+/// What [`Daemon::quiesce`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct Quiesced {
+    /// Connections open when it began.
+    pub connections: usize,
+    /// Connections still open when it gave up waiting (closed by the stop that follows).
+    pub left: usize,
+    /// How long it took.
+    pub took: Duration,
 }
 
 /// Why the daemon could not start.
@@ -139,6 +173,9 @@ pub struct Daemon {
     flushers: Option<Flushers>,
     threads: Vec<JoinHandle<()>>,
     listening: Vec<SocketAddr>,
+    /// Second descriptors of the startup TCP portals' listening sockets (a handover
+    /// passes them on).
+    tcp_listeners: Vec<std::net::TcpListener>,
     metrics: Option<crate::metrics::MetricsServer>,
 }
 
@@ -670,6 +707,8 @@ impl DataPath {
 /// The TCP portals bound at start.
 struct TcpPortals {
     listeners: Vec<Box<dyn Listener>>,
+    /// Second descriptors of the same sockets.
+    kept: Vec<std::net::TcpListener>,
     /// The addresses they are bound to (the port chosen by the kernel for port 0).
     listening: Vec<SocketAddr>,
     /// What the registry knows of them (SendTargets, NOP settings).
@@ -679,15 +718,34 @@ struct TcpPortals {
 /// Binds the configured TCP portals. tgtd's default IPv6 wildcard is skipped with a log line
 /// on a host without IPv6 when an IPv4 portal is configured too; any other failure stops the
 /// start.
-fn bind_tcp_portals(configured: &[config::PortalConfig]) -> Result<TcpPortals, StartError> {
+fn bind_tcp_portals(
+    configured: &[config::PortalConfig],
+    inherited: Vec<std::net::TcpListener>,
+) -> Result<TcpPortals, StartError> {
     let mut out = TcpPortals {
         listeners: Vec::new(),
+        kept: Vec::new(),
         listening: Vec::new(),
         portals: Vec::new(),
     };
+    let mut inherited: Vec<Option<std::net::TcpListener>> =
+        inherited.into_iter().map(Some).collect();
     for p in configured {
         let addr = p.addr;
-        let std_l = match crate::transport::bind_portal(addr) {
+        let passed = inherited
+            .iter_mut()
+            .find(|l| l.as_ref().and_then(|l| l.local_addr().ok()) == Some(addr))
+            .and_then(Option::take);
+        let bound = match passed {
+            Some(l) => {
+                tracing::info!(
+                    "portal {addr}: listening socket taken over from the previous numatgtd"
+                );
+                Ok(l)
+            }
+            None => crate::transport::bind_portal(addr),
+        };
+        let std_l = match bound {
             Ok(l) => l,
             // tgtd's default wildcards on a host without IPv6: serve IPv4 alone
             Err(e) if no_ipv6_beside_ipv4(addr, &e, configured) => {
@@ -705,7 +763,15 @@ fn bind_tcp_portals(configured: &[config::PortalConfig]) -> Result<TcpPortals, S
             nop_interval: p.nop_interval,
             nop_count: p.nop_count,
         });
+        if let Ok(k) = std_l.try_clone() {
+            out.kept.push(k);
+        }
         out.listeners.push(crate::transport::tcp_listener(std_l));
+    }
+    for l in inherited.into_iter().flatten() {
+        // a portal the configuration no longer names (closed here: the new daemon serves
+        // what its configuration says)
+        tracing::info!(addr = ?l.local_addr().ok(), "passed-on portal not configured: closed");
     }
     Ok(out)
 }
@@ -923,15 +989,16 @@ impl Daemon {
     /// Detects the topology, opens every LUN, starts the I/O pools and the block cache, binds
     /// the portals, then starts the event threads and the metrics server; returns once the
     /// daemon serves.
-    pub fn start(rc: RuntimeConfig) -> Result<Daemon, StartError> {
+    pub fn start(mut rc: RuntimeConfig) -> Result<Daemon, StartError> {
         let started = Instant::now();
+        let inherited = std::mem::take(&mut rc.inherited);
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config, &rc.state_dir)?;
 
         let data = DataPath::start(&rc, &topology)?;
         // listen only once the cache is ready: a bound portal means a serving daemon
-        let tcp = bind_tcp_portals(&rc.config.portals)?;
+        let tcp = bind_tcp_portals(&rc.config.portals, inherited.tcp)?;
         let iser_listeners = bind_iser_portals(iser_portal_request(&rc))?;
         let iser_listening: Vec<SocketAddr> = iser_listeners.iter().map(|l| l.addr()).collect();
 
@@ -959,7 +1026,7 @@ impl Daemon {
         shared
             .registry
             .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
-        let metrics = start_metrics(&rc.config.metrics, &shared)?;
+        let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
         tracing::info!(
             event_threads = placement.threads,
             io_threads_per_node = rc.io_threads,
@@ -973,8 +1040,47 @@ impl Daemon {
             flushers,
             threads,
             listening: tcp.listening,
+            tcp_listeners: tcp.kept,
             metrics,
         })
+    }
+
+    /// New descriptors of the listening sockets a handover passes on: the startup TCP
+    /// portals' and the metrics server's.
+    pub fn listeners(&self) -> (Vec<std::net::TcpListener>, Option<std::net::TcpListener>) {
+        let tcp = self
+            .tcp_listeners
+            .iter()
+            .filter_map(|l| l.try_clone().ok())
+            .collect();
+        (tcp, self.metrics.as_ref().and_then(|m| m.listener()))
+    }
+
+    /// The first half of a handover: stop accepting (new connections wait in the
+    /// listeners' backlog), ask every session's initiator to log out within
+    /// `logout_within` seconds, close the other connections, and wait until every
+    /// connection has ended or `wait` has passed. [`Daemon::stop`] follows.
+    pub fn quiesce(&self, logout_within: u16, wait: Duration) -> Quiesced {
+        let t0 = Instant::now();
+        let open = || {
+            self.shared
+                .connections
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let connections = open();
+        if let Some(inboxes) = self.shared.inboxes.get() {
+            for i in inboxes {
+                i.send(Msg::Quiesce { logout_within });
+            }
+        }
+        while open() > 0 && t0.elapsed() < wait {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Quiesced {
+            connections,
+            left: open(),
+            took: t0.elapsed(),
+        }
     }
 
     /// Where the metrics server listens (`None`: off, or its default port was taken).
@@ -1177,12 +1283,23 @@ fn close_all(registry: &Registry, unsynced: &[(u32, u64)], wait: Duration) {
 fn start_metrics(
     settings: &config::MetricsSettings,
     shared: &Arc<Shared>,
+    inherited: Option<std::net::TcpListener>,
 ) -> Result<Option<crate::metrics::MetricsServer>, StartError> {
     let Some(addr) = settings.address.addr() else {
         tracing::info!("metrics server off");
         return Ok(None);
     };
-    match crate::metrics::MetricsServer::start(addr, Arc::clone(shared), settings.session_info) {
+    // the passed-on socket when it is bound where the settings say (port 0: any port)
+    let inherited = inherited.filter(|l| {
+        l.local_addr()
+            .is_ok_and(|a| a == addr || (addr.port() == 0 && a.ip() == addr.ip()))
+    });
+    match crate::metrics::MetricsServer::start(
+        addr,
+        Arc::clone(shared),
+        settings.session_info,
+        inherited,
+    ) {
         Ok(m) => {
             tracing::info!(
                 "metrics: http://{}/metrics, status page http://{}/",

@@ -309,8 +309,13 @@ fn not_connected() -> Fail {
 
 /// Send the request, print the answer; returns the exit code.
 fn exchange(path: &str, req: &[u8]) -> Result<String, Fail> {
+    exchange_within(path, req, Duration::from_secs(60))
+}
+
+/// [`exchange`], waiting up to `wait` for the answer.
+fn exchange_within(path: &str, req: &[u8], wait: Duration) -> Result<String, Fail> {
     let mut s = UnixStream::connect(path).map_err(|_| not_connected())?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+    let _ = s.set_read_timeout(Some(wait));
     s.write_all(req).map_err(|_| not_connected())?;
     let mut head = [0u8; tgtadm_wire::RSP_HEADER_LEN];
     s.read_exact(&mut head)
@@ -371,6 +376,9 @@ Usage: tgtadm [OPTION]
 --dump                     print the running configuration as numatgt YAML (numatgtd only)
 --reload [FILE]            apply a configuration file (default: the daemon's --config)
                            to the running daemon; only changed targets are touched
+--upgrade [--binary PATH]  hand the running daemon over to a new numatgtd executable
+                           (default: the file it was started from); sessions log in again
+                           to the new process, no connection is refused
 -C, --control-port <port>  use /var/run/tgtd/socket.<port> ($TGT_IPC_SOCKET.<port>)
 -h, --help                 display this help and exit
 -V, --version              display version and exit
@@ -450,6 +458,66 @@ fn reload(argv: &[String]) -> Result<String, Fail> {
     Ok(out)
 }
 
+/// `numatgtadm [-C N] --upgrade [--binary PATH]`: hand the running daemon over to a new
+/// numatgtd executable (numatgtd only); waits for the outcome.
+fn upgrade(argv: &[String]) -> Result<String, Fail> {
+    let mut binary = String::new();
+    let mut rest = Vec::new();
+    let mut i = 0;
+    while i < argv.len() {
+        match argv[i].as_str() {
+            "--upgrade" => {}
+            "--binary" => {
+                binary = argv
+                    .get(i + 1)
+                    .cloned()
+                    .ok_or_else(|| fail("--binary needs a path"))?;
+                i += 1;
+            }
+            a => match a.strip_prefix("--binary=") {
+                Some(b) => binary = b.to_string(),
+                None => rest.push(a.to_string()),
+            },
+        }
+        i += 1;
+    }
+    let a = match parse(&rest)? {
+        Parsed::Run(a) => a,
+        _ => {
+            return Err(fail(
+                "--upgrade takes no other options than -C and --binary",
+            ));
+        }
+    };
+    if let Some(c) = a.letters.iter().find(|c| **c != 'C' && **c != 'd') {
+        return Err(fail(format!("--upgrade: option '-{c}' is not allowed")));
+    }
+    if !binary.is_empty() {
+        // the daemon starts it from its own working directory: send an absolute path
+        binary = std::fs::canonicalize(&binary)
+            .map_err(|e| fail(format!("{binary}: {e}")))?
+            .display()
+            .to_string();
+    }
+    if binary.contains(',') {
+        return Err(fail("--binary: the path may not contain ','"));
+    }
+    let req = ReqHeader {
+        mode: Mode::System.as_u32(),
+        op: Op::Update.as_u32(),
+        ..ReqHeader::default()
+    }
+    .encode(&format!("upgrade={binary}"));
+    let out = exchange_within(&socket_path(a.control_port), &req, Duration::from_secs(900))?;
+    if let Some(why) = out.trim_end().strip_prefix("upgrade failed: ") {
+        return Err(fail(why.to_string()));
+    }
+    if !out.starts_with("upgraded") {
+        return Err(fail("the daemon does not support --upgrade (is it tgtd?)"));
+    }
+    Ok(out)
+}
+
 fn run(argv: &[String]) -> Result<String, Fail> {
     if argv.first().is_some_and(|a| a == "--generate") {
         return manual::generate(&argv[1..]);
@@ -459,6 +527,9 @@ fn run(argv: &[String]) -> Result<String, Fail> {
     }
     if argv.iter().any(|a| a == "--reload") {
         return reload(argv);
+    }
+    if argv.iter().any(|a| a == "--upgrade") {
+        return upgrade(argv);
     }
     let mut a = match parse(argv)? {
         Parsed::Help => return Ok(USAGE.to_string()),

@@ -12,8 +12,8 @@ use super::{
 use crate::DataBuf;
 use crate::pdu::fields::lun_decode;
 use crate::pdu::{
-    Bhs, LogoutRequest, LogoutResponse, NopIn, NopOut, RESERVED_TAG, Reject, TaskMgmtRequest,
-    TaskMgmtResponse, TextRequest, TextResponse,
+    AsyncMessage, Bhs, LogoutRequest, LogoutResponse, NopIn, NopOut, RESERVED_TAG, Reject,
+    TaskMgmtRequest, TaskMgmtResponse, TextRequest, TextResponse,
 };
 use crate::text::kv::{self, Accumulator};
 use crate::text::negotiate::{Negotiator, Phase, REJECT};
@@ -349,6 +349,38 @@ impl<B: DataBuf> Connection<B> {
         ff.params.initiator_max_recv_data_segment_length =
             ff.text.neg.params.initiator_max_recv_data_segment_length;
         self.send_text_chunk(t.itt, t.lun, out);
+    }
+
+    /// Asks the initiator to log this connection out (Asynchronous Message, AsyncEvent 1,
+    /// RFC 7143 §11.9.1) within `within_secs` seconds (Parameter3): the way to move a
+    /// session elsewhere without an error, as initiators log out, wait the Logout
+    /// Response's Time2Wait and log in again (open-iscsi, libiscsi). Only a normal session
+    /// in full feature phase is asked (returns whether it was); a discovery session has
+    /// nothing to lose and is closed by the caller. A connection already logging out is
+    /// left to finish (and counts as asked).
+    pub fn request_logout(&mut self, within_secs: u16) -> bool {
+        let State::FullFeature(ff) = &self.state else {
+            return false;
+        };
+        if ff.logout.is_some() {
+            return true; // the initiator is logging out already
+        }
+        if ff.session.info.session_type == SessionType::Discovery {
+            return false;
+        }
+        let m = AsyncMessage {
+            lun: 0,
+            stat_sn: self.stat_sn.advance(),
+            exp_cmd_sn: self.window.exp_cmd_sn(),
+            max_cmd_sn: self.window.max_cmd_sn(),
+            event: 1,
+            vcode: 0,
+            param1: 0,
+            param2: 0,
+            param3: within_secs,
+        };
+        self.push(&Bhs::AsyncMessage(m), TxData::None);
+        true
     }
 
     pub(crate) fn handle_logout(&mut self, l: &LogoutRequest) {

@@ -1191,6 +1191,33 @@ fn logout_waits_for_tasks() {
 }
 
 #[test]
+fn request_logout_asks_with_an_async_message_and_the_logout_follows() {
+    let mut i = Ini::new(ConnConfig::default());
+    assert!(!i.c.request_logout(5), "not before the login");
+    i.login();
+    assert!(i.c.request_logout(5));
+    let r = i.recv();
+    assert_eq!(r.len(), 1);
+    let Bhs::AsyncMessage(m) = r[0].bhs else {
+        panic!("{:?}", r[0].bhs)
+    };
+    assert_eq!((m.event, m.param3), (1, 5));
+    // the initiator logs out as asked: the usual response, and the connection ends
+    i.logout(0);
+    let r = i.recv();
+    let Bhs::LogoutResponse(l) = r[0].bhs else {
+        panic!()
+    };
+    assert_eq!(l.response, 0);
+    assert_eq!(
+        l.stat_sn,
+        m.stat_sn.wrapping_add(1),
+        "the Async Message took a StatSN"
+    );
+    assert!(!i.c.request_logout(5), "logged out: nothing more to ask");
+}
+
+#[test]
 fn discovery_send_targets() {
     let mut i = Ini::new(ConnConfig::default());
     let (b, d) = i.login_pdu(

@@ -58,6 +58,11 @@ pub enum Msg {
     /// A held Logout may be answered: the releases it needed are done
     /// (`pr_cluster::release_spc2`).
     LogoutDone(ConnId),
+    /// A handover to another numatgtd (`crate::handover`): stop accepting (connections
+    /// wait in the listeners' backlog for the new process), ask every normal session's
+    /// initiator to log out within `logout_within` seconds (Asynchronous Message), close
+    /// the others (discovery, login phase). The loop goes on until `Shutdown`.
+    Quiesce { logout_within: u16 },
     /// Stop: close every connection and leave the loop.
     Shutdown,
 }
@@ -249,6 +254,25 @@ impl EventThread {
                     }
                     if let Some(e) = ended {
                         e.one_done();
+                    }
+                }
+                Msg::Quiesce { logout_within } => {
+                    for l in &mut self.listeners {
+                        l.deregister(self.poll.registry());
+                    }
+                    self.listeners.clear();
+                    for s in 0..self.slots.len() {
+                        let Some(slot) = self.slots[s].as_mut() else {
+                            continue;
+                        };
+                        if slot.conn.request_logout(logout_within) {
+                            if !touched.contains(&s) {
+                                touched.push(s);
+                            }
+                        } else if !slot.conn.is_closing() {
+                            self.flush(s);
+                            self.close(s, "target handing over to a new numatgtd");
+                        }
                     }
                 }
                 Msg::Shutdown => {

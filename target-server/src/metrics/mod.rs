@@ -35,19 +35,30 @@ pub struct MetricsServer {
     server: Arc<Server>,
     thread: Option<JoinHandle<()>>,
     addr: SocketAddr,
+    /// The listening socket, a second descriptor of it: what a handover passes on.
+    listener: Option<std::net::TcpListener>,
 }
 
 impl MetricsServer {
     /// Listen on `addr` and serve from `shared` on a new thread.
+    /// `inherited`: the listening socket a handover passed on (`crate::handover`), used
+    /// instead of binding `addr`.
     pub fn start(
         addr: SocketAddr,
         shared: Arc<Shared>,
         session_info: bool,
+        inherited: Option<std::net::TcpListener>,
     ) -> Result<MetricsServer, MetricsError> {
-        let server = Server::http(addr).map_err(|e| MetricsError {
+        let fail = |e: &dyn std::fmt::Display| MetricsError {
             addr,
             reason: e.to_string(),
-        })?;
+        };
+        let listener = match inherited {
+            Some(l) => l,
+            None => std::net::TcpListener::bind(addr).map_err(|e| fail(&e))?,
+        };
+        let kept = listener.try_clone().ok();
+        let server = Server::from_listener(listener, None).map_err(|e| fail(&e))?;
         let bound = server.server_addr().to_ip().unwrap_or(addr);
         let server = Arc::new(server);
         let src = Source {
@@ -67,7 +78,13 @@ impl MetricsServer {
             server,
             thread: Some(thread),
             addr: bound,
+            listener: kept,
         })
+    }
+
+    /// A new descriptor of the listening socket, for a handover.
+    pub fn listener(&self) -> Option<std::net::TcpListener> {
+        self.listener.as_ref().and_then(|l| l.try_clone().ok())
     }
 
     /// The address it listens on.

@@ -7,6 +7,7 @@ pub(crate) mod handlers;
 pub(crate) mod portals;
 pub(crate) mod show;
 pub mod socket;
+pub mod upgrade_request;
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! themselves are handled one at a time.
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,37 +46,55 @@ pub enum SocketError {
     Thread(std::io::Error),
 }
 
-/// The bound socket and its lock; the lock is held as long as this lives.
+/// The bound socket and its lock; the lock is held as long as this lives (or until a
+/// handover lets it go: [`MgmtHandle::release`]).
 pub struct MgmtSocket {
     path: PathBuf,
     listener: UnixListener,
-    _lock: std::fs::File,
+    lock: std::fs::File,
+}
+
+/// What the daemon keeps of the socket once its thread serves it: a handover stops the
+/// serving, passes the listening socket on and lets the lock go.
+pub struct MgmtHandle {
+    path: PathBuf,
+    listener: Option<UnixListener>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    lock: Arc<Mutex<Option<std::fs::File>>>,
+}
+
+impl MgmtHandle {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new descriptor of the listening socket.
+    pub fn listener(&self) -> Option<UnixListener> {
+        self.listener.as_ref().and_then(|l| l.try_clone().ok())
+    }
+
+    /// No more clients are accepted from now on (those that connect wait in the backlog);
+    /// the ones being served are answered.
+    pub fn stop_accepting(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Accepting again (a handover that failed before the lock was let go).
+    pub fn resume_accepting(&self) {
+        self.stop.store(false, Ordering::SeqCst);
+    }
+
+    /// Lets the lock go, so that the daemon taking over can take it.
+    pub fn release(&self) {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
 }
 
 impl MgmtSocket {
     /// Take the lock and bind `path`.
     pub fn bind(path: &Path) -> Result<MgmtSocket, SocketError> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() && !dir.exists() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-        }
-        let lock_path = PathBuf::from(format!("{}.lock", path.display()));
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|source| SocketError::LockFile {
-                path: lock_path.clone(),
-                source,
-            })?;
-        // SAFETY: lockf on a file descriptor we own and keep open; no memory is passed.
-        let r = unsafe { libc::lockf(lock.as_raw_fd(), libc::F_TLOCK, 1) };
-        if r != 0 {
-            return Err(SocketError::Locked(lock_path));
-        }
+        let lock = take_lock(path)?;
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).map_err(|source| SocketError::Bind {
             path: path.to_path_buf(),
@@ -85,23 +103,91 @@ impl MgmtSocket {
         Ok(MgmtSocket {
             path: path.to_path_buf(),
             listener,
-            _lock: lock,
+            lock,
         })
     }
 
-    /// Serve requests on a thread of its own for the life of the process.
-    pub fn spawn(self, ctx: Ctx) -> Result<(), SocketError> {
+    /// Take the lock and serve `listener`, the socket bound at `path` that the daemon
+    /// handing over passed on (the file stays: clients never find it missing).
+    pub fn adopt(path: &Path, listener: UnixListener) -> Result<MgmtSocket, SocketError> {
+        let lock = take_lock(path)?;
+        Ok(MgmtSocket {
+            path: path.to_path_buf(),
+            listener,
+            lock,
+        })
+    }
+}
+
+/// Opens `<path>.lock` and takes its lock (tgtd's `lockf(F_TLOCK)`, so a tgtd and a
+/// numatgtd never serve one control port together).
+fn take_lock(path: &Path) -> Result<std::fs::File, SocketError> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+    }
+    let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|source| SocketError::LockFile {
+            path: lock_path.clone(),
+            source,
+        })?;
+    // SAFETY: lockf on a file descriptor we own and keep open; no memory is passed.
+    let r = unsafe { libc::lockf(lock.as_raw_fd(), libc::F_TLOCK, 1) };
+    if r != 0 {
+        return Err(SocketError::Locked(lock_path));
+    }
+    Ok(lock)
+}
+
+impl MgmtSocket {
+    /// Serve requests on a thread of its own for the life of the process (or until a
+    /// handover stops it: the returned handle).
+    pub fn spawn(self, ctx: Ctx) -> Result<MgmtHandle, SocketError> {
+        let MgmtSocket {
+            path,
+            listener,
+            lock,
+        } = self;
+        let handle = MgmtHandle {
+            path: path.clone(),
+            listener: listener.try_clone().ok(),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            lock: Arc::new(Mutex::new(Some(lock))),
+        };
+        let stop = Arc::clone(&handle.stop);
         std::thread::Builder::new()
             .name("mgmt".into())
             .spawn(move || {
-                // the whole value moves into the thread: the lock file (and with it the
-                // lockf lock) must stay open as long as the socket is served
-                let this = self;
-                tracing::info!(socket = %this.path.display(), "management socket ready");
+                tracing::info!(socket = %path.display(), "management socket ready");
                 let clients = Arc::new(Clients::default());
-                for conn in this.listener.incoming() {
-                    match conn {
-                        Ok(s) => admit(s, &ctx, &clients),
+                loop {
+                    // accept only when a client waits and no handover stopped us: the
+                    // listening socket may be shared with the daemon taking over
+                    if stop.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    if !readable(&listener, 200) {
+                        continue;
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    match listener.accept() {
+                        Ok((s, _)) => {
+                            // the listening socket is non-blocking (shared flags): the
+                            // client is served with blocking reads and timeouts
+                            let _ = s.set_nonblocking(false);
+                            admit(s, &ctx, &clients)
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(e) => {
                             tracing::warn!("management socket accept failed: {e}");
                             std::thread::sleep(Duration::from_millis(50));
@@ -110,7 +196,22 @@ impl MgmtSocket {
                 }
             })
             .map_err(SocketError::Thread)?;
-        Ok(())
+        Ok(handle)
+    }
+}
+
+/// Whether a client waits on `listener` (poll(2), at most `ms` milliseconds); a stopped
+/// handover sleeps the same time instead.
+fn readable(listener: &UnixListener, ms: u16) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let _ = listener.set_nonblocking(true);
+    let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::from(ms)) {
+        Ok(n) => n > 0,
+        Err(_) => {
+            std::thread::sleep(Duration::from_millis(u64::from(ms)));
+            false
+        }
     }
 }
 
@@ -233,6 +334,8 @@ fn serve(mut s: UnixStream, ctx: &Ctx, handling: &Mutex<()>) {
     let shutdown = shutdown && code == ErrCode::Success;
     let _ = s.write_all(&tgtadm_wire::encode_response(code, &text));
     drop(s);
+    // an upgrade's answer is out: the old daemon may exit now
+    crate::mgmt::upgrade_request::answer_written();
     if shutdown {
         handlers::system::shutdown_now();
     }

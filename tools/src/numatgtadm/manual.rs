@@ -171,6 +171,24 @@ pub(super) fn command() -> Command {
                  fails when the file is refused (numatgtd only; with -C)",
             ),
     )
+    .arg(
+        Arg::new("upgrade")
+            .long("upgrade")
+            .action(ArgAction::SetTrue)
+            .help(
+                "Hand the running daemon over to a new numatgtd executable (--binary; \
+                 default: the file the daemon was started from) without refusing a \
+                 connection: sessions are asked to log out and log in to the new process; \
+                 on any failure the running daemon goes on (numatgtd only; with -C)",
+            ),
+    )
+    .arg(
+        Arg::new("binary")
+            .long("binary")
+            .value_name("PATH")
+            .value_hint(ValueHint::FilePath)
+            .help("With --upgrade: the new numatgtd executable"),
+    )
 }
 
 /// `numatgtadm --generate WHAT`: the man page or a completion script on stdout.
@@ -202,7 +220,9 @@ const DESCRIPTION: &[&str] = &[
      well.",
     "Two operations are numatgt's own: --dump prints the running configuration as \
      numatgt YAML (numatgt.yaml(5)), which --config can load at the next start, and \
-     --reload applies a configuration file to the running daemon.",
+     --reload applies a configuration file to the running daemon, --upgrade hands \
+     the running daemon over to a new numatgtd executable without refusing a \
+     connection.",
 ];
 
 /// numatgtadm(8)'s sections after OPTIONS: (heading, [(tag, text)]).
@@ -343,13 +363,13 @@ mod tests {
             assert_eq!(arg.get_short(), Some(letter));
             assert!(SHORT.contains(letter), "-{letter} not in getopt's SHORT");
         }
-        // and nothing the parser does not take, but --dump and --reload
+        // and nothing the parser does not take, but numatgt's own operations
         let extra: Vec<&str> = cmd
             .get_arguments()
             .filter_map(|a| a.get_long())
             .filter(|l| !LONG.iter().any(|(n, _, _)| n == l))
             .collect();
-        assert_eq!(extra, ["dump", "reload"]);
+        assert_eq!(extra, ["dump", "reload", "upgrade", "binary"]);
         // the values offered are those the parser accepts
         for (n, _) in OPS {
             assert!(super::super::op_of(n).is_some());

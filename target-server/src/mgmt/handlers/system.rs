@@ -38,6 +38,19 @@ pub fn system(ctx: &Ctx, op: Op, p: &Payload) -> Reply {
                 }
             })
         }
+        // numatgt's extension: `upgrade=BINARY` hands the daemon over to a new numatgtd
+        // (numatgtadm --upgrade; empty: the executable it started from); the answer is the
+        // summary, or `upgrade failed: why`
+        Op::Update if p.get("upgrade").is_some() => {
+            let binary = p
+                .get("upgrade")
+                .filter(|f| !f.is_empty())
+                .map(std::path::PathBuf::from);
+            Ok(match crate::mgmt::upgrade_request::request(binary) {
+                Ok(summary) => format!("{summary}\n"),
+                Err(e) => format!("upgrade failed: {e}\n"),
+            })
+        }
         Op::Update => {
             if p.pairs.is_empty() {
                 return Err(ErrCode::InvalidRequest);

@@ -1,0 +1,304 @@
+//! The handover's messages and their framing, over the Unix stream socket the old
+//! numatgtd shares with the new one: each message is a 4-byte big-endian length and that
+//! many bytes of text; the first one (the offer) carries the passed-on listening sockets
+//! as SCM_RIGHTS. The text is line-based and starts with the format's name and number, so
+//! a binary that reads another format says so instead of guessing.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+/// The handover format this numatgtd writes and reads.
+pub const FORMAT: u32 = 1;
+/// Its name, the first word of every offer.
+const MAGIC: &str = "numatgt-handover";
+/// The longest message accepted (the running configuration's YAML is the big part).
+const MAX_MESSAGE: usize = 64 << 20;
+/// The most descriptors one offer carries.
+pub const MAX_FDS: usize = 250;
+
+/// Why a new numatgtd runs: to take over from the old one, or the old one itself after a
+/// failed handover, started again from its own image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Take over: answer `prepared`, wait for `go`, answer `serving`.
+    Upgrade,
+    /// Serve at once: nobody waits for answers.
+    Resume,
+}
+
+/// What a passed-on descriptor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A TCP portal's listening socket.
+    Tcp,
+    /// The management socket's listening socket.
+    Mgmt,
+    /// The metrics server's listening socket.
+    Metrics,
+}
+
+impl Role {
+    fn word(self) -> &'static str {
+        match self {
+            Role::Tcp => "tcp",
+            Role::Mgmt => "mgmt",
+            Role::Metrics => "metrics",
+        }
+    }
+}
+
+/// The first message: who hands over, why, which descriptors (in order) and the running
+/// configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// The handover format ([`FORMAT`]).
+    pub format: u32,
+    /// The old numatgtd's version.
+    pub from_version: String,
+    /// The old numatgtd's PID.
+    pub from_pid: u32,
+    /// Take over, or start again.
+    pub mode: Mode,
+    /// What each passed-on descriptor is, in the order they come.
+    pub roles: Vec<Role>,
+    /// The running configuration (`numatgtadm --dump`'s YAML).
+    pub config: String,
+}
+
+/// Why a message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The other side closed the socket.
+    #[error("the other numatgtd closed the handover socket")]
+    Closed,
+    /// The socket failed (or timed out).
+    #[error("handover socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// A length beyond [`MAX_MESSAGE`].
+    #[error("handover message of {0} bytes is too long")]
+    TooLong(usize),
+    /// Not a message of this format.
+    #[error("not a numatgt handover message: {0}")]
+    Malformed(String),
+    /// Another format number.
+    #[error(
+        "handover format {0}: this numatgtd reads format {FORMAT} only (restart it instead: \
+         systemctl restart numatgtd)"
+    )]
+    Format(u32),
+}
+
+impl Offer {
+    /// The offer's text.
+    pub fn encode(&self) -> String {
+        let mut t = format!(
+            "{MAGIC} {}\nfrom-version {}\nfrom-pid {}\nmode {}\n",
+            self.format,
+            self.from_version,
+            self.from_pid,
+            match self.mode {
+                Mode::Upgrade => "upgrade",
+                Mode::Resume => "resume",
+            }
+        );
+        for r in &self.roles {
+            t.push_str("fd ");
+            t.push_str(r.word());
+            t.push('\n');
+        }
+        t.push_str("config\n");
+        t.push_str(&self.config);
+        t
+    }
+
+    /// Reads an offer; a different format number is [`WireError::Format`] (checked before
+    /// anything else, so later formats may change the rest).
+    pub fn decode(text: &str) -> Result<Offer, WireError> {
+        let bad = |what: &str| WireError::Malformed(what.to_string());
+        let (head, config) = match text.find("\nconfig\n") {
+            Some(i) => (&text[..i], &text[i + "\nconfig\n".len()..]),
+            None => return Err(bad("no config line")),
+        };
+        let mut lines = head.lines();
+        let first = lines.next().unwrap_or_default();
+        let format = match first.split_once(' ') {
+            Some((MAGIC, n)) => n.trim().parse::<u32>().map_err(|_| bad(first))?,
+            _ => return Err(bad(first)),
+        };
+        if format != FORMAT {
+            return Err(WireError::Format(format));
+        }
+        let mut offer = Offer {
+            format,
+            from_version: String::new(),
+            from_pid: 0,
+            mode: Mode::Upgrade,
+            roles: Vec::new(),
+            config: config.to_string(),
+        };
+        for line in lines {
+            let (k, v) = line.split_once(' ').unwrap_or((line, ""));
+            match k {
+                "from-version" => offer.from_version = v.to_string(),
+                "from-pid" => offer.from_pid = v.parse().map_err(|_| bad(line))?,
+                "mode" => {
+                    offer.mode = match v {
+                        "upgrade" => Mode::Upgrade,
+                        "resume" => Mode::Resume,
+                        _ => return Err(bad(line)),
+                    }
+                }
+                "fd" => offer.roles.push(match v {
+                    "tcp" => Role::Tcp,
+                    "mgmt" => Role::Mgmt,
+                    "metrics" => Role::Metrics,
+                    _ => return Err(bad(line)),
+                }),
+                _ => return Err(bad(line)),
+            }
+        }
+        if offer.roles.len() > MAX_FDS {
+            return Err(bad("too many descriptors"));
+        }
+        Ok(offer)
+    }
+}
+
+/// Sends one message, with `fds` attached when there are any.
+pub fn send(sock: &UnixStream, text: &str, fds: &[RawFd]) -> Result<(), WireError> {
+    let len = u32::try_from(text.len()).map_err(|_| WireError::TooLong(text.len()))?;
+    let mut msg = Vec::with_capacity(4 + text.len());
+    msg.extend_from_slice(&len.to_be_bytes());
+    msg.extend_from_slice(text.as_bytes());
+    let mut off = 0;
+    if !fds.is_empty() {
+        let iov = [std::io::IoSlice::new(&msg)];
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        off = loop {
+            match sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+                Ok(n) => break n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            }
+        };
+    }
+    let mut w = sock;
+    w.write_all(&msg[off..])?;
+    Ok(())
+}
+
+/// Receives one message and the descriptors that came with it.
+pub fn recv(sock: &UnixStream) -> Result<(String, Vec<OwnedFd>), WireError> {
+    let mut fds = Vec::new();
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    // the first bytes with recvmsg: descriptors arrive with them
+    while got < head.len() {
+        let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+        let mut iov = [std::io::IoSliceMut::new(&mut head[got..])];
+        // a socket with a receive timeout fails with EINTR (instead of restarting) when
+        // any signal arrives: try again
+        let r = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(std::io::Error::from(e).into()),
+        };
+        for c in r.cmsgs().map_err(std::io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(list) = c {
+                // SAFETY: SCM_RIGHTS gave this process these new descriptors; each is
+                // owned here once, and closed when dropped.
+                fds.extend(
+                    list.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if r.bytes == 0 {
+            return Err(WireError::Closed);
+        }
+        got += r.bytes;
+    }
+    let len = u32::from_be_bytes(head) as usize;
+    if len > MAX_MESSAGE {
+        return Err(WireError::TooLong(len));
+    }
+    let mut body = vec![0u8; len];
+    let mut r = sock;
+    r.read_exact(&mut body).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => WireError::Closed,
+        _ => WireError::Io(e),
+    })?;
+    let text = String::from_utf8(body).map_err(|_| WireError::Malformed("not UTF-8".into()))?;
+    Ok((text, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer() -> Offer {
+        Offer {
+            format: FORMAT,
+            from_version: "0.1.0".into(),
+            from_pid: 42,
+            mode: Mode::Upgrade,
+            roles: vec![Role::Tcp, Role::Mgmt, Role::Metrics],
+            config: "targets: []\nconfig\n".into(),
+        }
+    }
+
+    #[test]
+    fn an_offer_reads_back() {
+        let o = offer();
+        assert_eq!(Offer::decode(&o.encode()).expect("decode"), o);
+        let r = Offer {
+            mode: Mode::Resume,
+            roles: vec![],
+            ..offer()
+        };
+        assert_eq!(Offer::decode(&r.encode()).expect("decode"), r);
+    }
+
+    #[test]
+    fn another_format_or_garbage_is_refused_clearly() {
+        let t = offer().encode().replacen("handover 1", "handover 2", 1);
+        let e = Offer::decode(&t).expect_err("format 2");
+        assert!(matches!(e, WireError::Format(2)), "{e}");
+        assert!(e.to_string().contains("systemctl restart"), "{e}");
+        for t in [
+            "",
+            "GET / HTTP/1.0\r\n\r\n",
+            "numatgt-handover x\nconfig\n",
+            "numatgt-handover 1\nmode sideways\nconfig\n",
+            "numatgt-handover 1\nfd disk\nconfig\n",
+        ] {
+            assert!(Offer::decode(t).is_err(), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn messages_and_descriptors_cross_a_socket_pair() {
+        let (a, b) = UnixStream::pair().expect("pair");
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        send(&a, &offer().encode(), &[l.as_raw_fd()]).expect("send");
+        send(&a, "go\n", &[]).expect("send");
+        let (t, fds) = recv(&b).expect("recv");
+        assert_eq!(Offer::decode(&t).expect("decode"), offer());
+        assert_eq!(fds.len(), 1);
+        let got = std::net::TcpListener::from(fds.into_iter().next().expect("fd"));
+        assert_eq!(got.local_addr().expect("addr"), addr, "the same socket");
+        let (t, fds) = recv(&b).expect("recv");
+        assert_eq!((t.as_str(), fds.len()), ("go\n", 0));
+        drop(a);
+        assert!(matches!(recv(&b), Err(WireError::Closed)));
+    }
+}
