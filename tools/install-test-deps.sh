@@ -40,7 +40,7 @@ BOOKWORM_PKGS=(libiscsi-bin tgt chromium libhwloc-dev pkg-config cmake libclang-
   cpio xz-utils zstd kmod iproute2 util-linux procps e2fsprogs open-iscsi numactl prometheus
   python3 ibverbs-providers ibverbs-utils curl ceph-mon ceph-osd ceph-common librbd1 uuid-runtime bc
   tgt-rbd multipath-tools sg3-utils genisoimage eject mt-st mtx
-  dpkg-dev pandoc binutils lintian man-db groff-base zsh mmdebstrap)
+  dpkg-dev pandoc binutils lintian man-db groff-base zsh mmdebstrap fio)
 BACKPORTS_PKGS=(qemu-system-x86 linux-image-amd64 qemu-utils qemu-block-extra)
 # -dev packages that must match an already-installed runtime library exactly (machines of this
 # kind may carry a backports libudev1)

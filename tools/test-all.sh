@@ -6,6 +6,7 @@
 #   package's checks: files, Depends, man pages, completions, lintian) -> fuzz smoke (every
 #   cargo-fuzz target of fuzz/ for 15 s, tools/fuzz.sh) -> VM test (Linux kernel initiator in QEMU)
 #   -> VM crash test (numatgtd SIGKILLed under fsync'ed ext4 writes; files and e2fsck checked)
+#   -> VM upgrade (numatgtadm --upgrade three times under fio verify on ext4, two builds)
 #   -> VM NUMA test (cache placement and local share on a real two-node guest kernel)
 #   -> VM multipath (two ALUA gateways under dm-multipath; the owner SIGKILLed under
 #   fsync'ed ext4 writes, which go on through the other one; files and e2fsck checked)
@@ -165,6 +166,7 @@ stage deb deb_test
 stage fuzz-smoke fuzz_smoke
 stage vm-iscsi-tcp vm_test
 stage vm-crash vm_crash_test
+stage vm-upgrade "$REPO/tools/vm/test-vm-upgrade.sh"
 stage vm-numa vm_numa_test
 stage vm-multipath vm_multipath_test
 stage vm-multipath-rbd vm_multipath_rbd_test

@@ -217,11 +217,12 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
             ),
             (
                 "SIGUSR2",
-                "Live upgrade: hand the daemon over to a new process of the executable it \
-                 was started from, without refusing a connection; sessions are asked to log \
-                 out and log in to the new process (numatgtadm --upgrade does the same, \
-                 with --binary, and reports the outcome). A new process that fails leaves \
-                 this one serving.",
+                "Live upgrade: replace the daemon, in the same process (same PID), with \
+                 the executable it was started from, without refusing a connection; \
+                 sessions are asked to log out and log in again (numatgtadm --upgrade does \
+                 the same, with --binary, and reports the outcome). An executable that \
+                 fails its check leaves the daemon serving; one that cannot start gives \
+                 way to the previous executable.",
             ),
         ],
     ),

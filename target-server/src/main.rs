@@ -153,6 +153,18 @@ fn load(cli: &Cli, handed: Option<&str>) -> Result<RuntimeConfig, String> {
     })
 }
 
+/// A start after a handover that cannot go on: a takeover tells the management client
+/// and starts the previous executable again in this process; otherwise the daemon exits.
+fn give_up(incoming: Option<target_server::handover::Incoming>, e: &str) -> ExitCode {
+    tracing::error!("{e}");
+    eprintln!("numatgtd: {e}");
+    if let Some(i) = incoming {
+        let e = i.fall_back(e);
+        tracing::error!("handover: {e}");
+    }
+    ExitCode::from(1)
+}
+
 fn main() -> ExitCode {
     target_server::handover::record_start();
     // packaging: `numatgtd --generate man|bash|zsh` prints numatgtd(8) or a completion
@@ -164,9 +176,10 @@ fn main() -> ExitCode {
     // before anything logs; without -f the lines go to syslog (and to stderr until detached)
     let logging = target_server::logging::init(cli.debug, !cli.foreground);
     target_server::set_sanitize_rate_limit_mib(cli.sanitize_rate);
-    // started by a handover (numatgtadm --upgrade): the old numatgtd's sockets and
-    // running configuration
-    let incoming = match target_server::handover::incoming() {
+    // started with a handover socket (numatgtadm --upgrade): a check of this executable,
+    // or this process taking over from the numatgtd it was (or going back to it)
+    use target_server::handover::wire::Mode;
+    let mut incoming = match target_server::handover::incoming() {
         None => None,
         Some(Ok(i)) => Some(i),
         Some(Err(e)) => {
@@ -175,44 +188,20 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let upgrade = incoming
-        .as_ref()
-        .is_some_and(|i| i.offer.mode == target_server::handover::wire::Mode::Upgrade);
-    let mut rc = match load(&cli, incoming.as_ref().map(|i| i.offer.config.as_str())) {
-        Ok(rc) => rc,
-        Err(e) => {
-            if let Some(i) = &incoming {
-                i.refuse(&e);
-            }
-            tracing::error!("{e}");
-            eprintln!("numatgtd: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if let Some(i) = &incoming {
-        tracing::info!(from_pid = i.offer.from_pid, from_version = %i.offer.from_version,
-            "handover: taking over from the previous numatgtd");
-        if upgrade {
-            // the old daemon stops; its configuration as it is then is the one to serve
-            let handed = match i.prepared_then_wait() {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!("handover: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            rc = match load(&cli, Some(&handed)) {
-                Ok(rc) => rc,
-                Err(e) => {
-                    i.failed(&e);
-                    tracing::error!("handover: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-        }
+    let loaded = load(&cli, incoming.as_ref().map(|i| i.offer.config.as_str()));
+    if let Some(i) = incoming.as_ref().filter(|i| i.offer.mode == Mode::Check) {
+        // a trial: the configuration as this executable reads it, then exit
+        let r = loaded.as_ref().map(|_| ()).map_err(Clone::clone);
+        i.answer_check(&r);
+        return ExitCode::from(u8::from(r.is_err()));
     }
-    let mut incoming = incoming;
+    let mut rc = match loaded {
+        Ok(rc) => rc,
+        Err(e) => return give_up(incoming, &e),
+    };
     if let Some(i) = &mut incoming {
+        tracing::info!(from_pid = i.offer.from_pid, from_version = %i.offer.from_version,
+            mode = ?i.offer.mode, "handover: taking over from the previous numatgtd");
         rc.inherited = std::mem::take(&mut i.inherited);
     }
     if incoming.is_some() {
@@ -249,27 +238,19 @@ fn main() -> ExitCode {
     // before anything starts, so a second daemon on the same control port stops here
     let sock_path = target_server::mgmt::socket_path(cli.control_port);
     let passed_mgmt = incoming.as_mut().and_then(|i| i.mgmt.take());
-    let failed = |e: &dyn std::fmt::Display| {
-        if let Some(i) = &incoming {
-            i.failed(&e.to_string());
-        }
-        tracing::error!("{e}");
-        eprintln!("numatgtd: {e}");
-        ExitCode::from(1)
-    };
     let mgmt = match passed_mgmt {
         Some(l) => MgmtSocket::adopt(&sock_path, l),
         None => MgmtSocket::bind(&sock_path),
     };
     let mgmt = match mgmt {
         Ok(m) => m,
-        Err(e) => return failed(&e),
+        Err(e) => return give_up(incoming, &e.to_string()),
     };
     // iSER: which RDMA devices there are (logged; tgtadm shows the LLD ready or error)
     target_server::rdma_probe::probe();
     let mut daemon = match Daemon::start(rc) {
         Ok(d) => d,
-        Err(e) => return failed(&e),
+        Err(e) => return give_up(incoming, &e.to_string()),
     };
     let mut ctx = daemon.mgmt_ctx();
     ctx.debug = Some(logging.debug_switch());
@@ -295,9 +276,8 @@ fn main() -> ExitCode {
     let mgmt = match mgmt.spawn(ctx) {
         Ok(h) => h,
         Err(e) => {
-            let code = failed(&e);
             daemon.stop();
-            return code;
+            return give_up(incoming, &e.to_string());
         }
     };
     // up: a detached daemon that logs to syslog lets go of the terminal (/dev/null)
@@ -306,25 +286,21 @@ fn main() -> ExitCode {
     {
         tracing::warn!("cannot point stdin, stdout and stderr at /dev/null: {e}");
     }
-    // systemd (Type=notify): the portals are listening and every LUN is open. After an
-    // upgrade the old process tells systemd that this one is the main process now.
-    if let Some(i) = &incoming
-        && upgrade
-    {
-        i.serving();
-    } else {
-        target_server::sd_notify::notify(&format!(
-            "READY=1\nMAINPID={}\nSTATUS=serving on {}",
-            std::process::id(),
-            daemon
-                .listening()
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+    // systemd (Type=notify): the portals are listening and every LUN is open (after an
+    // upgrade: the same main process, a new executable)
+    target_server::sd_notify::notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving on {}",
+        std::process::id(),
+        daemon
+            .listening()
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    if let Some(mut i) = incoming {
+        i.served();
     }
-    drop(incoming);
     loop {
         match sigs.wait() {
             Ok(Signal::SIGHUP) => {
@@ -337,49 +313,34 @@ fn main() -> ExitCode {
             }
             Ok(Signal::SIGUSR2) => {
                 // live upgrade: numatgtadm --upgrade (a request waits) or kill -USR2
-                let req = target_server::mgmt::upgrade_request::take_request();
+                let mut req = target_server::mgmt::upgrade_request::take_request();
                 let binary = req.as_ref().and_then(|r| r.binary.clone());
-                let answer = |req: Option<target_server::mgmt::upgrade_request::Request>, r| {
-                    if let Some(req) = req {
-                        req.answer(r);
-                        target_server::mgmt::upgrade_request::wait_answer_written();
-                    }
-                };
+                let client = req.as_mut().and_then(|r| r.client.take());
+                target_server::sd_notify::notify("STATUS=upgrading");
                 use target_server::handover::Failure;
+                // returns only when the upgrade did not happen
                 match target_server::handover::upgrade(
                     daemon,
                     &mgmt,
                     &reload_ctx,
                     binary.as_deref(),
+                    client,
                 ) {
-                    Ok(up) => {
-                        tracing::info!("{}", up.summary);
-                        target_server::sd_notify::notify(&format!(
-                            "MAINPID={}\nREADY=1\nSTATUS=handed over to numatgtd pid {}",
-                            up.pid, up.pid
-                        ));
-                        target_server::sd_notify::barrier(std::time::Duration::from_secs(5));
-                        answer(req, Ok(up.summary));
-                        return ExitCode::SUCCESS;
-                    }
-                    Err(Failure::Refused(d, why)) => {
+                    Failure::Refused(d, why) => {
                         daemon = *d;
                         mgmt.resume_accepting();
                         tracing::error!("upgrade refused, this numatgtd goes on serving: {why}");
-                        answer(
-                            req,
-                            Err(format!("{why}; the running numatgtd goes on serving")),
-                        );
+                        target_server::sd_notify::notify("STATUS=serving");
+                        if let Some(req) = req {
+                            req.answer(Err(format!("{why}; the running numatgtd goes on serving")));
+                        }
                     }
-                    Err(Failure::Lost(why, resume)) => {
-                        tracing::error!("upgrade failed after the handover: {why}; starting again");
-                        answer(
-                            req,
-                            Err(format!(
-                                "{why}; the previous numatgtd starts again (same pid)"
-                            )),
+                    Failure::Lost(why, resume) => {
+                        let answer = format!(
+                            "upgrade failed: {why}; the previous numatgtd starts again (same pid)"
                         );
-                        let e = resume.exec();
+                        tracing::error!("{answer}");
+                        let e = resume.exec_self(&answer);
                         tracing::error!("upgrade: {e}");
                         return ExitCode::from(1);
                     }

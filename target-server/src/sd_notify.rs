@@ -16,48 +16,6 @@ pub fn notify(state: &str) {
     }
 }
 
-/// Waits (at most `timeout`) until the service manager has processed every notification
-/// sent before (`BARRIER=1`, sd_notify_barrier(3)): before the old main process of a
-/// handover exits, systemd must know the new `MAINPID=`.
-pub fn barrier(timeout: std::time::Duration) {
-    use nix::sys::socket::{ControlMessage, MsgFlags, UnixAddr, sendmsg};
-    use std::os::fd::{AsFd, AsRawFd};
-    use std::os::unix::ffi::OsStrExt;
-    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let run = || -> std::io::Result<()> {
-        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let bytes = target.as_bytes();
-        let addr = match bytes.first() {
-            Some(b'@') => UnixAddr::new_abstract(&bytes[1..])?,
-            _ => UnixAddr::new(bytes)?,
-        };
-        let sock = UnixDatagram::unbound()?;
-        let iov = [std::io::IoSlice::new(b"BARRIER=1")];
-        let fds = [w.as_raw_fd()];
-        sendmsg(
-            sock.as_raw_fd(),
-            &iov,
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::empty(),
-            Some(&addr),
-        )?;
-        drop(w);
-        // the manager closes its copy once it got this far: the read end then hangs up
-        let mut pfd = [nix::poll::PollFd::new(
-            r.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(ms))?;
-        Ok(())
-    };
-    if let Err(e) = run() {
-        tracing::warn!("sd_notify barrier failed: {e}");
-    }
-}
-
 fn send(target: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let sock = UnixDatagram::unbound()?;

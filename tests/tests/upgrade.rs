@@ -5,8 +5,6 @@
 //! and reads back what was written before. A binary that cannot take over leaves the
 //! running daemon serving, and the admin is told why.
 
-use std::time::{Duration, Instant};
-
 use tests::daemon::{Daemon, TargetKind, require_numatgtd};
 use tests::mgmt::{export_lun1, numatgtadm_bin};
 use tests::pdu::ScsiSession;
@@ -33,34 +31,24 @@ fn read_block(s: &mut ScsiSession, lba: u32) -> Vec<u8> {
     data
 }
 
-fn alive(pid: u32) -> bool {
-    // a zombie is gone for this purpose
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| !r.trim_start().starts_with('Z'))
-    })
+/// numatgtd started as tgtd, a 16 MiB file LUN exported with Debian's tgtadm.
+fn serving() -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
+    require_numatgtd("upgrade");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lun = dir.path().join("lun1.img");
+    tests::daemon::create_sparse(&lun, 16 << 20);
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    export_lun1(&d, IQN, &lun, &[]);
+    (dir, lun, d)
 }
 
-/// Stops a process this test does not hold a handle of (the new daemon), by PID.
-struct StopPid(u32);
-
-impl Drop for StopPid {
-    fn drop(&mut self) {
-        let signal = |sig: &str| {
-            let _ = std::process::Command::new("kill")
-                .args([sig, &self.0.to_string()])
-                .status();
-        };
-        signal("-TERM");
-        let t0 = Instant::now();
-        while alive(self.0) && t0.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if alive(self.0) {
-            signal("-KILL");
-        }
-    }
+/// An executable shell script `name` in `dir`.
+fn script(dir: &std::path::Path, name: &str, body: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}")).expect("script");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    p
 }
 
 fn upgrade(d: &Daemon, extra: &[&str]) -> tests::tools::ToolRun {
@@ -69,12 +57,7 @@ fn upgrade(d: &Daemon, extra: &[&str]) -> tests::tools::ToolRun {
 
 #[test]
 fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
-    require_numatgtd("upgrade");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let lun = dir.path().join("lun1.img");
-    tests::daemon::create_sparse(&lun, 16 << 20);
-    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
-    export_lun1(&d, IQN, &lun, &[]);
+    let (_dir, lun, d) = serving();
     let old = d.pid();
     // written into the cache (write cache on): the old daemon writes it back at handover
     let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
@@ -85,21 +68,14 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
     let r = upgrade(&d, &[]);
     assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
     let line = r.stdout.trim();
-    assert!(line.starts_with("upgraded: numatgtd pid "), "{line}");
+    // the same process (systemd's main PID stays), running the new executable
+    assert!(
+        line.starts_with(&format!("upgraded: numatgtd pid {old} (")),
+        "{line}"
+    );
     assert!(line.contains("1 connections asked to log out"), "{line}");
-    let new: u32 = line["upgraded: numatgtd pid ".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("the new pid");
-    let _stop = StopPid(new);
-    assert_ne!(new, old);
-    assert!(alive(new), "the new numatgtd runs");
-    let t0 = Instant::now();
-    while alive(old) && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!alive(old), "the old numatgtd exited");
+    assert!(line.contains("not serving for "), "{line}");
+    assert_eq!(d.pid(), old);
     drop(s);
 
     // the same target, LUN and data, on the same portal and management socket
@@ -136,7 +112,7 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
         d.log_tail(40)
     );
 
-    // and again: the new process hands over as the old one did
+    // and again: the new executable hands over as the old one did
     drop(s);
     let r = upgrade(&d, &[]);
     assert!(
@@ -144,37 +120,36 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
         "second upgrade: {r}\n{}",
         d.log_tail(40)
     );
-    let third: u32 = r.stdout.trim()["upgraded: numatgtd pid ".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("the third pid");
-    let _stop3 = StopPid(third);
+    assert!(
+        r.stdout
+            .starts_with(&format!("upgraded: numatgtd pid {old} (")),
+        "{r}"
+    );
     let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
     s.lun = 1;
     assert_eq!(read_block(&mut s, 8), vec![0xB8; 512]);
+    assert_eq!(
+        d.log()
+            .matches("handover: taking over from the previous numatgtd")
+            .count(),
+        2,
+        "{}",
+        d.log_tail(40)
+    );
 }
 
 #[test]
 fn a_binary_that_cannot_take_over_leaves_the_daemon_serving() {
-    require_numatgtd("upgrade");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let lun = dir.path().join("lun1.img");
-    tests::daemon::create_sparse(&lun, 16 << 20);
-    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
-    export_lun1(&d, IQN, &lun, &[]);
+    let (dir, lun, d) = serving();
     let old = d.pid();
     let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
     s.lun = 1;
     write_block(&mut s, 3, 0x33);
 
     // exits at once; then a file that is no executable at all
-    let script = dir.path().join("not-numatgtd");
-    std::fs::write(&script, "#!/bin/sh\nexit 3\n").expect("script");
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    let exits = script(dir.path(), "not-numatgtd", "exit 3\n");
     for (binary, says) in [
-        (script.display().to_string(), "exit status: 3"),
+        (exits.display().to_string(), "exit status: 3"),
         (lun.display().to_string(), "cannot start"),
     ] {
         let r = upgrade(&d, &["--binary", &binary]);
@@ -184,10 +159,49 @@ fn a_binary_that_cannot_take_over_leaves_the_daemon_serving() {
             "{binary}: {r}"
         );
         // the same process serves the same session
-        assert!(alive(old));
+        assert_eq!(d.pid(), old);
         assert_eq!(read_block(&mut s, 3), vec![0x33; 512], "{binary}");
         write_block(&mut s, 4, 0x44);
         let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
         assert!(show.status.success() && show.stdout.contains(IQN), "{show}");
     }
+}
+
+#[test]
+fn a_new_executable_that_vanishes_before_the_takeover_gives_way_to_the_old_one() {
+    let (dir, _lun, d) = serving();
+    let old = d.pid();
+    {
+        let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
+        s.lun = 1;
+        write_block(&mut s, 5, 0x55);
+    }
+    // passes the check, then is gone when the daemon executes it: the daemon has stopped
+    // by then, and starts its own executable again on the same sockets
+    let vanishing = script(
+        dir.path(),
+        "vanishing-numatgtd",
+        &format!(
+            "rm -f -- \"$0\"\nexec {} \"$@\"\n",
+            tests::daemon::numatgtd_bin().display()
+        ),
+    );
+    let r = upgrade(&d, &["--binary", &vanishing.display().to_string()]);
+    assert!(!r.status.success(), "{r}");
+    assert!(
+        r.stderr.contains("starts again (same pid)"),
+        "{r}\n{}",
+        d.log_tail(30)
+    );
+    assert_eq!(d.pid(), old);
+    let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
+    s.lun = 1;
+    assert_eq!(read_block(&mut s, 5), vec![0x55; 512]);
+    let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
+    assert!(show.status.success() && show.stdout.contains(IQN), "{show}");
+    assert!(
+        d.log().contains("mode=Resume"),
+        "the old executable started again: {}",
+        d.log_tail(30)
+    );
 }

@@ -376,9 +376,9 @@ Usage: tgtadm [OPTION]
 --dump                     print the running configuration as numatgt YAML (numatgtd only)
 --reload [FILE]            apply a configuration file (default: the daemon's --config)
                            to the running daemon; only changed targets are touched
---upgrade [--binary PATH]  hand the running daemon over to a new numatgtd executable
-                           (default: the file it was started from); sessions log in again
-                           to the new process, no connection is refused
+--upgrade [--binary PATH]  replace the running daemon, in the same process, with a new
+                           numatgtd executable (default: the file it was started from);
+                           sessions log in again, no connection is refused
 -C, --control-port <port>  use /var/run/tgtd/socket.<port> ($TGT_IPC_SOCKET.<port>)
 -h, --help                 display this help and exit
 -V, --version              display version and exit

@@ -16,7 +16,9 @@
 #         open-iscsi) logs in to both over 127.0.0.1: ext4 on one, raw blocks on the
 #         other, written and verified. `systemctl reload` with a changed good
 #         numatgt.yaml (a target added) succeeds; with a bad one the job fails and nothing
-#         changes. The journal holds the daemon's lines with their priorities. Then
+#         changes. The journal holds the daemon's lines with their priorities.
+#         `numatgtadm --upgrade`: the new executable runs in the unit's MainPID, no
+#         restart, the same capabilities, the sessions read the same data. Then
 #         `systemctl reboot`, the iSCSI sessions still logged in.
 # boot 2  numatgtd is back with the saved configuration (every target), open-iscsi logged
 #         in again at boot (node.startup=automatic) and the data reads back. `apt-get
@@ -375,6 +377,34 @@ EOF
     pass "journal: daemon lines at info ($n6) and err ($n3, the refused reload: $refusal)"
   else
     bad "journal: info=$n6 err=$n3, refusal line '${refusal}'"
+  fi
+
+  step "live upgrade under systemd: numatgtadm --upgrade"
+  PID=$(main_pid)
+  NR=$(systemctl show -p NRestarts --value numatgtd)
+  C=$(cursor)
+  out=$(timeout 180 numatgtadm --upgrade 2>&1); rc=$?
+  echo "  $out"
+  systemctl show -p MainPID,ActiveState,SubState,NRestarts,StatusText numatgtd | sed 's/^/  /'
+  took=$(journalctl --after-cursor="$C" -u numatgtd -o cat --no-pager | grep -c 'handover: taking over')
+  newcaps=$(awk '$1 == "CapEff:" { print $2 }' "/proc/$PID/status" 2>/dev/null)
+  if [ "$rc" = 0 ] && echo "$out" | grep -q "^upgraded: numatgtd pid $PID (/usr/sbin/numatgtd" &&
+    [ "$(main_pid)" = "$PID" ] && [ "$took" = 1 ] && [ "$(systemctl is-active numatgtd)" = active ] &&
+    [ "$(systemctl show -p NRestarts --value numatgtd)" = "$NR" ] && [ "$newcaps" = 0000000000004400 ]; then
+    pass "numatgtadm --upgrade under systemd: the new executable in MainPID $PID (execve), active, no restart, CapEff $newcaps"
+  else
+    bad "upgrade under systemd: exit $rc, MainPID $(main_pid) (was $PID), taking-over lines $took, $(systemctl is-active numatgtd), caps '$newcaps'"
+  fi
+  i=0
+  until iscsiadm -m session 2>/dev/null | grep -q "$IQN_ADM" && iscsiadm -m session 2>/dev/null | grep -q "$IQN_ADMIN"; do
+    i=$((i + 1)); [ $i -le 30 ] || break; sleep 1
+  done
+  got=$(dd if="/dev/$D2" bs=1M count=8 iflag=direct status=none | sha256sum | cut -d' ' -f1)
+  show=$(show_targets)
+  if [ "$got" = "$SHA2" ] && echo "$show" | grep -q "$IQN_YAML" && echo "$show" | grep -q "$IQN_ADM"; then
+    pass "after the upgrade: the same sessions read the same data (sha256), every target served"
+  else
+    bad "after the upgrade: raw sha256 $got (want $SHA2), targets: $(echo "$show" | grep -c '^Target')"
   fi
 
   step "reboot (sessions logged in, node.startup=automatic)"

@@ -352,14 +352,16 @@ impl<B: DataBuf> Connection<B> {
     }
 
     /// Asks the initiator to log this connection out (Asynchronous Message, AsyncEvent 1,
-    /// RFC 7143 §11.9.1) within `within_secs` seconds (Parameter3): the way to move a
+    /// RFC 7143 §11.9.1) within `within_secs` seconds (Parameter3), announced by
+    /// AsyncEvent 2 (the connection will be dropped; Time2Wait 0): the way to move a
     /// session elsewhere without an error, as initiators log out, wait the Logout
-    /// Response's Time2Wait and log in again (open-iscsi, libiscsi). Only a normal session
+    /// Response's Time2Wait (0 after this request) and log in again (open-iscsi,
+    /// libiscsi). Only a normal session
     /// in full feature phase is asked (returns whether it was); a discovery session has
     /// nothing to lose and is closed by the caller. A connection already logging out is
     /// left to finish (and counts as asked).
     pub fn request_logout(&mut self, within_secs: u16) -> bool {
-        let State::FullFeature(ff) = &self.state else {
+        let State::FullFeature(ff) = &mut self.state else {
             return false;
         };
         if ff.logout.is_some() {
@@ -368,18 +370,25 @@ impl<B: DataBuf> Connection<B> {
         if ff.session.info.session_type == SessionType::Discovery {
             return false;
         }
-        let m = AsyncMessage {
-            lun: 0,
-            stat_sn: self.stat_sn.advance(),
-            exp_cmd_sn: self.window.exp_cmd_sn(),
-            max_cmd_sn: self.window.max_cmd_sn(),
-            event: 1,
-            vcode: 0,
-            param1: 0,
-            param2: 0,
-            param3: within_secs,
-        };
-        self.push(&Bhs::AsyncMessage(m), TxData::None);
+        ff.logout_asked = true;
+        let (cid, time2retain) = (ff.cid, ff.params.default_time2retain);
+        // first "this connection will be dropped" with Time2Wait 0: open-iscsi takes its
+        // wait before the next login from this (a Logout Response's Time2Wait of 0 leaves
+        // the negotiated DefaultTime2Wait in force there); then the logout request
+        for (event, param1, param2, param3) in [(2, cid, 0, time2retain), (1, 0, 0, within_secs)] {
+            let m = AsyncMessage {
+                lun: 0,
+                stat_sn: self.stat_sn.advance(),
+                exp_cmd_sn: self.window.exp_cmd_sn(),
+                max_cmd_sn: self.window.max_cmd_sn(),
+                event,
+                vcode: 0,
+                param1,
+                param2,
+                param3,
+            };
+            self.push(&Bhs::AsyncMessage(m), TxData::None);
+        }
         true
     }
 
@@ -410,7 +419,13 @@ impl<B: DataBuf> Connection<B> {
         let State::FullFeature(ff) = &self.state else {
             return;
         };
-        let (time2wait, time2retain) = (ff.params.default_time2wait, ff.params.default_time2retain);
+        // asked for by the target (a handover): nothing to wait for before the next login
+        let time2wait = if ff.logout_asked {
+            0
+        } else {
+            ff.params.default_time2wait
+        };
+        let time2retain = ff.params.default_time2retain;
         let r = LogoutResponse {
             response,
             itt,

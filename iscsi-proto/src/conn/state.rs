@@ -56,6 +56,9 @@ pub(super) struct FullFeature {
     pub(super) logout: Option<u32>,
     /// Whether the server confirms a Logout before its response, and how far it got.
     pub(super) logout_gate: LogoutGate,
+    /// The target asked for the logout (`request_logout`): its response says Time2Wait 0,
+    /// the initiator may log in again at once.
+    pub(super) logout_asked: bool,
     pub(super) tmfs: TmfTable,
 }
 
@@ -111,6 +114,7 @@ impl Login {
             text: TextExchange::new(neg),
             logout: None,
             logout_gate: LogoutGate::Off,
+            logout_asked: false,
             tmfs: TmfTable::default(),
         }
     }

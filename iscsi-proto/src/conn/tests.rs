@@ -1197,11 +1197,16 @@ fn request_logout_asks_with_an_async_message_and_the_logout_follows() {
     i.login();
     assert!(i.c.request_logout(5));
     let r = i.recv();
-    assert_eq!(r.len(), 1);
-    let Bhs::AsyncMessage(m) = r[0].bhs else {
+    assert_eq!(r.len(), 2);
+    let Bhs::AsyncMessage(drop) = r[0].bhs else {
         panic!("{:?}", r[0].bhs)
     };
+    assert_eq!((drop.event, drop.param2), (2, 0), "dropping, Time2Wait 0");
+    let Bhs::AsyncMessage(m) = r[1].bhs else {
+        panic!("{:?}", r[1].bhs)
+    };
     assert_eq!((m.event, m.param3), (1, 5));
+    assert_eq!(m.stat_sn, drop.stat_sn.wrapping_add(1));
     // the initiator logs out as asked: the usual response, and the connection ends
     i.logout(0);
     let r = i.recv();
@@ -1214,6 +1219,7 @@ fn request_logout_asks_with_an_async_message_and_the_logout_follows() {
         m.stat_sn.wrapping_add(1),
         "the Async Message took a StatSN"
     );
+    assert_eq!(l.time2wait, 0, "asked by the target: log in again at once");
     assert!(!i.c.request_logout(5), "logged out: nothing more to ask");
 }
 

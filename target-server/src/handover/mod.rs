@@ -1,50 +1,47 @@
-//! Live upgrade (`numatgtadm --upgrade`, SIGUSR2): the running numatgtd starts a new
-//! executable and hands its work over to it without refusing a connection.
+//! Live upgrade (`numatgtadm --upgrade`, SIGUSR2): the running numatgtd hands its work over
+//! to a new executable without refusing a connection, in the same process (so the PID,
+//! systemd's main process, stays):
 //!
-//! 1. **Offer.** The old process starts the new binary with the old command line and one
-//!    end of a Unix socket pair (`NUMATGT_HANDOVER_FD`), and sends it the listening
-//!    sockets (TCP portals, management socket, metrics) as SCM_RIGHTS with the running
-//!    configuration ([`wire`]). The new process checks the format and the configuration
-//!    and answers `prepared` or `refused`. Up to here nothing was disturbed: a refusal, a
-//!    crash or a timeout of the new binary leaves the old one serving, and the admin
-//!    gets the reason.
-//! 2. **Quiesce.** The old process stops accepting (connections and tgtadm clients wait
-//!    in the shared listeners' backlog), asks every session's initiator to log out
-//!    (Asynchronous Message "target requests logout"), waits for them (bounded), then
-//!    stops as on SIGTERM: remaining connections closed, dirty cache blocks written back,
-//!    every LUN synced and closed, RBD locks given back. It lets the management lock go.
-//! 3. **Go.** The new process gets the configuration as it is now and starts on the
-//!    passed-on sockets: the initiators' new logins, waiting in the backlog, reach it.
-//!    It answers `serving`; the old one tells systemd the new main PID and exits.
-//!    If the new one fails now, the old process starts again from its own image
-//!    (`/proc/self/exe`, even when the file was replaced) with the same sockets and
-//!    configuration, and the admin gets the reason.
+//! 1. **Check.** The new binary is started beside the daemon (`NUMATGT_HANDOVER_FD`,
+//!    mode `check`) and sent the running configuration ([`wire`]); it reads the format and
+//!    the configuration, answers `prepared` or `refused` and exits. Nothing was disturbed:
+//!    a refusal, a crash or a timeout leaves the daemon serving, and the admin is told why.
+//! 2. **Quiesce.** The daemon stops accepting (connections and tgtadm clients wait in the
+//!    listeners' backlog), asks every session's initiator to log out (Asynchronous
+//!    Message "target requests logout"; the Logout Response says Time2Wait 0), waits for
+//!    them (bounded), then stops as on SIGTERM: remaining connections closed, dirty cache
+//!    blocks written back, every LUN synced and closed, RBD locks given back; it lets the
+//!    management lock go.
+//! 3. **Takeover.** The listening sockets (TCP portals, management socket, metrics), the
+//!    asking client's connection and a descriptor of the old executable are queued with
+//!    the configuration on a socket pair, and the process execs the new binary (mode
+//!    `takeover`): it starts on the passed-on sockets (the initiators' logins waiting in
+//!    the backlog reach it) and answers the client. If it cannot start, it tells the
+//!    client why and execs the old executable again from that descriptor (mode
+//!    `resume`), on the same sockets and configuration.
 
 pub mod wire;
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::mgmt::Ctx;
 use crate::mgmt::socket::MgmtHandle;
 use crate::runtime::{Daemon, Inherited};
-use wire::{FORMAT, Mode, Offer, Role, WireError};
+use wire::{FORMAT, Mode, Offer, Role};
 
 /// The environment variable that names the new process's end of the socket pair.
 pub const ENV_FD: &str = "NUMATGT_HANDOVER_FD";
 /// Parameter3 of the logout request: initiators log out within this many seconds.
 const LOGOUT_WITHIN: u16 = 5;
-/// How long the old process waits for its sessions to log out.
+/// How long the daemon waits for its sessions to log out.
 const QUIESCE_WAIT: Duration = Duration::from_secs(10);
-/// How long the new binary may take to answer the offer.
-const PREPARE_WAIT: Duration = Duration::from_secs(60);
-/// How long the new process may take to start serving once told to go (its cache is
-/// allocated and every LUN opened in that time).
-const START_WAIT: Duration = Duration::from_secs(300);
+/// How long the new binary's check may take.
+const CHECK_WAIT: Duration = Duration::from_secs(60);
 
 /// The executable and command line this process started with.
 static STARTED_AS: OnceLock<(PathBuf, Vec<OsString>)> = OnceLock::new();
@@ -65,42 +62,46 @@ fn started_as() -> (PathBuf, Vec<OsString>) {
     })
 }
 
-/// A finished handover.
-#[derive(Debug)]
-pub struct Upgraded {
-    /// The new main process.
-    pub pid: u32,
-    /// One line for the admin and the log.
-    pub summary: String,
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A handover that did not happen.
 pub enum Failure {
     /// Before anything was disturbed: the daemon, still serving, and why.
     Refused(Box<Daemon>, String),
-    /// After the old daemon stopped: why, and how to start it again.
+    /// The daemon stopped, but the new executable could not be started: why. The caller
+    /// starts the old one again ([`Resume::exec`]).
     Lost(String, Box<Resume>),
 }
 
-/// The old daemon's way back: itself, started again from its own image on the same
-/// sockets and configuration.
+/// What a takeover or a resume is started with: the offer and its descriptors.
 pub struct Resume {
     offer: Offer,
     fds: Vec<OwnedFd>,
 }
 
 impl Resume {
-    /// Replaces this process with a fresh start of its own executable (same PID, so
-    /// systemd's main process stays); returns only when that failed.
-    pub fn exec(self) -> String {
-        use std::os::unix::process::CommandExt;
+    /// Replaces this process with `exe` (a path, or with `fd` the executable's descriptor)
+    /// in this offer's mode, the offer queued on a socket pair it inherits; returns only
+    /// when that failed.
+    fn exec(&self, exe: Exec<'_>) -> String {
         let (ours, theirs) = match UnixStream::pair() {
             Ok(p) => p,
             Err(e) => return format!("cannot make a socket pair: {e}"),
         };
-        let raw: Vec<RawFd> = self.fds.iter().map(|f| f.as_raw_fd()).collect();
-        if let Err(e) = wire::send(&ours, &self.offer.encode(), &raw) {
-            return format!("cannot queue the sockets for the restart: {e}");
+        // nobody reads the socket before the exec, and its buffer holds a few hundred KiB:
+        // the offer (the configuration may be large) travels in a memory file
+        let text = match offer_file(&self.offer.encode()) {
+            Ok(f) => f,
+            Err(e) => return format!("cannot write the offer to a memory file: {e}"),
+        };
+        let mut raw: Vec<RawFd> = vec![text.as_raw_fd()];
+        raw.extend(self.fds.iter().map(|f| f.as_raw_fd()));
+        if let Err(e) = wire::send(&ours, OFFER_IN_FILE, &raw) {
+            return format!("cannot queue the sockets for the new executable: {e}");
         }
         drop(ours);
         let inheritable = match inheritable(&theirs) {
@@ -108,19 +109,77 @@ impl Resume {
             Err(e) => return e,
         };
         let (_, args) = started_as();
-        let mut cmd = std::process::Command::new("/proc/self/exe");
-        if let Some(arg0) = args.first() {
-            cmd.arg0(arg0);
+        let argv: Vec<CString> = args
+            .iter()
+            .filter_map(|a| CString::new(a.as_encoded_bytes()).ok())
+            .collect();
+        let mut envp: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| k != ENV_FD)
+            .filter_map(|(k, v)| {
+                let mut kv = k.into_encoded_bytes();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_encoded_bytes());
+                CString::new(kv).ok()
+            })
+            .collect();
+        if let Ok(c) = CString::new(format!("{ENV_FD}={inheritable}")) {
+            envp.push(c);
         }
-        cmd.args(args.iter().skip(1))
-            .env(ENV_FD, inheritable.to_string());
-        format!("cannot start again: {}", cmd.exec())
+        let e = match exe {
+            Exec::Path(p) => match CString::new(p.as_os_str().as_encoded_bytes()) {
+                Ok(path) => nix::unistd::execve(&path, &argv, &envp).err(),
+                Err(_) => Some(nix::errno::Errno::EINVAL),
+            },
+            Exec::Fd(fd) => nix::unistd::fexecve(fd, &argv, &envp).err(),
+        };
+        close_raw(inheritable);
+        format!(
+            "cannot execute it: {}",
+            e.map_or_else(String::new, |e| e.to_string())
+        )
+    }
+
+    /// Starts the old executable again (the one this process started from), on the same
+    /// sockets and configuration; `answer` goes to the management client that asked.
+    pub fn exec_self(mut self, answer: &str) -> String {
+        self.offer.mode = Mode::Resume;
+        self.offer.note = answer.to_string();
+        self.exec(Exec::Path(Path::new("/proc/self/exe")))
     }
 }
 
-/// A descriptor of `s` without FD_CLOEXEC (F_DUPFD), for a child to inherit. It is left
-/// open in this process: a resume replaces the process, an upgrade closes it after the
-/// spawn ([`close_raw`]).
+/// The message that says: the offer is in the first descriptor (a memory file).
+const OFFER_IN_FILE: &str = "numatgt-handover-offer-in-file\n";
+
+/// A memory file (memfd) holding `text`, read from its start.
+fn offer_file(text: &str) -> std::io::Result<OwnedFd> {
+    use std::io::Write;
+    let fd = nix::sys::memfd::memfd_create(
+        c"numatgt-handover",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    )?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(text.as_bytes())?;
+    Ok(OwnedFd::from(f))
+}
+
+/// The text of a memory file written by [`offer_file`].
+fn read_offer_file(fd: OwnedFd) -> std::io::Result<String> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::from(fd);
+    f.seek(std::io::SeekFrom::Start(0))?;
+    let mut t = String::new();
+    f.read_to_string(&mut t)?;
+    Ok(t)
+}
+
+enum Exec<'a> {
+    Path(&'a Path),
+    Fd(RawFd),
+}
+
+/// A descriptor of `s` without FD_CLOEXEC (F_DUPFD), for a child or the next image to
+/// inherit. Closed again by [`close_raw`] where the process goes on.
 fn inheritable(s: &UnixStream) -> Result<RawFd, String> {
     nix::fcntl::fcntl(s.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD(3))
         .map_err(|e| format!("cannot pass the handover socket on: {e}"))
@@ -132,109 +191,99 @@ fn close_raw(fd: RawFd) {
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }
 
-/// Hands the daemon over to `binary` (`None`: the executable this process started
-/// from). On success the caller exits; see [`Failure`] otherwise.
-pub fn upgrade(
-    daemon: Daemon,
-    mgmt: &MgmtHandle,
-    ctx: &Ctx,
-    binary: Option<&Path>,
-) -> Result<Upgraded, Failure> {
-    let t0 = Instant::now();
-    let (default_exe, args) = started_as();
-    let binary = binary.map_or(default_exe, Path::to_path_buf);
-    // the sockets, each as a new descriptor (the daemon keeps serving on its own)
-    let (tcp, metrics) = daemon.listeners();
-    let mut roles = Vec::new();
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for l in tcp {
-        roles.push(Role::Tcp);
-        fds.push(l.into());
-    }
-    if let Some(l) = mgmt.listener() {
-        roles.push(Role::Mgmt);
-        fds.push(l.into());
-    }
-    if let Some(l) = metrics {
-        roles.push(Role::Metrics);
-        fds.push(l.into());
-    }
-    let mut offer = Offer {
-        format: FORMAT,
-        from_version: env!("CARGO_PKG_VERSION").to_string(),
-        from_pid: std::process::id(),
-        mode: Mode::Upgrade,
-        roles,
-        config: crate::mgmt::dump::yaml(&ctx.registry, &ctx.base),
-    };
-    let refused = |daemon: Daemon, why: String| Failure::Refused(Box::new(daemon), why);
-
-    let (ours, theirs) = match UnixStream::pair() {
-        Ok(p) => p,
-        Err(e) => return Err(refused(daemon, format!("cannot make a socket pair: {e}"))),
-    };
-    let passed = match inheritable(&theirs) {
-        Ok(fd) => fd,
-        Err(e) => return Err(refused(daemon, e)),
-    };
-    let mut cmd = std::process::Command::new(&binary);
+/// Runs `binary` in check mode with `offer`: Ok once it answered `prepared`, the reason
+/// otherwise. The child is always reaped.
+fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<(), String> {
+    let (ours, theirs) =
+        UnixStream::pair().map_err(|e| format!("cannot make a socket pair: {e}"))?;
+    let passed = inheritable(&theirs)?;
+    let mut cmd = std::process::Command::new(binary);
     if let Some(arg0) = args.first() {
         use std::os::unix::process::CommandExt;
         cmd.arg0(arg0);
     }
     cmd.args(args.iter().skip(1))
-        .env(ENV_FD, passed.to_string());
-    tracing::info!(binary = %binary.display(), "upgrade: starting the new numatgtd");
+        .env(ENV_FD, passed.to_string())
+        .stdin(std::process::Stdio::null());
     let spawned = cmd.spawn();
     close_raw(passed);
     drop(theirs);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            return Err(refused(
-                daemon,
-                format!("cannot start {}: {e}", binary.display()),
-            ));
-        }
-    };
+    let mut child = spawned.map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
     let pid = child.id();
-    // gives up on the child: stopped, reaped, its exit described
-    let give_up = |child: &mut std::process::Child, why: String| -> String {
-        let status = match child.try_wait() {
-            Ok(Some(s)) => Some(s),
-            _ => {
-                let _ = child.kill();
-                child.wait().ok()
+    let _ = ours.set_read_timeout(Some(CHECK_WAIT));
+    let answer = wire::send(&ours, &offer.encode(), &[]).and_then(|()| wire::recv(&ours));
+    let status = match child.try_wait() {
+        Ok(Some(s)) => Some(s),
+        _ => {
+            // the check ends by itself right after its answer; give it a moment
+            let t0 = Instant::now();
+            loop {
+                match child.try_wait() {
+                    Ok(Some(s)) => break Some(s),
+                    Ok(None) if t0.elapsed() < Duration::from_secs(5) => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        break child.wait().ok();
+                    }
+                }
             }
-        };
-        match status {
-            Some(s) if s.code().is_some() || s.success() => {
-                format!("{why} (the new numatgtd, pid {pid}, exited: {s})")
-            }
-            Some(s) => format!("{why} (the new numatgtd, pid {pid}, stopped: {s})"),
-            None => why,
+        }
+    };
+    let exit = status.map_or_else(String::new, |s| format!(" (pid {pid}: {s})"));
+    match answer.as_ref().map(|(t, _)| t.trim_end()) {
+        Ok(t) if t.starts_with("prepared") => Ok(()),
+        Ok(t) => Err(format!(
+            "{} refused: {}{exit}",
+            binary.display(),
+            t.strip_prefix("refused ").unwrap_or(t)
+        )),
+        Err(e) => Err(format!("no answer from {}: {e}{exit}", binary.display())),
+    }
+}
+
+/// Hands the daemon over to `binary` (`None`: the executable this process started
+/// from). Returns only when it did not happen (see [`Failure`]); on success this process
+/// runs the new executable. `client`: the management client that asked, answered by the
+/// new executable.
+pub fn upgrade(
+    daemon: Daemon,
+    mgmt: &MgmtHandle,
+    ctx: &Ctx,
+    binary: Option<&Path>,
+    client: Option<UnixStream>,
+) -> Failure {
+    let (default_exe, args) = started_as();
+    let binary = binary.map_or(default_exe, Path::to_path_buf);
+    let mut offer = Offer {
+        format: FORMAT,
+        from_version: env!("CARGO_PKG_VERSION").to_string(),
+        from_pid: std::process::id(),
+        mode: Mode::Check,
+        roles: Vec::new(),
+        paused_at_ms: 0,
+        note: String::new(),
+        config: crate::mgmt::dump::yaml(&ctx.registry, &ctx.base),
+    };
+    // the old executable, for the way back (even when its file was replaced since)
+    let fallback = match std::fs::File::open("/proc/self/exe") {
+        Ok(f) => OwnedFd::from(f),
+        Err(e) => {
+            let why = format!("cannot open this executable (/proc/self/exe): {e}");
+            return Failure::Refused(Box::new(daemon), why);
         }
     };
 
-    // 1. offer: the new binary checks format and configuration
-    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let _ = ours.set_read_timeout(Some(PREPARE_WAIT));
-    let answer = wire::send(&ours, &offer.encode(), &raw).and_then(|()| wire::recv(&ours));
-    match answer.as_ref().map(|(t, _)| t.trim_end()) {
-        Ok(t) if t.starts_with("prepared") => {}
-        Ok(t) => {
-            let why = t.strip_prefix("refused ").unwrap_or(t).to_string();
-            let why = give_up(&mut child, format!("the new numatgtd refused: {why}"));
-            return Err(refused(daemon, why));
-        }
-        Err(e) => {
-            let why = give_up(&mut child, format!("no answer from the new numatgtd: {e}"));
-            return Err(refused(daemon, why));
-        }
+    // 1. check: the new binary reads the format and the configuration
+    tracing::info!(binary = %binary.display(), "upgrade: checking the new numatgtd");
+    if let Err(why) = check(&binary, &args, &offer) {
+        return Failure::Refused(Box::new(daemon), why);
     }
-    tracing::info!(pid, "upgrade: the new numatgtd is prepared; handing over");
 
-    // 2. quiesce and stop: from here on the old daemon is gone
+    // 2. quiesce and stop: from here on the daemon is gone
+    let paused = now_ms();
+    let (tcp, metrics) = daemon.listeners();
     mgmt.stop_accepting();
     let q = daemon.quiesce(LOGOUT_WITHIN, QUIESCE_WAIT);
     tracing::info!(
@@ -246,43 +295,45 @@ pub fn upgrade(
     offer.config = crate::mgmt::dump::yaml(&ctx.registry, &ctx.base);
     let t_stop = Instant::now();
     daemon.stop();
-    let stop_ms = t_stop.elapsed().as_millis();
     mgmt.release();
+    offer.note = format!(
+        "{} connections asked to log out ({} left and closed) in {} ms, write-back and sync \
+         {} ms, from numatgtd {} ({})",
+        q.connections,
+        q.left,
+        q.took.as_millis(),
+        t_stop.elapsed().as_millis(),
+        env!("CARGO_PKG_VERSION"),
+        started_as().0.display()
+    );
+    offer.paused_at_ms = paused;
 
-    // 3. go
-    let _ = ours.set_read_timeout(Some(START_WAIT));
-    let go = format!("go\n{}", offer.config);
-    let answer = wire::send(&ours, &go, &[]).and_then(|()| wire::recv(&ours));
-    let lost = |why: String| {
-        offer.mode = Mode::Resume;
-        Failure::Lost(why, Box::new(Resume { offer, fds }))
-    };
-    match answer.as_ref().map(|(t, _)| t.trim_end()) {
-        Ok(t) if t.starts_with("serving") => {
-            let summary = format!(
-                "upgraded: numatgtd pid {pid} ({}) serving; handover {} ms: {} connections \
-                 asked to log out ({} left and closed) in {} ms, write-back and sync {} ms",
-                binary.display(),
-                t0.elapsed().as_millis(),
-                q.connections,
-                q.left,
-                q.took.as_millis(),
-                stop_ms
-            );
-            Ok(Upgraded { pid, summary })
-        }
-        Ok(t) => {
-            let why = t.strip_prefix("failed ").unwrap_or(t).to_string();
-            Err(lost(give_up(
-                &mut child,
-                format!("the new numatgtd could not start: {why}"),
-            )))
-        }
-        Err(e) => Err(lost(give_up(
-            &mut child,
-            format!("the new numatgtd did not report serving: {e}"),
-        ))),
+    // 3. takeover: this process becomes the new executable
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for l in tcp {
+        offer.roles.push(Role::Tcp);
+        fds.push(l.into());
     }
+    if let Some(l) = mgmt.listener() {
+        offer.roles.push(Role::Mgmt);
+        fds.push(l.into());
+    }
+    if let Some(l) = metrics {
+        offer.roles.push(Role::Metrics);
+        fds.push(l.into());
+    }
+    if let Some(c) = client {
+        offer.roles.push(Role::Reply);
+        fds.push(c.into());
+    }
+    offer.roles.push(Role::Fallback);
+    fds.push(fallback);
+    offer.mode = Mode::Takeover;
+    tracing::info!(binary = %binary.display(), "upgrade: executing the new numatgtd");
+    let takeover = Resume { offer, fds };
+    let why = takeover.exec(Exec::Path(&binary));
+    // still here: the exec failed
+    Failure::Lost(format!("{}: {why}", binary.display()), Box::new(takeover))
 }
 
 /// The new process's side: what the old one sent.
@@ -290,14 +341,18 @@ pub struct Incoming {
     sock: UnixStream,
     /// The offer (mode, configuration).
     pub offer: Offer,
-    /// The passed-on listening sockets.
+    /// The passed-on listening sockets, for `Daemon::start`.
     pub inherited: Inherited,
     /// The management socket's.
     pub mgmt: Option<UnixListener>,
+    /// Second descriptors of the listening sockets, for the way back.
+    kept: Vec<(Role, OwnedFd)>,
+    reply: Option<UnixStream>,
+    fallback: Option<OwnedFd>,
 }
 
-/// When this process was started by a handover (`NUMATGT_HANDOVER_FD`): the offer, or
-/// why it could not be read (the old process is told, as far as it can be).
+/// When this process was started with a handover socket (`NUMATGT_HANDOVER_FD`): the
+/// offer, or why it could not be read.
 pub fn incoming() -> Option<Result<Incoming, String>> {
     let v = std::env::var(ENV_FD).ok()?;
     Some(receive(&v))
@@ -318,9 +373,14 @@ fn receive(v: &str) -> Result<Incoming, String> {
         sock.as_raw_fd(),
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     );
-    let _ = sock.set_read_timeout(Some(PREPARE_WAIT));
-    let (text, fds) = wire::recv(&sock).map_err(|e| e.to_string())?;
-    let _ = sock.set_read_timeout(None);
+    let _ = sock.set_read_timeout(Some(CHECK_WAIT));
+    let (mut text, mut fds) = wire::recv(&sock).map_err(|e| e.to_string())?;
+    if text == OFFER_IN_FILE {
+        if fds.is_empty() {
+            return Err("the offer's memory file did not come".into());
+        }
+        text = read_offer_file(fds.remove(0)).map_err(|e| format!("the offer: {e}"))?;
+    }
     let offer = match Offer::decode(&text) {
         Ok(o) => o,
         Err(e) => {
@@ -329,71 +389,158 @@ fn receive(v: &str) -> Result<Incoming, String> {
         }
     };
     if offer.roles.len() != fds.len() {
-        let why = format!(
-            "the offer names {} sockets, {} came",
+        return Err(format!(
+            "the offer names {} descriptors, {} came",
             offer.roles.len(),
             fds.len()
-        );
-        let _ = wire::send(&sock, &format!("refused {why}\n"), &[]);
-        return Err(why);
+        ));
     }
-    let mut inherited = Inherited::default();
-    let mut mgmt = None;
-    for (role, fd) in offer.roles.iter().zip(fds) {
-        match role {
-            Role::Tcp => inherited.tcp.push(fd.into()),
-            Role::Metrics => inherited.metrics = Some(fd.into()),
-            Role::Mgmt => mgmt = Some(UnixListener::from(fd)),
-        }
-    }
-    Ok(Incoming {
+    let mut inc = Incoming {
         sock,
         offer,
-        inherited,
-        mgmt,
-    })
+        inherited: Inherited::default(),
+        mgmt: None,
+        kept: Vec::new(),
+        reply: None,
+        fallback: None,
+    };
+    for (role, fd) in inc.offer.roles.clone().into_iter().zip(fds) {
+        if matches!(role, Role::Tcp | Role::Mgmt | Role::Metrics)
+            && let Ok(k) = fd.try_clone()
+        {
+            inc.kept.push((role, k));
+        }
+        match role {
+            Role::Tcp => inc.inherited.tcp.push(fd.into()),
+            Role::Metrics => inc.inherited.metrics = Some(fd.into()),
+            Role::Mgmt => inc.mgmt = Some(UnixListener::from(fd)),
+            Role::Reply => inc.reply = Some(UnixStream::from(fd)),
+            Role::Fallback => inc.fallback = Some(fd),
+        }
+    }
+    Ok(inc)
 }
 
 impl Incoming {
-    /// Tells the old process that this one refuses (it goes on serving).
-    pub fn refuse(&self, why: &str) {
-        let _ = wire::send(&self.sock, &format!("refused {}\n", one_line(why)), &[]);
+    /// Check mode: tells the old daemon whether this executable can take over (`Err`:
+    /// why not).
+    pub fn answer_check(&self, r: &Result<(), String>) {
+        let t = match r {
+            Ok(()) => format!("prepared {}\n", std::process::id()),
+            Err(e) => format!("refused {}\n", one_line(e)),
+        };
+        let _ = wire::send(&self.sock, &t, &[]);
     }
 
-    /// Tells the old process that this one is ready to take over, and waits for it to
-    /// stop: returns the configuration as it was then.
-    pub fn prepared_then_wait(&self) -> Result<String, String> {
-        wire::send(
-            &self.sock,
-            &format!("prepared {}\n", std::process::id()),
-            &[],
-        )
-        .map_err(|e| e.to_string())?;
-        let (text, _) = wire::recv(&self.sock).map_err(|e| match e {
-            WireError::Closed => "the old numatgtd went away before the handover".to_string(),
-            e => e.to_string(),
-        })?;
-        match text.strip_prefix("go\n") {
-            Some(config) => Ok(config.to_string()),
-            None => Err(format!("unexpected handover message {:?}", one_line(&text))),
+    /// Serving: answers the management client that asked for the upgrade (takeover), or
+    /// gives it the old daemon's word (resume after a failed takeover).
+    pub fn served(&mut self) {
+        let text = match self.offer.mode {
+            Mode::Takeover => {
+                let exe = std::env::current_exe()
+                    .map_or_else(|_| "?".to_string(), |p| p.display().to_string());
+                let paused = now_ms().saturating_sub(self.offer.paused_at_ms);
+                let line = format!(
+                    "upgraded: numatgtd pid {} ({exe}, {}) serving; not serving for {paused} \
+                     ms: {}",
+                    std::process::id(),
+                    env!("CARGO_PKG_VERSION"),
+                    self.offer.note
+                );
+                tracing::info!("{line}");
+                format!("{line}\n")
+            }
+            _ => format!("{}\n", self.offer.note),
+        };
+        if let Some(mut c) = self.reply.take() {
+            use std::io::Write;
+            let _ = c.set_write_timeout(Some(Duration::from_secs(3)));
+            let _ = c.write_all(&tgtadm_wire::encode_response(
+                tgtadm_wire::ErrCode::Success,
+                &text,
+            ));
         }
     }
 
-    /// Tells the old process that this one serves.
-    pub fn serving(&self) {
-        let _ = wire::send(
-            &self.sock,
-            &format!("serving {}\n", std::process::id()),
-            &[],
+    /// A takeover that cannot start: the management client is told `why`, and the old
+    /// executable starts again in this process on the same sockets and configuration.
+    /// Returns only when that failed too.
+    pub fn fall_back(mut self, why: &str) -> String {
+        if self.offer.mode != Mode::Takeover {
+            return why.to_string();
+        }
+        let answer = format!(
+            "upgrade failed: {}; the previous numatgtd starts again (same pid)",
+            one_line(why)
         );
-    }
-
-    /// Tells the old process that this one could not start.
-    pub fn failed(&self, why: &str) {
-        let _ = wire::send(&self.sock, &format!("failed {}\n", one_line(why)), &[]);
+        tracing::error!("{answer}");
+        if let Some(mut c) = self.reply.take() {
+            use std::io::Write;
+            let _ = c.set_write_timeout(Some(Duration::from_secs(3)));
+            let _ = c.write_all(&tgtadm_wire::encode_response(
+                tgtadm_wire::ErrCode::Success,
+                &format!("{answer}\n"),
+            ));
+        }
+        let Some(exe) = self.fallback.take() else {
+            return format!("{why}; and no previous executable to start again");
+        };
+        let mut offer = self.offer.clone();
+        offer.mode = Mode::Resume;
+        offer.roles = self.kept.iter().map(|(r, _)| *r).collect();
+        offer.note.clear();
+        let back = Resume {
+            offer,
+            fds: std::mem::take(&mut self.kept)
+                .into_iter()
+                .map(|(_, f)| f)
+                .collect(),
+        };
+        let e = back.exec(Exec::Fd(exe.as_raw_fd()));
+        format!("{why}; the previous numatgtd could not start again: {e}")
     }
 }
 
 fn one_line(s: &str) -> String {
     s.replace('\n', "; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::IntoRawFd;
+
+    #[test]
+    fn a_large_offer_travels_in_a_memory_file_with_its_sockets() {
+        // 4 MiB of configuration: far more than a socket buffer holds
+        let config = "# filler\n".repeat(4 << 20 >> 4);
+        let offer = Offer {
+            format: FORMAT,
+            from_version: "0.1.0".into(),
+            from_pid: 7,
+            mode: Mode::Takeover,
+            roles: vec![Role::Tcp],
+            paused_at_ms: 1,
+            note: "n".into(),
+            config: config.clone(),
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        let text = offer_file(&offer.encode()).expect("memfd");
+        wire::send(&ours, OFFER_IN_FILE, &[text.as_raw_fd(), l.as_raw_fd()]).expect("send");
+        drop((ours, text, l));
+        let got = receive(&theirs.into_raw_fd().to_string()).expect("receive");
+        assert_eq!(got.offer, offer);
+        assert_eq!(got.inherited.tcp.len(), 1);
+        assert_eq!(got.inherited.tcp[0].local_addr().expect("addr"), addr);
+    }
+
+    #[test]
+    fn a_handover_variable_that_names_no_socket_is_refused() {
+        assert!(receive("x").is_err());
+        let f = std::fs::File::open("/proc/self/exe").expect("open");
+        let e = receive(&f.as_raw_fd().to_string()).err().expect("a file");
+        assert!(e.contains("not a socket"), "{e}");
+    }
 }

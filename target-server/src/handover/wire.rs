@@ -19,14 +19,27 @@ const MAX_MESSAGE: usize = 64 << 20;
 /// The most descriptors one offer carries.
 pub const MAX_FDS: usize = 250;
 
-/// Why a new numatgtd runs: to take over from the old one, or the old one itself after a
-/// failed handover, started again from its own image.
+/// Why a numatgtd was started with a handover socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Take over: answer `prepared`, wait for `go`, answer `serving`.
-    Upgrade,
-    /// Serve at once: nobody waits for answers.
+    /// A trial run of the new executable: read the offer and the configuration, answer
+    /// `prepared` or `refused`, and exit. Nothing is served.
+    Check,
+    /// The new executable, in the process of the old one (execve): serve on the passed-on
+    /// sockets, answer the management client; on failure start the old executable again.
+    Takeover,
+    /// The old executable again after a failed takeover: serve, nobody waits.
     Resume,
+}
+
+impl Mode {
+    fn word(self) -> &'static str {
+        match self {
+            Mode::Check => "check",
+            Mode::Takeover => "takeover",
+            Mode::Resume => "resume",
+        }
+    }
 }
 
 /// What a passed-on descriptor is.
@@ -38,15 +51,27 @@ pub enum Role {
     Mgmt,
     /// The metrics server's listening socket.
     Metrics,
+    /// The connection of the management client that asked for the upgrade.
+    Reply,
+    /// The old executable (opened from `/proc/self/exe`), to start again if the new one
+    /// fails.
+    Fallback,
 }
+
+const ROLES: [(Role, &str); 5] = [
+    (Role::Tcp, "tcp"),
+    (Role::Mgmt, "mgmt"),
+    (Role::Metrics, "metrics"),
+    (Role::Reply, "reply"),
+    (Role::Fallback, "fallback"),
+];
 
 impl Role {
     fn word(self) -> &'static str {
-        match self {
-            Role::Tcp => "tcp",
-            Role::Mgmt => "mgmt",
-            Role::Metrics => "metrics",
-        }
+        ROLES
+            .iter()
+            .find(|(r, _)| *r == self)
+            .map_or("?", |(_, w)| w)
     }
 }
 
@@ -64,6 +89,10 @@ pub struct Offer {
     pub mode: Mode,
     /// What each passed-on descriptor is, in the order they come.
     pub roles: Vec<Role>,
+    /// When the old daemon stopped serving (milliseconds since the Unix epoch; 0: not).
+    pub paused_at_ms: u64,
+    /// What the old daemon reports of its side (one line, for the admin's answer).
+    pub note: String,
     /// The running configuration (`numatgtadm --dump`'s YAML).
     pub config: String,
 }
@@ -95,14 +124,13 @@ impl Offer {
     /// The offer's text.
     pub fn encode(&self) -> String {
         let mut t = format!(
-            "{MAGIC} {}\nfrom-version {}\nfrom-pid {}\nmode {}\n",
+            "{MAGIC} {}\nfrom-version {}\nfrom-pid {}\nmode {}\npaused-at-ms {}\nnote {}\n",
             self.format,
             self.from_version,
             self.from_pid,
-            match self.mode {
-                Mode::Upgrade => "upgrade",
-                Mode::Resume => "resume",
-            }
+            self.mode.word(),
+            self.paused_at_ms,
+            self.note.replace('\n', " "),
         );
         for r in &self.roles {
             t.push_str("fd ");
@@ -135,8 +163,10 @@ impl Offer {
             format,
             from_version: String::new(),
             from_pid: 0,
-            mode: Mode::Upgrade,
+            mode: Mode::Check,
             roles: Vec::new(),
+            paused_at_ms: 0,
+            note: String::new(),
             config: config.to_string(),
         };
         for line in lines {
@@ -145,18 +175,20 @@ impl Offer {
                 "from-version" => offer.from_version = v.to_string(),
                 "from-pid" => offer.from_pid = v.parse().map_err(|_| bad(line))?,
                 "mode" => {
-                    offer.mode = match v {
-                        "upgrade" => Mode::Upgrade,
-                        "resume" => Mode::Resume,
-                        _ => return Err(bad(line)),
-                    }
+                    offer.mode = [Mode::Check, Mode::Takeover, Mode::Resume]
+                        .into_iter()
+                        .find(|m| m.word() == v)
+                        .ok_or_else(|| bad(line))?;
                 }
-                "fd" => offer.roles.push(match v {
-                    "tcp" => Role::Tcp,
-                    "mgmt" => Role::Mgmt,
-                    "metrics" => Role::Metrics,
-                    _ => return Err(bad(line)),
-                }),
+                "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
+                "note" => offer.note = v.to_string(),
+                "fd" => offer.roles.push(
+                    ROLES
+                        .iter()
+                        .find(|(_, w)| *w == v)
+                        .map(|(r, _)| *r)
+                        .ok_or_else(|| bad(line))?,
+                ),
                 _ => return Err(bad(line)),
             }
         }
@@ -249,8 +281,16 @@ mod tests {
             format: FORMAT,
             from_version: "0.1.0".into(),
             from_pid: 42,
-            mode: Mode::Upgrade,
-            roles: vec![Role::Tcp, Role::Mgmt, Role::Metrics],
+            mode: Mode::Takeover,
+            roles: vec![
+                Role::Tcp,
+                Role::Mgmt,
+                Role::Metrics,
+                Role::Reply,
+                Role::Fallback,
+            ],
+            paused_at_ms: 1_800_000_000_000,
+            note: "2 connections asked to log out".into(),
             config: "targets: []\nconfig\n".into(),
         }
     }

@@ -312,6 +312,15 @@ fn serve(mut s: UnixStream, ctx: &Ctx, handling: &Mutex<()>) {
                     // one request at a time, as tgtd; a bug in a handler must not take the
                     // management thread down
                     let _one = handling.lock().unwrap_or_else(|p| p.into_inner());
+                    // an upgrade hands the client's connection to the new process, which
+                    // answers it
+                    let upgrade =
+                        h.mode == tgtadm_wire::Mode::System.as_u32() && p.get("upgrade").is_some();
+                    super::upgrade_request::serving(if upgrade {
+                        s.try_clone().ok()
+                    } else {
+                        None
+                    });
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         handlers::handle(ctx, &h, &p)
                     }))
@@ -334,8 +343,6 @@ fn serve(mut s: UnixStream, ctx: &Ctx, handling: &Mutex<()>) {
     let shutdown = shutdown && code == ErrCode::Success;
     let _ = s.write_all(&tgtadm_wire::encode_response(code, &text));
     drop(s);
-    // an upgrade's answer is out: the old daemon may exit now
-    crate::mgmt::upgrade_request::answer_written();
     if shutdown {
         handlers::system::shutdown_now();
     }

@@ -176,10 +176,11 @@ pub(super) fn command() -> Command {
             .long("upgrade")
             .action(ArgAction::SetTrue)
             .help(
-                "Hand the running daemon over to a new numatgtd executable (--binary; \
-                 default: the file the daemon was started from) without refusing a \
-                 connection: sessions are asked to log out and log in to the new process; \
-                 on any failure the running daemon goes on (numatgtd only; with -C)",
+                "Replace the running daemon, in the same process, with a new numatgtd \
+                 executable (--binary; default: the file the daemon was started from) \
+                 without refusing a connection: sessions are asked to log out and log in \
+                 again; an executable that fails gives way to the running one (numatgtd \
+                 only; with -C)",
             ),
     )
     .arg(

@@ -40,6 +40,8 @@ pub fn handle(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     match &r {
         Err(e) => tracing::info!(?mode, ?op, tid = h.tid, "management request failed: {e}"),
         // what changed is saved (`--save-config`); showing and counting change nothing
+        // (an upgrade that did not happen changed nothing either)
+        Ok(_) if mode == Mode::System && p.get("upgrade").is_some() => {}
         Ok(_) if !matches!(op, Op::Show | Op::Stats) => crate::saved::after_change(ctx),
         Ok(_) => {}
     }
