@@ -29,7 +29,8 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-server", "src")
 
 RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "transport": 3, "event_loop": 4}
-BASE = {"registry", "serial_work", "sgio", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats"}
+BASE = {"registry", "serial_work", "sgio", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats",
+        "upgrade_stats"}
 # the seam: its submodules (one per transport) are internals
 SEAM = "transport"
 

@@ -37,6 +37,7 @@ pub(crate) mod sgio;
 pub(crate) mod ship;
 pub(crate) mod syslog;
 pub(crate) mod transport;
+pub(crate) mod upgrade_stats;
 
 pub use backend::sanitize::set_rate_limit_mib as set_sanitize_rate_limit_mib;
 pub use metrics::MetricsError;

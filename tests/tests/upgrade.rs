@@ -105,6 +105,13 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
         "{}",
         &body[..body.len().min(400)]
     );
+    // the upgrade's figures
+    assert_eq!(d.metric("numatgt_upgrades_total", ""), 1.0);
+    assert_eq!(
+        d.metric("numatgt_upgrade_last_connections", "outcome=\"asked\""),
+        1.0
+    );
+    assert!(d.metric("numatgt_upgrade_last_seconds", "phase=\"paused\"") > 0.0);
     let log = d.log();
     assert!(
         log.contains("listening socket taken over from the previous numatgtd"),
@@ -125,6 +132,7 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
             .starts_with(&format!("upgraded: numatgtd pid {old} (")),
         "{r}"
     );
+    assert_eq!(d.metric("numatgt_upgrades_total", ""), 2.0, "carried on");
     let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
     s.lun = 1;
     assert_eq!(read_block(&mut s, 8), vec![0xB8; 512]);

@@ -264,6 +264,11 @@ pub fn upgrade(
         roles: Vec::new(),
         paused_at_ms: 0,
         note: String::new(),
+        upgrades: crate::upgrade_stats::last().map_or(0, |u| u.count),
+        asked: 0,
+        closed: 0,
+        quiesce_ms: 0,
+        writeback_ms: 0,
         config: crate::mgmt::dump::yaml(&ctx.registry, &ctx.base),
     };
     // the old executable, for the way back (even when its file was replaced since)
@@ -307,6 +312,10 @@ pub fn upgrade(
         started_as().0.display()
     );
     offer.paused_at_ms = paused;
+    offer.asked = q.connections as u64;
+    offer.closed = q.left as u64;
+    offer.quiesce_ms = q.took.as_millis() as u64;
+    offer.writeback_ms = t_stop.elapsed().as_millis() as u64;
 
     // 3. takeover: this process becomes the new executable
     let mut fds: Vec<OwnedFd> = Vec::new();
@@ -440,6 +449,14 @@ impl Incoming {
                 let exe = std::env::current_exe()
                     .map_or_else(|_| "?".to_string(), |p| p.display().to_string());
                 let paused = now_ms().saturating_sub(self.offer.paused_at_ms);
+                crate::upgrade_stats::record(crate::upgrade_stats::LastUpgrade {
+                    count: self.offer.upgrades + 1,
+                    paused_s: paused as f64 / 1e3,
+                    quiesce_s: self.offer.quiesce_ms as f64 / 1e3,
+                    writeback_s: self.offer.writeback_ms as f64 / 1e3,
+                    asked: self.offer.asked,
+                    closed: self.offer.closed,
+                });
                 let line = format!(
                     "upgraded: numatgtd pid {} ({exe}, {}) serving; not serving for {paused} \
                      ms: {}",
@@ -522,6 +539,11 @@ mod tests {
             roles: vec![Role::Tcp],
             paused_at_ms: 1,
             note: "n".into(),
+            upgrades: 0,
+            asked: 0,
+            closed: 0,
+            quiesce_ms: 0,
+            writeback_ms: 0,
             config: config.clone(),
         };
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

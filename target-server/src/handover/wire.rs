@@ -93,6 +93,16 @@ pub struct Offer {
     pub paused_at_ms: u64,
     /// What the old daemon reports of its side (one line, for the admin's answer).
     pub note: String,
+    /// Upgrades this process went through before this one.
+    pub upgrades: u64,
+    /// Connections asked to log out, and those closed when the wait ended.
+    pub asked: u64,
+    /// See `asked`.
+    pub closed: u64,
+    /// Milliseconds the logouts took, and the old executable's stop.
+    pub quiesce_ms: u64,
+    /// See `quiesce_ms`.
+    pub writeback_ms: u64,
     /// The running configuration (`numatgtadm --dump`'s YAML).
     pub config: String,
 }
@@ -132,6 +142,10 @@ impl Offer {
             self.paused_at_ms,
             self.note.replace('\n', " "),
         );
+        t.push_str(&format!(
+            "upgrades {}\nasked {}\nclosed {}\nquiesce-ms {}\nwriteback-ms {}\n",
+            self.upgrades, self.asked, self.closed, self.quiesce_ms, self.writeback_ms
+        ));
         for r in &self.roles {
             t.push_str("fd ");
             t.push_str(r.word());
@@ -167,6 +181,11 @@ impl Offer {
             roles: Vec::new(),
             paused_at_ms: 0,
             note: String::new(),
+            upgrades: 0,
+            asked: 0,
+            closed: 0,
+            quiesce_ms: 0,
+            writeback_ms: 0,
             config: config.to_string(),
         };
         for line in lines {
@@ -182,6 +201,16 @@ impl Offer {
                 }
                 "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
                 "note" => offer.note = v.to_string(),
+                "upgrades" | "asked" | "closed" | "quiesce-ms" | "writeback-ms" => {
+                    let n: u64 = v.parse().map_err(|_| bad(line))?;
+                    *match k {
+                        "upgrades" => &mut offer.upgrades,
+                        "asked" => &mut offer.asked,
+                        "closed" => &mut offer.closed,
+                        "quiesce-ms" => &mut offer.quiesce_ms,
+                        _ => &mut offer.writeback_ms,
+                    } = n;
+                }
                 "fd" => offer.roles.push(
                     ROLES
                         .iter()
@@ -291,6 +320,11 @@ mod tests {
             ],
             paused_at_ms: 1_800_000_000_000,
             note: "2 connections asked to log out".into(),
+            upgrades: 3,
+            asked: 2,
+            closed: 1,
+            quiesce_ms: 40,
+            writeback_ms: 250,
             config: "targets: []\nconfig\n".into(),
         }
     }

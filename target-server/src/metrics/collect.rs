@@ -93,6 +93,8 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     );
     push(out, build);
 
+    upgrades(out);
+
     let targets = sh.registry.targets();
     let mut nt = Family::gauge("numatgt_targets", "Targets configured.");
     nt.add(&[], targets.len() as f64);
@@ -156,6 +158,39 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     push(out, sessions);
     push(out, conns);
     push(out, info);
+}
+
+/// Live upgrades (`numatgtadm --upgrade`) this process went through, and the last one's
+/// figures (only once there was one).
+fn upgrades(out: &mut Vec<MetricFamily>) {
+    let last = crate::upgrade_stats::last();
+    let mut n = Family::counter(
+        "numatgt_upgrades_total",
+        "Live upgrades (numatgtadm --upgrade) this process went through.",
+    );
+    n.add(&[], last.map_or(0.0, |u| u.count as f64));
+    push(out, n);
+    let Some(u) = last else {
+        return;
+    };
+    let mut secs = Family::gauge(
+        "numatgt_upgrade_last_seconds",
+        "The last live upgrade: seconds no executable served (paused), the sessions took \
+         to log out (quiesce), the old executable's write-back, sync and close took \
+         (writeback).",
+    );
+    secs.add(&[("phase", "paused")], u.paused_s);
+    secs.add(&[("phase", "quiesce")], u.quiesce_s);
+    secs.add(&[("phase", "writeback")], u.writeback_s);
+    push(out, secs);
+    let mut conns = Family::gauge(
+        "numatgt_upgrade_last_connections",
+        "The last live upgrade's connections: asked to log out (asked), still open when the \
+         wait ended and closed (closed).",
+    );
+    conns.add(&[("outcome", "asked")], u.asked as f64);
+    conns.add(&[("outcome", "closed")], u.closed as f64);
+    push(out, conns);
 }
 
 fn protocol(src: &Source, out: &mut Vec<MetricFamily>) {
