@@ -435,6 +435,7 @@ impl Harness {
                 Event::TaskMgmt(t) => self.tmfs.push(t.itt),
                 Event::LoggedOut | Event::Close(_) => self.closed = true,
                 Event::LogoutRequested => self.c.confirm_logout(),
+                Event::Resumed(_) => panic!("resumed without a move"),
                 Event::LoginFailed { .. }
                 | Event::Rejected(_)
                 | Event::DigestError { .. }

@@ -25,7 +25,7 @@ pub mod text;
 
 pub use conn::{
     Cdb, CommandResult, ConnConfig, ConnError, Connection, Directory, Event, LoginFailure,
-    LoginGrant, LoginReject, LoginRequestInfo, ProtocolError, ScsiCommand, SessionInfo,
+    LoginGrant, LoginReject, LoginRequestInfo, MovedConn, ProtocolError, ScsiCommand, SessionInfo,
     SessionType, TargetRecord, TmfFunction, TmfRequest, TmfResponse,
 };
 pub use login::{

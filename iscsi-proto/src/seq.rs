@@ -77,6 +77,18 @@ impl<T> CmdWindow<T> {
         }
     }
 
+    /// A window going on from `exp`/`max` (another process's: a moved connection), with
+    /// `depth` queued commands allowed from the next [`Self::update_max`] on.
+    pub fn resume(exp: u32, max: u32, depth: u32) -> Self {
+        CmdWindow {
+            exp,
+            max,
+            depth: depth.max(1),
+            cap: None,
+            held: VecDeque::new(),
+        }
+    }
+
     /// The same window with MaxCmdSN − ExpCmdSN + 1 capped at `cap` (at least 1), for a
     /// window not yet advertised.
     pub fn with_cap(mut self, cap: Option<u32>) -> Self {

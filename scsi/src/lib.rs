@@ -36,6 +36,7 @@ mod caw;
 mod cdb;
 pub mod copy_access;
 mod diagnostic;
+mod handover;
 mod inquiry;
 mod maintenance;
 mod medium;

@@ -39,6 +39,9 @@ pub(crate) struct Shared {
     pub seq: u64,
     /// Several gateways share the persistent reservations: every change is stored.
     pub shared_pr: bool,
+    /// The unit attentions of nexuses a previous process served (live upgrade), by
+    /// identity: the nexus added next with that identity gets them instead of POWER ON.
+    carried: HashMap<PortPair, UaQueue>,
 }
 
 impl Shared {
@@ -63,6 +66,23 @@ impl Shared {
         for e in self.nexuses.values_mut().filter(|e| e.ports == *p) {
             e.ua.push(ua);
         }
+    }
+
+    /// The initiator ports seen (for the next process, `crate::handover`).
+    pub fn seen_ports(&self) -> impl Iterator<Item = &PortPair> {
+        self.seen.iter()
+    }
+
+    /// `p` was seen (by the previous process).
+    pub fn remember_port(&mut self, p: PortPair) {
+        if self.seen.len() < MAX_SEEN {
+            self.seen.insert(p);
+        }
+    }
+
+    /// The nexus with identity `p` that the previous process served had `q` pending.
+    pub fn carry(&mut self, p: PortPair, q: UaQueue) {
+        self.carried.insert(p, q);
     }
 
     /// The ids of the nexuses with identity `p`.
@@ -140,6 +160,11 @@ impl SharedState {
     pub fn nexus_added(&self, n: &Nexus) {
         let mut g = self.lock();
         let ports = n.key();
+        if let Some(q) = g.carried.remove(&ports) {
+            // a nexus the previous process served goes on (live upgrade)
+            g.nexuses.insert(n.id, NexusEntry { ports, ua: q });
+            return;
+        }
         if g.seen.len() >= MAX_SEEN && !g.seen.contains(&ports) {
             g.seen.clear();
         }

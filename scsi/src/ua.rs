@@ -112,6 +112,11 @@ impl UaQueue {
         self.q.is_empty()
     }
 
+    /// The conditions, in the order they will be reported.
+    pub fn iter(&self) -> impl Iterator<Item = UnitAttention> + '_ {
+        self.q.iter().copied()
+    }
+
     #[cfg(test)]
     pub fn to_vec(&self) -> Vec<UnitAttention> {
         self.q.iter().copied().collect()

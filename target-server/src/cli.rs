@@ -219,6 +219,7 @@ const MAN_SECTIONS: &[(&str, &[(&str, &str)])] = &[
                 "SIGUSR2",
                 "Live upgrade: replace the daemon, in the same process (same PID), with \
                  the executable it was started from, without refusing a connection; \
+                 TCP sessions move to it with their connections (no login again), iSER \
                  sessions are asked to log out and log in again (numatgtadm --upgrade does \
                  the same, with --binary, and reports the outcome). An executable that \
                  fails its check leaves the daemon serving; one that cannot start gives \

@@ -606,6 +606,47 @@ impl Registry {
     }
 
     /// A connection went away: drop the session entries it owned.
+    /// A session moved from the previous numatgtd (live upgrade) on connection `id`: into
+    /// the session table as a login would have put it, and its TSIH never given again.
+    pub fn adopt_session(
+        &self,
+        id: ConnId,
+        info: &iscsi_proto::SessionInfo,
+        target: &str,
+        peer: SocketAddr,
+        transport: config::Driver,
+    ) {
+        let key = (
+            info.initiator_name.clone(),
+            info.isid,
+            target.to_ascii_lowercase(),
+        );
+        self.keep_tsih(info.tsih);
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                key,
+                SessionEntry {
+                    owner: id,
+                    tsih: info.tsih,
+                    target: target.to_string(),
+                    alias: info.params.initiator_alias.clone(),
+                    peer,
+                    transport,
+                },
+            );
+    }
+
+    /// TSIH `tsih` is in use by a session from the previous numatgtd: logins get others.
+    pub fn keep_tsih(&self, tsih: u16) {
+        let _ = self
+            .next_tsih
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n <= tsih && tsih != u16::MAX).then(|| tsih + 1)
+            });
+    }
+
     pub fn connection_closed(&self, id: ConnId) {
         let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         s.retain(|_, e| e.owner != id);

@@ -50,6 +50,10 @@ pub struct Inherited {
     pub tcp: Vec<std::net::TcpListener>,
     /// The metrics server's.
     pub metrics: Option<std::net::TcpListener>,
+    /// TCP connections of normal sessions, with their protocol state: they go on here.
+    pub moved: Vec<(iscsi_proto::MovedConn, std::os::fd::OwnedFd)>,
+    /// Logical units' state (`scsi::LogicalUnit::handover_state`): target name, LUN, bytes.
+    pub lu_states: Vec<(String, u64, Vec<u8>)>,
 }
 
 impl Clone for Inherited {
@@ -59,15 +63,22 @@ impl Clone for Inherited {
         Inherited {
             tcp: self.tcp.iter().filter_map(|l| l.try_clone().ok()).collect(),
             metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
+            moved: self
+                .moved
+                .iter()
+                .filter_map(|(s, f)| Some((s.clone(), f.try_clone().ok()?)))
+                .collect(),
+            lu_states: self.lu_states.clone(),
         }
     }
 }
 
 /// What [`Daemon::quiesce`] saw.
-#[derive(Debug, Clone, Copy)]
 pub struct Quiesced {
     /// Connections open when it began.
     pub connections: usize,
+    /// TCP connections moved out for the next numatgtd, with their state.
+    pub moved: Vec<crate::event_loop::MovedOut>,
     /// Connections still open when it gave up waiting (closed by the stop that follows).
     pub left: usize,
     /// How long it took.
@@ -906,6 +917,7 @@ fn shared_state(
         started,
         thread_stats: placement.thread_stats(),
         proto_stats: Default::default(),
+        moved_out: Default::default(),
     })
 }
 
@@ -985,6 +997,64 @@ fn iser_portal_entries(cfg: &config::Config, iser_listening: &[SocketAddr]) -> V
         .collect()
 }
 
+/// The logical units go on with the state the previous numatgtd left them in (before any
+/// session is added).
+fn resume_lu_states(targets: &[Arc<Target>], states: &[(String, u64, Vec<u8>)]) {
+    for (iqn, lun, text) in states {
+        let Some(l) = targets
+            .iter()
+            .find(|t| t.iqn.eq_ignore_ascii_case(iqn))
+            .and_then(|t| t.lun_set().map.get(lun).cloned())
+        else {
+            tracing::warn!(target = %iqn, lun, "the previous numatgtd's LUN is not configured here: its state is dropped");
+            continue;
+        };
+        if let Err(e) = l.scsi.resume_state(text) {
+            tracing::warn!(target = %iqn, lun, "cannot go on with the previous numatgtd's logical unit state: {e}");
+        }
+    }
+    if !states.is_empty() {
+        tracing::info!(
+            luns = states.len(),
+            "logical units go on with the previous numatgtd's state"
+        );
+    }
+}
+
+/// The connections the previous numatgtd moved here: each to the event thread of its node,
+/// which goes on with it.
+fn resume_moved(shared: &Shared, moved: Vec<(iscsi_proto::MovedConn, std::os::fd::OwnedFd)>) {
+    use crate::event_loop::MovedIn;
+    use crate::transport::Placement;
+    let n = moved.len();
+    for (state, fd) in moved {
+        let accepted = match crate::transport::moved_tcp(fd) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(
+                    initiator = state.info.initiator_name,
+                    "moved connection lost: {e}"
+                );
+                crate::event_loop::lose_moved_nexus(shared, &state.info);
+                continue;
+            }
+        };
+        let t = match accepted.placement(&shared.topology) {
+            Placement::Nic(ip) => shared.thread_for(ip),
+            Placement::Node(node) => shared.thread_on_node(node),
+        };
+        if let Some(inbox) = shared.inbox(t) {
+            inbox.send(Msg::Resume(Box::new(MovedIn { state, accepted })));
+        }
+    }
+    if n > 0 {
+        tracing::info!(
+            connections = n,
+            "going on with the previous numatgtd's connections"
+        );
+    }
+}
+
 impl Daemon {
     /// Detects the topology, opens every LUN, starts the I/O pools and the block cache, binds
     /// the portals, then starts the event threads and the metrics server; returns once the
@@ -1006,7 +1076,11 @@ impl Daemon {
         let setups = (0..placement.threads)
             .map(|_| EventThreadSetup::new().map_err(StartError::Threads))
             .collect::<Result<Vec<_>, _>>()?;
+        resume_lu_states(&targets, &inherited.lu_states);
         let registry = new_registry(&rc, targets, tcp.portals);
+        for (m, _) in &inherited.moved {
+            registry.keep_tsih(m.info.tsih);
+        }
         crate::backend::changer::settle(&registry);
         crate::alua::start_all(&registry.targets(), data.cache.as_ref());
         apply_access_settings(&registry, &rc.config);
@@ -1027,6 +1101,7 @@ impl Daemon {
             .registry
             .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
         let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
+        resume_moved(&shared, inherited.moved);
         tracing::info!(
             event_threads = placement.threads,
             io_threads_per_node = rc.io_threads,
@@ -1057,10 +1132,12 @@ impl Daemon {
     }
 
     /// The first half of a handover: stop accepting (new connections wait in the
-    /// listeners' backlog), ask every session's initiator to log out within
-    /// `logout_within` seconds, close the other connections, and wait until every
-    /// connection has ended or `wait` has passed. [`Daemon::stop`] follows.
-    pub fn quiesce(&self, logout_within: u16, wait: Duration) -> Quiesced {
+    /// listeners' backlog); with `move_tcp`, hold the TCP connections of normal sessions
+    /// and move them out once quiet (no command in flight, nothing to send); ask every
+    /// other session's initiator to log out within `logout_within` seconds; close the
+    /// other connections; and wait until every connection has moved or ended or `wait`
+    /// has passed. [`Daemon::stop`] follows.
+    pub fn quiesce(&self, logout_within: u16, move_tcp: bool, wait: Duration) -> Quiesced {
         let t0 = Instant::now();
         let open = || {
             self.shared
@@ -1070,14 +1147,25 @@ impl Daemon {
         let connections = open();
         if let Some(inboxes) = self.shared.inboxes.get() {
             for i in inboxes {
-                i.send(Msg::Quiesce { logout_within });
+                i.send(Msg::Quiesce {
+                    logout_within,
+                    move_tcp,
+                });
             }
         }
         while open() > 0 && t0.elapsed() < wait {
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(1));
         }
+        let moved = std::mem::take(
+            &mut *self
+                .shared
+                .moved_out
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         Quiesced {
             connections,
+            moved,
             left: open(),
             took: t0.elapsed(),
         }

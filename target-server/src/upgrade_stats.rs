@@ -15,6 +15,8 @@ pub struct LastUpgrade {
     pub quiesce_s: f64,
     /// Seconds of the old executable's stop: write-back, sync, close.
     pub writeback_s: f64,
+    /// Connections moved with their sessions (no logout).
+    pub moved: u64,
     /// Connections asked to log out.
     pub asked: u64,
     /// Connections still open when the wait ended, closed.

@@ -224,10 +224,28 @@ fn reservations_are_shared_by_the_gateways_of_an_rbd_lun() {
         std::thread::sleep(Duration::from_millis(300));
     }
     eprintln!("the thawed gateway's answers to WRITEs: {refusals:?}");
-    // first: the copy is not trusted (NOT READY, transitioning); later also the ALUA side
-    // (its image lock was lost with its client: ASYMMETRIC ACCESS STATE CHANGED, then
-    // unavailable)
-    assert_eq!(refusals[0], (2, Some((2, 0x04, 0x0A))), "the first refusal");
+    // Two refusals race after the thaw, and either may come first: the reservation copy is
+    // not trusted (NOT READY, transitioning), and the ALUA side finds its image lock lost
+    // with its client (the unit attention ASYMMETRIC ACCESS STATE CHANGED, which SAM reports
+    // before NOT READY, then the port unavailable). Every answer must be one of these.
+    const STALE_COPY: (u8, Option<(u8, u8, u8)>) = (2, Some((2, 0x04, 0x0A)));
+    const ALUA_CHANGED: (u8, Option<(u8, u8, u8)>) = (2, Some((6, 0x2A, 0x06)));
+    const PORT_UNAVAILABLE: (u8, Option<(u8, u8, u8)>) = (2, Some((2, 0x04, 0x0C)));
+    assert!(
+        refusals[0] == STALE_COPY || refusals[0] == ALUA_CHANGED,
+        "the first refusal: {refusals:?}"
+    );
+    assert!(
+        refusals
+            .iter()
+            .all(|r| [STALE_COPY, ALUA_CHANGED, PORT_UNAVAILABLE].contains(r)),
+        "every refusal says stale copy or lost ownership: {refusals:?}"
+    );
+    assert_eq!(
+        refusals.last(),
+        Some(&PORT_UNAVAILABLE),
+        "in the end the fenced gateway's port is unavailable: {refusals:?}"
+    );
     assert_eq!(
         a.metric("numatgt_lun_pr_shared_stale", ""),
         1.0,

@@ -1,8 +1,9 @@
-//! Live upgrade (issue 29, first step): `numatgtadm --upgrade` hands a numatgtd started as
-//! tgtd, its target made with Debian's tgtadm, over to a new numatgtd process: the old one
-//! asks its sessions to log out, writes its dirty cache back and exits; the new one serves
-//! the same targets on the same (passed-on) portal, management socket and metrics port,
-//! and reads back what was written before. A binary that cannot take over leaves the
+//! Live upgrade (issue 29): `numatgtadm --upgrade` hands a numatgtd started as tgtd, its
+//! target made with Debian's tgtadm, over to a new numatgtd executable in the same process:
+//! the old one lets its sessions' TCP connections go quiet and moves them out, writes its
+//! dirty cache back and executes the new one, which goes on with the same connections (the
+//! same StatSN and CmdSN, no login) and serves the same targets on the same (passed-on)
+//! portal, management socket and metrics port, and reads back what was written before. A binary that cannot take over leaves the
 //! running daemon serving, and the admin is told why.
 
 use tests::daemon::{Daemon, TargetKind, require_numatgtd};
@@ -63,8 +64,15 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
     let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
     s.lun = 1;
     write_block(&mut s, 7, 0xA7);
+    // a persistent reservation without APTPL: it would not survive a restart
+    assert_eq!(
+        s.persistent_reserve_out(0, 0, 0, 0x77, false),
+        0,
+        "REGISTER"
+    );
+    assert_eq!(s.persistent_reserve_out(1, 1, 0x77, 0, false), 0, "RESERVE");
 
-    // this raw session does not answer the logout request: it is closed after the wait
+    // the session's TCP connection moves to the new executable with it
     let r = upgrade(&d, &[]);
     assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
     let line = r.stdout.trim();
@@ -73,10 +81,31 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
         line.starts_with(&format!("upgraded: numatgtd pid {old} (")),
         "{line}"
     );
-    assert!(line.contains("1 connections asked to log out"), "{line}");
+    assert!(
+        line.contains("1 connections moved, 0 asked to log out"),
+        "{line}"
+    );
     assert!(line.contains("not serving for "), "{line}");
     assert_eq!(d.pid(), old);
-    drop(s);
+    // the logical unit went on with its state: no unit attention, the data
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(st, 0, "TEST UNIT READY after the move: {sense:02x?}");
+    assert_eq!(read_block(&mut s, 7), vec![0xA7; 512], "the moved session");
+    // the reservation went on: another initiator's write conflicts, the holder's does not
+    let mut other = ScsiSession::open_target(&d, "iqn.2026-11.org.numatgt:other-host", IQN);
+    other.lun = 1;
+    let mut cdb = [0u8; 10];
+    cdb[0] = 0x2A;
+    cdb[8] = 1;
+    assert_eq!(
+        other.command(&cdb, &[0; 512], 0).0,
+        0x18,
+        "RESERVATION CONFLICT"
+    );
+    write_block(&mut s, 9, 0x99);
+    assert_eq!(s.persistent_reserve_out(2, 1, 0x77, 0, false), 0, "RELEASE");
+    assert_eq!(other.command(&cdb, &[0; 512], 0).0, 0, "released");
+    drop((s, other));
 
     // the same target, LUN and data, on the same portal and management socket
     let show = d.tgtadm(&["--lld", "iscsi", "--op", "show", "--mode", "target"]);
@@ -108,8 +137,12 @@ fn upgrade_hands_the_daemon_over_and_the_data_and_targets_stay() {
     // the upgrade's figures
     assert_eq!(d.metric("numatgt_upgrades_total", ""), 1.0);
     assert_eq!(
-        d.metric("numatgt_upgrade_last_connections", "outcome=\"asked\""),
+        d.metric("numatgt_upgrade_last_connections", "outcome=\"moved\""),
         1.0
+    );
+    assert_eq!(
+        d.metric("numatgt_upgrade_last_connections", "outcome=\"asked\""),
+        0.0
     );
     assert!(d.metric("numatgt_upgrade_last_seconds", "phase=\"paused\"") > 0.0);
     let log = d.log();
@@ -212,4 +245,255 @@ fn a_new_executable_that_vanishes_before_the_takeover_gives_way_to_the_old_one()
         "the old executable started again: {}",
         d.log_tail(30)
     );
+}
+
+/// A raw initiator that sends non-immediate commands (each takes a CmdSN) and checks every
+/// answer's StatSN, ExpCmdSN and MaxCmdSN against its own count.
+struct Counted {
+    stream: std::net::TcpStream,
+    cmd_sn: u32,
+    exp_stat_sn: u32,
+    itt: u32,
+    /// Unsolicited NOP-Ins seen (the new executable's "window open" notice).
+    nops: usize,
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+impl Counted {
+    fn open(d: &Daemon) -> Counted {
+        let sess = tests::pdu::login_normal(d.addr(), INITIATOR, IQN)
+            .unwrap_or_else(|e| panic!("login: {e}\n{}", d.log_tail(30)));
+        let b = &sess.login_response.bhs;
+        Counted {
+            stream: sess.stream,
+            cmd_sn: be32(&b[28..32]),
+            exp_stat_sn: be32(&b[24..28]) + 1,
+            itt: 0x100,
+            nops: 0,
+        }
+    }
+
+    /// (status, sense key, ASC, Data-In) of a non-immediate command to LUN 1.
+    fn command(&mut self, cdb: &[u8], data_out: &[u8], read_len: u32) -> (u8, u8, u8, Vec<u8>) {
+        use std::io::Write;
+        use tests::pdu::{ReadOutcome, read_pdu};
+        self.itt += 1;
+        let edtl = if data_out.is_empty() {
+            read_len
+        } else {
+            data_out.len() as u32
+        };
+        let mut bhs = [0u8; 48];
+        bhs[0] = 0x01;
+        bhs[1] = 0x80
+            | 0x01
+            | if read_len > 0 { 0x40 } else { 0 }
+            | if data_out.is_empty() { 0 } else { 0x20 };
+        bhs[5..8].copy_from_slice(&(data_out.len() as u32).to_be_bytes()[1..]);
+        bhs[9] = 1;
+        bhs[16..20].copy_from_slice(&self.itt.to_be_bytes());
+        bhs[20..24].copy_from_slice(&edtl.to_be_bytes());
+        bhs[24..28].copy_from_slice(&self.cmd_sn.to_be_bytes());
+        bhs[28..32].copy_from_slice(&self.exp_stat_sn.to_be_bytes());
+        bhs[32..32 + cdb.len()].copy_from_slice(cdb);
+        let mut pdu = bhs.to_vec();
+        pdu.extend_from_slice(data_out);
+        while pdu.len() % 4 != 0 {
+            pdu.push(0);
+        }
+        self.stream.write_all(&pdu).expect("send command");
+        self.cmd_sn += 1;
+        let mut data = Vec::new();
+        loop {
+            let p = match read_pdu(&mut self.stream, std::time::Duration::from_secs(20)) {
+                ReadOutcome::Pdu(p) => p,
+                other => panic!("no answer to CmdSN {}: {other:?}", self.cmd_sn - 1),
+            };
+            let (stat_sn, exp, max) = (
+                be32(&p.bhs[24..28]),
+                be32(&p.bhs[28..32]),
+                be32(&p.bhs[32..36]),
+            );
+            let status_bearing = p.opcode() == 0x21 || (p.opcode() == 0x25 && p.flags() & 1 != 0);
+            match p.opcode() {
+                0x20 => {
+                    // a NOP-In that wants no answer: StatSN is the next one, not advanced
+                    assert_eq!(be32(&p.bhs[16..20]), 0xffff_ffff, "NOP-In ITT");
+                    assert_eq!(stat_sn, self.exp_stat_sn, "NOP-In StatSN");
+                    self.nops += 1;
+                    continue;
+                }
+                0x25 if !status_bearing => {
+                    data.extend_from_slice(&p.data);
+                    continue;
+                }
+                0x21 | 0x25 => {}
+                op => panic!("unexpected PDU {op:#x}"),
+            }
+            assert_eq!(stat_sn, self.exp_stat_sn, "StatSN continuity");
+            assert_eq!(exp, self.cmd_sn, "ExpCmdSN");
+            assert!(
+                max.wrapping_sub(exp.wrapping_sub(1)) < 0x8000_0000,
+                "MaxCmdSN {max} below ExpCmdSN {exp} - 1"
+            );
+            self.exp_stat_sn = stat_sn + 1;
+            if p.opcode() == 0x25 {
+                data.extend_from_slice(&p.data);
+                return (p.bhs[3], 0, 0, data);
+            }
+            let sense = p.data.get(2..).unwrap_or_default();
+            let key = sense.get(2).map_or(0, |k| k & 0xf);
+            let asc = sense.get(12).copied().unwrap_or(0);
+            return (p.bhs[3], key, asc, data);
+        }
+    }
+
+    fn write(&mut self, lba: u32, fill: u8) -> (u8, u8, u8) {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x2A;
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[8] = 1;
+        let (st, k, a, _) = self.command(&cdb, &[fill; 512], 0);
+        (st, k, a)
+    }
+
+    fn read(&mut self, lba: u32) -> (u8, u8, u8, Vec<u8>) {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x28;
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[8] = 1;
+        self.command(&cdb, &[], 512)
+    }
+}
+
+/// Commands run on one connection while it is upgraded under them, twice: every one is
+/// answered GOOD, in order, with StatSN and CmdSN going on across the handovers (no login,
+/// no lost or repeated number, no unit attention: the logical unit went on with its
+/// state), and what was written reads back.
+#[test]
+fn a_session_goes_on_across_upgrades_with_its_numbers() {
+    let (_dir, _lun, d) = serving();
+    let old = d.pid();
+    let mut c = Counted::open(&d);
+    // the login's power-on unit attention
+    assert_eq!(c.command(&[0; 6], &[], 0).1, 6);
+    assert_eq!(c.command(&[0; 6], &[], 0).0, 0);
+    let mut attentions = 0;
+    let mut written = Vec::new();
+    let mut lba = 0u32;
+    let mut io = |c: &mut Counted, attentions: &mut usize, written: &mut Vec<(u32, u8)>| {
+        lba += 1;
+        let fill = (lba % 251) as u8 + 1;
+        loop {
+            match c.write(lba % 4096, fill) {
+                (0, _, _) => break,
+                (2, 6, 0x29) => *attentions += 1,
+                other => panic!("WRITE of LBA {lba}: {other:?}\n{}", d.log_tail(30)),
+            }
+        }
+        written.push((lba % 4096, fill));
+    };
+    for round in 0..2 {
+        let r = std::thread::scope(|sc| {
+            let admin = sc.spawn(|| upgrade(&d, &[]));
+            // commands one after another all through the handover
+            while !admin.is_finished() {
+                io(&mut c, &mut attentions, &mut written);
+            }
+            admin.join().expect("numatgtadm")
+        });
+        assert!(r.status.success(), "round {round}: {r}\n{}", d.log_tail(40));
+        assert!(r.stdout.contains("1 connections moved"), "{r}");
+        for _ in 0..20 {
+            io(&mut c, &mut attentions, &mut written);
+        }
+        assert_eq!(d.pid(), old);
+    }
+    assert_eq!(
+        attentions, 0,
+        "no unit attention: the logical unit's state went on"
+    );
+    assert!(c.nops >= 2, "each new executable announced its window");
+    for (lba, fill) in written.iter().rev().take(64) {
+        let (st, _, _, data) = c.read(*lba);
+        assert_eq!(st, 0);
+        // a later write of the same LBA wins
+        let last = written
+            .iter()
+            .rev()
+            .find(|(l, _)| l == lba)
+            .map(|(_, f)| *f);
+        assert_eq!(Some(data[0]), last, "LBA {lba} (written {fill})");
+    }
+    assert_eq!(
+        d.log()
+            .matches("session moved from the previous numatgtd")
+            .count(),
+        2,
+        "{}",
+        d.log_tail(40)
+    );
+    assert_eq!(
+        d.log().matches("login complete").count(),
+        1,
+        "no login after the first"
+    );
+}
+
+/// The block at `lba` of the backing file, read straight from the file.
+fn on_disk(lun: &std::path::Path, lba: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(lun).expect("open the backing file");
+    f.seek(SeekFrom::Start(lba * 512)).expect("seek");
+    let mut b = vec![0u8; 512];
+    f.read_exact(&mut b).expect("read");
+    b
+}
+
+/// Data written into the cache before an upgrade, data written with FUA and data made
+/// stable with SYNCHRONIZE CACHE, before and after the handover, are in the backing file
+/// when the new process is killed with SIGKILL right after the handover: nothing the
+/// initiator was told is stable is lost, and the cached writes were written back by the
+/// old executable before it handed over.
+#[test]
+fn nothing_acknowledged_is_lost_when_the_new_process_is_killed() {
+    let (_dir, lun, mut d) = serving();
+    let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
+    s.lun = 1;
+    let write = |s: &mut ScsiSession, lba: u32, fill: u8, fua: bool| {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x2A;
+        cdb[1] = if fua { 0x08 } else { 0 };
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[8] = 1;
+        let (st, sense, _) = s.command(&cdb, &[fill; 512], 0);
+        assert_eq!(st, 0, "WRITE(10) of LBA {lba}: {sense:02x?}");
+    };
+    let sync = |s: &mut ScsiSession| {
+        let (st, sense, _) = s.command(&[0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 0);
+        assert_eq!(st, 0, "SYNCHRONIZE CACHE(10): {sense:02x?}");
+    };
+    write(&mut s, 10, 0x10, false); // cached only
+    write(&mut s, 11, 0x11, true); // FUA
+    write(&mut s, 12, 0x12, false);
+    sync(&mut s); // 10 and 12 stable too
+    write(&mut s, 13, 0x13, false); // cached only: the handover writes it back
+
+    let r = upgrade(&d, &[]);
+    assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
+    assert!(r.stdout.contains("1 connections moved"), "{r}");
+    for (lba, fill) in [(10, 0x10), (11, 0x11), (12, 0x12), (13, 0x13)] {
+        assert_eq!(on_disk(&lun, lba), vec![fill; 512], "LBA {lba} on disk after the handover");
+    }
+    // the moved session goes on in the new process: FUA and SYNCHRONIZE CACHE there
+    write(&mut s, 20, 0x20, true);
+    write(&mut s, 21, 0x21, false);
+    sync(&mut s);
+    d.kill9();
+    for (lba, fill) in [(10, 0x10), (11, 0x11), (12, 0x12), (13, 0x13), (20, 0x20), (21, 0x21)] {
+        assert_eq!(on_disk(&lun, lba), vec![fill; 512], "LBA {lba} after SIGKILL");
+    }
 }

@@ -395,6 +395,12 @@ EOF
   else
     bad "upgrade under systemd: exit $rc, MainPID $(main_pid) (was $PID), taking-over lines $took, $(systemctl is-active numatgtd), caps '$newcaps'"
   fi
+  # open-iscsi's sessions moved with their TCP connections (no logout, no login)
+  if echo "$out" | grep -q " [1-9][0-9]* connections moved, 0 asked to log out"; then
+    pass "the initiator's sessions moved to the new executable: $(echo "$out" | grep -o '[0-9]* connections moved')"
+  else
+    bad "upgrade under systemd: the sessions did not move: $out"
+  fi
   i=0
   until iscsiadm -m session 2>/dev/null | grep -q "$IQN_ADM" && iscsiadm -m session 2>/dev/null | grep -q "$IQN_ADMIN"; do
     i=$((i + 1)); [ $i -le 30 ] || break; sleep 1

@@ -11,9 +11,12 @@
 #     builds), 6 s apart: each answers `upgraded: numatgtd pid N`, the same PID, whose
 #     /proc/N/exe is now the other build;
 #   - fio must end with status 0 and no error; its largest completion latency is the
-#     longest I/O stall; the kernel's iSCSI session id must be the one it had before (the
-#     session object survives; the initiator logged out and in again, as asked); the
-#     kernel log's lines about it are counted; umount and `e2fsck -fn` clean.
+#     longest I/O stall; the kernel's iSCSI session id must be the one it had before, and
+#     the session never logged in again: each upgrade moved its TCP connection ("1
+#     connections moved, 0 asked to log out"), numatgtd logged one login to the target
+#     and one "session moved" per upgrade, and the kernel logged no connection error and
+#     no unit attention (the logical unit went on with its state);
+#     umount and `e2fsck -fn` clean.
 # Env: NUMATGTD NUMATGTD_B  the two builds (paths as the guest sees them); numatgtadm is
 #      found beside NUMATGTD
 #      UPGRADES (3)  FIO_SECS (40)
@@ -86,6 +89,10 @@ while [ $i -lt "$UPGRADES" ]; do
   kill -0 "$FPID" 2>/dev/null || fail "fio ended before upgrade $i: $(tail -n 3 /tmp/fio-upgrade.err)"
   out=$(timeout 120 "$ADM" $C --upgrade --binary "$bin" 2>&1) || fail "upgrade $i: $out"
   step "upgrade $i ($bin): $out"
+  case "$out" in
+    *"1 connections moved, 0 asked to log out"*) ;;
+    *) fail "upgrade $i did not move the session's connection: $out" ;;
+  esac
   # the same process (the PID stays), now running the other build
   pid=$(echo "$out" | sed -n 's/^upgraded: numatgtd pid \([0-9]*\) .*/\1/p')
   [ "$pid" = "$TPID" ] && alive "$TPID" || fail "upgrade $i: pid '$pid', want $TPID"
@@ -123,4 +130,11 @@ TPID=
 [ "$(grep -c 'upgraded: numatgtd pid' "$LOG")" = "$UPGRADES" ] ||
   fail "$(grep -c 'upgraded: numatgtd pid' "$LOG") handovers logged, want $UPGRADES"
 [ "$connerr" = 0 ] || fail "$connerr 'detected conn error' lines in the kernel log"
-echo "VM_UPGRADE_OK upgrades=$UPGRADES session=$SID $res kernel_conn_errors=$connerr power_on_unit_attentions=$(dmesg | grep -c 'Power-on or device reset' || true)"
+logins=$(grep 'login complete' "$LOG" | grep -c "$IQN" || true)
+moves=$(grep -c 'session moved from the previous numatgtd' "$LOG" || true)
+[ "$logins" = 1 ] || fail "$logins logins to $IQN in numatgtd's log, want 1 (no relogin)"
+[ "$moves" = "$UPGRADES" ] || fail "$moves sessions moved in numatgtd's log, want $UPGRADES"
+# the logical unit went on with its state: the kernel saw no unit attention
+poweron=$(dmesg | grep -c 'Power-on or device reset' || true)
+[ "$poweron" = 0 ] || fail "$poweron power-on unit attentions in the kernel log"
+echo "VM_UPGRADE_OK upgrades=$UPGRADES session=$SID logins=$logins moved=$moves $res kernel_conn_errors=$connerr power_on_unit_attentions=$poweron"

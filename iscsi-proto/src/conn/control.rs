@@ -99,6 +99,11 @@ impl TextExchange {
             pending: None,
         }
     }
+
+    /// No exchange under way (no continued request or response).
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.is_none() && !self.acc.pending()
+    }
 }
 
 /// A long Text answer still being sent.

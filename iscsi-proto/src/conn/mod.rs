@@ -7,6 +7,7 @@
 mod control;
 mod error;
 mod framing;
+mod moved;
 mod rdma;
 mod scsi;
 mod state;
@@ -21,6 +22,7 @@ pub use crate::login::{
     TargetRecord,
 };
 pub use error::{ConnError, ProtocolError};
+pub use moved::MovedConn;
 pub use rdma::{RdmaLimits, RdmaTx, RemoteBuf, RemoteBufs, TransportKeys};
 pub use types::{
     Cdb, CommandResult, ConnConfig, Event, MAX_CDB_LEN, ScsiCommand, TmfFunction, TmfRequest,

@@ -103,13 +103,26 @@ impl Login {
         cfg: &ConnConfig,
         now: u64,
     ) -> FullFeature {
+        let params = info.params.clone();
+        FullFeature::with(Box::new(Session { info, rdma }), params, self.cid, cfg, now)
+    }
+}
+
+impl FullFeature {
+    fn with(
+        session: Box<Session>,
+        params: SessionParams,
+        cid: u16,
+        cfg: &ConnConfig,
+        now: u64,
+    ) -> FullFeature {
         let mut neg = Negotiator::new(cfg.offer());
-        neg.params = info.params.clone();
-        neg.discovery = info.session_type == SessionType::Discovery;
+        neg.params = params.clone();
+        neg.discovery = session.info.session_type == SessionType::Discovery;
         FullFeature {
-            params: info.params.clone(),
-            session: Box::new(Session { info, rdma }),
-            cid: self.cid,
+            params,
+            session,
+            cid,
             pings: Pings::start(cfg.nop_interval_ms, now),
             text: TextExchange::new(neg),
             logout: None,
@@ -118,9 +131,25 @@ impl Login {
             tmfs: TmfTable::default(),
         }
     }
-}
 
-impl FullFeature {
+    /// The full feature phase of a byte-stream connection moved from another process
+    /// (`Connection::resume`), with `params` in force.
+    pub(super) fn resumed(
+        info: SessionInfo,
+        params: SessionParams,
+        cid: u16,
+        cfg: &ConnConfig,
+        now: u64,
+    ) -> FullFeature {
+        FullFeature::with(
+            Box::new(Session { info, rdma: None }),
+            params,
+            cid,
+            cfg,
+            now,
+        )
+    }
+
     /// A discovery session (Text, NOP and Logout only).
     pub(super) fn discovery(&self) -> bool {
         self.session.info.session_type == SessionType::Discovery

@@ -1789,3 +1789,135 @@ fn login_timeout_follows_the_configuration() {
         Some(Event::Close(ConnError::LoginTimeout))
     ));
 }
+
+/// A connection moved to another process (live upgrade): the window is held until the
+/// connection is quiet, its state survives the text form, and the resumed connection goes
+/// on with the same StatSN and CmdSN, the bytes of a half-received PDU included.
+#[test]
+fn a_held_connection_moves_and_goes_on_with_its_numbers() {
+    let cfg = ConnConfig {
+        max_queued_commands: 4,
+        ..ConnConfig::default()
+    };
+    let mut i = Ini::new(cfg.clone());
+    let info = i.login();
+    let base = i.cmd_sn;
+    i.scsi(0x20, true, false, 512, 0x28, &[], true);
+    assert_eq!(cmd_events(i.events()).len(), 1);
+    i.c.hold_commands();
+    assert!(!i.c.movable(), "a task is running");
+    assert!(i.c.take_moved().is_none());
+    i.read_done(0x20);
+    let r = i.recv();
+    let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+    // held: MaxCmdSN stays where it was (base + 3), it does not open to base + 4
+    assert_eq!((d.exp_cmd_sn, d.max_cmd_sn), (base + 1, base + 3));
+    i.exp_stat_sn = d.stat_sn + 1;
+    // what the initiator may still send comes in and is served; then the window is closed
+    for itt in 0x21..0x24 {
+        i.scsi(itt, true, false, 512, 0x28, &[], true);
+        assert_eq!(cmd_events(i.events()).len(), 1);
+        i.read_done(itt);
+        let r = i.recv();
+        let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+        assert_eq!(d.max_cmd_sn, base + 3);
+        i.exp_stat_sn = d.stat_sn + 1;
+    }
+    assert_eq!(
+        i.c.window.exp_cmd_sn(),
+        base + 4,
+        "closed: MaxCmdSN = ExpCmdSN - 1"
+    );
+    // half of a NOP-Out ping has arrived when the connection moves
+    let ping = Pdu {
+        bhs: Bhs::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: 0x99,
+            ttt: RESERVED_TAG,
+            cmd_sn: base + 4,
+            exp_stat_sn: i.exp_stat_sn,
+        }),
+        ahs: vec![],
+        data: b"ping".to_vec(),
+    }
+    .encode(i.dg)
+    .unwrap();
+    i.feed(&ping[..30]);
+    assert!(i.c.movable());
+    let moved = i.c.take_moved().expect("movable");
+    assert!(i.c.is_closing() && !i.c.has_tx() && i.events().is_empty());
+    assert_eq!(moved.pending_input, ping[..30]);
+    assert_eq!((moved.exp_cmd_sn, moved.max_cmd_sn), (base + 4, base + 3));
+    assert_eq!(moved.stat_sn, i.exp_stat_sn);
+    assert_eq!(moved.info.tsih, info.tsih);
+    let text = moved.to_text();
+    let back = MovedConn::from_text(&text).expect(&text);
+    assert_eq!(back, moved, "{text}");
+    // the new process goes on
+    let a: SocketAddr = "127.0.0.1:3260".parse().unwrap();
+    let p: SocketAddr = "127.0.0.1:50000".parse().unwrap();
+    i.c = Connection::resume(cfg, p, a, back, 5000);
+    match &i.events()[..] {
+        [Event::Resumed(got)] => assert_eq!((got.tsih, got.isid), (info.tsih, info.isid)),
+        other => panic!("{other:?}"),
+    }
+    let r = i.recv();
+    let Bhs::NopIn(n) = r[0].bhs else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        (n.itt, n.ttt),
+        (RESERVED_TAG, RESERVED_TAG),
+        "wants no answer"
+    );
+    assert_eq!(n.stat_sn, i.exp_stat_sn, "StatSN not advanced");
+    assert_eq!(
+        (n.exp_cmd_sn, n.max_cmd_sn),
+        (base + 4, base + 7),
+        "window open"
+    );
+    i.feed(&ping[30..]);
+    let r = i.recv();
+    let Bhs::NopIn(n) = r[0].bhs else {
+        panic!("{r:?}")
+    };
+    assert_eq!((n.itt, n.stat_sn), (0x99, i.exp_stat_sn));
+    assert_eq!(r[0].data, b"ping");
+    i.exp_stat_sn += 1;
+    i.cmd_sn = base + 4;
+    i.scsi(0x30, true, false, 512, 0x28, &[], true);
+    let cmds = cmd_events(i.events());
+    assert_eq!(cmds[0].itt, 0x30);
+    i.read_done(0x30);
+    let r = i.recv();
+    let Bhs::DataIn(d) = r[0].bhs else { panic!() };
+    assert_eq!(d.stat_sn, i.exp_stat_sn);
+    assert_eq!(d.exp_cmd_sn, base + 5);
+}
+
+#[test]
+fn a_moved_connections_text_is_checked() {
+    for (bad, why) in [
+        ("", "name"),
+        ("initiator i\ntarget t\ntsih 0\n", "TSIH"),
+        ("initiator i\ntarget t\ntsih 3\nbogus 1\n", "unknown key"),
+        ("initiator i\ntarget t\ntsih 3\nisid 0x0102\n", "6 bytes"),
+        ("initiator i\ntarget t\ntsih 3\nisid 0102\n", "prefix"),
+        (
+            "initiator i\ntarget t\ntsih 3\nHeaderDigest MD5\n",
+            "digest",
+        ),
+        (
+            "initiator i\ntarget t\ntsih 3\ncid 1\nstat-sn 1\nexp-cmd-sn 10\nmax-cmd-sn 2\nnext-ttt 1\n",
+            "below",
+        ),
+        (
+            "initiator i\ntarget t\ntsih 3\ncid 1\nstat-sn x\n",
+            "number",
+        ),
+    ] {
+        let e = MovedConn::from_text(bad).unwrap_err();
+        assert!(e.contains(why), "{bad:?}: {e}");
+    }
+}

@@ -293,6 +293,10 @@ impl TmfResponse {
 pub enum Event {
     /// Entered full feature phase.
     LoggedIn(crate::login::SessionInfo),
+    /// Went on in full feature phase after a move from another process
+    /// ([`Connection::resume`](super::Connection::resume)): the session of this
+    /// `SessionInfo`, no login.
+    Resumed(crate::login::SessionInfo),
     Command(ScsiCommand),
     /// RDMA transport: the connection queued an [`RdmaTx::Get`](super::RdmaTx) for command
     /// `itt`'s write data (the bytes after those already in its `data_out`). The server may

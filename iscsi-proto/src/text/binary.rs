@@ -32,6 +32,16 @@ pub fn decode(v: &str, max: usize) -> Result<Vec<u8>, BinaryError> {
     }
 }
 
+/// Decodes what [`encode_hex`] made of `max` bytes at most, the empty `0x` included (for
+/// the server's own records, where an empty value is a value).
+pub fn decode_hex_record(v: &str, max: usize) -> Result<Vec<u8>, BinaryError> {
+    match v.strip_prefix("0x") {
+        Some("") => Ok(Vec::new()),
+        Some(d) => decode_hex(d.as_bytes(), max),
+        None => Err(BinaryError::NoPrefix),
+    }
+}
+
 fn hex_val(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),

@@ -95,7 +95,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(b);
 }
 
-pub(super) fn put_pair(out: &mut Vec<u8>, p: &PortPair) {
+pub(crate) fn put_pair(out: &mut Vec<u8>, p: &PortPair) {
     put_str(out, &p.initiator);
     put_str(out, &p.target);
     out.extend_from_slice(&p.rel_port.to_be_bytes());
@@ -141,7 +141,7 @@ pub(crate) fn encode(s: &PrState, seq: u64) -> Vec<u8> {
     out
 }
 
-pub(super) struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     b: &'a [u8],
     at: usize,
     version: u16,
@@ -149,22 +149,22 @@ pub(super) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// Reads `b` from offset `at`, nexuses as in state format `version`.
-    pub(super) fn new(b: &'a [u8], at: usize, version: u16) -> Self {
+    pub(crate) fn new(b: &'a [u8], at: usize, version: u16) -> Self {
         Reader { b, at, version }
     }
 
-    pub(super) fn at_end(&self) -> bool {
+    pub(crate) fn at_end(&self) -> bool {
         self.at == self.b.len()
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], PrStateError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], PrStateError> {
         let end = self.at.checked_add(n).ok_or(PrStateError::Truncated)?;
         let s = self.b.get(self.at..end).ok_or(PrStateError::Truncated)?;
         self.at = end;
         Ok(s)
     }
 
-    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], PrStateError> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], PrStateError> {
         let mut a = [0; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
@@ -174,7 +174,7 @@ impl<'a> Reader<'a> {
         Ok(u16::from_be_bytes(self.array()?))
     }
 
-    pub(super) fn u32(&mut self) -> Result<u32, PrStateError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, PrStateError> {
         Ok(u32::from_be_bytes(self.array()?))
     }
 
@@ -191,7 +191,7 @@ impl<'a> Reader<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| PrStateError::Invalid("name"))
     }
 
-    pub(super) fn pair(&mut self) -> Result<PortPair, PrStateError> {
+    pub(crate) fn pair(&mut self) -> Result<PortPair, PrStateError> {
         Ok(PortPair {
             initiator: self.string()?,
             target: self.string()?,

@@ -62,6 +62,7 @@ impl EventThread {
             let _in_conn = (!matches!(ev, Event::Command(_))).then(|| slot.span.clone().entered());
             match ev {
                 Event::LoggedIn(info) => slot.logged_in(&env, &info),
+                Event::Resumed(info) => slot.resumed(&env, &info),
                 Event::Command(cmd) => slot.command(&env, cmd),
                 Event::DataFetch { itt } => slot.data_fetch(&env, itt),
                 Event::TaskMgmt(req) => slot.task_management(&env, &req),
@@ -99,34 +100,86 @@ impl EventThread {
     }
 }
 
+/// The I_T nexus of a normal session of `t` (a fresh identity).
+fn session_nexus(shared: &Shared, info: &SessionInfo, t: &crate::registry::Target) -> scsi::Nexus {
+    let isid = info.isid;
+    let isid = u64::from_be_bytes([0, 0, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5]]);
+    let nexus = scsi::Nexus::iscsi(
+        shared.registry.next_nexus_id(),
+        &info.initiator_name,
+        isid,
+        &t.iqn,
+        t.portal_group_tag(),
+    );
+    // several gateways as one target: the nexus carries this gateway's relative port, so
+    // that every gateway reports where a registration came through
+    let alua = t.alua();
+    if alua.peers.is_empty() {
+        nexus
+    } else {
+        nexus.at_relative_port(alua.relative_port)
+    }
+}
+
+/// A session moved from the previous numatgtd could not go on (its socket failed before
+/// it was adopted): its I_T nexus is lost, as if it had been added and removed, so that
+/// its initiator's next login sees I_T NEXUS LOSS OCCURRED.
+pub fn lose_moved_nexus(shared: &Shared, info: &SessionInfo) {
+    let Some(t) = info
+        .target_name
+        .as_deref()
+        .and_then(|n| shared.registry.target(n))
+    else {
+        return;
+    };
+    let nexus = session_nexus(shared, info, &t);
+    for l in t.lun_set().map.values() {
+        l.scsi.nexus_added(&nexus);
+        l.scsi.nexus_removed(nexus.id);
+    }
+}
+
 impl Slot {
     /// The login completed: a normal session binds its target and I_T nexus; the
     /// connection's counters and log context get the names.
     fn logged_in(&mut self, env: &Env<'_>, info: &SessionInfo) {
+        self.bind_session(env, info);
+        self.events.login("success");
+        tracing::info!(tsih = info.tsih, node = env.node, "login complete");
+    }
+
+    /// A session moved from the previous numatgtd (live upgrade) goes on here: bound as
+    /// at login, entered in the registry's session table; closed if its target is gone.
+    fn resumed(&mut self, env: &Env<'_>, info: &SessionInfo) {
+        self.bind_session(env, info);
+        let Some(n) = self.session.normal() else {
+            tracing::warn!("moved session's target is gone: closing it");
+            self.finish();
+            return;
+        };
+        env.shared.registry.adopt_session(
+            env.id,
+            info,
+            &n.target.iqn,
+            self.peer,
+            self.link.driver(),
+        );
+        tracing::info!(
+            tsih = info.tsih,
+            node = env.node,
+            "session moved from the previous numatgtd"
+        );
+    }
+
+    /// The session's target and I_T nexus, counters and log context, for a login or a move.
+    fn bind_session(&mut self, env: &Env<'_>, info: &SessionInfo) {
         if let (SessionType::Normal, Some(name)) = (&info.session_type, &info.target_name)
             && let Some(t) = env.shared.registry.target(name)
         {
-            let isid = info.isid;
-            let isid =
-                u64::from_be_bytes([0, 0, isid[0], isid[1], isid[2], isid[3], isid[4], isid[5]]);
-            let nexus = scsi::Nexus::iscsi(
-                env.shared.registry.next_nexus_id(),
-                &info.initiator_name,
-                isid,
-                &t.iqn,
-                t.portal_group_tag(),
-            );
-            // several gateways as one target: the nexus carries this gateway's relative
-            // port, so that every gateway reports where a registration came through
-            let alua = t.alua();
-            let nexus = if alua.peers.is_empty() {
-                nexus
-            } else {
-                nexus.at_relative_port(alua.relative_port)
-            };
+            let nexus = session_nexus(env.shared, info, &t);
             // a Logout is answered once the shared reservations its nexus held are
             // released where the other gateways read them
-            if !alua.peers.is_empty() {
+            if !t.alua().peers.is_empty() {
                 self.conn.hold_logouts(true);
             }
             self.session = Session::Normal(NormalSession::start(t, nexus));
@@ -136,13 +189,11 @@ impl Slot {
             .shared
             .proto_stats
             .target(self.session.normal().map_or("", |n| n.target.iqn.as_str()));
-        self.events.login("success");
         self.span.record("initiator", info.initiator_name.as_str());
         self.span.record(
             "target",
             info.target_name.as_deref().unwrap_or("(discovery)"),
         );
-        tracing::info!(tsih = info.tsih, node = env.node, "login complete");
     }
 
     /// A SCSI command: executed by `dispatch`, answered now or when the backend is done.

@@ -59,10 +59,14 @@ pub enum Msg {
     /// (`pr_cluster::release_spc2`).
     LogoutDone(ConnId),
     /// A handover to another numatgtd (`crate::handover`): stop accepting (connections
-    /// wait in the listeners' backlog for the new process), ask every normal session's
-    /// initiator to log out within `logout_within` seconds (Asynchronous Message), close
-    /// the others (discovery, login phase). The loop goes on until `Shutdown`.
-    Quiesce { logout_within: u16 },
+    /// wait in the listeners' backlog for the new process); with `move_tcp`, hold every
+    /// normal session's TCP connection (its command window stops opening) and move it out
+    /// to `Shared::moved_out` once it is quiet; ask the other normal sessions' initiators
+    /// to log out within `logout_within` seconds (Asynchronous Message); close the rest
+    /// (discovery, login phase). The loop goes on until `Shutdown`.
+    Quiesce { logout_within: u16, move_tcp: bool },
+    /// A connection from the previous numatgtd (live upgrade) to adopt and go on with.
+    Resume(Box<super::shared::MovedIn>),
     /// Stop: close every connection and leave the loop.
     Shutdown,
 }
@@ -256,7 +260,15 @@ impl EventThread {
                         e.one_done();
                     }
                 }
-                Msg::Quiesce { logout_within } => {
+                Msg::Resume(m) => {
+                    if !self.stopping {
+                        self.resume(m);
+                    }
+                }
+                Msg::Quiesce {
+                    logout_within,
+                    move_tcp,
+                } => {
                     for l in &mut self.listeners {
                         l.deregister(self.poll.registry());
                     }
@@ -265,7 +277,18 @@ impl EventThread {
                         let Some(slot) = self.slots[s].as_mut() else {
                             continue;
                         };
-                        if slot.conn.request_logout(logout_within) {
+                        if move_tcp
+                            && slot.link.can_move()
+                            && slot.session.normal().is_some()
+                            && !slot.conn.is_closing()
+                            && !slot.finishing()
+                        {
+                            slot.conn.hold_commands();
+                            if !slot.moving {
+                                slot.moving = true;
+                                self.moving += 1;
+                            }
+                        } else if slot.conn.request_logout(logout_within) {
                             if !touched.contains(&s) {
                                 touched.push(s);
                             }

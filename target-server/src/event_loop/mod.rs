@@ -35,8 +35,9 @@ mod shared;
 mod slot;
 mod tokens;
 
+pub use commands::lose_moved_nexus;
 pub use inbox::{EventThreadSetup, Inbox, Msg};
-pub use shared::{Shared, ThreadStats};
+pub use shared::{MovedIn, MovedOut, Shared, ThreadStats};
 
 use slot::{Session, Slot};
 use tokens::RING;
@@ -74,6 +75,8 @@ pub struct EventThread {
     /// Tasks of this thread's connections ended by another connection's task management
     /// whose work still runs: counted down in what waits for them when it ends.
     awaited: std::collections::HashMap<(ConnId, u32), Arc<crate::backend::reply::TasksEnded>>,
+    /// Connections held for a move to the next numatgtd (`Msg::Quiesce`), not moved yet.
+    moving: usize,
 }
 
 impl EventThread {
@@ -104,6 +107,7 @@ impl EventThread {
             awaited: std::collections::HashMap::new(),
             turn_ms: 0,
             turn_ns: 0,
+            moving: 0,
         }
     }
 
@@ -220,6 +224,9 @@ impl EventThread {
                     Ordering::Relaxed,
                 );
             }
+            if self.moving > 0 {
+                self.guarded("move", Self::move_quiet);
+            }
             if self.stopping && self.slots.iter().all(Option::is_none) {
                 break;
             }
@@ -287,27 +294,119 @@ impl EventThread {
     /// protocol connection for it.
     fn adopt(&mut self, a: Box<dyn Accepted>) {
         let peer = a.peer();
-        let Adopted {
-            mut link,
-            local,
-            login_keys,
-        } = match a.adopt(self.shared.cache.as_ref()) {
+        let Some((s, adopted)) = self.adopt_link(a, "connection") else {
+            return;
+        };
+        tracing::debug!(%peer, transport = adopted.link.driver().as_str(), thread = self.index,
+            node = self.node, "connection accepted");
+        self.install(s, adopted.link, peer, adopted.local, adopted.login_keys);
+    }
+
+    /// Sets `a`'s link up in this thread and polls it in a new slot: the slot and the
+    /// adopted link, or `None` (logged as `what`'s failure, the link retired).
+    fn adopt_link(&mut self, a: Box<dyn Accepted>, what: &str) -> Option<(usize, Adopted)> {
+        let peer = a.peer();
+        let mut adopted = match a.adopt(self.shared.cache.as_ref()) {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!(%peer, "connection not adopted: {e}");
-                return;
+                tracing::warn!(%peer, "{what} not adopted: {e}");
+                return None;
             }
         };
         let s = self.alloc_slot();
-        let transport = link.driver().as_str();
-        if let Err(e) = link.register(&Sources::new(self.poll.registry(), s, tokens::conn)) {
-            tracing::error!(%peer, transport, "cannot poll connection: {e}");
+        let sources = Sources::new(self.poll.registry(), s, tokens::conn);
+        if let Err(e) = adopted.link.register(&sources) {
+            let transport = adopted.link.driver().as_str();
+            tracing::error!(%peer, transport, "cannot poll {what}: {e}");
             self.free.push(s);
-            self.retire(link);
-            return;
+            self.retire(adopted.link);
+            return None;
         }
-        tracing::debug!(%peer, transport, thread = self.index, node = self.node, "connection accepted");
-        self.install(s, link, peer, local, login_keys);
+        Some((s, adopted))
+    }
+
+    /// A connection from the previous numatgtd (live upgrade): adopted as an accepted one,
+    /// its protocol connection going on from the state it was moved with.
+    fn resume(&mut self, m: Box<shared::MovedIn>) {
+        let shared::MovedIn { state, accepted } = *m;
+        let peer = accepted.peer();
+        let Some((s, Adopted { link, local, .. })) = self.adopt_link(accepted, "moved connection")
+        else {
+            commands::lose_moved_nexus(&self.shared, &state.info);
+            return;
+        };
+        let target = state
+            .info
+            .target_name
+            .as_deref()
+            .and_then(|n| self.shared.registry.target(n));
+        let cfg = self
+            .shared
+            .registry
+            .config_for(target.map(|t| t.conn_config()).as_ref(), local);
+        let conn = Connection::resume(cfg, peer, local, state, self.now_ms());
+        self.install_conn(s, link, peer, conn);
+        self.process_events(s);
+        self.flush(s);
+    }
+
+    /// Moves the held connections that have gone quiet (no task, nothing to send) out to
+    /// `Shared::moved_out`, for the next numatgtd.
+    fn move_quiet(&mut self) {
+        for s in 0..self.slots.len() {
+            let Some(slot) = self.slots[s].as_mut() else {
+                continue;
+            };
+            if !slot.moving || slot.inflight > 0 {
+                continue;
+            }
+            if slot.conn.is_closing() || slot.finishing() {
+                // logged out or failed meanwhile: it closes as usual
+                slot.moving = false;
+                self.moving -= 1;
+                continue;
+            }
+            if !slot.conn.movable() {
+                continue;
+            }
+            let Some(socket) = slot.link.detach(self.poll.registry()) else {
+                slot.moving = false;
+                self.moving -= 1;
+                self.close(s, "its socket cannot be handed over");
+                continue;
+            };
+            let Some(state) = slot.conn.take_moved() else {
+                continue; // not reached: it was movable
+            };
+            slot.moving = false;
+            self.moving -= 1;
+            let Some(id) = self.id(s) else { continue };
+            if let Some(mut slot) = self.slots[s].take() {
+                let _in_conn = slot.span.clone().entered();
+                tracing::info!(
+                    stat_sn = state.stat_sn,
+                    exp_cmd_sn = state.exp_cmd_sn,
+                    "connection handed over to the next numatgtd"
+                );
+                // the session goes on in the next process: its nexus is not lost (no
+                // release of reservations), the socket stays open through `socket`
+                slot.io.detach_all();
+                crate::backend::task_watch::tasks_ended(id, |_| false);
+                self.shared.registry.connection_closed(id);
+                let nexus = slot.session.normal().map(|n| n.nexus.id);
+                self.shared
+                    .moved_out
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(shared::MovedOut {
+                        state,
+                        socket,
+                        nexus,
+                    });
+                self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+                self.free.push(s);
+            }
+        }
     }
 
     /// A free connection slot (its tokens are not registered).
@@ -328,6 +427,22 @@ impl EventThread {
         local: SocketAddr,
         login_keys: Option<Box<dyn TransportKeys>>,
     ) {
+        let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
+        conn.set_random_source(Box::new(crate::registry::os_random));
+        if let Some(keys) = login_keys {
+            conn.set_rdma_transport(keys);
+        }
+        self.install_conn(s, link, peer, conn);
+    }
+
+    /// Puts `conn` in slot `s` with its link (registered).
+    fn install_conn(
+        &mut self,
+        s: usize,
+        link: Box<dyn Link>,
+        peer: SocketAddr,
+        conn: Connection<crate::backend::payload::Payload>,
+    ) {
         let generation = self.next_generation;
         self.next_generation += 1;
         self.shared.connections.fetch_add(1, Ordering::Relaxed);
@@ -340,11 +455,6 @@ impl EventThread {
             initiator = tracing::field::Empty,
             target = tracing::field::Empty
         );
-        let mut conn = Connection::new(self.shared.registry.config_for(None, local), peer, local);
-        conn.set_random_source(Box::new(crate::registry::os_random));
-        if let Some(keys) = login_keys {
-            conn.set_rdma_transport(keys);
-        }
         let events = self.shared.proto_stats.target("");
         self.slots[s] = Some(Slot::new(link, conn, generation, peer, events, span));
     }

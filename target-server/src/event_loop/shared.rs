@@ -44,6 +44,22 @@ pub struct Shared {
     pub thread_stats: Vec<ThreadStats>,
     /// Protocol events (logins, task management, rejects, digest errors) per target.
     pub proto_stats: crate::proto_stats::ProtoStats,
+    /// Connections taken out for the next numatgtd (live upgrade, `Msg::Quiesce`).
+    pub moved_out: std::sync::Mutex<Vec<MovedOut>>,
+}
+
+/// A connection handed over to the next numatgtd: its protocol state and its socket.
+pub struct MovedOut {
+    pub state: iscsi_proto::MovedConn,
+    pub socket: std::os::fd::OwnedFd,
+    /// Its session's I_T nexus (its logical units' state goes with it).
+    pub nexus: Option<scsi::NexusId>,
+}
+
+/// A connection from the previous numatgtd, to be adopted (`Msg::Resume`).
+pub struct MovedIn {
+    pub state: iscsi_proto::MovedConn,
+    pub accepted: Box<dyn crate::transport::Accepted>,
 }
 
 /// What an event thread reports about itself; one cache line each (written by its thread

@@ -32,6 +32,8 @@ pub(super) struct Slot {
     pub io: ConnIo,
     /// Its target's protocol event counters (those of target `""` until logged in).
     pub events: Arc<crate::proto_stats::TargetEvents>,
+    /// Held for a move to the next numatgtd (live upgrade): moved once quiet.
+    pub moving: bool,
     /// The log context of everything about this connection (`conn{id peer initiator
     /// target}`; initiator and target once logged in).
     pub span: tracing::Span,
@@ -135,6 +137,7 @@ impl Slot {
             inflight: 0,
             more_input: None,
             window_drops: 0,
+            moving: false,
             io: Default::default(),
             events,
             span,

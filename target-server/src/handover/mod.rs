@@ -7,18 +7,21 @@
 //!    the configuration, answers `prepared` or `refused` and exits. Nothing was disturbed:
 //!    a refusal, a crash or a timeout leaves the daemon serving, and the admin is told why.
 //! 2. **Quiesce.** The daemon stops accepting (connections and tgtadm clients wait in the
-//!    listeners' backlog), asks every session's initiator to log out (Asynchronous
-//!    Message "target requests logout"; the Logout Response says Time2Wait 0), waits for
-//!    them (bounded), then stops as on SIGTERM: remaining connections closed, dirty cache
-//!    blocks written back, every LUN synced and closed, RBD locks given back; it lets the
-//!    management lock go.
+//!    listeners' backlog). When the new binary said it takes moved connections, each
+//!    normal session's TCP connection is held (its command window stops opening) and,
+//!    once quiet, taken out with its iSCSI state and a descriptor of its socket; the other
+//!    sessions' initiators are asked to log out (Asynchronous Message "target requests
+//!    logout"; the Logout Response says Time2Wait 0). It waits for both (bounded), then
+//!    stops as on SIGTERM: remaining connections closed, dirty cache blocks written back,
+//!    every LUN synced and closed, RBD locks given back; it lets the management lock go.
 //! 3. **Takeover.** The listening sockets (TCP portals, management socket, metrics), the
-//!    asking client's connection and a descriptor of the old executable are queued with
-//!    the configuration on a socket pair, and the process execs the new binary (mode
-//!    `takeover`): it starts on the passed-on sockets (the initiators' logins waiting in
-//!    the backlog reach it) and answers the client. If it cannot start, it tells the
-//!    client why and execs the old executable again from that descriptor (mode
-//!    `resume`), on the same sockets and configuration.
+//!    asking client's connection, a descriptor of the old executable and the moved
+//!    connections' sockets are queued with the configuration and the connections' state
+//!    on a socket pair, and the process execs the new binary (mode `takeover`): it starts
+//!    on the passed-on sockets (the initiators' logins waiting in the backlog reach it),
+//!    goes on with the moved connections, and answers the client. If it cannot start, it
+//!    tells the client why and execs the old executable again from that descriptor (mode
+//!    `resume`), on the same sockets, connections and configuration.
 
 pub mod wire;
 
@@ -100,7 +103,13 @@ impl Resume {
         };
         let mut raw: Vec<RawFd> = vec![text.as_raw_fd()];
         raw.extend(self.fds.iter().map(|f| f.as_raw_fd()));
-        if let Err(e) = wire::send(&ours, OFFER_IN_FILE, &raw) {
+        // one message when they fit (all a numatgtd of format 1 reads), else the count first
+        let first = if raw.len() <= wire::MAX_FDS {
+            OFFER_IN_FILE.to_string()
+        } else {
+            format!("{} {}\n", OFFER_IN_FILE.trim_end(), raw.len())
+        };
+        if let Err(e) = wire::send_with_fds(&ours, &first, &raw) {
             return format!("cannot queue the sockets for the new executable: {e}");
         }
         drop(ours);
@@ -191,9 +200,9 @@ fn close_raw(fd: RawFd) {
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }
 
-/// Runs `binary` in check mode with `offer`: Ok once it answered `prepared`, the reason
-/// otherwise. The child is always reaped.
-fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<(), String> {
+/// Runs `binary` in check mode with `offer`: Ok once it answered `prepared` (true when it
+/// can take moved connections), the reason otherwise. The child is always reaped.
+fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<bool, String> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| format!("cannot make a socket pair: {e}"))?;
     let passed = inheritable(&theirs)?;
@@ -233,7 +242,9 @@ fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<(), String> 
     };
     let exit = status.map_or_else(String::new, |s| format!(" (pid {pid}: {s})"));
     match answer.as_ref().map(|(t, _)| t.trim_end()) {
-        Ok(t) if t.starts_with("prepared") => Ok(()),
+        Ok(t) if t.starts_with("prepared") => Ok(t
+            .split_whitespace()
+            .any(|w| w == wire::CAN_MOVE_CONNECTIONS)),
         Ok(t) => Err(format!(
             "{} refused: {}{exit}",
             binary.display(),
@@ -265,6 +276,9 @@ pub fn upgrade(
         paused_at_ms: 0,
         note: String::new(),
         upgrades: crate::upgrade_stats::last().map_or(0, |u| u.count),
+        moved: 0,
+        conns: Vec::new(),
+        lus: Vec::new(),
         asked: 0,
         closed: 0,
         quiesce_ms: 0,
@@ -282,29 +296,46 @@ pub fn upgrade(
 
     // 1. check: the new binary reads the format and the configuration
     tracing::info!(binary = %binary.display(), "upgrade: checking the new numatgtd");
-    if let Err(why) = check(&binary, &args, &offer) {
-        return Failure::Refused(Box::new(daemon), why);
+    let moves = match check(&binary, &args, &offer) {
+        Ok(m) => m,
+        Err(why) => return Failure::Refused(Box::new(daemon), why),
+    };
+    if !moves {
+        tracing::info!("upgrade: the new numatgtd takes no connections: sessions log in again");
     }
 
     // 2. quiesce and stop: from here on the daemon is gone
     let paused = now_ms();
     let (tcp, metrics) = daemon.listeners();
     mgmt.stop_accepting();
-    let q = daemon.quiesce(LOGOUT_WITHIN, QUIESCE_WAIT);
+    let q = daemon.quiesce(LOGOUT_WITHIN, moves, QUIESCE_WAIT);
+    let moved = q.moved.len();
+    let asked = q.connections.saturating_sub(moved);
     tracing::info!(
         connections = q.connections,
+        moved,
         left = q.left,
         ms = q.took.as_millis() as u64,
-        "upgrade: sessions asked to log out"
+        "upgrade: connections quiet and moved out, others asked to log out"
     );
     offer.config = crate::mgmt::dump::yaml(&ctx.registry, &ctx.base);
+    if moves {
+        // what the moved sessions left in their logical units goes with them
+        let moving: Vec<scsi::NexusId> = q.moved.iter().filter_map(|m| m.nexus).collect();
+        for t in ctx.registry.targets() {
+            for (lun, l) in &t.lun_set().map {
+                if let Some(state) = l.scsi.handover_state(&moving) {
+                    offer.lus.push((t.iqn.clone(), *lun, state));
+                }
+            }
+        }
+    }
     let t_stop = Instant::now();
     daemon.stop();
     mgmt.release();
     offer.note = format!(
-        "{} connections asked to log out ({} left and closed) in {} ms, write-back and sync \
-         {} ms, from numatgtd {} ({})",
-        q.connections,
+        "{moved} connections moved, {asked} asked to log out ({} left and closed) in {} ms, \
+         write-back and sync {} ms, from numatgtd {} ({})",
         q.left,
         q.took.as_millis(),
         t_stop.elapsed().as_millis(),
@@ -312,7 +343,8 @@ pub fn upgrade(
         started_as().0.display()
     );
     offer.paused_at_ms = paused;
-    offer.asked = q.connections as u64;
+    offer.moved = moved as u64;
+    offer.asked = asked as u64;
     offer.closed = q.left as u64;
     offer.quiesce_ms = q.took.as_millis() as u64;
     offer.writeback_ms = t_stop.elapsed().as_millis() as u64;
@@ -337,6 +369,11 @@ pub fn upgrade(
     }
     offer.roles.push(Role::Fallback);
     fds.push(fallback);
+    for m in q.moved {
+        offer.roles.push(Role::Conn);
+        offer.conns.push(m.state.to_text());
+        fds.push(m.socket);
+    }
     offer.mode = Mode::Takeover;
     tracing::info!(binary = %binary.display(), "upgrade: executing the new numatgtd");
     let takeover = Resume { offer, fds };
@@ -354,8 +391,11 @@ pub struct Incoming {
     pub inherited: Inherited,
     /// The management socket's.
     pub mgmt: Option<UnixListener>,
-    /// Second descriptors of the listening sockets, for the way back.
+    /// Second descriptors of the listening sockets and moved connections, for the way
+    /// back.
     kept: Vec<(Role, OwnedFd)>,
+    /// The state of the kept moved connections, in their order.
+    kept_conns: Vec<String>,
     reply: Option<UnixStream>,
     fallback: Option<OwnedFd>,
 }
@@ -384,6 +424,14 @@ fn receive(v: &str) -> Result<Incoming, String> {
     );
     let _ = sock.set_read_timeout(Some(CHECK_WAIT));
     let (mut text, mut fds) = wire::recv(&sock).map_err(|e| e.to_string())?;
+    if let Some(n) = text
+        .strip_prefix(OFFER_IN_FILE.trim_end())
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .filter(|n| *n <= 1 << 20)
+    {
+        wire::recv_more_fds(&sock, &mut fds, n).map_err(|e| e.to_string())?;
+        text = OFFER_IN_FILE.to_string();
+    }
     if text == OFFER_IN_FILE {
         if fds.is_empty() {
             return Err("the offer's memory file did not come".into());
@@ -410,9 +458,12 @@ fn receive(v: &str) -> Result<Incoming, String> {
         inherited: Inherited::default(),
         mgmt: None,
         kept: Vec::new(),
+        kept_conns: Vec::new(),
         reply: None,
         fallback: None,
     };
+    inc.inherited.lu_states = inc.offer.lus.clone();
+    let mut conns = inc.offer.conns.clone().into_iter();
     for (role, fd) in inc.offer.roles.clone().into_iter().zip(fds) {
         if matches!(role, Role::Tcp | Role::Mgmt | Role::Metrics)
             && let Ok(k) = fd.try_clone()
@@ -420,6 +471,22 @@ fn receive(v: &str) -> Result<Incoming, String> {
             inc.kept.push((role, k));
         }
         match role {
+            Role::Conn => {
+                let text = conns.next().unwrap_or_default();
+                let state = match iscsi_proto::MovedConn::from_text(&text) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // the socket closes: that initiator logs in again
+                        tracing::warn!("a moved connection's state is unreadable: {e}");
+                        continue;
+                    }
+                };
+                if let Ok(k) = fd.try_clone() {
+                    inc.kept.push((role, k));
+                    inc.kept_conns.push(text);
+                }
+                inc.inherited.moved.push((state, fd));
+            }
             Role::Tcp => inc.inherited.tcp.push(fd.into()),
             Role::Metrics => inc.inherited.metrics = Some(fd.into()),
             Role::Mgmt => inc.mgmt = Some(UnixListener::from(fd)),
@@ -435,7 +502,11 @@ impl Incoming {
     /// why not).
     pub fn answer_check(&self, r: &Result<(), String>) {
         let t = match r {
-            Ok(()) => format!("prepared {}\n", std::process::id()),
+            Ok(()) => format!(
+                "prepared {} {}\n",
+                std::process::id(),
+                wire::CAN_MOVE_CONNECTIONS
+            ),
             Err(e) => format!("refused {}\n", one_line(e)),
         };
         let _ = wire::send(&self.sock, &t, &[]);
@@ -454,6 +525,7 @@ impl Incoming {
                     paused_s: paused as f64 / 1e3,
                     quiesce_s: self.offer.quiesce_ms as f64 / 1e3,
                     writeback_s: self.offer.writeback_ms as f64 / 1e3,
+                    moved: self.offer.moved,
                     asked: self.offer.asked,
                     closed: self.offer.closed,
                 });
@@ -505,6 +577,8 @@ impl Incoming {
         let mut offer = self.offer.clone();
         offer.mode = Mode::Resume;
         offer.roles = self.kept.iter().map(|(r, _)| *r).collect();
+        offer.conns = std::mem::take(&mut self.kept_conns);
+        offer.moved = offer.conns.len() as u64;
         offer.note.clear();
         let back = Resume {
             offer,
@@ -540,6 +614,9 @@ mod tests {
             paused_at_ms: 1,
             note: "n".into(),
             upgrades: 0,
+            moved: 0,
+            conns: Vec::new(),
+            lus: Vec::new(),
             asked: 0,
             closed: 0,
             quiesce_ms: 0,

@@ -56,15 +56,24 @@ pub enum Role {
     /// The old executable (opened from `/proc/self/exe`), to start again if the new one
     /// fails.
     Fallback,
+    /// A TCP connection of a normal session that goes on in the new process; its state is
+    /// the offer's next `conn` line.
+    Conn,
 }
 
-const ROLES: [(Role, &str); 5] = [
+const ROLES: [(Role, &str); 6] = [
     (Role::Tcp, "tcp"),
     (Role::Mgmt, "mgmt"),
     (Role::Metrics, "metrics"),
     (Role::Reply, "reply"),
     (Role::Fallback, "fallback"),
+    (Role::Conn, "conn"),
 ];
+
+/// What a new executable says it can take besides format [`FORMAT`]'s basics, in its
+/// `prepared` answer: moved TCP connections (`Role::Conn`). A binary that does not say so
+/// gets none: its sessions log out and in again.
+pub const CAN_MOVE_CONNECTIONS: &str = "moves-connections";
 
 impl Role {
     fn word(self) -> &'static str {
@@ -95,6 +104,8 @@ pub struct Offer {
     pub note: String,
     /// Upgrades this process went through before this one.
     pub upgrades: u64,
+    /// Connections moved with their sessions (`Role::Conn`).
+    pub moved: u64,
     /// Connections asked to log out, and those closed when the wait ended.
     pub asked: u64,
     /// See `asked`.
@@ -103,6 +114,11 @@ pub struct Offer {
     pub quiesce_ms: u64,
     /// See `quiesce_ms`.
     pub writeback_ms: u64,
+    /// The state of each moved connection (`iscsi_proto::MovedConn`'s text), in the
+    /// order of their `Role::Conn` descriptors.
+    pub conns: Vec<String>,
+    /// Logical units' state (`scsi::LogicalUnit::handover_state`): target name, LUN, bytes.
+    pub lus: Vec<(String, u64, Vec<u8>)>,
     /// The running configuration (`numatgtadm --dump`'s YAML).
     pub config: String,
 }
@@ -146,10 +162,25 @@ impl Offer {
             "upgrades {}\nasked {}\nclosed {}\nquiesce-ms {}\nwriteback-ms {}\n",
             self.upgrades, self.asked, self.closed, self.quiesce_ms, self.writeback_ms
         ));
+        if self.moved > 0 {
+            t.push_str(&format!("moved {}\n", self.moved));
+        }
         for r in &self.roles {
             t.push_str("fd ");
             t.push_str(r.word());
             t.push('\n');
+        }
+        for c in &self.conns {
+            t.push_str("conn ");
+            t.push_str(&hex(c.as_bytes()));
+            t.push('\n');
+        }
+        for (iqn, lun, state) in &self.lus {
+            t.push_str(&format!(
+                "lu {} {lun} {}\n",
+                hex(iqn.as_bytes()),
+                hex(state)
+            ));
         }
         t.push_str("config\n");
         t.push_str(&self.config);
@@ -186,6 +217,9 @@ impl Offer {
             closed: 0,
             quiesce_ms: 0,
             writeback_ms: 0,
+            moved: 0,
+            conns: Vec::new(),
+            lus: Vec::new(),
             config: config.to_string(),
         };
         for line in lines {
@@ -201,10 +235,31 @@ impl Offer {
                 }
                 "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
                 "note" => offer.note = v.to_string(),
-                "upgrades" | "asked" | "closed" | "quiesce-ms" | "writeback-ms" => {
+                "lu" => {
+                    let mut w = v.split(' ');
+                    let text = |w: Option<&str>| {
+                        unhex(w.unwrap_or(""))
+                            .and_then(|b| String::from_utf8(b).ok())
+                            .ok_or_else(|| bad("lu: not hexadecimal UTF-8"))
+                    };
+                    let iqn = text(w.next())?;
+                    let lun = w
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .ok_or_else(|| bad(line))?;
+                    let state = unhex(w.next().unwrap_or("")).ok_or_else(|| bad(line))?;
+                    offer.lus.push((iqn, lun, state));
+                }
+                "conn" => offer.conns.push(
+                    unhex(v)
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .ok_or_else(|| bad("conn: not hexadecimal UTF-8"))?,
+                ),
+                "upgrades" | "moved" | "asked" | "closed" | "quiesce-ms" | "writeback-ms" => {
                     let n: u64 = v.parse().map_err(|_| bad(line))?;
                     *match k {
                         "upgrades" => &mut offer.upgrades,
+                        "moved" => &mut offer.moved,
                         "asked" => &mut offer.asked,
                         "closed" => &mut offer.closed,
                         "quiesce-ms" => &mut offer.quiesce_ms,
@@ -221,11 +276,53 @@ impl Offer {
                 _ => return Err(bad(line)),
             }
         }
-        if offer.roles.len() > MAX_FDS {
-            return Err(bad("too many descriptors"));
+        let conn_fds = offer.roles.iter().filter(|r| **r == Role::Conn).count();
+        if conn_fds != offer.conns.len() {
+            return Err(bad("conn lines and conn descriptors differ in number"));
         }
         Ok(offer)
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    iscsi_proto::text::binary::encode_hex(bytes)
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    iscsi_proto::text::binary::decode_hex_record(s, MAX_MESSAGE).ok()
+}
+
+/// The message that carries further descriptors of an offer, [`MAX_FDS`] at most each.
+pub const MORE_FDS: &str = "numatgt-handover-more-descriptors\n";
+
+/// Sends `first` with as many of `fds` as one message carries, and the rest in
+/// [`MORE_FDS`] messages.
+pub fn send_with_fds(sock: &UnixStream, first: &str, fds: &[RawFd]) -> Result<(), WireError> {
+    let mut chunks = fds.chunks(MAX_FDS);
+    send(sock, first, chunks.next().unwrap_or(&[]))?;
+    for c in chunks {
+        send(sock, MORE_FDS, c)?;
+    }
+    Ok(())
+}
+
+/// Receives [`MORE_FDS`] messages until `fds` holds `total` descriptors.
+pub fn recv_more_fds(
+    sock: &UnixStream,
+    fds: &mut Vec<OwnedFd>,
+    total: usize,
+) -> Result<(), WireError> {
+    while fds.len() < total {
+        let (more, f) = recv(sock)?;
+        if more != MORE_FDS || f.is_empty() {
+            return Err(WireError::Malformed(format!(
+                "{} of {total} descriptors came",
+                fds.len()
+            )));
+        }
+        fds.extend(f);
+    }
+    Ok(())
 }
 
 /// Sends one message, with `fds` attached when there are any.
@@ -317,10 +414,14 @@ mod tests {
                 Role::Metrics,
                 Role::Reply,
                 Role::Fallback,
+                Role::Conn,
             ],
             paused_at_ms: 1_800_000_000_000,
             note: "2 connections asked to log out".into(),
             upgrades: 3,
+            moved: 1,
+            conns: vec!["initiator iqn.x\ntarget iqn.y\n".into()],
+            lus: vec![("iqn.y".into(), 1, vec![1, 2, 3])],
             asked: 2,
             closed: 1,
             quiesce_ms: 40,
@@ -336,6 +437,8 @@ mod tests {
         let r = Offer {
             mode: Mode::Resume,
             roles: vec![],
+            conns: vec![],
+            moved: 0,
             ..offer()
         };
         assert_eq!(Offer::decode(&r.encode()).expect("decode"), r);

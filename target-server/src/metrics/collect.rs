@@ -185,9 +185,11 @@ fn upgrades(out: &mut Vec<MetricFamily>) {
     push(out, secs);
     let mut conns = Family::gauge(
         "numatgt_upgrade_last_connections",
-        "The last live upgrade's connections: asked to log out (asked), still open when the \
-         wait ended and closed (closed).",
+        "The last live upgrade's connections: moved to the new process with their sessions \
+         (moved), asked to log out (asked), still open when the wait ended and closed \
+         (closed).",
     );
+    conns.add(&[("outcome", "moved")], u.moved as f64);
     conns.add(&[("outcome", "asked")], u.asked as f64);
     conns.add(&[("outcome", "closed")], u.closed as f64);
     push(out, conns);

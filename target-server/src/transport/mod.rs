@@ -217,6 +217,20 @@ pub trait Link: Send {
     fn take_landing(&mut self, _itt: u32) -> Option<Landing> {
         None
     }
+    /// True when the connection can move to another process with its socket (live
+    /// upgrade, [`Link::detach`]): TCP. An RDMA connection's verbs objects belong to the
+    /// process.
+    fn can_move(&self) -> bool {
+        false
+    }
+
+    /// Takes the link out of the poll set and gives a descriptor of its socket for another
+    /// process (only when [`Link::can_move`]; `None` otherwise). The link is dropped
+    /// afterwards without ending the connection: the descriptor keeps it open.
+    fn detach(&mut self, _registry: &mio::Registry) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+
     /// Every timer tick (about a second) while the connection is open: `Err` ends it (iSER:
     /// nothing it sent completed for too long).
     fn on_tick(&mut self, _now_ms: u64) -> Result<(), LinkError> {
@@ -255,6 +269,12 @@ pub enum BindError {
 /// management plane's).
 pub fn tcp_listener(l: std::net::TcpListener) -> Box<dyn Listener> {
     Box::new(tcp::TcpPortal::new(l))
+}
+
+/// A TCP connection moved from another process (live upgrade): its socket, to be adopted
+/// like an accepted one. `Err`: not a connected TCP socket.
+pub fn moved_tcp(fd: std::os::fd::OwnedFd) -> io::Result<Box<dyn Accepted>> {
+    tcp::moved(fd)
 }
 
 /// An iSER portal listening on `addr` (RDMA CM).

@@ -178,9 +178,10 @@ pub(super) fn command() -> Command {
             .help(
                 "Replace the running daemon, in the same process, with a new numatgtd \
                  executable (--binary; default: the file the daemon was started from) \
-                 without refusing a connection: sessions are asked to log out and log in \
-                 again; an executable that fails gives way to the running one (numatgtd \
-                 only; with -C)",
+                 without refusing a connection: TCP sessions move to it with their \
+                 connections, iSER sessions are asked to log out and log in again; an \
+                 executable that fails gives way to the running one (numatgtd only; with \
+                 -C)",
             ),
     )
     .arg(

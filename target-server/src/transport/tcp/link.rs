@@ -137,6 +137,22 @@ impl Link for TcpLink {
     fn retire(&mut self, registry: &mio::Registry) {
         let _ = registry.deregister(&mut self.sock);
     }
+
+    fn can_move(&self) -> bool {
+        true
+    }
+
+    fn detach(&mut self, registry: &mio::Registry) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        let _ = registry.deregister(&mut self.sock);
+        match self.sock.as_fd().try_clone_to_owned() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!("cannot keep the socket for the new numatgtd: {e}");
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -91,6 +91,17 @@ impl Listener for TcpPortal {
     }
 }
 
+/// A connected socket from another process (live upgrade), as if accepted.
+pub(super) fn moved(fd: std::os::fd::OwnedFd) -> io::Result<Box<dyn Accepted>> {
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true)?;
+    let peer = std.peer_addr()?;
+    Ok(Box::new(TcpAccepted {
+        sock: TcpStream::from_std(std),
+        peer,
+    }))
+}
+
 /// An accepted socket.
 struct TcpAccepted {
     sock: TcpStream,

@@ -1,0 +1,299 @@
+//! A logical unit's state that outlives its process when the server hands its sessions
+//! over to a new executable (live upgrade): the persistent reservations (with or without
+//! APTPL) and the SPC-2 reservation, the unit attentions pending per I_T nexus, the
+//! initiator ports seen, and the mode parameters initiators changed (WCE, D_SENSE, SWP).
+//! The new process takes it before its first nexus is added; a nexus added then with a
+//! carried identity gets its carried unit attentions instead of POWER ON OCCURRED, so the
+//! initiator of a moved session sees the logical unit as it was.
+//!
+//! Carried for disks only: a CD drive's medium, a tape's position and a changer's elements
+//! live in the server's objects, which start anew, so their sessions are told so (POWER ON
+//! OCCURRED) as after a restart; a passthrough device keeps its own state.
+//!
+//! The bytes (big-endian): `"NTHO"`, u16 version 1, u32 length and the persistent
+//! reservation state as APTPL stores it (`pr::persist`, with its own checksum), u8 mode
+//! bits (WCE 1, D_SENSE 2, SWP 4), u32 count and the initiator ports seen, u32 count and
+//! for each moving nexus its port pair, u8 count and its unit attentions (codes of
+//! [`UA_CODES`]). Port pairs as in `pr::persist`.
+
+use std::sync::atomic::Ordering;
+
+use crate::LogicalUnit;
+use crate::mmc::DeviceType;
+use crate::nexus::PortPair;
+use crate::pr::persist::{Reader, put_pair};
+use crate::ua::{UaQueue, UnitAttention};
+
+const MAGIC: &[u8; 4] = b"NTHO";
+const VERSION: u16 = 1;
+/// Most initiator ports or nexuses one state holds.
+const MAX_ENTRIES: usize = 1 << 16;
+
+/// Every unit attention condition, by its code in the bytes (its index).
+const UA_CODES: [UnitAttention; 11] = [
+    UnitAttention::PowerOnReset,
+    UnitAttention::LuReset,
+    UnitAttention::NexusLoss,
+    UnitAttention::MediumMayHaveChanged,
+    UnitAttention::ModeParametersChanged,
+    UnitAttention::ReservationsPreempted,
+    UnitAttention::ReservationsReleased,
+    UnitAttention::RegistrationsPreempted,
+    UnitAttention::AsymmetricAccessStateChanged,
+    UnitAttention::CapacityChanged,
+    UnitAttention::LunsChanged,
+];
+
+fn put_count(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&(n.min(u32::MAX as usize) as u32).to_be_bytes());
+}
+
+fn count(r: &mut Reader<'_>) -> Result<usize, String> {
+    let n = r.u32().map_err(|e| e.to_string())? as usize;
+    if n > MAX_ENTRIES {
+        return Err(format!("{n} entries"));
+    }
+    Ok(n)
+}
+
+impl LogicalUnit {
+    /// The state a new executable goes on with ([`LogicalUnit::resume_state`]), with the
+    /// unit attentions of the nexuses in `moving` (those whose sessions move); `None` for
+    /// device types whose state is not carried (see the module documentation).
+    pub fn handover_state(&self, moving: &[crate::NexusId]) -> Option<Vec<u8>> {
+        if self.params.device_type != DeviceType::Disk {
+            return None;
+        }
+        let g = self.shared.lock();
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_be_bytes());
+        let pr = crate::pr::persist::encode(&g.pr, g.seq);
+        put_count(&mut out, pr.len());
+        out.extend_from_slice(&pr);
+        let s = &self.state;
+        out.push(
+            u8::from(s.wce.load(Ordering::Relaxed))
+                | u8::from(s.d_sense.load(Ordering::Relaxed)) << 1
+                | u8::from(s.swp.load(Ordering::Relaxed)) << 2,
+        );
+        let seen: Vec<&PortPair> = g.seen_ports().collect();
+        put_count(&mut out, seen.len());
+        for p in seen {
+            put_pair(&mut out, p);
+        }
+        let moving: Vec<_> = g
+            .nexuses
+            .iter()
+            .filter(|(id, _)| moving.contains(id))
+            .map(|(_, e)| e)
+            .collect();
+        put_count(&mut out, moving.len());
+        for e in moving {
+            put_pair(&mut out, &e.ports);
+            let uas: Vec<u8> =
+                e.ua.iter()
+                    .filter_map(|u| UA_CODES.iter().position(|c| *c == u))
+                    .map(|i| i as u8)
+                    .collect();
+            out.push(uas.len() as u8);
+            out.extend_from_slice(&uas);
+        }
+        Some(out)
+    }
+
+    /// Goes on with `bytes`, the same logical unit's [`LogicalUnit::handover_state`] in
+    /// the previous process; call it before the first nexus is added. Reservations shared
+    /// through a cluster are not taken (the server reads them where they are kept).
+    /// Invalid bytes are refused and change nothing.
+    pub fn resume_state(&self, bytes: &[u8]) -> Result<(), String> {
+        if self.params.device_type != DeviceType::Disk {
+            return Err("this device type's state is not carried".into());
+        }
+        if bytes.len() < 6 || &bytes[..4] != MAGIC {
+            return Err("not a logical unit's handover state".into());
+        }
+        let version = u16::from_be_bytes([bytes[4], bytes[5]]);
+        if version != VERSION {
+            return Err(format!("handover state version {version} is not read here"));
+        }
+        let mut r = Reader::new(bytes, 6, 3);
+        let e = |e: crate::pr::PrStateError| e.to_string();
+        let n = r.u32().map_err(e)? as usize;
+        let pr_bytes = r.take(n).map_err(e)?;
+        let (pr, seq) = crate::pr::persist::decode(pr_bytes).map_err(e)?;
+        let [mode] = r.array::<1>().map_err(e)?;
+        let mut seen = Vec::new();
+        for _ in 0..count(&mut r)? {
+            seen.push(r.pair().map_err(e)?);
+        }
+        let mut carried = Vec::new();
+        for _ in 0..count(&mut r)? {
+            let p = r.pair().map_err(e)?;
+            let [k] = r.array::<1>().map_err(e)?;
+            let mut q = UaQueue::default();
+            for &c in r.take(usize::from(k)).map_err(e)? {
+                q.push(
+                    *UA_CODES
+                        .get(usize::from(c))
+                        .ok_or_else(|| format!("unknown unit attention code {c}"))?,
+                );
+            }
+            carried.push((p, q));
+        }
+        if !r.at_end() {
+            return Err("bytes after the state".into());
+        }
+        let mut g = self.shared.lock();
+        if !g.shared_pr {
+            g.pr = pr;
+            g.seq = seq;
+        }
+        for p in seen {
+            g.remember_port(p);
+        }
+        for (p, q) in carried {
+            g.remember_port(p.clone());
+            g.carry(p, q);
+        }
+        drop(g);
+        self.state.wce.store(mode & 1 != 0, Ordering::Relaxed);
+        self.state.d_sense.store(mode & 2 != 0, Ordering::Relaxed);
+        self.state.swp.store(mode & 4 != 0, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::lu;
+    use crate::*;
+
+    fn nexus(id: u64, name: &str, isid: u64) -> Nexus {
+        Nexus::iscsi(NexusId(id), name, isid, "iqn.2026-11.org.numatgt:t1", 1)
+    }
+
+    fn run(lu: &LogicalUnit, n: &Nexus, cdb: &[u8], data_out: &[u8]) -> Completion {
+        let cmd = CmdCtx {
+            cdb,
+            data_out,
+            landed: 0,
+            luns: &[1],
+        };
+        match lu.execute_nexus(n, &cmd) {
+            Outcome::Action(Action::Complete(c)) => c,
+            Outcome::PersistentReserveOut(p) => p.completion,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The sense (key, ASC, ASCQ) of TEST UNIT READY, `None` when GOOD.
+    fn first_sense(lu: &LogicalUnit, n: &Nexus) -> Option<(u8, u8, u8)> {
+        let c = run(lu, n, &[0; 6], &[]);
+        (c.status != 0).then(|| sense::parse_key_asc(&c.sense).expect("sense"))
+    }
+
+    fn prout(lu: &LogicalUnit, n: &Nexus, sa: u8, ty: u8, key: u64, sa_key: u64) -> u8 {
+        let mut list = [0u8; 24];
+        list[..8].copy_from_slice(&key.to_be_bytes());
+        list[8..16].copy_from_slice(&sa_key.to_be_bytes());
+        run(lu, n, &[0x5F, sa, ty, 0, 0, 0, 0, 0, 24, 0], &list).status
+    }
+
+    /// The reservation's key, read through `n` (PERSISTENT RESERVE IN, READ RESERVATION).
+    fn reservation_key(lu: &LogicalUnit, n: &Nexus) -> Option<u64> {
+        let c = run(lu, n, &[0x5E, 1, 0, 0, 0, 0, 0, 0, 255, 0], &[]);
+        let d = c.data;
+        (d.len() >= 16 && d[4..8] != [0, 0, 0, 0])
+            .then(|| u64::from_be_bytes(d[8..16].try_into().expect("8 bytes")))
+    }
+
+    fn caching_page(lu: &LogicalUnit, n: &Nexus) -> Vec<u8> {
+        run(lu, n, &[0x1A, 0x08, 0x08, 0, 255, 0], &[]).data
+    }
+
+    #[test]
+    fn a_disk_goes_on_with_its_reservations_attentions_and_mode() {
+        // A persistent reservation, a pending unit attention and a mode change made in
+        // one process are there in the next: the moved nexus sees no POWER ON, a new one
+        // does.
+        let a = lu();
+        let (x, y) = (nexus(1, "iqn.x", 1), nexus(2, "iqn.y", 2));
+        for n in [&x, &y] {
+            a.nexus_added(n);
+            assert_eq!(first_sense(&a, n), Some((6, 0x29, 0x00)));
+            assert_eq!(first_sense(&a, n), None);
+        }
+        assert_eq!(prout(&a, &x, 0, 0, 0, 0xAA), 0, "REGISTER");
+        assert_eq!(prout(&a, &x, 1, 1, 0xAA, 0), 0, "RESERVE, write exclusive");
+        let mut page = caching_page(&a, &x);
+        page[0] = 0;
+        page[2] = 0;
+        page[6] &= !0x04;
+        let c = run(&a, &x, &[0x15, 0x10, 0, 0, page.len() as u8, 0], &page);
+        assert_eq!(c.status, 0, "MODE SELECT: WCE off");
+        // y now has MODE PARAMETERS CHANGED pending
+        let text = a.handover_state(&[x.id, y.id]).expect("a disk's state");
+
+        let b = lu();
+        b.resume_state(&text).expect("resume");
+        let (x2, y2, z) = (
+            nexus(7, "iqn.x", 1),
+            nexus(8, "iqn.y", 2),
+            nexus(9, "iqn.z", 3),
+        );
+        for n in [&x2, &y2, &z] {
+            b.nexus_added(n);
+        }
+        assert_eq!(first_sense(&b, &x2), None, "x: nothing pending");
+        assert_eq!(
+            first_sense(&b, &y2),
+            Some((6, 0x2A, 0x01)),
+            "y: mode parameters changed"
+        );
+        assert_eq!(first_sense(&b, &z), Some((6, 0x29, 0x00)), "z: a new nexus");
+        assert_eq!(reservation_key(&b, &x2), Some(0xAA));
+        assert_eq!(
+            caching_page(&b, &x2)[6] & 0x04,
+            0,
+            "MODE SELECT's WCE carried"
+        );
+        // y is no registrant: its write conflicts with x's reservation
+        let w = run(&b, &y2, &[0x2A, 0, 0, 0, 0, 0, 0, 0, 1, 0], &[0; 512]);
+        assert_eq!(w.status, status::RESERVATION_CONFLICT);
+    }
+
+    #[test]
+    fn bad_handover_state_is_refused_and_changes_nothing() {
+        let a = lu();
+        let (x, y) = (nexus(1, "iqn.x", 1), nexus(2, "iqn.y", 2));
+        a.nexus_added(&x);
+        a.nexus_added(&y);
+        let good = a.handover_state(&[x.id, y.id]).expect("state");
+        let b = lu();
+        // every truncation, a flipped byte in each place, garbage, another version
+        for n in 0..good.len() {
+            assert!(b.resume_state(&good[..n]).is_err(), "truncated at {n}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(b.resume_state(&longer).is_err());
+        let mut v2 = good.clone();
+        v2[5] = 2;
+        assert!(b.resume_state(&v2).unwrap_err().contains("version"));
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0xff;
+            let _ = b.resume_state(&bad); // never panics; may be accepted (a UA code)
+        }
+        let c = lu();
+        assert!(c.resume_state(b"GET / HTTP/1.0").is_err());
+        let n = nexus(1, "iqn.x", 1);
+        c.nexus_added(&n);
+        assert_eq!(
+            first_sense(&c, &n),
+            Some((6, 0x29, 0x00)),
+            "nothing was taken"
+        );
+    }
+}
