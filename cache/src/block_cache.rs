@@ -277,6 +277,33 @@ impl BlockCache {
         &self.partitions
     }
     /// Home node of a block.
+    /// The clean, idle cached blocks, most recently used first within each partition and
+    /// the partitions interleaved (the order approximates recency across them): what a
+    /// warm start loads again (`coherence::warm`).
+    pub fn hot_blocks(&self) -> Vec<BlockKey> {
+        let mut lists: Vec<Vec<BlockKey>> = self
+            .partitions
+            .iter()
+            .map(|p| {
+                let mut v = p.lru_order();
+                v.reverse();
+                v
+            })
+            .collect();
+        let total = lists.iter().map(Vec::len).sum();
+        let mut out = Vec::with_capacity(total);
+        let mut at = 0;
+        while out.len() < total {
+            for l in &mut lists {
+                if let Some(k) = l.get(at) {
+                    out.push(*k);
+                }
+            }
+            at += 1;
+        }
+        out
+    }
+
     pub fn home_node(&self, lun: u32, block_no: u64) -> usize {
         self.geometry.home_node(lun, block_no)
     }

@@ -54,6 +54,8 @@ pub struct Inherited {
     pub moved: Vec<(iscsi_proto::MovedConn, std::os::fd::OwnedFd)>,
     /// Logical units' state (`scsi::LogicalUnit::handover_state`): target name, LUN, bytes.
     pub lu_states: Vec<(String, u64, Vec<u8>)>,
+    /// The previous process's cached blocks, loaded again once serving.
+    pub hot: Option<crate::backend::warm::HotList>,
 }
 
 impl Clone for Inherited {
@@ -69,6 +71,7 @@ impl Clone for Inherited {
                 .filter_map(|(s, f)| Some((s.clone(), f.try_clone().ok()?)))
                 .collect(),
             lu_states: self.lu_states.clone(),
+            hot: self.hot.clone(),
         }
     }
 }
@@ -1102,6 +1105,14 @@ impl Daemon {
             .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
         let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
         resume_moved(&shared, inherited.moved);
+        if let Some(list) = inherited.hot {
+            crate::backend::warm::start(
+                list,
+                shared.cache.as_ref(),
+                &shared.registry,
+                &shared.workers,
+            );
+        }
         tracing::info!(
             event_threads = placement.threads,
             io_threads_per_node = rc.io_threads,
@@ -1259,13 +1270,19 @@ impl Daemon {
     }
 
     /// Close every connection, stop the threads, and make every LUN's data durable.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        self.stop_keeping(false);
+    }
+
+    /// As [`Daemon::stop`], and with `hot` the cache's blocks after the write-back (every
+    /// one clean), for a warm start of the next process.
+    pub fn stop_keeping(mut self, hot: bool) -> Option<crate::backend::warm::HotList> {
         self.stop_serving();
         self.report();
         let Daemon {
             shared, flushers, ..
         } = self;
-        write_back_and_sync(shared, flushers);
+        write_back_and_sync(shared, flushers, hot)
     }
 
     /// Stops the metrics server, then the event threads (each closes its connections).
@@ -1287,8 +1304,13 @@ impl Daemon {
 /// Once every connection is closed: lets the I/O workers finish what is queued, writes every
 /// dirty cache block back, makes everything that was written durable, then closes every
 /// LUN's backing store.
-fn write_back_and_sync(shared: Arc<Shared>, flushers: Option<Flushers>) {
+fn write_back_and_sync(
+    shared: Arc<Shared>,
+    flushers: Option<Flushers>,
+    hot: bool,
+) -> Option<crate::backend::warm::HotList> {
     let registry = Arc::clone(&shared.registry);
+    let cache = shared.cache.clone();
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.workers.shutdown();
     }
@@ -1296,7 +1318,11 @@ fn write_back_and_sync(shared: Arc<Shared>, flushers: Option<Flushers>) {
         f.stop();
     }
     let unsynced = sync_all(&registry);
+    let list = cache
+        .filter(|_| hot)
+        .map(|c| crate::backend::warm::HotList::collect(&c, &registry));
     close_all(&registry, &unsynced, CLOSE_WAIT);
+    list
 }
 
 /// How long a stop waits for the backing stores to close.

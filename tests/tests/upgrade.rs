@@ -486,14 +486,85 @@ fn nothing_acknowledged_is_lost_when_the_new_process_is_killed() {
     assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
     assert!(r.stdout.contains("1 connections moved"), "{r}");
     for (lba, fill) in [(10, 0x10), (11, 0x11), (12, 0x12), (13, 0x13)] {
-        assert_eq!(on_disk(&lun, lba), vec![fill; 512], "LBA {lba} on disk after the handover");
+        assert_eq!(
+            on_disk(&lun, lba),
+            vec![fill; 512],
+            "LBA {lba} on disk after the handover"
+        );
     }
     // the moved session goes on in the new process: FUA and SYNCHRONIZE CACHE there
     write(&mut s, 20, 0x20, true);
     write(&mut s, 21, 0x21, false);
     sync(&mut s);
     d.kill9();
-    for (lba, fill) in [(10, 0x10), (11, 0x11), (12, 0x12), (13, 0x13), (20, 0x20), (21, 0x21)] {
-        assert_eq!(on_disk(&lun, lba), vec![fill; 512], "LBA {lba} after SIGKILL");
+    for (lba, fill) in [
+        (10, 0x10),
+        (11, 0x11),
+        (12, 0x12),
+        (13, 0x13),
+        (20, 0x20),
+        (21, 0x21),
+    ] {
+        assert_eq!(
+            on_disk(&lun, lba),
+            vec![fill; 512],
+            "LBA {lba} after SIGKILL"
+        );
     }
+}
+
+/// The new executable starts with the old one's cache: the blocks it had cached (written
+/// back first) are listed in the handover and loaded again in the background, so reads of
+/// them after the upgrade are cache hits, not misses.
+#[test]
+fn the_cache_is_warm_after_an_upgrade() {
+    let (_dir, _lun, d) = serving();
+    let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
+    s.lun = 1;
+    // 4 KiB at the start of 24 cache blocks (64 KiB each: LBA 128 apart)
+    let lbas: Vec<u32> = (0..24).map(|i| i * 128 + 3).collect();
+    for (i, &lba) in lbas.iter().enumerate() {
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x2A;
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        cdb[8] = 8;
+        let (st, sense, _) = s.command(&cdb, &[i as u8 + 1; 4096], 0);
+        assert_eq!(st, 0, "WRITE(10): {sense:02x?}");
+    }
+    let r = upgrade(&d, &[]);
+    assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
+    assert!(r.stdout.contains("24 cached blocks to load again"), "{r}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while d.metric("numatgt_cache_warm_jobs", "") > 0.0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        d.metric("numatgt_cache_warm_blocks", "state=\"listed\""),
+        24.0
+    );
+    assert_eq!(
+        d.metric("numatgt_cache_warm_blocks", "state=\"loaded\""),
+        24.0,
+        "{}",
+        d.log_tail(20)
+    );
+    assert!(d.log().contains("cache warm-up done"), "{}", d.log_tail(20));
+    let misses = d.metric("numatgt_cache_misses_total", "");
+    let hits = d.metric("numatgt_cache_hits_total", "");
+    for (i, &lba) in lbas.iter().enumerate() {
+        // the whole block was loaded: the 4 KiB before the written ones hit too
+        let mut cdb = [0u8; 10];
+        cdb[0] = 0x28;
+        cdb[2..6].copy_from_slice(&(lba - 3).to_be_bytes());
+        cdb[8] = 11;
+        let (st, sense, data) = s.command(&cdb, &[], 11 * 512);
+        assert_eq!(st, 0, "READ(10): {sense:02x?}");
+        assert_eq!(data[3 * 512..], vec![i as u8 + 1; 4096][..], "LBA {lba}");
+    }
+    assert_eq!(
+        d.metric("numatgt_cache_misses_total", ""),
+        misses,
+        "no miss"
+    );
+    assert_eq!(d.metric("numatgt_cache_hits_total", ""), hits + 24.0);
 }

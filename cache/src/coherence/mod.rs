@@ -18,7 +18,8 @@ mod write;
 pub(crate) use lists::PiecePool;
 pub use lists::{BlockList, Piece, PieceList};
 pub use read::{
-    CachedRead, FillRead, Looked, fill, fill_done, fill_reads, lookup, read, read_ahead,
+    CachedRead, FillRead, Looked, Warmed, fill, fill_done, fill_reads, lookup, read, read_ahead,
+    warm,
 };
 pub use wait::{Backoff, GaveUp, NoWait, Waiter};
 pub use write::{

@@ -184,32 +184,86 @@ pub fn read_ahead<S: AsRef<BackingStore> + ?Sized>(
     last: u64,
 ) {
     let store = store.as_ref();
-    let bs = cache.geometry().block_size() as u64;
-    let size = store.size();
     for b in first..last {
-        let start = b * bs;
-        let Some(span) = BlockSpan::new(
-            bs as usize,
-            b,
-            0,
-            size.saturating_sub(start).min(bs) as usize,
-        ) else {
-            return;
-        };
-        match cache.lookup(lun, &span, ReadAhead::WholeBlock) {
-            Lookup::Hit(_) => {}
-            Lookup::Miss(mut f) => {
-                let ok = f
-                    .runs_mut()
-                    .all(|run| store.read_at(run.buf, run.disk_offset).is_ok());
-                if ok {
-                    let _ = f.complete();
-                } else {
-                    f.abort();
-                    return;
-                }
-            }
-            Lookup::Busy | Lookup::NoSpace | Lookup::Bypass => return,
+        match load_block(cache, lun, store, b) {
+            BlockLoad::Loaded | BlockLoad::Cached => {}
+            BlockLoad::Busy | BlockLoad::Stop => return,
         }
+    }
+}
+
+/// What [`warm`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Warmed {
+    /// Blocks read into the cache.
+    pub loaded: u64,
+    /// Blocks already cached, busy (a command has them), or past the end of the store.
+    pub skipped: u64,
+    /// Blocks not tried: the partition was full, a read failed or the cache bypasses the
+    /// LUN.
+    pub dropped: u64,
+}
+
+/// On an I/O worker: load `blocks` of `lun` whole (a warm start: what a previous process
+/// had cached), skipping cached and busy ones; stops at a full partition or read error.
+/// Goes through the same fill as a read miss, so a write meanwhile is never overwritten
+/// by what was read.
+pub fn warm<S: AsRef<BackingStore> + ?Sized>(
+    cache: &BlockCache,
+    lun: u32,
+    store: &S,
+    blocks: &[u64],
+) -> Warmed {
+    let store = store.as_ref();
+    let mut w = Warmed::default();
+    for (i, &b) in blocks.iter().enumerate() {
+        match load_block(cache, lun, store, b) {
+            BlockLoad::Loaded => w.loaded += 1,
+            BlockLoad::Cached | BlockLoad::Busy => w.skipped += 1,
+            BlockLoad::Stop => {
+                w.dropped = (blocks.len() - i) as u64;
+                break;
+            }
+        }
+    }
+    w
+}
+
+enum BlockLoad {
+    Loaded,
+    Cached,
+    Busy,
+    /// Full, failed, bypassed or past the end: no point in going on.
+    Stop,
+}
+
+/// Loads block `b` of `lun` whole unless it is cached or busy.
+fn load_block(cache: &BlockCache, lun: u32, store: &BackingStore, b: u64) -> BlockLoad {
+    let bs = cache.geometry().block_size() as u64;
+    let start = b.saturating_mul(bs);
+    let Some(span) = BlockSpan::new(
+        bs as usize,
+        b,
+        0,
+        store.size().saturating_sub(start).min(bs) as usize,
+    ) else {
+        return BlockLoad::Stop;
+    };
+    match cache.lookup(lun, &span, ReadAhead::WholeBlock) {
+        Lookup::Hit(_) => BlockLoad::Cached,
+        Lookup::Miss(mut f) => {
+            let ok = f
+                .runs_mut()
+                .all(|run| store.read_at(run.buf, run.disk_offset).is_ok());
+            if ok {
+                let _ = f.complete();
+                BlockLoad::Loaded
+            } else {
+                f.abort();
+                BlockLoad::Stop
+            }
+        }
+        Lookup::Busy => BlockLoad::Busy,
+        Lookup::NoSpace | Lookup::Bypass => BlockLoad::Stop,
     }
 }

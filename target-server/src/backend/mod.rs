@@ -28,6 +28,7 @@ pub mod storage;
 pub mod tape;
 pub mod task_watch;
 pub mod thin;
+pub mod warm;
 pub mod workers;
 pub mod xcopy;
 

@@ -279,6 +279,7 @@ pub fn upgrade(
         moved: 0,
         conns: Vec::new(),
         lus: Vec::new(),
+        hot: None,
         asked: 0,
         closed: 0,
         quiesce_ms: 0,
@@ -331,11 +332,15 @@ pub fn upgrade(
         }
     }
     let t_stop = Instant::now();
-    daemon.stop();
+    // the cache's blocks, once written back, are listed for the new process to load again
+    let hot = daemon.stop_keeping(moves);
+    let hot_blocks = hot.as_ref().map_or(0, |h| h.blocks());
+    offer.hot = hot.map(|h| h.to_text());
     mgmt.release();
     offer.note = format!(
         "{moved} connections moved, {asked} asked to log out ({} left and closed) in {} ms, \
-         write-back and sync {} ms, from numatgtd {} ({})",
+         write-back and sync {} ms, {hot_blocks} cached blocks to load again, from numatgtd \
+         {} ({})",
         q.left,
         q.took.as_millis(),
         t_stop.elapsed().as_millis(),
@@ -463,6 +468,21 @@ fn receive(v: &str) -> Result<Incoming, String> {
         fallback: None,
     };
     inc.inherited.lu_states = inc.offer.lus.clone();
+    inc.inherited.hot = match inc
+        .offer
+        .hot
+        .as_deref()
+        .map(crate::backend::warm::HotList::from_text)
+    {
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            tracing::warn!(
+                "the previous numatgtd's cached blocks are unreadable, the cache starts cold: {e}"
+            );
+            None
+        }
+        None => None,
+    };
     let mut conns = inc.offer.conns.clone().into_iter();
     for (role, fd) in inc.offer.roles.clone().into_iter().zip(fds) {
         if matches!(role, Role::Tcp | Role::Mgmt | Role::Metrics)
@@ -617,6 +637,7 @@ mod tests {
             moved: 0,
             conns: Vec::new(),
             lus: Vec::new(),
+            hot: None,
             asked: 0,
             closed: 0,
             quiesce_ms: 0,

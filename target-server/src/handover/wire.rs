@@ -119,6 +119,8 @@ pub struct Offer {
     pub conns: Vec<String>,
     /// Logical units' state (`scsi::LogicalUnit::handover_state`): target name, LUN, bytes.
     pub lus: Vec<(String, u64, Vec<u8>)>,
+    /// The old process's cached blocks (`backend::warm::HotList`'s text), for a warm start.
+    pub hot: Option<String>,
     /// The running configuration (`numatgtadm --dump`'s YAML).
     pub config: String,
 }
@@ -175,6 +177,11 @@ impl Offer {
             t.push_str(&hex(c.as_bytes()));
             t.push('\n');
         }
+        for l in self.hot.iter().flat_map(|h| h.lines()) {
+            t.push_str("hot ");
+            t.push_str(l);
+            t.push('\n');
+        }
         for (iqn, lun, state) in &self.lus {
             t.push_str(&format!(
                 "lu {} {lun} {}\n",
@@ -220,6 +227,7 @@ impl Offer {
             moved: 0,
             conns: Vec::new(),
             lus: Vec::new(),
+            hot: None,
             config: config.to_string(),
         };
         for line in lines {
@@ -235,6 +243,11 @@ impl Offer {
                 }
                 "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
                 "note" => offer.note = v.to_string(),
+                "hot" => {
+                    let h = offer.hot.get_or_insert_with(String::new);
+                    h.push_str(v);
+                    h.push('\n');
+                }
                 "lu" => {
                     let mut w = v.split(' ');
                     let text = |w: Option<&str>| {
@@ -422,6 +435,7 @@ mod tests {
             moved: 1,
             conns: vec!["initiator iqn.x\ntarget iqn.y\n".into()],
             lus: vec![("iqn.y".into(), 1, vec![1, 2, 3])],
+            hot: Some("block-size 65536\nlun 0x6979 1 5+3,1+1\n".into()),
             asked: 2,
             closed: 1,
             quiesce_ms: 40,
@@ -439,6 +453,7 @@ mod tests {
             roles: vec![],
             conns: vec![],
             moved: 0,
+            hot: None,
             ..offer()
         };
         assert_eq!(Offer::decode(&r.encode()).expect("decode"), r);

@@ -94,6 +94,7 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     push(out, build);
 
     upgrades(out);
+    warm_start(out);
 
     let targets = sh.registry.targets();
     let mut nt = Family::gauge("numatgt_targets", "Targets configured.");
@@ -162,6 +163,29 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
 
 /// Live upgrades (`numatgtadm --upgrade`) this process went through, and the last one's
 /// figures (only once there was one).
+fn warm_start(out: &mut Vec<MetricFamily>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let p = crate::backend::warm::progress();
+    let mut blocks = Family::gauge(
+        "numatgt_cache_warm_blocks",
+        "The cache's warm start (after a live upgrade, or a clean stop with \
+         cache.warm_restart): blocks the previous process had cached (listed), read into \
+         the cache again (loaded), already there or busy (skipped), not tried because a \
+         partition was full or a read failed (dropped).",
+    );
+    blocks.add(&[("state", "listed")], p.listed.load(Relaxed) as f64);
+    blocks.add(&[("state", "loaded")], p.loaded.load(Relaxed) as f64);
+    blocks.add(&[("state", "skipped")], p.skipped.load(Relaxed) as f64);
+    blocks.add(&[("state", "dropped")], p.dropped.load(Relaxed) as f64);
+    push(out, blocks);
+    let mut running = Family::gauge(
+        "numatgt_cache_warm_jobs",
+        "Jobs of the cache's warm start still loading (0: done, or none).",
+    );
+    running.add(&[], p.running() as f64);
+    push(out, running);
+}
+
 fn upgrades(out: &mut Vec<MetricFamily>) {
     let last = crate::upgrade_stats::last();
     let mut n = Family::counter(
