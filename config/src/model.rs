@@ -405,6 +405,9 @@ pub struct CacheSettings {
     pub dirty_limit: DirtyLimit,
     /// Blocks read ahead on a sequential miss, 0 (off, default)..=1024.
     pub read_ahead: u32,
+    /// Save the cache's block list at a clean stop and load those blocks again in the
+    /// background at the next start. Default false.
+    pub warm_restart: bool,
 }
 
 impl Default for CacheSettings {
@@ -420,6 +423,7 @@ impl Default for CacheSettings {
             huge_pages: true,
             dirty_limit: DirtyLimit::default(),
             read_ahead: 0,
+            warm_restart: false,
         }
     }
 }

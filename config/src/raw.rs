@@ -80,6 +80,8 @@ pub(crate) struct RawCache {
     pub dirty_limit: Option<Scalar>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_ahead: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_restart: Option<YesNo>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -669,6 +671,7 @@ fn raw_cache(c: &CacheSettings) -> RawCache {
             DirtyLimit::Bytes(b) => size_scalar(b),
         }),
         read_ahead: Some(c.read_ahead.into()),
+        warm_restart: Some(YesNo(c.warm_restart)),
     }
 }
 

@@ -191,6 +191,51 @@ pub struct Daemon {
     /// passes them on).
     tcp_listeners: Vec<std::net::TcpListener>,
     metrics: Option<crate::metrics::MetricsServer>,
+    /// `cache.warm_restart`: where a clean stop lists the cached blocks for the next start.
+    warm_file: Option<std::path::PathBuf>,
+}
+
+/// The file `cache.warm_restart` keeps the cached blocks' list in, in the state directory.
+const WARM_FILE: &str = "cache-hot-blocks";
+
+/// The list a clean stop saved in `path` (`cache.warm_restart`), taken: the file is removed
+/// so that it is used once.
+fn take_saved_hot_list(path: &std::path::Path) -> Option<crate::backend::warm::HotList> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "cache warm-up: cannot read the saved block list: {e}");
+            return None;
+        }
+    };
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::warn!(file = %path.display(), "cache warm-up: cannot remove the saved block list: {e}");
+    }
+    match crate::backend::warm::HotList::from_text(&text) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "cache warm-up: the saved block list is unreadable, the cache starts cold: {e}");
+            None
+        }
+    }
+}
+
+/// Saves `list` in `path` atomically (a temporary file renamed over it).
+fn save_hot_list(path: &std::path::Path, list: &crate::backend::warm::HotList) {
+    let tmp = path.with_extension("tmp");
+    let r = std::fs::write(&tmp, list.to_text()).and_then(|()| std::fs::rename(&tmp, path));
+    match r {
+        Ok(()) => tracing::info!(
+            blocks = list.blocks(),
+            file = %path.display(),
+            "cache: block list saved for a warm restart"
+        ),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!(file = %path.display(), "cache: cannot save the block list for a warm restart: {e}");
+        }
+    }
 }
 
 /// Stable 64-bit identity for a LUN (FNV-1a of target name and LUN number).
@@ -1105,7 +1150,15 @@ impl Daemon {
             .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
         let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
         resume_moved(&shared, inherited.moved);
-        if let Some(list) = inherited.hot {
+        let warm_file = rc
+            .config
+            .cache
+            .warm_restart
+            .then(|| rc.state_dir.join(WARM_FILE));
+        let hot = inherited
+            .hot
+            .or_else(|| warm_file.as_deref().and_then(take_saved_hot_list));
+        if let Some(list) = hot {
             crate::backend::warm::start(
                 list,
                 shared.cache.as_ref(),
@@ -1128,6 +1181,7 @@ impl Daemon {
             listening: tcp.listening,
             tcp_listeners: tcp.kept,
             metrics,
+            warm_file,
         })
     }
 
@@ -1269,9 +1323,15 @@ impl Daemon {
         &self.listening
     }
 
-    /// Close every connection, stop the threads, and make every LUN's data durable.
+    /// Close every connection, stop the threads, and make every LUN's data durable; with
+    /// `cache.warm_restart`, list the cached blocks for the next start.
     pub fn stop(self) {
-        self.stop_keeping(false);
+        let file = self.warm_file.clone();
+        if let Some(list) = self.stop_keeping(file.is_some())
+            && let Some(path) = file
+        {
+            save_hot_list(&path, &list);
+        }
     }
 
     /// As [`Daemon::stop`], and with `hot` the cache's blocks after the write-back (every

@@ -110,6 +110,7 @@ pub(super) fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
         huge_pages: r.huge_pages.map_or(d.huge_pages, |b| b.0),
         dirty_limit,
         read_ahead,
+        warm_restart: r.warm_restart.map_or(d.warm_restart, |b| b.0),
     })
 }
 
