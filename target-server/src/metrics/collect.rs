@@ -161,8 +161,7 @@ fn daemon(src: &Source, out: &mut Vec<MetricFamily>) {
     push(out, info);
 }
 
-/// Live upgrades (`numatgtadm --upgrade`) this process went through, and the last one's
-/// figures (only once there was one).
+/// The cache's warm start (`backend::warm`).
 fn warm_start(out: &mut Vec<MetricFamily>) {
     use std::sync::atomic::Ordering::Relaxed;
     let p = crate::backend::warm::progress();
@@ -186,6 +185,8 @@ fn warm_start(out: &mut Vec<MetricFamily>) {
     push(out, running);
 }
 
+/// Live upgrades (`numatgtadm --upgrade`) this process went through, and the last one's
+/// figures (zeros before the first).
 fn upgrades(out: &mut Vec<MetricFamily>) {
     let last = crate::upgrade_stats::last();
     let mut n = Family::counter(
@@ -194,9 +195,7 @@ fn upgrades(out: &mut Vec<MetricFamily>) {
     );
     n.add(&[], last.map_or(0.0, |u| u.count as f64));
     push(out, n);
-    let Some(u) = last else {
-        return;
-    };
+    let u = last.unwrap_or_default();
     let mut secs = Family::gauge(
         "numatgt_upgrade_last_seconds",
         "The last live upgrade: seconds no executable served (paused), the sessions took \
