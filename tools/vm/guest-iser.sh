@@ -379,6 +379,50 @@ if [ "$TARGET" = numatgtd ]; then
   fi
 fi
 
+if [ "$TARGET" = numatgtd ] && [ "${ISER_UPGRADE:-1}" = 1 ]; then
+  # a live upgrade under iSER I/O (issue 29): an RDMA connection cannot move to the new
+  # executable, so its initiator is asked to log out (Asynchronous Message "target requests
+  # logout", Time2Wait 0) and logs in again to the new one; the I/O running meanwhile ends
+  # without an error and the data is intact
+  step "live upgrade under iSER I/O: the session is asked to log out and logs in again"
+  ADM=$(dirname "$NUMATGTD")/numatgtadm
+  [ -x "$ADM" ] || fail "numatgtadm not beside numatgtd in the guest: $ADM"
+  login "$IQN" "$ISER_PORTAL" "$IFACE" iser
+  ioerr0=$(dmesg | grep -c -i 'I/O error' || true)
+  logins=$(grep -c "login complete" "$LOG")
+  dd if="/dev/$DEV" of=/dev/null bs=1M iflag=direct status=none &
+  RPID=$!
+  dd if=/dev/zero of="/dev/$DEV" bs=1M seek=$((LUN_MB / 2)) count=$((LUN_MB / 2)) oflag=direct status=none &
+  WPID=$!
+  BGPIDS="$RPID $WPID"
+  sleep 1
+  out=$(timeout 120 "$ADM" $C --upgrade 2>&1) || fail "numatgtadm --upgrade with an iSER session: $out"
+  echo "  $out"
+  case "$out" in
+    *"0 connections moved, 1 asked to log out (0 left and closed)"*) ;;
+    *) fail "the iSER session was not asked to log out as expected: $out" ;;
+  esac
+  relogged() {
+    [ "$(grep -c "login complete" "$LOG")" -gt "$logins" ] &&
+      iscsiadm -m session -P 1 2>/dev/null | grep -q "iSCSI Session State: LOGGED_IN"
+  }
+  wait_for 60 "the iSER initiator's login to the new executable" relogged
+  i=0
+  while kill -0 "$RPID" 2>/dev/null || kill -0 "$WPID" 2>/dev/null; do
+    i=$((i + 1)); [ $i -le 900 ] || fail "dd still running 180 s after the upgrade"
+    sleep 0.2
+  done
+  wait "$RPID" || fail "the O_DIRECT reader across the upgrade failed (exit $?)"
+  wait "$WPID" || fail "the O_DIRECT writer across the upgrade failed (exit $?)"
+  BGPIDS=
+  ioerr=$(( $(dmesg | grep -c -i 'I/O error' || true) - ioerr0 ))
+  [ "$ioerr" = 0 ] || fail "$ioerr I/O errors in the kernel log across the upgrade"
+  [ "$(raw_sha)" = "$ISER_SHA" ] || fail "after the upgrade the first $DATA_MB MiB changed"
+  dmesg | grep -i 'iser\|connection' | tail -n 4 | sed 's/^/  dmesg: /'
+  step "iSER session logged in again to the new executable; reader and writer ended with status 0, no I/O error, data intact"
+  logout "$IQN" "$ISER_PORTAL" "$IFACE"
+fi
+
 step "kill an iSER session mid-I/O"
 login "$IQN" "$ISER_PORTAL" "$IFACE" iser
 # a reader over the whole LUN and a writer past the first DATA_MB MiB (the bytes compared)

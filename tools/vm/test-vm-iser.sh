@@ -2,7 +2,9 @@
 # iSER test with the Linux kernel initiator: boots the QEMU guest (vm-run.sh) and runs
 # guest-iser.sh in it: soft-RoCE (rdma_rxe) on a guest-local dummy netdev, the target serving
 # iSER and TCP, open-iscsi with an iser iface (login, mkfs.ext4, 64 MiB write + verify), the
-# same bytes over TCP and iSER, a session killed mid-I/O then a fresh login, and (numatgtd)
+# same bytes over TCP and iSER, (numatgtd) a live upgrade under iSER I/O (the session asked
+# to log out, logging in again to the new executable, no I/O error), a session killed
+# mid-I/O then a fresh login, and (numatgtd)
 # `rdma link delete` under iSER reads finishing within 10 s while TCP reads go on; prints one
 # ISER_PERF line (O_DIRECT read MB/s under TCG, for ratios between targets only).
 # TARGET=numatgtd (default) starts numatgtd as tgtd is, with --iser portal=IP:3260, configured
@@ -13,6 +15,7 @@
 #      many-sessions step; ISER_SCALE_NS ("1 8 32") sessions at once, ISER_STORM_ROUNDS (10),
 #      ISER_MAX_CONN_KIB: bound on the registered KiB per connection at the largest N;
 #      ISER_MPATH=0: leave out the dm-multipath step over two iSER portals (MP_MB, MP_IP2)
+#      ISER_UPGRADE=0: leave out the live upgrade under iSER I/O (numatgtadm beside numatgtd)
 #      LIBISCSI_MEASURE=1: print libiscsi's iscsi-test-cu counts over iser:// without
 #      checking them against guest-iser-libiscsi.sh's table; LIBISCSI_VS_LIO=1: the same
 #      libiscsi WRITEs to LIO too, for the record
@@ -48,7 +51,7 @@ case "$TARGET" in
       /tmp/*) VM_FILES="$VM_FILES $HOSTILE"; export ISER_HOSTILE=/vmtest/$(basename "$HOSTILE") ;;
       *) export ISER_HOSTILE=$HOSTILE ;;
     esac
-    VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO ISER_LIBISCSI"
+    VM_ENV="$VM_ENV ISER_HOSTILE LIBISCSI_MEASURE LIBISCSI_VS_LIO ISER_LIBISCSI ISER_UPGRADE"
     VM_ENV="$VM_ENV ISER_SCALE ISER_SCALE_NS ISER_STORM_ROUNDS ISER_MAX_CONN_KIB ISER_MPATH MP_MB MP_IP2"
     # the libiscsi, many-sessions, multipath and durable-writes steps, sourced by guest-iser.sh
     VM_FILES="$VM_FILES $HERE/guest-iser-libiscsi.sh $HERE/guest-iser-scale.sh $HERE/guest-iser-mpath.sh"
