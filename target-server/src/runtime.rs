@@ -1159,12 +1159,7 @@ impl Daemon {
             .hot
             .or_else(|| warm_file.as_deref().and_then(take_saved_hot_list));
         if let Some(list) = hot {
-            crate::backend::warm::start(
-                list,
-                shared.cache.as_ref(),
-                &shared.registry,
-                &shared.workers,
-            );
+            crate::backend::warm::start(list, shared.cache.as_ref(), &shared.registry);
         }
         tracing::info!(
             event_threads = placement.threads,
@@ -1337,6 +1332,7 @@ impl Daemon {
     /// As [`Daemon::stop`], and with `hot` the cache's blocks after the write-back (every
     /// one clean), for a warm start of the next process.
     pub fn stop_keeping(mut self, hot: bool) -> Option<crate::backend::warm::HotList> {
+        crate::backend::warm::stop();
         self.stop_serving();
         self.report();
         let Daemon {

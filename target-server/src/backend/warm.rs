@@ -1,23 +1,26 @@
 //! A warm start of the block cache: the blocks a previous process had cached ([`HotList`]:
 //! taken after its write-back, so every one is clean; a live upgrade passes it to the new
 //! executable, a clean stop with `cache.warm_restart` saves it in the state directory), and
-//! their loading in the background ([`start`]): hottest first, in chunks on the I/O workers
-//! of each block's home node, through the same fill as a read miss, so a command's write
-//! meanwhile is never overwritten and a block a command already brought in is skipped.
+//! their loading in the background ([`start`]): hottest first, on a thread of its own that
+//! leaves the sessions' I/O the first turn (it starts after a delay and rests as long as
+//! each chunk took), through the same fill as a read miss, so a command's write meanwhile
+//! is never overwritten and a block a command already brought in is skipped. The blocks
+//! land in their home node's arena whatever CPU reads them (the arenas are bound).
 //! [`progress`] counts it for the metrics and the log.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use cache::BlockCache;
 
-use super::Workers;
-use super::jobs::Job;
 use crate::registry::Registry;
 
-/// Blocks per job: a job reads this many at most before the worker takes other work.
+/// Blocks per chunk: the thread rests after each as long as it took.
 const CHUNK: usize = 64;
+/// How long the warm start waits before its first read: the daemon's start and the moved
+/// sessions' first commands come first.
+pub const WARM_DELAY: Duration = Duration::from_millis(500);
 /// Most blocks a list may name (one per slot of a large cache).
 const MAX_BLOCKS: u64 = 1 << 28;
 
@@ -155,7 +158,7 @@ pub struct Progress {
     pub loaded: AtomicU64,
     pub skipped: AtomicU64,
     pub dropped: AtomicU64,
-    /// Jobs not finished yet.
+    /// 1 while the warm start runs.
     running: AtomicUsize,
 }
 
@@ -173,21 +176,25 @@ pub fn progress() -> &'static Progress {
 }
 
 impl Progress {
-    /// Jobs still loading.
+    /// 1 while the warm start runs, 0 otherwise.
     pub fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }
 }
 
-/// Loads `list`'s blocks in the background (see the module documentation). LUNs that are
-/// gone or do not go through the cache, and a list of another block size, are skipped
-/// with a log line.
-pub fn start(
-    list: HotList,
-    cache: Option<&Arc<BlockCache>>,
-    registry: &Registry,
-    workers: &dyn Workers,
-) {
+/// Asks a running warm start to end (the daemon stops): it lets go of its LUNs after the
+/// chunk it is loading.
+pub fn stop() {
+    STOP.store(true, Ordering::Release);
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Loads `list`'s blocks in the background (see the module documentation) on a thread of
+/// its own, which waits [`WARM_DELAY`] first and then rests as long as each chunk took: the
+/// sessions' own I/O, and the daemon's start, come first. LUNs that are gone or do not go
+/// through the cache, and a list of another block size, are skipped with a log line.
+pub fn start(list: HotList, cache: Option<&Arc<BlockCache>>, registry: &Registry) {
     let p = progress();
     p.listed.store(list.blocks(), Ordering::Relaxed);
     if list.luns.is_empty() {
@@ -209,8 +216,7 @@ pub fn start(
         );
         return;
     }
-    let t0 = Instant::now();
-    let mut jobs = Vec::new();
+    let mut work = Vec::new();
     for h in list.luns {
         let Some(lun) = registry
             .target(&h.target)
@@ -220,50 +226,54 @@ pub fn start(
             tracing::info!(target = %h.target, lun = h.lun, "cache warm-up: LUN not cached here");
             continue;
         };
-        // chunks of consecutive entries with one home node, in the list's (hot) order
-        let mut chunk: Vec<u64> = Vec::with_capacity(CHUNK);
-        let mut node = usize::MAX;
-        for b in h.blocks {
-            let home = cache.home_node(lun.cache_id, b);
-            if (home != node || chunk.len() == CHUNK) && !chunk.is_empty() {
-                jobs.push((node, Arc::clone(&lun), std::mem::take(&mut chunk)));
-            }
-            node = home;
-            chunk.push(b);
-        }
-        if !chunk.is_empty() {
-            jobs.push((node, lun, chunk));
-        }
+        work.push((lun, h.blocks));
     }
-    p.running.store(jobs.len(), Ordering::Relaxed);
-    tracing::info!(
-        blocks = p.listed.load(Ordering::Relaxed),
-        jobs = jobs.len(),
-        "cache warm-up started"
-    );
-    for (node, lun, blocks) in jobs {
-        let cache = Arc::clone(cache);
-        workers.submit(
-            node,
-            Job::Other(Box::new(move || {
-                let w = cache::coherence::warm(&cache, lun.cache_id, &*lun.store, &blocks);
-                let p = progress();
-                p.loaded.fetch_add(w.loaded, Ordering::Relaxed);
-                p.skipped.fetch_add(w.skipped, Ordering::Relaxed);
-                p.dropped.fetch_add(w.dropped, Ordering::Relaxed);
-                if p.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    let loaded = p.loaded.load(Ordering::Relaxed);
-                    tracing::info!(
-                        loaded,
-                        skipped = p.skipped.load(Ordering::Relaxed),
-                        dropped = p.dropped.load(Ordering::Relaxed),
-                        mib = (loaded * bs) >> 20,
-                        ms = t0.elapsed().as_millis() as u64,
-                        "cache warm-up done"
-                    );
+    if work.is_empty() {
+        return;
+    }
+    STOP.store(false, Ordering::Release);
+    p.running.store(1, Ordering::Relaxed);
+    let cache = Arc::clone(cache);
+    let spawned = std::thread::Builder::new()
+        .name("numatgt-warm".into())
+        .spawn(move || {
+            let t0 = Instant::now();
+            std::thread::sleep(WARM_DELAY);
+            tracing::info!(
+                blocks = progress().listed.load(Ordering::Relaxed),
+                "cache warm-up started"
+            );
+            let p = progress();
+            'luns: for (lun, blocks) in work {
+                for chunk in blocks.chunks(CHUNK) {
+                    if STOP.load(Ordering::Acquire) {
+                        break 'luns;
+                    }
+                    let t = Instant::now();
+                    let w = cache::coherence::warm(&cache, lun.cache_id, &*lun.store, chunk);
+                    p.loaded.fetch_add(w.loaded, Ordering::Relaxed);
+                    p.skipped.fetch_add(w.skipped, Ordering::Relaxed);
+                    p.dropped.fetch_add(w.dropped, Ordering::Relaxed);
+                    if w.dropped > 0 {
+                        break; // full, or the store failed: the rest of this LUN waits
+                    }
+                    std::thread::sleep(t.elapsed().min(Duration::from_millis(100)));
                 }
-            })),
-        );
+            }
+            let loaded = p.loaded.load(Ordering::Relaxed);
+            tracing::info!(
+                loaded,
+                skipped = p.skipped.load(Ordering::Relaxed),
+                dropped = p.dropped.load(Ordering::Relaxed),
+                mib = (loaded * bs) >> 20,
+                ms = t0.elapsed().as_millis() as u64,
+                "cache warm-up done"
+            );
+            p.running.store(0, Ordering::Relaxed);
+        });
+    if let Err(e) = spawned {
+        p.running.store(0, Ordering::Relaxed);
+        tracing::warn!("cache warm-up: cannot start its thread: {e}");
     }
 }
 

@@ -179,7 +179,7 @@ fn warm_start(out: &mut Vec<MetricFamily>) {
     push(out, blocks);
     let mut running = Family::gauge(
         "numatgt_cache_warm_jobs",
-        "Jobs of the cache's warm start still loading (0: done, or none).",
+        "1 while the cache's warm start is loading, 0 when it is done (or there is none).",
     );
     running.add(&[], p.running() as f64);
     push(out, running);
