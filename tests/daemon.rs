@@ -513,6 +513,16 @@ impl Daemon {
         format!("http://127.0.0.1:{}", self.metrics_port)
     }
 
+    /// Waits (at most 20 s) until the cache's warm start has ended
+    /// (`numatgt_cache_warm_jobs` 0).
+    pub fn wait_warm_start(&self) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.metric("numatgt_cache_warm_jobs", "") > 0.0 && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// The value of metric `name` (a sample with labels, or the one without) whose line
     /// contains `with`, from the daemon's /metrics; 0 when there is none.
     pub fn metric(&self, name: &str, with: &str) -> f64 {

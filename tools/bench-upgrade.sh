@@ -15,6 +15,10 @@
 # and _misses_total deltas), the daemon's CPU time per I/O (utime + stime from
 # /proc/PID/stat), and /proc/loadavg. Not a test: it reports numbers.
 #
+# CACHE_MEMORY=shared|private runs numatgtd with that `cache.memory` (a config file of
+# that one setting); unset, numatgtd's default (`auto`) decides. With shared memory the
+# upgrade hands the cache's memory on and the "after" window starts with every block.
+#
 # Env: DURATION (s per window, 20), QUICK=1 (DURATION=5, 256 MiB), LUN_SIZE (1G), WORKSET
 #   (256M), NUMATGTD_BIN (target/release/numatgtd), NUMATGTADM_BIN (beside it), FIO
 #   (target/tools/fio, see tools/build-fio-libiscsi.sh), BENCH_DIR (target/bench),
@@ -61,9 +65,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
+CONFIG=()
+case "${CACHE_MEMORY:-}" in
+  "") ;;
+  shared|private)
+    printf 'cache:\n  memory: %s\n' "$CACHE_MEMORY" > "$RUN/numatgt.yaml"
+    CONFIG=(--config "$RUN/numatgt.yaml") ;;
+  *) say "CACHE_MEMORY must be shared or private"; exit 1 ;;
+esac
 start_target() {
   "$BIN" -f -C "$CTL" --iscsi "portal=127.0.0.1:$PORT" --metrics "127.0.0.1:$MPORT" \
-    --state-dir "$RUN/state" >> "$RUN/numatgtd.log" 2>&1 &
+    --state-dir "$RUN/state" "${CONFIG[@]}" >> "$RUN/numatgtd.log" 2>&1 &
   TPID=$!
   wait_port "$PORT" "$TPID"
   tgtadm -C "$CTL" --lld iscsi --op new --mode target --tid 1 -T "$IQN"
@@ -108,7 +120,7 @@ print(f"| {name} | {float(iops):.0f} | {ratio * 100:.1f} % | {hits} / {misses} |
 PY
 }
 
-say "numatgtd $BIN, LUN $LUN ($LUN_SIZE), working set $WORKSET, $DURATION s windows, run dir $RUN"
+say "numatgtd $BIN, LUN $LUN ($LUN_SIZE), working set $WORKSET, $DURATION s windows, cache.memory ${CACHE_MEMORY:-default}, run dir $RUN"
 start_target
 "$FIO" --name=warm --ioengine=libiscsi "--filename=${URL//:/\\:}" --rw=read --bs=512k --iodepth=8 \
   --size="$WORKSET" --output="$RUN/warm.txt" > /dev/null 2>&1 || say "warm-up read failed"

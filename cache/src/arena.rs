@@ -18,10 +18,15 @@
 //! pages that are on its node (the VM test expects at least 99 %), and
 //! [`NodeArena::resident_bytes`] says how much of the arena is in memory.
 //!
+//! With [`Memory::Shared`] the region is a memory file instead (`memory_file`), which a live
+//! upgrade passes to the next executable: [`Memory::Kept`] maps it again, pages and policy as
+//! they were.
+//!
 //! The arena only hands out raw slot pointers; who may read or write a slot, and when, is
 //! decided by the partition that owns it (see `partition`).
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 use crate::aligned::DIRECT_ALIGN;
@@ -66,6 +71,18 @@ pub struct ArenaOptions {
     pub prefault: bool,
 }
 
+/// Whose memory the arena is.
+#[derive(Debug, Default)]
+pub enum Memory {
+    /// Anonymous memory of this process (gone with it).
+    #[default]
+    Private,
+    /// A new memory file (memfd), which can be handed to another executable.
+    Shared,
+    /// A memory file an earlier executable of this process made with the same options.
+    Kept(OwnedFd),
+}
+
 /// What backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PageKind {
@@ -94,6 +111,12 @@ pub enum ArenaError {
     SlotSize(usize),
     #[error("arena of {slots} slots of {slot_size} bytes is empty or too large")]
     Size { slots: usize, slot_size: usize },
+    #[error("node {node}'s memory file of {len} bytes: {err}")]
+    MemoryFile {
+        node: usize,
+        len: usize,
+        err: io::Error,
+    },
     #[error("mmap of {len} bytes for node {node} failed: {err}")]
     Map {
         node: usize,
@@ -130,6 +153,8 @@ pub struct NodeArena {
     node: usize,
     binding: Binding,
     pages: PageKind,
+    /// The memory file behind a shared arena.
+    file: Option<OwnedFd>,
 }
 
 // SAFETY: the arena owns its mapping exclusively; it hands out raw pointers only, and the code
@@ -143,6 +168,18 @@ impl NodeArena {
     /// Map, bind (real nodes only) and pre-fault an arena for `node`.
     /// `virtual_node` is `Topology::is_virtual()`.
     pub fn new(node: &Node, virtual_node: bool, opts: ArenaOptions) -> Result<Self, ArenaError> {
+        Self::with_memory(node, virtual_node, opts, Memory::Private)
+    }
+
+    /// As [`NodeArena::new`], in `memory`. A kept memory file must have the size these
+    /// options give; its pages stay (nothing is pre-faulted) and its free-memory check is
+    /// skipped (the memory is in use already).
+    pub fn with_memory(
+        node: &Node,
+        virtual_node: bool,
+        opts: ArenaOptions,
+        memory: Memory,
+    ) -> Result<Self, ArenaError> {
         if !opts.slot_size.is_power_of_two() || opts.slot_size < DIRECT_ALIGN {
             return Err(ArenaError::SlotSize(opts.slot_size));
         }
@@ -162,7 +199,7 @@ impl NodeArena {
                     os_node: os,
                 });
             }
-            if opts.policy == BindPolicy::Bind {
+            if opts.policy == BindPolicy::Bind && !matches!(memory, Memory::Kept(_)) {
                 if let Some(free) = node_free_bytes(os) {
                     if free < len {
                         return Err(ArenaError::NodeMemory {
@@ -176,8 +213,45 @@ impl NodeArena {
             }
         }
 
-        let (ptr, map_len, pages) =
-            map_region(node.index, len, opts.huge_pages, os_node, opts.prefault)?;
+        let kept = matches!(memory, Memory::Kept(_));
+        let (ptr, map_len, pages, file) = match memory {
+            Memory::Private => {
+                let (p, l, k) =
+                    map_region(node.index, len, opts.huge_pages, os_node, opts.prefault)?;
+                (p, l, k, None)
+            }
+            Memory::Shared | Memory::Kept(_) => {
+                let file_err = |err| ArenaError::MemoryFile {
+                    node: node.index,
+                    len,
+                    err,
+                };
+                let m = match memory {
+                    Memory::Kept(fd) => crate::memory_file::adopt(fd, len),
+                    _ => {
+                        let pool = opts.huge_pages
+                            && len >= HUGE_PAGE
+                            && free_huge_pages(os_node) >= len.div_ceil(HUGE_PAGE);
+                        crate::memory_file::create(node.index, len, pool).or_else(|e| {
+                            if !pool {
+                                return Err(e);
+                            }
+                            tracing::debug!("node {}: MFD_HUGETLB failed ({e})", node.index);
+                            crate::memory_file::create(node.index, len, false)
+                        })
+                    }
+                }
+                .map_err(file_err)?;
+                let kind = if m.hugetlb {
+                    PageKind::HugeTlb
+                } else if opts.huge_pages && crate::memory_file::shared_huge_pages() {
+                    PageKind::TransparentHuge
+                } else {
+                    PageKind::Normal
+                };
+                (m.ptr, m.len, kind, Some(m.fd))
+            }
+        };
         let mut arena = NodeArena {
             ptr,
             map_len,
@@ -186,13 +260,17 @@ impl NodeArena {
             node: node.index,
             binding: Binding::SkippedVirtual,
             pages,
+            file,
         };
         if let Some(os) = os_node {
-            // On error `arena` is dropped here, which unmaps the region.
-            mbind(arena.ptr, arena.map_len, os, opts.policy).map_err(|err| ArenaError::Bind {
-                node: node.index,
-                os_node: os,
-                err,
+            // On error `arena` is dropped here, which unmaps the region. Kept memory: its
+            // pages stay where they are (the file kept the policy too; this restates it).
+            mbind(arena.ptr, arena.map_len, os, opts.policy, !kept).map_err(|err| {
+                ArenaError::Bind {
+                    node: node.index,
+                    os_node: os,
+                    err,
+                }
             })?;
             arena.binding = Binding::Bound {
                 os_node: os,
@@ -204,10 +282,15 @@ impl NodeArena {
                 node.index
             );
         }
-        if opts.prefault {
+        if opts.prefault && !kept {
             arena.prefault();
         }
         Ok(arena)
+    }
+
+    /// The memory file behind a shared arena (`None`: private memory).
+    pub fn memory_file(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(AsFd::as_fd)
     }
 
     /// Touch every base page so the kernel allocates it now, under the arena's policy.
@@ -413,7 +496,15 @@ fn map_region(
 }
 
 /// `mbind(2)` the region to one OS node.
-fn mbind(ptr: NonNull<u8>, len: usize, os_node: usize, policy: BindPolicy) -> io::Result<()> {
+/// `strict`: fail when a page present cannot follow the policy, moving what can be moved
+/// (a new region has none); otherwise only the policy is set.
+fn mbind(
+    ptr: NonNull<u8>,
+    len: usize,
+    os_node: usize,
+    policy: BindPolicy,
+    strict: bool,
+) -> io::Result<()> {
     const WORD: usize = libc::c_ulong::BITS as usize;
     let mut mask = [0 as libc::c_ulong; MASK_BITS / WORD];
     mask[os_node / WORD] |= 1 << (os_node % WORD);
@@ -431,7 +522,11 @@ fn mbind(ptr: NonNull<u8>, len: usize, os_node: usize, policy: BindPolicy) -> io
             mode,
             mask.as_ptr(),
             (MASK_BITS + 1) as libc::c_ulong,
-            MPOL_MF_STRICT | MPOL_MF_MOVE,
+            if strict {
+                MPOL_MF_STRICT | MPOL_MF_MOVE
+            } else {
+                0
+            },
         )
     };
     if rc != 0 {

@@ -46,10 +46,11 @@
 //!
 //! The cache itself never does I/O and never blocks except on a partition lock.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::arena::{ArenaError, ArenaOptions, BindPolicy, NodeArena};
+use crate::arena::{ArenaError, ArenaOptions, BindPolicy, Memory, NodeArena};
 use crate::coherence::{PieceList, PiecePool};
 use crate::counters::{CounterSnapshot, NodeCounters};
 use crate::geometry::{BlockSpan, Geometry, GeometryError, RangeError, Spans};
@@ -111,6 +112,104 @@ pub enum CacheError {
     Arena(#[from] ArenaError),
     #[error(transparent)]
     Partition(#[from] PartitionError),
+    #[error("the kept cache memory cannot be used: {0}")]
+    KeptMemory(String),
+}
+
+/// Whose memory the arenas are ([`BlockCache::with_memory`]).
+#[derive(Debug, Default)]
+pub enum MemoryKind {
+    /// Anonymous memory of this process.
+    #[default]
+    Private,
+    /// New memory files, which a live upgrade can hand on.
+    Shared,
+    /// An earlier cache's memory files, one per node.
+    Kept(Vec<OwnedFd>),
+}
+
+/// A clean cached block and where its bytes are ([`BlockCache::hot_blocks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptBlock {
+    pub key: BlockKey,
+    /// Global partition number and slot within it.
+    pub partition: u32,
+    pub slot: u32,
+    /// The valid sectors of a block cached in part (one bit per sector, 64 per word);
+    /// `None`: every sector.
+    pub valid: Option<Vec<u64>>,
+}
+
+/// What must match for a cache to adopt another's memory: block and sector size, group,
+/// partitions per node, blocks per partition, nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLayout {
+    pub block_size: usize,
+    pub sector_size: usize,
+    pub group_blocks: u64,
+    pub partitions_per_node: usize,
+    pub blocks_per_partition: usize,
+    pub nodes: usize,
+}
+
+impl MemoryLayout {
+    /// The layout `config` gives on `nodes` nodes.
+    pub fn of(config: &CacheConfig, nodes: usize) -> Self {
+        MemoryLayout {
+            block_size: config.block_size,
+            sector_size: config.sector_size,
+            group_blocks: config.group_blocks,
+            partitions_per_node: config.partitions_per_node,
+            blocks_per_partition: config.blocks_per_partition(),
+            nodes,
+        }
+    }
+
+    /// Bytes of cache per node.
+    pub fn bytes_per_node(&self) -> usize {
+        self.block_size
+            .saturating_mul(self.blocks_per_partition)
+            .saturating_mul(self.partitions_per_node)
+    }
+
+    /// As one line of words: `block-size N sector-size N group N partitions N blocks N
+    /// nodes N`.
+    pub fn to_text(&self) -> String {
+        format!(
+            "block-size {} sector-size {} group {} partitions {} blocks {} nodes {}",
+            self.block_size,
+            self.sector_size,
+            self.group_blocks,
+            self.partitions_per_node,
+            self.blocks_per_partition,
+            self.nodes
+        )
+    }
+
+    /// Reads [`MemoryLayout::to_text`] back.
+    pub fn from_text(t: &str) -> Option<Self> {
+        let w: Vec<&str> = t.split_whitespace().collect();
+        let names = [
+            "block-size",
+            "sector-size",
+            "group",
+            "partitions",
+            "blocks",
+            "nodes",
+        ];
+        if w.len() != 12 || w.iter().step_by(2).zip(names).any(|(a, b)| *a != b) {
+            return None;
+        }
+        let n = |i: usize| w[2 * i + 1].parse::<u64>().ok();
+        Some(MemoryLayout {
+            block_size: usize::try_from(n(0)?).ok()?,
+            sector_size: usize::try_from(n(1)?).ok()?,
+            group_blocks: n(2)?,
+            partitions_per_node: usize::try_from(n(3)?).ok()?,
+            blocks_per_partition: usize::try_from(n(4)?).ok()?,
+            nodes: usize::try_from(n(5)?).ok()?,
+        })
+    }
 }
 
 impl CacheConfig {
@@ -201,13 +300,43 @@ impl BlockCache {
     /// `config.prefault`, else grown as blocks are filled), and build the partitions. Done
     /// once at start; nothing is allocated afterwards.
     pub fn new(config: CacheConfig, topology: &Topology) -> Result<Self, CacheError> {
+        Self::with_memory(config, topology, MemoryKind::Private)
+    }
+
+    /// As [`BlockCache::new`], the arenas in `memory`: private, new memory files, or the
+    /// memory files of an earlier cache of the same [`MemoryLayout`] (one per node, in node
+    /// order; their blocks are free until [`BlockCache::adopt`]ed).
+    pub fn with_memory(
+        config: CacheConfig,
+        topology: &Topology,
+        memory: MemoryKind,
+    ) -> Result<Self, CacheError> {
         let geometry = config.validate(topology.node_count())?;
+        let shared = matches!(memory, MemoryKind::Shared);
+        let mut kept = match memory {
+            MemoryKind::Kept(files) => {
+                if files.len() != topology.node_count() {
+                    return Err(CacheError::KeptMemory(format!(
+                        "{} memory files for {} nodes",
+                        files.len(),
+                        topology.node_count()
+                    )));
+                }
+                files.into_iter().map(Some).collect()
+            }
+            _ => Vec::new(),
+        };
         let per_part = config.blocks_per_partition();
         let ppn = config.partitions_per_node;
         let mut arenas = Vec::with_capacity(topology.node_count());
         let mut counters = Vec::with_capacity(topology.node_count());
         for node in topology.nodes() {
-            let a = NodeArena::new(
+            let arena_memory = match kept.get_mut(node.index).and_then(Option::take) {
+                Some(fd) => Memory::Kept(fd),
+                None if shared => Memory::Shared,
+                None => Memory::Private,
+            };
+            let a = NodeArena::with_memory(
                 node,
                 topology.is_virtual(),
                 ArenaOptions {
@@ -217,12 +346,14 @@ impl BlockCache {
                     policy: config.bind_policy,
                     prefault: config.prefault,
                 },
+                arena_memory,
             )?;
             tracing::info!(
                 node = node.index,
                 bytes = a.len(),
                 pages = ?a.page_kind(),
                 binding = ?a.binding(),
+                memory_file = a.memory_file().is_some(),
                 "cache arena ready"
             );
             arenas.push(Arc::new(a));
@@ -280,28 +411,52 @@ impl BlockCache {
     /// The clean, idle cached blocks, most recently used first within each partition and
     /// the partitions interleaved (the order approximates recency across them): what a
     /// warm start loads again (`coherence::warm`).
-    pub fn hot_blocks(&self) -> Vec<BlockKey> {
-        let mut lists: Vec<Vec<BlockKey>> = self
-            .partitions
-            .iter()
-            .map(|p| {
-                let mut v = p.lru_order();
-                v.reverse();
-                v
-            })
-            .collect();
+    pub fn hot_blocks(&self) -> Vec<KeptBlock> {
+        let lists: Vec<Vec<_>> = self.partitions.iter().map(|p| p.clean_blocks()).collect();
         let total = lists.iter().map(Vec::len).sum();
         let mut out = Vec::with_capacity(total);
         let mut at = 0;
         while out.len() < total {
-            for l in &mut lists {
-                if let Some(k) = l.get(at) {
-                    out.push(*k);
+            for (p, l) in lists.iter().enumerate() {
+                if let Some((key, slot, part)) = l.get(at) {
+                    out.push(KeptBlock {
+                        key: *key,
+                        partition: p as u32,
+                        slot: *slot,
+                        valid: part.clone(),
+                    });
                 }
             }
             at += 1;
         }
         out
+    }
+
+    /// The shape of the cache's memory: a kept arena can be adopted only by a cache of the
+    /// same layout.
+    pub fn layout(&self) -> MemoryLayout {
+        MemoryLayout::of(&self.config, self.arenas.len())
+    }
+
+    /// The arenas' memory files, in node order (`None`: private memory).
+    pub fn memory_files(&self) -> Option<Vec<BorrowedFd<'_>>> {
+        self.arenas.iter().map(|a| a.memory_file()).collect()
+    }
+
+    /// Makes the kept block `b` (its slot's memory holds its valid sectors: see
+    /// [`Partition::adopt`]) cached again, as `lun`'s block. False when its partition is not
+    /// that block's home, or the partition refused it.
+    pub fn adopt(&self, lun: u32, b: &KeptBlock) -> bool {
+        let key = BlockKey {
+            lun,
+            block_no: b.key.block_no,
+        };
+        let p = b.partition as usize;
+        self.geometry.partition_of(lun, key.block_no) == p
+            && self
+                .partitions
+                .get(p)
+                .is_some_and(|part| part.adopt(key, b.slot, b.valid.as_deref()))
     }
 
     pub fn home_node(&self, lun: u32, block_no: u64) -> usize {

@@ -35,7 +35,7 @@ struct Shared<J> {
 /// The I/O workers of one node.
 pub struct IoPool<J: IoJob = IoRequest> {
     shared: Arc<Shared<J>>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
     node: usize,
 }
 
@@ -67,7 +67,7 @@ impl<J: IoJob> IoPool<J> {
         }
         Ok(IoPool {
             shared,
-            workers,
+            workers: Mutex::new(workers),
             node: node.index,
         })
     }
@@ -92,14 +92,24 @@ impl<J: IoJob> IoPool<J> {
     }
 
     /// Finish queued work and stop the workers.
-    pub fn shutdown(mut self) {
+    pub fn shutdown(self) {
         self.stop_and_join();
     }
 
-    fn stop_and_join(&mut self) {
+    /// As [`IoPool::shutdown`], through a shared handle: once it returns no worker runs,
+    /// and work submitted afterwards is never run (it is dropped with the pool).
+    pub fn drain(&self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.ready.notify_all();
-        for h in self.workers.drain(..) {
+        let handles = match self.workers.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for h in handles {
             let _ = h.join();
         }
     }

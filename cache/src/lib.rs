@@ -13,6 +13,7 @@ pub mod coherence;
 pub mod counters;
 pub mod geometry;
 pub mod io_pool;
+pub mod memory_file;
 pub mod op_latency;
 pub mod partition;
 pub mod router;
@@ -21,8 +22,12 @@ pub mod topology;
 pub mod uring;
 
 pub use aligned::AlignedBuf;
-pub use arena::{ArenaError, ArenaOptions, BindPolicy, Binding, NodeArena, PageKind, placement};
-pub use block_cache::{BlockCache, CacheConfig, CacheError, DirtyScan};
+pub use arena::{
+    ArenaError, ArenaOptions, BindPolicy, Binding, Memory, NodeArena, PageKind, placement,
+};
+pub use block_cache::{
+    BlockCache, CacheConfig, CacheError, DirtyScan, KeptBlock, MemoryKind, MemoryLayout,
+};
 pub use coherence::BlockList;
 pub use counters::{CounterSnapshot, NodeCounters};
 pub use geometry::{BlockSpan, Geometry, GeometryError, MAX_NODES, RangeError, Spans};

@@ -7,18 +7,7 @@ use cache::{
 };
 
 fn small(nodes: usize) -> BlockCache {
-    let cpus: Vec<usize> = (0..nodes).collect();
-    let topo = Topology::split(&cpus, nodes, 1);
-    let cfg = CacheConfig {
-        block_size: 4096,
-        group_blocks: 2,
-        partitions_per_node: 2,
-        bytes_per_node: 8 * 4096,
-        huge_pages: false,
-        dirty_limit_bytes: 2 * 4096,
-        ..CacheConfig::default()
-    };
-    BlockCache::new(cfg, &topo).unwrap()
+    small_with(nodes, cache::MemoryKind::Private)
 }
 
 fn span(block: u64, start: usize, len: usize) -> BlockSpan {
@@ -343,4 +332,128 @@ impl Kind for Lookup {
             Lookup::Bypass => "Bypass",
         }
     }
+}
+
+fn small_with(nodes: usize, memory: cache::MemoryKind) -> BlockCache {
+    let cpus: Vec<usize> = (0..nodes).collect();
+    let topo = Topology::split(&cpus, nodes, 1);
+    let cfg = CacheConfig {
+        block_size: 4096,
+        group_blocks: 2,
+        partitions_per_node: 2,
+        bytes_per_node: 8 * 4096,
+        huge_pages: false,
+        dirty_limit_bytes: 2 * 4096,
+        ..CacheConfig::default()
+    };
+    BlockCache::with_memory(cfg, &topo, memory).unwrap()
+}
+
+/// A live upgrade's cache memory: the first cache's memory files, mapped by a second cache
+/// of the same layout, hold its clean blocks; adopted, they are hits with the same bytes
+/// (a block cached in part: its valid sectors only); blocks whose home moved (another LUN
+/// id) are not adopted.
+#[test]
+fn kept_memory_files_are_adopted_by_a_cache_of_the_same_layout() {
+    use std::os::fd::BorrowedFd;
+    let a = small_with(2, cache::MemoryKind::Shared);
+    for b in 0..6u64 {
+        drop(fill(&a, 3, b, 0x40 + b as u8));
+    }
+    // block 6 is cached in part only: its first sector
+    match a.lookup(3, &span(6, 0, 512), ReadAhead::None) {
+        Lookup::Miss(mut f) => {
+            for r in f.runs_mut() {
+                r.buf.fill(0x99);
+            }
+            drop(f.complete().unwrap());
+        }
+        other => panic!("{}", other.to_string_kind()),
+    }
+    let hot = a.hot_blocks();
+    assert_eq!(hot.len(), 7);
+    assert_eq!(hot.iter().filter(|b| b.valid.is_none()).count(), 6);
+    let files: Vec<std::os::fd::OwnedFd> = a
+        .memory_files()
+        .expect("shared memory")
+        .into_iter()
+        .map(|f: BorrowedFd<'_>| f.try_clone_to_owned().unwrap())
+        .collect();
+    let layout = a.layout();
+    assert_eq!(
+        cache::MemoryLayout::from_text(&layout.to_text()),
+        Some(layout)
+    );
+    drop(a);
+
+    let b = small_with(2, cache::MemoryKind::Kept(files));
+    assert_eq!(b.layout(), layout);
+    // coldest first, so the hottest ends most recently used
+    let mut adopted = 0;
+    for k in hot.iter().rev() {
+        if b.adopt(3, k) {
+            adopted += 1;
+        }
+    }
+    assert_eq!(adopted, 7);
+    for blk in 0..6u64 {
+        match b.lookup(3, &span(blk, 0, 4096), ReadAhead::None) {
+            Lookup::Hit(r) => assert!(
+                r.bytes().iter().all(|&x| x == 0x40 + blk as u8),
+                "block {blk}"
+            ),
+            other => panic!("block {blk}: {}", other.to_string_kind()),
+        }
+    }
+    match b.lookup(3, &span(6, 0, 512), ReadAhead::None) {
+        Lookup::Hit(r) => assert!(r.bytes().iter().all(|&x| x == 0x99)),
+        other => panic!("block 6's valid sector: {}", other.to_string_kind()),
+    }
+    assert!(matches!(
+        b.lookup(3, &span(6, 512, 512), ReadAhead::None),
+        Lookup::Miss(_)
+    ));
+    // adopting twice, or as a LUN whose blocks have other homes, changes nothing
+    assert!(!b.adopt(3, &hot[0]));
+    let moved: Vec<&cache::KeptBlock> = hot
+        .iter()
+        .filter(|k| b.geometry().partition_of(4, k.key.block_no) != k.partition as usize)
+        .collect();
+    assert!(!moved.is_empty());
+    for k in moved {
+        assert!(
+            !b.adopt(4, k),
+            "block {} is not at home for LUN 4",
+            k.key.block_no
+        );
+    }
+    let c = small_with(2, cache::MemoryKind::Private);
+    assert!(c.memory_files().is_none());
+}
+
+#[test]
+fn kept_memory_of_another_size_is_refused() {
+    let a = small_with(1, cache::MemoryKind::Shared);
+    let files: Vec<std::os::fd::OwnedFd> = a
+        .memory_files()
+        .unwrap()
+        .into_iter()
+        .map(|f| f.try_clone_to_owned().unwrap())
+        .collect();
+    let topo = Topology::split(&[0], 1, 1);
+    let cfg = CacheConfig {
+        block_size: 4096,
+        group_blocks: 2,
+        partitions_per_node: 2,
+        bytes_per_node: 16 * 4096,
+        huge_pages: false,
+        dirty_limit_bytes: 2 * 4096,
+        ..CacheConfig::default()
+    };
+    let e = BlockCache::with_memory(cfg.clone(), &topo, cache::MemoryKind::Kept(files))
+        .expect_err("another size");
+    assert!(e.to_string().contains("memory file"), "{e}");
+    let e = BlockCache::with_memory(cfg, &topo, cache::MemoryKind::Kept(Vec::new()))
+        .expect_err("no file");
+    assert!(e.to_string().contains("0 memory files for 1 nodes"), "{e}");
 }

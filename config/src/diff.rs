@@ -185,6 +185,7 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<String> {
     check("cache.dirty_limit", a.dirty_limit != b.dirty_limit);
     check("cache.read_ahead", a.read_ahead != b.read_ahead);
     check("cache.warm_restart", a.warm_restart != b.warm_restart);
+    check("cache.memory", a.memory != b.memory);
     let (a, b) = (&old.router, &new.router);
     check(
         "router.min_forward_bytes",

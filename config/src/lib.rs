@@ -41,9 +41,9 @@ pub use auth::{CHAP_FIELD_MAX, CHAP_SECRET_RECOMMENDED_MIN};
 pub use diff::{ConfigDiff, TargetChange, diff};
 pub use error::ConfigError;
 pub use model::{
-    AUTO_CACHE_MIN, Account, AddressRule, BsOflags, BsType, CacheMode, CacheSettings, CacheSize,
-    Config, DEFAULT_METRICS_ADDR, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL, DEMO_SIZE,
-    DeviceType, Digest, DirtyLimit, DiscoveryAuth, Driver, IoEngine, IscsiParams,
+    AUTO_CACHE_MIN, Account, AddressRule, BsOflags, BsType, CacheMemory, CacheMode, CacheSettings,
+    CacheSize, Config, DEFAULT_METRICS_ADDR, DEFAULT_PORTAL, DEMO_IMAGE, DEMO_IQN, DEMO_PORTAL,
+    DEMO_SIZE, DeviceType, Digest, DirtyLimit, DiscoveryAuth, Driver, IoEngine, IscsiParams,
     IscsiParamsOverride, LimitsSettings, LunConfig, MetricsAddress, MetricsSettings, NumaConfig,
     PortalConfig, RouterSettings, SenseFormat, TargetConfig, TargetState, ThreadConfig,
 };

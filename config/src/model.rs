@@ -408,6 +408,48 @@ pub struct CacheSettings {
     /// Save the cache's block list at a clean stop and load those blocks again in the
     /// background at the next start. Default false.
     pub warm_restart: bool,
+    /// Whose memory the cache arenas are, so whether a live upgrade hands it on. Default
+    /// `auto`.
+    pub memory: CacheMemory,
+}
+
+/// `cache.memory`: the arenas in memory files (memfd) a live upgrade hands to the new
+/// executable, which then starts with the blocks in memory, or in the process's own memory
+/// (read back from the backing stores after an upgrade).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMemory {
+    /// `shared` when the kernel gives shared memory huge pages (shared-memory transparent
+    /// huge pages enabled, or enough free hugetlbfs pages) or `huge_pages` is off;
+    /// `private` otherwise.
+    #[default]
+    Auto,
+    /// Memory files, whatever pages back them.
+    Shared,
+    /// Anonymous memory of the process.
+    Private,
+}
+
+impl CacheMemory {
+    /// Every choice, in the order the documentation lists them.
+    pub const ALL: [CacheMemory; 3] =
+        [CacheMemory::Auto, CacheMemory::Shared, CacheMemory::Private];
+
+    /// The configuration word: `auto`, `shared` or `private`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMemory::Auto => "auto",
+            CacheMemory::Shared => "shared",
+            CacheMemory::Private => "private",
+        }
+    }
+
+    /// Parses [`CacheMemory::as_str`]'s words (any case, blanks around ignored).
+    pub fn parse(text: &str) -> Option<CacheMemory> {
+        let t = text.trim();
+        CacheMemory::ALL
+            .into_iter()
+            .find(|m| t.eq_ignore_ascii_case(m.as_str()))
+    }
 }
 
 impl Default for CacheSettings {
@@ -424,6 +466,7 @@ impl Default for CacheSettings {
             dirty_limit: DirtyLimit::default(),
             read_ahead: 0,
             warm_restart: false,
+            memory: CacheMemory::Auto,
         }
     }
 }

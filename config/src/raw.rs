@@ -82,6 +82,8 @@ pub(crate) struct RawCache {
     pub read_ahead: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_restart: Option<YesNo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Word>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -672,6 +674,7 @@ fn raw_cache(c: &CacheSettings) -> RawCache {
         }),
         read_ahead: Some(c.read_ahead.into()),
         warm_restart: Some(YesNo(c.warm_restart)),
+        memory: Some(Word(c.memory.as_str().to_string())),
     }
 }
 

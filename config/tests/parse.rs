@@ -643,7 +643,16 @@ fn cache_defaults() {
     assert_eq!(d.dirty_limit, DirtyLimit::Percent(25));
     assert_eq!(d.dirty_limit_bytes(256 << 20), 64 << 20);
     assert_eq!(d.read_ahead, 0);
+    assert_eq!(d.memory, config::CacheMemory::Auto);
     assert_eq!(d.blocks_per_node(256 << 20), 4096);
+    for (w, want) in [
+        ("shared", config::CacheMemory::Shared),
+        (" Private ", config::CacheMemory::Private),
+        ("auto", config::CacheMemory::Auto),
+    ] {
+        let c = parse(&format!("cache:\n  memory: \"{w}\"\n"), "t").unwrap();
+        assert_eq!(c.cache.memory, want);
+    }
     let r = RouterSettings::default();
     assert_eq!(
         (r.min_forward_bytes, r.max_queue, r.enabled),
@@ -734,6 +743,12 @@ fn cache_rules() {
         ("mode: false", "cache.mode", "(got \"false\")"),
         ("mode: 1", "cache.mode", "(got \"1\")"),
         ("mode: \"\"", "cache.mode", "(got \"\")"),
+        (
+            "memory: anonymous",
+            "cache.memory",
+            "must be auto, shared or private (got anonymous)",
+        ),
+        ("memory: true", "cache.memory", "(got true)"),
         (
             "block_size: 2K",
             "cache.block_size",

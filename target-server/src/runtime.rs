@@ -56,6 +56,41 @@ pub struct Inherited {
     pub lu_states: Vec<(String, u64, Vec<u8>)>,
     /// The previous process's cached blocks, loaded again once serving.
     pub hot: Option<crate::backend::warm::HotList>,
+    /// The previous process's cache memory, adopted when the cache's layout is the same.
+    pub cache_memory: Option<KeptMemory>,
+}
+
+/// A cache's memory files (one per node, in node order) and their shape, passed from one
+/// executable to the next.
+#[derive(Debug)]
+pub struct KeptMemory {
+    /// The shape the files were made for.
+    pub layout: cache::MemoryLayout,
+    /// One memory file per node, in node order.
+    pub files: Vec<std::os::fd::OwnedFd>,
+}
+
+impl KeptMemory {
+    /// New descriptors of the same files (`None` when one cannot be duplicated).
+    pub fn try_clone(&self) -> Option<KeptMemory> {
+        Some(KeptMemory {
+            layout: self.layout,
+            files: self
+                .files
+                .iter()
+                .map(|f| f.try_clone().ok())
+                .collect::<Option<Vec<_>>>()?,
+        })
+    }
+}
+
+/// What a stop that keeps the cache for the next executable leaves
+/// ([`Daemon::stop_keeping`]).
+pub struct KeptCache {
+    /// The cached blocks, with their places in `memory` when it goes along.
+    pub hot: crate::backend::warm::HotList,
+    /// The cache's memory files, when they go along.
+    pub memory: Option<KeptMemory>,
 }
 
 impl Clone for Inherited {
@@ -72,6 +107,7 @@ impl Clone for Inherited {
                 .collect(),
             lu_states: self.lu_states.clone(),
             hot: self.hot.clone(),
+            cache_memory: self.cache_memory.as_ref().and_then(KeptMemory::try_clone),
         }
     }
 }
@@ -683,28 +719,71 @@ fn cache_bytes_per_node(s: &config::CacheSettings, topology: &Topology) -> u64 {
 /// their nodes and grown as blocks are filled. When the memory cannot be mapped the cache is
 /// halved until it can (down to its smallest shape), and the log says so: a daemon never
 /// fails to start for want of cache memory.
+///
+/// `kept`: the previous executable's cache memory (live upgrade). The cache is built on it
+/// when its layout is the one these settings give (with `size_per_node: auto`, its size is
+/// taken): the third value is then true, and its blocks can be adopted
+/// (`backend::warm::adopt`); otherwise it is let go, with a log line saying why.
 fn build_cache(
     cfg: &config::Config,
     topology: &Topology,
-) -> Result<(Arc<BlockCache>, Option<Router>), StartError> {
+    kept: Option<KeptMemory>,
+) -> Result<(Arc<BlockCache>, Option<Router>, bool), StartError> {
     let s = &cfg.cache;
     let mut bytes = cache_bytes_per_node(s, topology);
     let floor = u64::from(s.block_size.max(1)) * s.min_blocks();
     let started = Instant::now();
+    let mut shared = shared_cache_memory(s);
+    let mut kept = kept.and_then(|k| {
+        if s.size_per_node == config::CacheSize::Auto {
+            bytes = k.layout.bytes_per_node() as u64;
+        }
+        let want = cache::MemoryLayout::of(&cache_config(s, bytes), topology.node_count());
+        if want == k.layout {
+            Some(k)
+        } else {
+            tracing::warn!(
+                kept = %k.layout.to_text(),
+                now = %want.to_text(),
+                "the previous numatgtd's cache memory has another layout: let go, its blocks \
+                 are read back from the backing stores"
+            );
+            bytes = cache_bytes_per_node(s, topology);
+            None
+        }
+    });
+    let mut adopted_memory = false;
     let cache = loop {
-        let cc = CacheConfig {
-            block_size: s.block_size as usize,
-            group_blocks: u64::from(s.group_blocks),
-            partitions_per_node: s.partitions_per_node as usize,
-            bytes_per_node: usize::try_from(bytes).unwrap_or(usize::MAX),
-            sector_size: 512,
-            huge_pages: s.huge_pages,
-            dirty_limit_bytes: s.dirty_limit_bytes(bytes),
-            bind_policy: BindPolicy::Bind,
-            prefault: false,
+        let cc = cache_config(s, bytes);
+        if let Some(k) = kept.take() {
+            match BlockCache::with_memory(cc.clone(), topology, cache::MemoryKind::Kept(k.files)) {
+                Ok(c) => {
+                    adopted_memory = true;
+                    break c;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "the previous numatgtd's cache memory cannot be mapped ({e}): its blocks \
+                         are read back from the backing stores"
+                    );
+                    continue;
+                }
+            }
+        }
+        let memory = if shared {
+            cache::MemoryKind::Shared
+        } else {
+            cache::MemoryKind::Private
         };
-        match BlockCache::new(cc, topology) {
+        match BlockCache::with_memory(cc, topology, memory) {
             Ok(c) => break c,
+            Err(cache::CacheError::Arena(e @ cache::ArenaError::MemoryFile { .. })) => {
+                tracing::warn!(
+                    "cache memory files cannot be made ({e}): the cache uses private memory \
+                     (an upgrade reads its blocks back instead of keeping them)"
+                );
+                shared = false;
+            }
             Err(cache::CacheError::Arena(e)) if bytes / 2 >= floor => {
                 tracing::warn!(
                     "cache of {} per node cannot be set up ({e}); trying {}",
@@ -725,6 +804,7 @@ fn build_cache(
         nodes = topology.node_count(),
         virtual_nodes = topology.is_virtual(),
         ms = started.elapsed().as_millis() as u64,
+        memory = if adopted_memory { "kept" } else if shared { "shared" } else { "private" },
         "NUMA block cache ready (memory is taken as blocks are cached)"
     );
     let router = cfg.router.enabled.then(|| {
@@ -736,7 +816,37 @@ fn build_cache(
             },
         )
     });
-    Ok((Arc::new(cache), router))
+    Ok((Arc::new(cache), router, adopted_memory))
+}
+
+/// The block cache's shape from the `cache:` settings, `bytes` per node.
+fn cache_config(s: &config::CacheSettings, bytes: u64) -> CacheConfig {
+    CacheConfig {
+        block_size: s.block_size as usize,
+        group_blocks: u64::from(s.group_blocks),
+        partitions_per_node: s.partitions_per_node as usize,
+        bytes_per_node: usize::try_from(bytes).unwrap_or(usize::MAX),
+        sector_size: 512,
+        huge_pages: s.huge_pages,
+        dirty_limit_bytes: s.dirty_limit_bytes(bytes),
+        bind_policy: BindPolicy::Bind,
+        prefault: false,
+    }
+}
+
+/// `cache.memory`: whether the arenas are memory files a live upgrade hands on. `auto`:
+/// when shared memory gets huge pages as private memory would (or huge pages are off), so
+/// the choice costs no speed.
+fn shared_cache_memory(s: &config::CacheSettings) -> bool {
+    match s.memory {
+        config::CacheMemory::Shared => true,
+        config::CacheMemory::Private => false,
+        config::CacheMemory::Auto => {
+            !s.huge_pages
+                || cache::memory_file::shared_huge_pages()
+                || cache::memory_file::hugetlb_free_pages() > 0
+        }
+    }
 }
 
 /// The I/O side every event thread uses: the backing-store I/O pools of each node, the
@@ -745,20 +855,27 @@ struct DataPath {
     workers: NodeWorkers,
     cache: Option<Arc<BlockCache>>,
     router: Option<Router>,
+    /// The cache was built on the previous executable's memory.
+    kept_memory: bool,
 }
 
 impl DataPath {
     /// Starts the I/O pools, then sets the block cache up.
-    fn start(rc: &RuntimeConfig, topology: &Topology) -> Result<DataPath, StartError> {
+    fn start(
+        rc: &RuntimeConfig,
+        topology: &Topology,
+        kept: Option<KeptMemory>,
+    ) -> Result<DataPath, StartError> {
         let workers = NodeWorkers::start(topology.nodes(), rc.io_threads, rc.io_engine)
             .map_err(StartError::Threads)?;
         // the cache always runs (its memory is taken only as blocks are cached): LUNs made
         // later by tgtadm or a reload get the configured mode like those of the file
-        let (cache, router) = build_cache(&rc.config, topology)?;
+        let (cache, router, kept_memory) = build_cache(&rc.config, topology, kept)?;
         Ok(DataPath {
             workers,
             cache: Some(cache),
             router,
+            kept_memory,
         })
     }
 }
@@ -1109,12 +1226,13 @@ impl Daemon {
     /// daemon serves.
     pub fn start(mut rc: RuntimeConfig) -> Result<Daemon, StartError> {
         let started = Instant::now();
-        let inherited = std::mem::take(&mut rc.inherited);
+        let mut inherited = std::mem::take(&mut rc.inherited);
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
         let targets = open_targets(&rc.config, &rc.state_dir)?;
 
-        let data = DataPath::start(&rc, &topology)?;
+        let data = DataPath::start(&rc, &topology, inherited.cache_memory.take())?;
+        let kept_memory = data.kept_memory;
         // listen only once the cache is ready: a bound portal means a serving daemon
         let tcp = bind_tcp_portals(&rc.config.portals, inherited.tcp)?;
         let iser_listeners = bind_iser_portals(iser_portal_request(&rc))?;
@@ -1132,6 +1250,12 @@ impl Daemon {
         crate::backend::changer::settle(&registry);
         crate::alua::start_all(&registry.targets(), data.cache.as_ref());
         apply_access_settings(&registry, &rc.config);
+        // the kept cache memory's blocks are cached again before any connection is served
+        // (a command could otherwise take, and give back, a slot a kept block is in)
+        let mut hot = inherited.hot.take();
+        if let (Some(list), Some(cache), true) = (hot.as_mut(), data.cache.as_ref(), kept_memory) {
+            crate::backend::warm::adopt(list, cache, &registry);
+        }
         let flushers = start_flushers(&rc, data.cache.as_ref(), &topology, &registry)?;
         let shared = shared_state(&rc, registry, data, &topology, &placement, started);
         let _ = shared
@@ -1155,9 +1279,7 @@ impl Daemon {
             .cache
             .warm_restart
             .then(|| rc.state_dir.join(WARM_FILE));
-        let hot = inherited
-            .hot
-            .or_else(|| warm_file.as_deref().and_then(take_saved_hot_list));
+        let hot = hot.or_else(|| warm_file.as_deref().and_then(take_saved_hot_list));
         if let Some(list) = hot {
             crate::backend::warm::start(list, shared.cache.as_ref(), &shared.registry);
         }
@@ -1322,23 +1444,26 @@ impl Daemon {
     /// `cache.warm_restart`, list the cached blocks for the next start.
     pub fn stop(self) {
         let file = self.warm_file.clone();
-        if let Some(list) = self.stop_keeping(file.is_some())
+        if let Some(kept) = self.stop_keeping(file.is_some(), false)
             && let Some(path) = file
         {
-            save_hot_list(&path, &list);
+            save_hot_list(&path, &kept.hot);
         }
     }
 
     /// As [`Daemon::stop`], and with `hot` the cache's blocks after the write-back (every
-    /// one clean), for a warm start of the next process.
-    pub fn stop_keeping(mut self, hot: bool) -> Option<crate::backend::warm::HotList> {
-        crate::backend::warm::stop();
+    /// one clean), for a warm start of the next process; with `memory` too, the cache's
+    /// memory files (when it has them) and the blocks' places in them.
+    pub fn stop_keeping(mut self, hot: bool, memory: bool) -> Option<KeptCache> {
+        // a warm start still loading would go on filling (and evicting) blocks after the
+        // list is taken: the memory goes along only once it has ended
+        let warm_ended = crate::backend::warm::stop();
         self.stop_serving();
         self.report();
         let Daemon {
             shared, flushers, ..
         } = self;
-        write_back_and_sync(shared, flushers, hot)
+        write_back_and_sync(shared, flushers, hot, memory && warm_ended)
     }
 
     /// Stops the metrics server, then the event threads (each closes its connections).
@@ -1364,21 +1489,33 @@ fn write_back_and_sync(
     shared: Arc<Shared>,
     flushers: Option<Flushers>,
     hot: bool,
-) -> Option<crate::backend::warm::HotList> {
+    memory: bool,
+) -> Option<KeptCache> {
     let registry = Arc::clone(&shared.registry);
     let cache = shared.cache.clone();
-    if let Ok(shared) = Arc::try_unwrap(shared) {
-        shared.workers.shutdown();
-    }
+    // every I/O worker ends (the event threads have): nothing of this process touches the
+    // cache from here on but the write-back below, so its list (and memory) can go along
+    shared.workers.drain();
+    drop(shared);
     if let Some(f) = flushers {
         f.stop();
     }
     let unsynced = sync_all(&registry);
-    let list = cache
-        .filter(|_| hot)
-        .map(|c| crate::backend::warm::HotList::collect(&c, &registry));
+    let kept = cache.filter(|_| hot).map(|c| {
+        let files = c
+            .memory_files()
+            .filter(|_| memory)
+            .and_then(|f| f.iter().map(|f| f.try_clone_to_owned().ok()).collect());
+        KeptCache {
+            hot: crate::backend::warm::HotList::collect(&c, &registry, files.is_some()),
+            memory: files.map(|files| KeptMemory {
+                layout: c.layout(),
+                files,
+            }),
+        }
+    });
     close_all(&registry, &unsynced, CLOSE_WAIT);
-    list
+    kept
 }
 
 /// How long a stop waits for the backing stores to close.

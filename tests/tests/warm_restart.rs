@@ -34,10 +34,7 @@ fn a_clean_restart_starts_with_the_blocks_it_had_cached() {
         "{}",
         d.log_tail(30)
     );
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while d.metric("numatgt_cache_warm_jobs", "") > 0.0 && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    d.wait_warm_start();
     assert_eq!(
         d.metric("numatgt_cache_warm_blocks", "state=\"listed\""),
         16.0

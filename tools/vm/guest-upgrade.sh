@@ -16,10 +16,14 @@
 #     connections moved, 0 asked to log out"), numatgtd logged one login to the target
 #     and one "session moved" per upgrade, and the kernel logged no connection error and
 #     no unit attention (the logical unit went on with its state);
+#   - with shmem_enabled set to `advise` in the guest (numatgtd's `cache.memory: auto`
+#     then uses memory files), at least one upgrade kept cached blocks in the memory it
+#     passed on (`memory_kept_blocks=` lists each upgrade's count);
 #     umount and `e2fsck -fn` clean.
 # Env: NUMATGTD NUMATGTD_B  the two builds (paths as the guest sees them); numatgtadm is
 #      found beside NUMATGTD
-#      UPGRADES (3)  FIO_SECS (40)
+#      UPGRADES (3)  FIO_SECS (40)  SHMEM_ADVISE (1; 0 leaves shmem_enabled as the
+#      kernel has it, so the cache's memory is private and read back at each upgrade)
 # Prints VM_UPGRADE_OK upgrades=N ... on success, VM_UPGRADE_FAIL: <why> otherwise.
 set -u
 IQN=iqn.2026-11.org.numatgt:vmupgrade
@@ -59,6 +63,15 @@ done
 step "$(nproc) CPUs, kernel $(uname -r), $UPGRADES upgrades under fio for ${FIO_SECS}s"
 mkdir -p /tmp/numatgt-state "$MNT"
 truncate -s 256M "$LUN_FILE" || fail "create LUN file"
+# shared memory with huge pages on request: numatgtd's default `cache.memory: auto` then
+# puts the cache in memory files, and each upgrade hands them on (blocks kept, not read)
+SHMEM=/sys/kernel/mm/transparent_hugepage/shmem_enabled
+SHARED=0
+if [ "${SHMEM_ADVISE:-1}" = 1 ] && [ -w "$SHMEM" ] && echo advise > "$SHMEM" 2>/dev/null; then
+  SHARED=1
+fi
+step "shmem_enabled: $(cat "$SHMEM" 2>/dev/null || echo absent)"
+KEPT=
 "$NUMATGTD" -f $C --iscsi portal=$PORTAL --state-dir /tmp/numatgt-state >> "$LOG" 2>&1 &
 TPID=$!
 wait_listen "$TPID" "$PORTAL"
@@ -93,6 +106,8 @@ while [ $i -lt "$UPGRADES" ]; do
     *"1 connections moved, 0 asked to log out"*) ;;
     *) fail "upgrade $i did not move the session's connection: $out" ;;
   esac
+  k=$(echo "$out" | sed -n 's/.*cached blocks kept (\([0-9]*\) in the memory passed on).*/\1/p')
+  KEPT="$KEPT${KEPT:+,}${k:-?}"
   # the same process (the PID stays), now running the other build
   pid=$(echo "$out" | sed -n 's/^upgraded: numatgtd pid \([0-9]*\) .*/\1/p')
   [ "$pid" = "$TPID" ] && alive "$TPID" || fail "upgrade $i: pid '$pid', want $TPID"
@@ -134,7 +149,15 @@ logins=$(grep 'login complete' "$LOG" | grep -c "$IQN" || true)
 moves=$(grep -c 'session moved from the previous numatgtd' "$LOG" || true)
 [ "$logins" = 1 ] || fail "$logins logins to $IQN in numatgtd's log, want 1 (no relogin)"
 [ "$moves" = "$UPGRADES" ] || fail "$moves sessions moved in numatgtd's log, want $UPGRADES"
+# with the cache in memory files, the whole blocks (those read back after the first
+# upgrade, at least) go on in the same memory at the later upgrades
+if [ "$SHARED" = 1 ]; then
+  case ",$KEPT" in
+    *,[1-9]*) ;;
+    *) fail "no upgrade kept cached blocks in the memory passed on (kept: $KEPT)" ;;
+  esac
+fi
 # the logical unit went on with its state: the kernel saw no unit attention
 poweron=$(dmesg | grep -c 'Power-on or device reset' || true)
 [ "$poweron" = 0 ] || fail "$poweron power-on unit attentions in the kernel log"
-echo "VM_UPGRADE_OK upgrades=$UPGRADES session=$SID logins=$logins moved=$moves $res kernel_conn_errors=$connerr power_on_unit_attentions=$poweron"
+echo "VM_UPGRADE_OK upgrades=$UPGRADES session=$SID logins=$logins moved=$moves $res kernel_conn_errors=$connerr power_on_unit_attentions=$poweron memory_kept_blocks=$KEPT"

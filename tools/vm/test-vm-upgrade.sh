@@ -5,7 +5,9 @@
 # at QD8; fio must see no error and no mismatch, the kernel's session stays, e2fsck clean.
 # Env: NUMATGTD_BIN (default <repo>/target/debug/numatgtd) and NUMATGTD_BIN_B (default
 #      <repo>/target/release/numatgtd, built when missing): the two builds
-#      UPGRADES (3), FIO_SECS (40); VM_TIMEOUT (300) and the other vm-run.sh variables;
+#      UPGRADES (3), FIO_SECS (40), SHMEM_ADVISE (1: the guest's shmem_enabled set to
+#      advise, so the cache's memory goes along; 0: left alone, read back); VM_TIMEOUT
+#      (300) and the other vm-run.sh variables;
 #      VM_OUT=DIR keeps the daemon log.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
@@ -31,6 +33,6 @@ case "$B" in
   /tmp/*) echo "$NAME: $B: the guest cannot see /tmp of the host" >&2; exit 1 ;;
 esac
 export NUMATGTD_B=$B
-VM_ENV="UPGRADES FIO_SECS NUMATGTD_B" VM_FILES=""
+VM_ENV="UPGRADES FIO_SECS NUMATGTD_B SHMEM_ADVISE" VM_FILES=""
 vm_ship_numatgtd
 vm_run_and_check guest-upgrade.sh "VM_UPGRADE_OK upgrades="

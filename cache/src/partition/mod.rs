@@ -808,6 +808,61 @@ impl Partition {
         v
     }
 
+    /// The clean, idle blocks, most recently used first, with their slots and, for a block
+    /// cached in part, its valid sectors (`None`: every sector): what a live upgrade's next
+    /// executable adopts, where its memory is kept, or reads again.
+    pub fn clean_blocks(&self) -> Vec<(BlockKey, u32, Option<Vec<u64>>)> {
+        let st = self.state.lock();
+        let mut v = Vec::with_capacity(st.len[List::Lru as usize] as usize);
+        let mut i = st.head[List::Lru as usize];
+        while i != NIL {
+            let s = &st.slots[i as usize];
+            let part = (s.valid_n as usize != self.bits).then(|| st.valid_of(i).to_vec());
+            v.push((s.key, i, part));
+            i = s.next;
+        }
+        v
+    }
+
+    /// Makes free slot `slot`, whose memory already holds block `key` (kept from the
+    /// previous executable, after its write-back), the cached copy of `key`: the sectors of
+    /// `valid` (`None`: every sector) valid and clean, at the most recently used end (adopt
+    /// coldest first). False when the slot is out of range or not free, `key` is cached
+    /// already, or `valid` is not a bitmap of this partition's sectors with one set: nothing
+    /// changed.
+    pub fn adopt(&self, key: BlockKey, slot: u32, valid: Option<&[u64]>) -> bool {
+        if slot >= self.slots {
+            return false;
+        }
+        let mut st = self.state.lock();
+        let words = st.words;
+        if let Some(v) = valid {
+            let beyond =
+                self.bits % 64 != 0 && v.last().is_some_and(|w| w >> (self.bits % 64) != 0);
+            if v.len() != words || beyond || bits::count(v) == 0 {
+                return false;
+            }
+        }
+        if st.slots[slot as usize].list != List::Free || st.map.contains_key(&key) {
+            return false;
+        }
+        st.unlink(slot);
+        st.map_fresh(slot, key);
+        let n = match valid {
+            Some(v) => {
+                st.valid_mut(slot).copy_from_slice(v);
+                bits::count(v)
+            }
+            None => {
+                bits::set_range(st.valid_mut(slot), 0, self.bits);
+                self.bits
+            }
+        };
+        st.slots[slot as usize].valid_n = n as u32;
+        st.settle(slot);
+        true
+    }
+
     /// Check every structural invariant; `Err` describes the first violation.
     pub fn check_invariants(&self) -> Result<(), String> {
         let st = self.state.lock();

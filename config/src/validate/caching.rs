@@ -111,6 +111,15 @@ pub(super) fn cache(ctx: &Ctx<'_>, raw: Option<&RawCache>) -> R<CacheSettings> {
         dirty_limit,
         read_ahead,
         warm_restart: r.warm_restart.map_or(d.warm_restart, |b| b.0),
+        memory: match &r.memory {
+            None => d.memory,
+            Some(w) => crate::model::CacheMemory::parse(&w.0).ok_or_else(|| {
+                ctx.err(
+                    "cache.memory",
+                    format!("must be auto, shared or private (got {:.40})", w.0),
+                )
+            })?,
+        },
     })
 }
 

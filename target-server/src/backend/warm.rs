@@ -40,34 +40,95 @@ pub struct HotLun {
     pub lun: u64,
     /// Cache block numbers, hottest first.
     pub blocks: Vec<u64>,
+    /// Where each block's bytes are in the cache memory passed on with the list (partition
+    /// and slot; `None`: not whole, read it again); empty when no memory goes with it.
+    pub at: Vec<Option<Place>>,
+}
+
+/// Where a listed block's bytes are in the cache memory passed on with the list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Global partition number, and slot within it.
+    pub partition: u32,
+    pub slot: u32,
+    /// The valid sectors of a block cached in part (one bit per sector, 64 per word);
+    /// `None`: every sector.
+    pub valid: Option<Vec<u64>>,
+}
+
+impl Place {
+    /// `P.S`, or `P.S~W0:W1…` with the valid-sector words in hexadecimal.
+    fn to_text(&self) -> String {
+        let mut t = format!("{}.{}", self.partition, self.slot);
+        if let Some(v) = &self.valid {
+            let words: Vec<String> = v.iter().map(|w| format!("{w:x}")).collect();
+            t.push('~');
+            t.push_str(&words.join(":"));
+        }
+        t
+    }
+
+    fn from_text(t: &str) -> Option<Place> {
+        let (at, valid) = match t.split_once('~') {
+            Some((a, v)) => (a, Some(v)),
+            None => (t, None),
+        };
+        let (p, s) = at.split_once('.')?;
+        let valid = match valid {
+            None => None,
+            Some(v) => Some(
+                v.split(':')
+                    .map(|w| u64::from_str_radix(w, 16).ok())
+                    .collect::<Option<Vec<u64>>>()
+                    .filter(|w| !w.is_empty() && w.len() <= 64)?,
+            ),
+        };
+        Some(Place {
+            partition: p.parse().ok()?,
+            slot: s.parse().ok()?,
+            valid,
+        })
+    }
 }
 
 impl HotList {
-    /// The clean cached blocks of every LUN of `registry` (call it after the write-back).
-    pub fn collect(cache: &BlockCache, registry: &Registry) -> HotList {
-        let mut luns: Vec<(u32, HotLun)> = Vec::new();
+    /// The clean cached blocks of every LUN of `registry` (call it after the write-back);
+    /// `places`: with where each whole block is in the cache's memory (it goes along).
+    pub fn collect(cache: &BlockCache, registry: &Registry, places: bool) -> HotList {
+        // (cache identity, whether its places go along, the list): an RBD image's blocks
+        // are read back, as other gateways may write the image meanwhile
+        let mut luns: Vec<(u32, bool, HotLun)> = Vec::new();
         for t in registry.targets() {
             for (n, l) in &t.lun_set().map {
                 luns.push((
                     l.cache_id,
+                    places && l.store.rbd_image().is_none(),
                     HotLun {
                         target: t.iqn.clone(),
                         lun: *n,
                         blocks: Vec::new(),
+                        at: Vec::new(),
                     },
                 ));
             }
         }
         for k in cache.hot_blocks() {
-            if let Some((_, h)) = luns.iter_mut().find(|(id, _)| *id == k.lun) {
-                h.blocks.push(k.block_no);
+            if let Some((_, places, h)) = luns.iter_mut().find(|(id, _, _)| *id == k.key.lun) {
+                h.blocks.push(k.key.block_no);
+                if *places {
+                    h.at.push(Some(Place {
+                        partition: k.partition,
+                        slot: k.slot,
+                        valid: k.valid,
+                    }));
+                }
             }
         }
         HotList {
             block_size: cache.geometry().block_size() as u64,
             luns: luns
                 .into_iter()
-                .map(|(_, h)| h)
+                .map(|(_, _, h)| h)
                 .filter(|h| !h.blocks.is_empty())
                 .collect(),
         }
@@ -91,12 +152,15 @@ impl HotList {
                 }
             }
             let runs: Vec<String> = runs.iter().map(|(f, n)| format!("{f}+{n}")).collect();
-            t.push_str(&format!(
-                "lun {} {} {}\n",
-                iscsi_proto::text::binary::encode_hex(l.target.as_bytes()),
-                l.lun,
-                runs.join(",")
-            ));
+            let target = iscsi_proto::text::binary::encode_hex(l.target.as_bytes());
+            t.push_str(&format!("lun {target} {} {}\n", l.lun, runs.join(",")));
+            if !l.at.is_empty() {
+                let at: Vec<String> =
+                    l.at.iter()
+                        .map(|a| a.as_ref().map_or_else(|| "-".to_string(), Place::to_text))
+                        .collect();
+                t.push_str(&format!("at {target} {} {}\n", l.lun, at.join(",")));
+            }
         }
         t
     }
@@ -142,7 +206,37 @@ impl HotList {
                         target,
                         lun,
                         blocks,
+                        at: Vec::new(),
                     });
+                }
+                Some("at") => {
+                    // the places of the blocks of the `lun` line just before
+                    let last = h.luns.last_mut().ok_or("an at line before any lun line")?;
+                    let target = w
+                        .next()
+                        .and_then(|t| iscsi_proto::text::binary::decode_hex_record(t, 4096).ok());
+                    let lun = w.next().and_then(|n| n.parse::<u64>().ok());
+                    if target.as_deref() != Some(last.target.as_bytes()) || lun != Some(last.lun) {
+                        return Err(format!("at line of another LUN: {line:.60}"));
+                    }
+                    let mut at = Vec::with_capacity(last.blocks.len());
+                    for p in w.next().unwrap_or("").split(',').filter(|r| !r.is_empty()) {
+                        at.push(match p {
+                            "-" => None,
+                            _ => Some(
+                                Place::from_text(p).ok_or_else(|| format!("bad place {p:.40}"))?,
+                            ),
+                        });
+                    }
+                    if at.len() != last.blocks.len() {
+                        return Err(format!(
+                            "{} places for {} blocks of LUN {}",
+                            at.len(),
+                            last.blocks.len(),
+                            last.lun
+                        ));
+                    }
+                    last.at = at;
                 }
                 _ => return Err(format!("bad line {line:.60}")),
             }
@@ -155,6 +249,8 @@ impl HotList {
 #[derive(Debug, Default)]
 pub struct Progress {
     pub listed: AtomicU64,
+    /// Found in the cache memory passed on, cached again without a read.
+    pub adopted: AtomicU64,
     pub loaded: AtomicU64,
     pub skipped: AtomicU64,
     pub dropped: AtomicU64,
@@ -164,6 +260,7 @@ pub struct Progress {
 
 static PROGRESS: Progress = Progress {
     listed: AtomicU64::new(0),
+    adopted: AtomicU64::new(0),
     loaded: AtomicU64::new(0),
     skipped: AtomicU64::new(0),
     dropped: AtomicU64::new(0),
@@ -182,11 +279,82 @@ impl Progress {
     }
 }
 
-/// Asks a running warm start to end (the daemon stops): it lets go of its LUNs after the
-/// chunk it is loading.
-pub fn stop() {
-    STOP.store(true, Ordering::Release);
+/// Caches again, without reading them, the blocks of `list` whose bytes are in the cache
+/// memory the previous executable passed on (`cache` was built on it: its layout is the
+/// same), and takes them out of the list: what is left is read back by [`start`]. Each LUN's
+/// blocks are adopted coldest first, so the hottest end most recently used. A block whose
+/// place is not its home partition here (the LUN's cache identity changed), or is taken,
+/// stays in the list. Call it before the sessions' commands run.
+pub fn adopt(list: &mut HotList, cache: &BlockCache, registry: &Registry) -> u64 {
+    let t0 = Instant::now();
+    let mut adopted = 0u64;
+    for h in &mut list.luns {
+        if h.at.len() != h.blocks.len() {
+            h.at.clear();
+            continue;
+        }
+        let Some(lun) = registry
+            .target(&h.target)
+            .and_then(|t| t.lun_set().map.get(&h.lun).cloned())
+            .filter(|l| l.caches_now())
+        else {
+            h.at.clear();
+            continue;
+        };
+        let mut keep = vec![true; h.blocks.len()];
+        for (i, (b, at)) in h.blocks.iter().zip(&h.at).enumerate().rev() {
+            let Some(at) = at else {
+                continue;
+            };
+            let k = cache::KeptBlock {
+                key: cache::BlockKey {
+                    lun: lun.cache_id,
+                    block_no: *b,
+                },
+                partition: at.partition,
+                slot: at.slot,
+                valid: at.valid.clone(),
+            };
+            if cache.adopt(lun.cache_id, &k) {
+                keep[i] = false;
+                adopted += 1;
+            }
+        }
+        let mut it = keep.iter();
+        h.blocks.retain(|_| it.next().copied().unwrap_or(true));
+        h.at.clear();
+    }
+    list.luns.retain(|h| !h.blocks.is_empty());
+    progress().adopted.store(adopted, Ordering::Relaxed);
+    let bs = cache.geometry().block_size() as u64;
+    tracing::info!(
+        adopted,
+        mib = (adopted * bs) >> 20,
+        to_read = list.blocks(),
+        ms = t0.elapsed().as_millis() as u64,
+        "cache memory kept: blocks cached again without a read"
+    );
+    adopted
 }
+
+/// Asks a running warm start to end (the daemon stops): it lets go of its LUNs after the
+/// chunk it is loading. Waits for that (at most [`STOP_WAIT`]); true when no warm start
+/// runs any more.
+pub fn stop() -> bool {
+    STOP.store(true, Ordering::Release);
+    let until = Instant::now() + STOP_WAIT;
+    while progress().running() > 0 {
+        if Instant::now() >= until {
+            tracing::warn!("the cache's warm start did not end in time");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// How long [`stop`] waits for the chunk being loaded.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -196,7 +364,10 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// through the cache, and a list of another block size, are skipped with a log line.
 pub fn start(list: HotList, cache: Option<&Arc<BlockCache>>, registry: &Registry) {
     let p = progress();
-    p.listed.store(list.blocks(), Ordering::Relaxed);
+    p.listed.store(
+        list.blocks() + p.adopted.load(Ordering::Relaxed),
+        Ordering::Relaxed,
+    );
     if list.luns.is_empty() {
         return;
     }
@@ -281,6 +452,14 @@ pub fn start(list: HotList, cache: Option<&Arc<BlockCache>>, registry: &Registry
 mod tests {
     use super::*;
 
+    fn place(partition: u32, slot: u32, valid: Option<Vec<u64>>) -> Place {
+        Place {
+            partition,
+            slot,
+            valid,
+        }
+    }
+
     #[test]
     fn a_hot_list_reads_back_in_its_order_with_runs() {
         let h = HotList {
@@ -290,16 +469,30 @@ mod tests {
                     target: "iqn.2026-11.org.numatgt:a b".into(),
                     lun: 1,
                     blocks: vec![9, 10, 11, 3, 4, 100, 7],
+                    at: vec![
+                        Some(place(3, 70, None)),
+                        None,
+                        Some(place(0, 0, Some(vec![0xff, 1 << 63]))),
+                        None,
+                        None,
+                        None,
+                        Some(place(9, 1, None)),
+                    ],
                 },
                 HotLun {
                     target: "iqn.x".into(),
                     lun: 2,
                     blocks: vec![0],
+                    at: Vec::new(),
                 },
             ],
         };
         let t = h.to_text();
         assert!(t.contains(" 9+3,3+2,100+1,7+1\n"), "{t}");
+        assert!(
+            t.contains(" 1 3.70,-,0.0~ff:8000000000000000,-,-,-,9.1\n"),
+            "{t}"
+        );
         assert_eq!(HotList::from_text(&t).expect("read back"), h);
         assert_eq!(h.blocks(), 8);
     }
@@ -314,6 +507,12 @@ mod tests {
             "lun 0x61 1 18446744073709551615+2",
             "lun 0x61 1 0+999999999999",
             "colour blue",
+            "at 0x61 1 1.1",
+            "lun 0x61 1 1+2\nat 0x61 1 1.1",
+            "lun 0x61 1 1+1\nat 0x62 1 1.1",
+            "lun 0x61 1 1+1\nat 0x61 1 x.1",
+            "lun 0x61 1 1+1\nat 0x61 1 1.1~",
+            "lun 0x61 1 1+1\nat 0x61 1 1.1~g",
         ] {
             assert!(HotList::from_text(bad).is_err(), "{bad}");
         }

@@ -147,13 +147,11 @@ impl NodeWorkers {
         })
     }
 
-    /// Let the threads finish what is queued.
-    pub fn shutdown(self) {
-        for p in self.pools {
-            match Arc::try_unwrap(p) {
-                Ok(p) => p.shutdown(),
-                Err(p) => drop(p), // a ring job still holds it; its drop joins the workers
-            }
+    /// Let the threads finish what is queued and end, through a shared handle (the daemon's
+    /// state is still referred to elsewhere): once it returns no I/O worker touches the cache.
+    pub fn drain(&self) {
+        for p in &self.pools {
+            p.drain();
         }
     }
 }

@@ -15,8 +15,10 @@
 //!    stops as on SIGTERM: remaining connections closed, dirty cache blocks written back,
 //!    every LUN synced and closed, RBD locks given back; it lets the management lock go.
 //! 3. **Takeover.** The listening sockets (TCP portals, management socket, metrics), the
-//!    asking client's connection, a descriptor of the old executable and the moved
-//!    connections' sockets are queued with the configuration and the connections' state
+//!    asking client's connection, a descriptor of the old executable, the moved
+//!    connections' sockets and (when the new binary takes them and the cache has them) the
+//!    cache's memory files are queued with the configuration, the connections' state, the
+//!    cached blocks' list and their places in that memory
 //!    on a socket pair, and the process execs the new binary (mode `takeover`): it starts
 //!    on the passed-on sockets (the initiators' logins waiting in the backlog reach it),
 //!    goes on with the moved connections, and answers the client. If it cannot start, it
@@ -200,9 +202,17 @@ fn close_raw(fd: RawFd) {
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }
 
-/// Runs `binary` in check mode with `offer`: Ok once it answered `prepared` (true when it
-/// can take moved connections), the reason otherwise. The child is always reaped.
-fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<bool, String> {
+/// What the new executable said it can take (its `prepared` answer's words).
+struct Takes {
+    /// Moved TCP connections ([`wire::CAN_MOVE_CONNECTIONS`]).
+    connections: bool,
+    /// The cache's memory files ([`wire::CAN_KEEP_CACHE_MEMORY`]).
+    cache_memory: bool,
+}
+
+/// Runs `binary` in check mode with `offer`: what it takes once it answered `prepared`,
+/// the reason otherwise. The child is always reaped.
+fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<Takes, String> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| format!("cannot make a socket pair: {e}"))?;
     let passed = inheritable(&theirs)?;
@@ -242,9 +252,13 @@ fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<bool, String
     };
     let exit = status.map_or_else(String::new, |s| format!(" (pid {pid}: {s})"));
     match answer.as_ref().map(|(t, _)| t.trim_end()) {
-        Ok(t) if t.starts_with("prepared") => Ok(t
-            .split_whitespace()
-            .any(|w| w == wire::CAN_MOVE_CONNECTIONS)),
+        Ok(t) if t.starts_with("prepared") => {
+            let says = |word| t.split_whitespace().any(|w| w == word);
+            Ok(Takes {
+                connections: says(wire::CAN_MOVE_CONNECTIONS),
+                cache_memory: says(wire::CAN_KEEP_CACHE_MEMORY),
+            })
+        }
         Ok(t) => Err(format!(
             "{} refused: {}{exit}",
             binary.display(),
@@ -280,6 +294,7 @@ pub fn upgrade(
         conns: Vec::new(),
         lus: Vec::new(),
         hot: None,
+        cache_layout: None,
         asked: 0,
         closed: 0,
         quiesce_ms: 0,
@@ -297,10 +312,11 @@ pub fn upgrade(
 
     // 1. check: the new binary reads the format and the configuration
     tracing::info!(binary = %binary.display(), "upgrade: checking the new numatgtd");
-    let moves = match check(&binary, &args, &offer) {
-        Ok(m) => m,
+    let takes = match check(&binary, &args, &offer) {
+        Ok(t) => t,
         Err(why) => return Failure::Refused(Box::new(daemon), why),
     };
+    let moves = takes.connections;
     if !moves {
         tracing::info!("upgrade: the new numatgtd takes no connections: sessions log in again");
     }
@@ -333,14 +349,19 @@ pub fn upgrade(
     }
     let t_stop = Instant::now();
     // the cache's blocks, once written back, are listed for the new process to load again
-    let hot = daemon.stop_keeping(moves);
-    let hot_blocks = hot.as_ref().map_or(0, |h| h.blocks());
-    offer.hot = hot.map(|h| h.to_text());
+    let kept = daemon.stop_keeping(moves, takes.cache_memory);
+    let hot_blocks = kept.as_ref().map_or(0, |k| k.hot.blocks());
+    let in_memory = kept.as_ref().filter(|k| k.memory.is_some()).map_or(0, |k| {
+        k.hot.luns.iter().flat_map(|l| &l.at).flatten().count()
+    });
+    offer.hot = kept.as_ref().map(|k| k.hot.to_text());
+    let memory = kept.and_then(|k| k.memory);
+    offer.cache_layout = memory.as_ref().map(|m| m.layout.to_text());
     mgmt.release();
     offer.note = format!(
         "{moved} connections moved, {asked} asked to log out ({} left and closed) in {} ms, \
-         write-back and sync {} ms, {hot_blocks} cached blocks to load again, from numatgtd \
-         {} ({})",
+         write-back and sync {} ms, {hot_blocks} cached blocks kept ({in_memory} in the memory \
+         passed on), from numatgtd {} ({})",
         q.left,
         q.took.as_millis(),
         t_stop.elapsed().as_millis(),
@@ -378,6 +399,10 @@ pub fn upgrade(
         offer.roles.push(Role::Conn);
         offer.conns.push(m.state.to_text());
         fds.push(m.socket);
+    }
+    for f in memory.into_iter().flat_map(|m| m.files) {
+        offer.roles.push(Role::CacheMemory);
+        fds.push(f);
     }
     offer.mode = Mode::Takeover;
     tracing::info!(binary = %binary.display(), "upgrade: executing the new numatgtd");
@@ -483,8 +508,16 @@ fn receive(v: &str) -> Result<Incoming, String> {
         }
         None => None,
     };
+    let layout = inc
+        .offer
+        .cache_layout
+        .as_deref()
+        .and_then(cache::MemoryLayout::from_text);
+    let mut memory_files = Vec::new();
     let mut conns = inc.offer.conns.clone().into_iter();
     for (role, fd) in inc.offer.roles.clone().into_iter().zip(fds) {
+        // the cache memory is not kept for the way back: a takeover that failed may have
+        // used its free slots (the previous executable reads its blocks back instead)
         if matches!(role, Role::Tcp | Role::Mgmt | Role::Metrics)
             && let Ok(k) = fd.try_clone()
         {
@@ -512,7 +545,20 @@ fn receive(v: &str) -> Result<Incoming, String> {
             Role::Mgmt => inc.mgmt = Some(UnixListener::from(fd)),
             Role::Reply => inc.reply = Some(UnixStream::from(fd)),
             Role::Fallback => inc.fallback = Some(fd),
+            Role::CacheMemory => memory_files.push(fd),
         }
+    }
+    match layout {
+        Some(layout) if !memory_files.is_empty() => {
+            inc.inherited.cache_memory = Some(crate::runtime::KeptMemory {
+                layout,
+                files: memory_files,
+            });
+        }
+        None if !memory_files.is_empty() => {
+            tracing::warn!("the previous numatgtd's cache memory has no readable layout: let go");
+        }
+        _ => {}
     }
     Ok(inc)
 }
@@ -523,9 +569,10 @@ impl Incoming {
     pub fn answer_check(&self, r: &Result<(), String>) {
         let t = match r {
             Ok(()) => format!(
-                "prepared {} {}\n",
+                "prepared {} {} {}\n",
                 std::process::id(),
-                wire::CAN_MOVE_CONNECTIONS
+                wire::CAN_MOVE_CONNECTIONS,
+                wire::CAN_KEEP_CACHE_MEMORY
             ),
             Err(e) => format!("refused {}\n", one_line(e)),
         };
@@ -600,6 +647,13 @@ impl Incoming {
         offer.conns = std::mem::take(&mut self.kept_conns);
         offer.moved = offer.conns.len() as u64;
         offer.note.clear();
+        offer.cache_layout = None;
+        offer.hot = offer.hot.map(|h| {
+            h.lines()
+                .filter(|l| !l.starts_with("at "))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        });
         let back = Resume {
             offer,
             fds: std::mem::take(&mut self.kept)
@@ -638,6 +692,7 @@ mod tests {
             conns: Vec::new(),
             lus: Vec::new(),
             hot: None,
+            cache_layout: None,
             asked: 0,
             closed: 0,
             quiesce_ms: 0,

@@ -59,21 +59,27 @@ pub enum Role {
     /// A TCP connection of a normal session that goes on in the new process; its state is
     /// the offer's next `conn` line.
     Conn,
+    /// A node's cache memory file, in node order; the offer's `cache-layout` line says
+    /// its shape and the `hot` lines where its blocks are.
+    CacheMemory,
 }
 
-const ROLES: [(Role, &str); 6] = [
+const ROLES: [(Role, &str); 7] = [
     (Role::Tcp, "tcp"),
     (Role::Mgmt, "mgmt"),
     (Role::Metrics, "metrics"),
     (Role::Reply, "reply"),
     (Role::Fallback, "fallback"),
     (Role::Conn, "conn"),
+    (Role::CacheMemory, "cache-memory"),
 ];
 
 /// What a new executable says it can take besides format [`FORMAT`]'s basics, in its
 /// `prepared` answer: moved TCP connections (`Role::Conn`). A binary that does not say so
 /// gets none: its sessions log out and in again.
 pub const CAN_MOVE_CONNECTIONS: &str = "moves-connections";
+/// And the cache's memory files (`Role::CacheMemory`) with the blocks' places in them.
+pub const CAN_KEEP_CACHE_MEMORY: &str = "keeps-cache-memory";
 
 impl Role {
     fn word(self) -> &'static str {
@@ -121,6 +127,8 @@ pub struct Offer {
     pub lus: Vec<(String, u64, Vec<u8>)>,
     /// The old process's cached blocks (`backend::warm::HotList`'s text), for a warm start.
     pub hot: Option<String>,
+    /// The shape of the cache memory passed on (`cache::MemoryLayout`'s text).
+    pub cache_layout: Option<String>,
     /// The running configuration (`numatgtadm --dump`'s YAML).
     pub config: String,
 }
@@ -182,6 +190,9 @@ impl Offer {
             t.push_str(l);
             t.push('\n');
         }
+        if let Some(l) = &self.cache_layout {
+            t.push_str(&format!("cache-layout {}\n", l.replace('\n', " ")));
+        }
         for (iqn, lun, state) in &self.lus {
             t.push_str(&format!(
                 "lu {} {lun} {}\n",
@@ -228,6 +239,7 @@ impl Offer {
             conns: Vec::new(),
             lus: Vec::new(),
             hot: None,
+            cache_layout: None,
             config: config.to_string(),
         };
         for line in lines {
@@ -243,6 +255,7 @@ impl Offer {
                 }
                 "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
                 "note" => offer.note = v.to_string(),
+                "cache-layout" => offer.cache_layout = Some(v.to_string()),
                 "hot" => {
                     let h = offer.hot.get_or_insert_with(String::new);
                     h.push_str(v);
@@ -428,6 +441,7 @@ mod tests {
                 Role::Reply,
                 Role::Fallback,
                 Role::Conn,
+                Role::CacheMemory,
             ],
             paused_at_ms: 1_800_000_000_000,
             note: "2 connections asked to log out".into(),
@@ -435,7 +449,10 @@ mod tests {
             moved: 1,
             conns: vec!["initiator iqn.x\ntarget iqn.y\n".into()],
             lus: vec![("iqn.y".into(), 1, vec![1, 2, 3])],
-            hot: Some("block-size 65536\nlun 0x6979 1 5+3,1+1\n".into()),
+            hot: Some("block-size 65536\nlun 0x6979 1 5+3,1+1\nat 0x6979 1 3.7,-,-,4.0\n".into()),
+            cache_layout: Some(
+                "block-size 65536 sector-size 512 group 8 partitions 16 blocks 256 nodes 1".into(),
+            ),
             asked: 2,
             closed: 1,
             quiesce_ms: 40,

@@ -168,11 +168,13 @@ fn warm_start(out: &mut Vec<MetricFamily>) {
     let mut blocks = Family::gauge(
         "numatgt_cache_warm_blocks",
         "The cache's warm start (after a live upgrade, or a clean stop with \
-         cache.warm_restart): blocks the previous process had cached (listed), read into \
-         the cache again (loaded), already there or busy (skipped), not tried because a \
-         partition was full or a read failed (dropped).",
+         cache.warm_restart): blocks the previous process had cached (listed), cached again \
+         from the memory it passed on without a read (adopted), read into the cache again \
+         (loaded), already there or busy (skipped), not tried because a partition was full \
+         or a read failed (dropped).",
     );
     blocks.add(&[("state", "listed")], p.listed.load(Relaxed) as f64);
+    blocks.add(&[("state", "adopted")], p.adopted.load(Relaxed) as f64);
     blocks.add(&[("state", "loaded")], p.loaded.load(Relaxed) as f64);
     blocks.add(&[("state", "skipped")], p.skipped.load(Relaxed) as f64);
     blocks.add(&[("state", "dropped")], p.dropped.load(Relaxed) as f64);
