@@ -19,13 +19,14 @@
 #      LIBISCSI_MEASURE=1: print libiscsi's iscsi-test-cu counts over iser:// without
 #      checking them against guest-iser-libiscsi.sh's table; LIBISCSI_VS_LIO=1: the same
 #      libiscsi WRITEs to LIO too, for the record
-#      VM_TIMEOUT (720) and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
+#      VM_TIMEOUT (1080: the whole script takes 10-12 min under TCG on a slow 2-core host)
+#      and the other vm-run.sh variables; VM_OUT=DIR keeps the target log.
 # Exits with the guest script's status (and non-zero when the success marker is missing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 export TARGET=${TARGET:-numatgtd}
-export VM_TIMEOUT=${VM_TIMEOUT:-720}
+export VM_TIMEOUT=${VM_TIMEOUT:-1080}
 [ "$(id -u)" = 0 ] || { echo "test-vm-iser: needs root (9p export of /, iscsid in the guest)" >&2; exit 1; }
 # the guest runs the host's userspace: tgtd/numatgtd need the rxe verbs provider
 if ! ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so >/dev/null 2>&1; then
