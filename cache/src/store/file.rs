@@ -173,6 +173,7 @@ impl Store for FileStore {
             resizable: !self.block_device,
             zeroes: false,
             durable_writes: false,
+            shared: false,
         }
     }
 

@@ -148,6 +148,10 @@ pub struct Caps {
     /// asynchronous engine may run it ([`Store::start_op`] writes are never made durable
     /// by other means).
     pub durable_writes: bool,
+    /// Other hosts may write it while this process has it open (an RBD image behind several
+    /// gateways): a cached copy must not outlive the process that read it (a live upgrade
+    /// reads such blocks back instead of keeping them in memory).
+    pub shared: bool,
 }
 
 /// How an event thread's reads of a store complete without blocking it (the store's

@@ -34,6 +34,7 @@ impl Store for NullStore {
             resizable: false,
             zeroes: true,
             durable_writes: false,
+            shared: false,
         }
     }
 

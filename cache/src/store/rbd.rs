@@ -144,6 +144,7 @@ impl Store for RbdStore {
             resizable: true,
             zeroes: false,
             durable_writes: !self.librbd_cache,
+            shared: true,
         }
     }
 

@@ -95,14 +95,14 @@ impl HotList {
     /// The clean cached blocks of every LUN of `registry` (call it after the write-back);
     /// `places`: with where each whole block is in the cache's memory (it goes along).
     pub fn collect(cache: &BlockCache, registry: &Registry, places: bool) -> HotList {
-        // (cache identity, whether its places go along, the list): an RBD image's blocks
-        // are read back, as other gateways may write the image meanwhile
+        // (cache identity, whether its places go along, the list): a store other hosts may
+        // write meanwhile (an RBD image) has its blocks read back
         let mut luns: Vec<(u32, bool, HotLun)> = Vec::new();
         for t in registry.targets() {
             for (n, l) in &t.lun_set().map {
                 luns.push((
                     l.cache_id,
-                    places && l.store.rbd_image().is_none(),
+                    places && !l.store.caps().shared,
                     HotLun {
                         target: t.iqn.clone(),
                         lun: *n,
