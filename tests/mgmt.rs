@@ -295,6 +295,22 @@ pub fn new_lun(d: &Daemon, tid: &str, lun: &str, path: &Path, extra: &[&str]) ->
     d.tgtadm(&[&base[..], &["--lun", lun, "-b", &path], extra].concat())
 }
 
+/// `tgtadm --op delete --mode logicalunit --tid TID --lun LUN`.
+pub fn delete_lun(d: &Daemon, tid: &str, lun: &str) -> tools::ToolRun {
+    d.tgtadm(&[
+        "--lld",
+        "iscsi",
+        "--op",
+        "delete",
+        "--mode",
+        "logicalunit",
+        "--tid",
+        tid,
+        "--lun",
+        lun,
+    ])
+}
+
 /// `tgtadm --op update --mode logicalunit --tid 1 --lun 1 --params PARAMS`.
 pub fn update_lun1(d: &Daemon, params: &str) -> tools::ToolRun {
     d.tgtadm(&[

@@ -144,7 +144,7 @@ fn open_new_targets(
         let tid = pick_tid(ctx, iqn, tc.tid, &used)?;
         used.push(tid);
         let reg = Arc::clone(&ctx.registry);
-        let mut ids = move || reg.alloc_cache_id();
+        let mut ids = move |_lun: u64| reg.alloc_cache_id();
         let t = crate::runtime::open_target(next, tc, tid, &mut ids, &state_dir, true)
             .map_err(|e| format!("{e}"))?;
         opened.push(Arc::new(t));

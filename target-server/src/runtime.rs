@@ -48,6 +48,10 @@ pub struct RuntimeConfig {
 pub struct Inherited {
     /// TCP portals; each serves the configured portal of its address.
     pub tcp: Vec<std::net::TcpListener>,
+    /// TCP portals the previous process added at run time: they stay such (the portal
+    /// acceptor takes them, [`Daemon::mgmt_ctx`]) and the configuration's portal of the same
+    /// address is not bound.
+    pub added_tcp: Vec<std::net::TcpListener>,
     /// The metrics server's.
     pub metrics: Option<std::net::TcpListener>,
     /// TCP connections of normal sessions, with their protocol state: they go on here.
@@ -99,6 +103,11 @@ impl Clone for Inherited {
     fn clone(&self) -> Inherited {
         Inherited {
             tcp: self.tcp.iter().filter_map(|l| l.try_clone().ok()).collect(),
+            added_tcp: self
+                .added_tcp
+                .iter()
+                .filter_map(|l| l.try_clone().ok())
+                .collect(),
             metrics: self.metrics.as_ref().and_then(|l| l.try_clone().ok()),
             moved: self
                 .moved
@@ -229,6 +238,9 @@ pub struct Daemon {
     metrics: Option<crate::metrics::MetricsServer>,
     /// `cache.warm_restart`: where a clean stop lists the cached blocks for the next start.
     warm_file: Option<std::path::PathBuf>,
+    /// Portals the previous numatgtd added at run time, for the portal acceptor
+    /// ([`Daemon::mgmt_ctx`]).
+    added_portals: Vec<std::net::TcpListener>,
 }
 
 /// The file `cache.warm_restart` keeps the cached blocks' list in, in the state directory.
@@ -284,13 +296,18 @@ fn lun_identity(iqn: &str, lun: u64) -> u64 {
     h
 }
 
+/// Opens every configured target. `kept_ids`: cache identities the previous process gave
+/// LUNs (target name, LUN, identity) whose cached blocks are in the memory it passed on;
+/// those LUNs get them again, the others the lowest free ones.
 fn open_targets(
     cfg: &config::Config,
     state_dir: &std::path::Path,
+    kept_ids: &[(String, u64, u32)],
 ) -> Result<Vec<Arc<Target>>, StartError> {
     let mut out = Vec::new();
     let mut used: Vec<u32> = cfg.targets.iter().filter_map(|t| t.tid).collect();
     let mut next_cache_id = 0u32;
+    let taken: Vec<u32> = kept_ids.iter().map(|(_, _, id)| *id).collect();
     for t in &cfg.targets {
         // targets without an explicit tid get the lowest free one
         let tid = t.tid.unwrap_or_else(|| {
@@ -298,7 +315,16 @@ fn open_targets(
             used.push(free);
             free
         });
-        let mut cache_ids = || {
+        let mut cache_ids = |lun: u64| {
+            if let Some((_, _, id)) = kept_ids
+                .iter()
+                .find(|(iqn, l, _)| *l == lun && iqn.eq_ignore_ascii_case(&t.iqn))
+            {
+                return *id;
+            }
+            while taken.contains(&next_cache_id) {
+                next_cache_id += 1;
+            }
             let id = next_cache_id;
             next_cache_id += 1;
             id
@@ -321,7 +347,7 @@ pub(crate) fn open_target(
     cfg: &config::Config,
     t: &config::TargetConfig,
     tid: u32,
-    cache_id: &mut dyn FnMut() -> u32,
+    cache_id: &mut dyn FnMut(u64) -> u32,
     state_dir: &std::path::Path,
     defer_media: bool,
 ) -> Result<Target, StartError> {
@@ -334,7 +360,7 @@ pub(crate) fn open_target(
             alua: &alua,
             defer_media,
         };
-        let lun = open_lun(&cfg.cache, &home, l, cache_id(), state_dir, None)?;
+        let lun = open_lun(&cfg.cache, &home, l, cache_id(l.lun), state_dir, None)?;
         luns.insert(l.lun, Arc::new(lun));
     }
     let target = Target::new(
@@ -1229,12 +1255,30 @@ impl Daemon {
         let mut inherited = std::mem::take(&mut rc.inherited);
         let topology = Topology::detect(rc.numa_nodes);
         tracing::info!("topology: {}", topology.describe());
-        let targets = open_targets(&rc.config, &rc.state_dir)?;
+        // with the previous process's cache memory, its LUNs keep their cache identities
+        let kept_ids = match (&inherited.hot, &inherited.cache_memory) {
+            (Some(h), Some(_)) => h.cache_ids(),
+            _ => Vec::new(),
+        };
+        let targets = open_targets(&rc.config, &rc.state_dir, &kept_ids)?;
 
         let data = DataPath::start(&rc, &topology, inherited.cache_memory.take())?;
         let kept_memory = data.kept_memory;
-        // listen only once the cache is ready: a bound portal means a serving daemon
-        let tcp = bind_tcp_portals(&rc.config.portals, inherited.tcp)?;
+        // listen only once the cache is ready: a bound portal means a serving daemon. The
+        // previous process's portals added at run time go to the portal acceptor instead.
+        let added_portals = std::mem::take(&mut inherited.added_tcp);
+        let added: Vec<SocketAddr> = added_portals
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let configured: Vec<config::PortalConfig> = rc
+            .config
+            .portals
+            .iter()
+            .filter(|p| !added.contains(&p.addr))
+            .cloned()
+            .collect();
+        let tcp = bind_tcp_portals(&configured, inherited.tcp)?;
         let iser_listeners = bind_iser_portals(iser_portal_request(&rc))?;
         let iser_listening: Vec<SocketAddr> = iser_listeners.iter().map(|l| l.addr()).collect();
 
@@ -1272,8 +1316,9 @@ impl Daemon {
         shared
             .registry
             .set_iser_portals(iser_portal_entries(&rc.config, &iser_listening));
-        let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
+        // the moved connections go on first: their initiators wait for every step here
         resume_moved(&shared, inherited.moved);
+        let metrics = start_metrics(&rc.config.metrics, &shared, inherited.metrics)?;
         let warm_file = rc
             .config
             .cache
@@ -1299,6 +1344,7 @@ impl Daemon {
             tcp_listeners: tcp.kept,
             metrics,
             warm_file,
+            added_portals,
         })
     }
 
@@ -1408,7 +1454,8 @@ impl Daemon {
 
     /// What the management socket works on.
     /// Starts the acceptor thread for portals added at run time.
-    pub fn mgmt_ctx(&self) -> crate::mgmt::Ctx {
+    /// The portals the previous numatgtd added at run time go on there.
+    pub fn mgmt_ctx(&mut self) -> crate::mgmt::Ctx {
         let portals = match crate::mgmt::portals::PortalAcceptor::start(Arc::clone(&self.shared)) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -1416,6 +1463,15 @@ impl Daemon {
                 None
             }
         };
+        for l in std::mem::take(&mut self.added_portals) {
+            match &portals {
+                Some(p) => p.adopt(l),
+                None => tracing::error!(
+                    "portal {:?} added at run time is closed: no portal acceptor",
+                    l.local_addr().ok()
+                ),
+            }
+        }
         crate::mgmt::Ctx {
             registry: Arc::clone(&self.shared.registry),
             control: Arc::clone(&self.shared) as Arc<dyn crate::registry::ConnControl>,
@@ -1444,7 +1500,7 @@ impl Daemon {
     /// `cache.warm_restart`, list the cached blocks for the next start.
     pub fn stop(self) {
         let file = self.warm_file.clone();
-        if let Some(kept) = self.stop_keeping(file.is_some(), false)
+        if let Some(kept) = self.stop_steps(file.is_some(), false, true)
             && let Some(path) = file
         {
             save_hot_list(&path, &kept.hot);
@@ -1454,16 +1510,45 @@ impl Daemon {
     /// As [`Daemon::stop`], and with `hot` the cache's blocks after the write-back (every
     /// one clean), for a warm start of the next process; with `memory` too, the cache's
     /// memory files (when it has them) and the blocks' places in them.
-    pub fn stop_keeping(mut self, hot: bool, memory: bool) -> Option<KeptCache> {
+    /// It logs no cache report: a handover reports before it pauses, as the scan of the
+    /// arenas' pages takes a while.
+    pub fn stop_keeping(self, hot: bool, memory: bool) -> Option<KeptCache> {
+        self.stop_steps(hot, memory, false)
+    }
+
+    fn stop_steps(mut self, hot: bool, memory: bool, report: bool) -> Option<KeptCache> {
         // a warm start still loading would go on filling (and evicting) blocks after the
         // list is taken: the memory goes along only once it has ended
+        let t0 = Instant::now();
         let warm_ended = crate::backend::warm::stop();
+        let warm_ms = t0.elapsed().as_millis() as u64;
         self.stop_serving();
-        self.report();
+        let serving_ms = t0.elapsed().as_millis() as u64 - warm_ms;
+        if report {
+            self.report();
+        }
         let Daemon {
             shared, flushers, ..
         } = self;
-        write_back_and_sync(shared, flushers, hot, memory && warm_ended)
+        let mut times = StopTimes {
+            warm_ms,
+            serving_ms,
+            ..StopTimes::default()
+        };
+        let kept = write_back_and_sync(shared, flushers, hot, memory && warm_ended, &mut times);
+        tracing::info!(
+            warm_load_ms = times.warm_ms,
+            serving_ms = times.serving_ms,
+            workers_ms = times.workers_ms,
+            write_back_ms = times.write_back_ms,
+            sync_ms = times.sync_ms,
+            list_ms = times.list_ms,
+            close_ms = times.close_ms,
+            total_ms = t0.elapsed().as_millis() as u64,
+            "stopped: warm start ended, event threads, I/O workers, write-back, sync, cached \
+             blocks listed, stores closed"
+        );
+        kept
     }
 
     /// Stops the metrics server, then the event threads (each closes its connections).
@@ -1490,17 +1575,27 @@ fn write_back_and_sync(
     flushers: Option<Flushers>,
     hot: bool,
     memory: bool,
+    times: &mut StopTimes,
 ) -> Option<KeptCache> {
     let registry = Arc::clone(&shared.registry);
     let cache = shared.cache.clone();
     // every I/O worker ends (the event threads have): nothing of this process touches the
     // cache from here on but the write-back below, so its list (and memory) can go along
+    let mut t = Instant::now();
+    let lap = |t: &mut Instant| {
+        let ms = t.elapsed().as_millis() as u64;
+        *t = Instant::now();
+        ms
+    };
     shared.workers.drain();
     drop(shared);
+    times.workers_ms = lap(&mut t);
     if let Some(f) = flushers {
         f.stop();
     }
+    times.write_back_ms = lap(&mut t);
     let unsynced = sync_all(&registry);
+    times.sync_ms = lap(&mut t);
     let kept = cache.filter(|_| hot).map(|c| {
         let files = c
             .memory_files()
@@ -1514,8 +1609,22 @@ fn write_back_and_sync(
             }),
         }
     });
+    times.list_ms = lap(&mut t);
     close_all(&registry, &unsynced, CLOSE_WAIT);
+    times.close_ms = lap(&mut t);
     kept
+}
+
+/// How long each step of a stop took (logged; a handover's pause is mostly these).
+#[derive(Default)]
+struct StopTimes {
+    warm_ms: u64,
+    serving_ms: u64,
+    workers_ms: u64,
+    write_back_ms: u64,
+    sync_ms: u64,
+    list_ms: u64,
+    close_ms: u64,
 }
 
 /// How long a stop waits for the backing stores to close.

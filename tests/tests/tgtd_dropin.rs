@@ -142,21 +142,7 @@ fn starts_empty_and_tgtadm_luns_are_served_from_the_numa_cache() {
         );
     }
     // the data is on disk once the LUN is deleted (cached data written back)
-    tgtadm_ok(
-        &d,
-        &[
-            "--lld",
-            "iscsi",
-            "--op",
-            "delete",
-            "--mode",
-            "logicalunit",
-            "--tid",
-            "1",
-            "--lun",
-            "1",
-        ],
-    );
+    tests::mgmt::delete_lun(&d, "1", "1").check("tgtadm delete LUN 1");
     let on_disk = std::fs::read(&files[0]).expect("read LUN 1 file");
     assert!(
         on_disk == data,

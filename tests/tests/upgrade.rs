@@ -32,6 +32,27 @@ fn read_block(s: &mut ScsiSession, lba: u32) -> Vec<u8> {
     data
 }
 
+/// Cache block `b` (64 KiB: 128 LBAs of 512 bytes) written whole with `fill`.
+fn write_cache_block(s: &mut ScsiSession, b: u32, fill: u8) {
+    let mut cdb = [0u8; 10];
+    cdb[0] = 0x2A;
+    cdb[2..6].copy_from_slice(&(b * 128).to_be_bytes());
+    cdb[7..9].copy_from_slice(&128u16.to_be_bytes());
+    let (st, sense, _) = s.command(&cdb, &vec![fill; 64 << 10], 0);
+    assert_eq!(st, 0, "WRITE(10): {sense:02x?}");
+}
+
+/// Cache block `b` read whole.
+fn read_cache_block(s: &mut ScsiSession, b: u32) -> Vec<u8> {
+    let mut cdb = [0u8; 10];
+    cdb[0] = 0x28;
+    cdb[2..6].copy_from_slice(&(b * 128).to_be_bytes());
+    cdb[7..9].copy_from_slice(&128u16.to_be_bytes());
+    let (st, sense, data) = s.command(&cdb, &[], 64 << 10);
+    assert_eq!(st, 0, "READ(10): {sense:02x?}");
+    data
+}
+
 /// numatgtd started as tgtd, a 16 MiB file LUN exported with Debian's tgtadm.
 fn serving() -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
     require_numatgtd("upgrade");
@@ -539,15 +560,7 @@ fn the_cache_is_warm_after_an_upgrade() {
     let auto_shared = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
         .is_ok_and(|t| !t.contains("[never]") && !t.contains("[deny]"));
     if auto_shared {
-        assert!(
-            r.stdout
-                .contains("24 cached blocks kept (24 in the memory passed on)"),
-            "{r}"
-        );
-        assert_eq!(
-            d.metric("numatgt_cache_warm_blocks", "state=\"adopted\""),
-            24.0
-        );
+        assert_all_adopted(&d, &r, 24);
         return;
     }
     assert!(
@@ -592,6 +605,34 @@ fn the_cache_is_warm_after_an_upgrade() {
     assert_eq!(d.metric("numatgt_cache_hits_total", ""), hits + 24.0);
 }
 
+/// The upgrade `r` passed `n` cached blocks on in the cache's memory, and the new process
+/// cached every one of them again where it is (none read back).
+fn assert_all_adopted(d: &Daemon, r: &tests::tools::ToolRun, n: u32) {
+    assert!(
+        r.stdout.contains(&format!(
+            "{n} cached blocks kept ({n} in the memory passed on)"
+        )),
+        "{r}"
+    );
+    assert_eq!(
+        d.metric("numatgt_cache_warm_blocks", "state=\"adopted\""),
+        f64::from(n),
+        "every kept block cached again where it is\n{}",
+        d.log_tail(30)
+    );
+}
+
+/// numatgtd with a 16 MiB LUN 1 and `cache.memory: shared` (this host's shared memory may
+/// get no huge pages, where `auto` would choose private memory).
+fn with_shared_cache_memory(test: &str) -> Daemon {
+    require_numatgtd(test);
+    Daemon::start_kind_with(
+        TargetKind::Numatgtd,
+        &[tests::daemon::LunSpec::new(1, 512, 16 << 20)],
+        "cache:\n  memory: shared\n",
+    )
+}
+
 /// `cache.memory: shared`: the cache's memory files go to the new executable with the
 /// places of the blocks in them, and it caches the whole blocks again without reading the
 /// backing store (adopted, not loaded). To tell where the bytes after the upgrade come
@@ -600,12 +641,7 @@ fn the_cache_is_warm_after_an_upgrade() {
 #[test]
 fn the_cache_memory_itself_goes_to_the_new_executable() {
     use std::os::unix::fs::FileExt;
-    require_numatgtd("the_cache_memory_itself_goes_to_the_new_executable");
-    let d = Daemon::start_kind_with(
-        TargetKind::Numatgtd,
-        &[tests::daemon::LunSpec::new(1, 512, 16 << 20)],
-        "cache:\n  memory: shared\n",
-    );
+    let d = with_shared_cache_memory("the_cache_memory_itself_goes_to_the_new_executable");
     assert!(
         d.log().contains("memory=\"shared\"") || d.log().contains("memory=shared"),
         "{}",
@@ -623,17 +659,10 @@ fn the_cache_memory_itself_goes_to_the_new_executable() {
         assert_eq!(st, 0, "WRITE(10): {sense:02x?}");
     }
     for b in 0..24u32 {
-        let mut cdb = [0u8; 10];
-        cdb[2..6].copy_from_slice(&(b * 128).to_be_bytes());
-        cdb[7..9].copy_from_slice(&128u16.to_be_bytes());
         if b < 20 {
-            cdb[0] = 0x2A;
-            let (st, sense, _) = s.command(&cdb, &vec![b as u8 + 0x60; 64 << 10], 0);
-            assert_eq!(st, 0, "WRITE(10): {sense:02x?}");
+            write_cache_block(&mut s, b, b as u8 + 0x60);
         } else {
-            cdb[0] = 0x28;
-            let (st, sense, _) = s.command(&cdb, &[], 64 << 10);
-            assert_eq!(st, 0, "READ(10): {sense:02x?}");
+            read_cache_block(&mut s, b);
         }
     }
     let r = upgrade(&d, &[]);
@@ -675,12 +704,7 @@ fn the_cache_memory_itself_goes_to_the_new_executable() {
     let misses = d.metric("numatgt_cache_misses_total", "");
     let hits = d.metric("numatgt_cache_hits_total", "");
     for b in 0..24u32 {
-        let mut cdb = [0u8; 10];
-        cdb[0] = 0x28;
-        cdb[2..6].copy_from_slice(&(b * 128).to_be_bytes());
-        cdb[7..9].copy_from_slice(&128u16.to_be_bytes());
-        let (st, sense, data) = s.command(&cdb, &[], 64 << 10);
-        assert_eq!(st, 0, "READ(10): {sense:02x?}");
+        let data = read_cache_block(&mut s, b);
         let want = if b < 20 { b as u8 + 0x60 } else { 0 };
         assert!(
             data.iter().all(|&x| x == want),
@@ -718,4 +742,103 @@ fn the_cache_memory_itself_goes_to_the_new_executable() {
         data.iter().all(|&x| x == 0xEE),
         "the sectors block 24 did not have cached come from the file"
     );
+}
+
+/// A portal added with tgtadm at run time goes to the new executable as such: its listening
+/// socket is passed on (a connection made during the swap waits in its backlog: none is
+/// refused), the new process serves it, and tgtadm can still delete it.
+#[test]
+fn a_portal_added_at_run_time_stays_open_and_deletable_across_an_upgrade() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let (_dir, _lun, d) = serving();
+    let port = tests::daemon::free_port();
+    let portal = format!("portal=127.0.0.1:{port}");
+    d.tgtadm(&["--op", "new", "--mode", "portal", "--param", &portal])
+        .check("portal new");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // connections to the added portal all through the upgrade (20 ms apart: the backlog
+    // holds those made while nobody accepts)
+    let stop = Arc::new(AtomicBool::new(false));
+    let probing = Arc::clone(&stop);
+    let prober = std::thread::spawn(move || {
+        let (mut made, mut failed) = (0u32, Vec::new());
+        let t0 = Instant::now();
+        while !probing.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(120) {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+                Ok(_) => made += 1,
+                Err(e) => failed.push(format!("{:.3}s: {e}", t0.elapsed().as_secs_f64())),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (made, failed)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let up = upgrade(&d, &[]);
+    up.check("upgrade");
+    assert!(up.stdout.contains("upgraded: numatgtd pid"), "{up}");
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let (made, failed) = prober.join().expect("prober");
+    assert!(
+        failed.is_empty(),
+        "connections to the added portal failed during the upgrade: {failed:?}\n{}",
+        d.log_tail(40)
+    );
+    assert!(made >= 10, "only {made} connections made");
+    assert!(
+        d.log().contains(&format!(
+            "portal 127.0.0.1:{port}: listening socket (added at run time) taken over"
+        )),
+        "{}",
+        d.log_tail(40)
+    );
+    // the new process serves the portal: an initiator logs in through it
+    let url = format!("iscsi://127.0.0.1:{port}/{IQN}/1");
+    tests::tools::run(20, "iscsi-inq", [&url]).check("inquiry through the added portal");
+    let shown = d.tgtadm(&["--op", "show", "--mode", "portal"]);
+    assert!(
+        shown.stdout.contains(&format!("127.0.0.1:{port},1")),
+        "{shown}"
+    );
+    // and it is still a portal added at run time: tgtadm deletes it
+    d.tgtadm(&["--op", "delete", "--mode", "portal", "--param", &portal])
+        .check("portal delete after the upgrade");
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(),
+        "the deleted portal still accepts"
+    );
+}
+
+/// A LUN keeps its cache identity across an upgrade, so its blocks in the memory passed on
+/// are cached again where they are even when the new process would number its LUNs
+/// otherwise: LUN 1 (identity 0) deleted and LUN 2 (identity 1) added with tgtadm, which a
+/// fresh start would give identity 0.
+#[test]
+fn a_lun_keeps_its_cache_identity_so_its_kept_memory_is_adopted() {
+    let d =
+        with_shared_cache_memory("a_lun_keeps_its_cache_identity_so_its_kept_memory_is_adopted");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lun2 = dir.path().join("lun2.img");
+    tests::daemon::create_sparse(&lun2, 16 << 20);
+    tests::mgmt::new_lun(&d, "1", "2", &lun2, &[]).check("tgtadm new LUN 2");
+    tests::mgmt::delete_lun(&d, "1", "1").check("tgtadm delete LUN 1");
+    let mut s = ScsiSession::open(&d, INITIATOR);
+    s.lun = 2;
+    for _ in 0..3 {
+        if s.command(&[0; 6], &[], 0).0 == 0 {
+            break;
+        }
+    }
+    for b in 0..24u32 {
+        write_cache_block(&mut s, b, b as u8 + 0x30);
+    }
+    let r = upgrade(&d, &[]);
+    assert!(r.status.success(), "{r}\n{}", d.log_tail(40));
+    assert_all_adopted(&d, &r, 24);
+    for b in 0..24u32 {
+        let data = read_cache_block(&mut s, b);
+        assert!(data.iter().all(|&x| x == b as u8 + 0x30), "block {b}");
+    }
 }

@@ -160,4 +160,6 @@ fi
 # the logical unit went on with its state: the kernel saw no unit attention
 poweron=$(dmesg | grep -c 'Power-on or device reset' || true)
 [ "$poweron" = 0 ] || fail "$poweron power-on unit attentions in the kernel log"
+# the daemon's log goes to the host when vm-run.sh was given VM_OUT (timings of each step)
+if [ -d /vmtest/out ]; then cp "$LOG" /vmtest/out/numatgtd-upgrade.log 2>/dev/null || true; fi
 echo "VM_UPGRADE_OK upgrades=$UPGRADES session=$SID logins=$logins moved=$moves $res kernel_conn_errors=$connerr power_on_unit_attentions=$poweron memory_kept_blocks=$KEPT"

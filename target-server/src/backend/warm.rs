@@ -24,6 +24,9 @@ pub const WARM_DELAY: Duration = Duration::from_millis(500);
 /// Most blocks a list may name (one per slot of a large cache).
 const MAX_BLOCKS: u64 = 1 << 28;
 
+/// Above any cache identity a process hands out (one per LUN opened).
+const MAX_CACHE_ID: u32 = 1 << 24;
+
 /// The blocks to load again, by LUN, hottest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HotList {
@@ -43,6 +46,10 @@ pub struct HotLun {
     /// Where each block's bytes are in the cache memory passed on with the list (partition
     /// and slot; `None`: not whole, read it again); empty when no memory goes with it.
     pub at: Vec<Option<Place>>,
+    /// The LUN's cache identity in the process that made the list, with `at`: the next
+    /// process gives the LUN the same one, so its blocks' home partitions stay where the
+    /// memory holds them.
+    pub cache_id: Option<u32>,
 }
 
 /// Where a listed block's bytes are in the cache memory passed on with the list.
@@ -108,6 +115,7 @@ impl HotList {
                         lun: *n,
                         blocks: Vec::new(),
                         at: Vec::new(),
+                        cache_id: (places && !l.store.caps().shared).then_some(l.cache_id),
                     },
                 ));
             }
@@ -159,10 +167,34 @@ impl HotList {
                     l.at.iter()
                         .map(|a| a.as_ref().map_or_else(|| "-".to_string(), Place::to_text))
                         .collect();
-                t.push_str(&format!("at {target} {} {}\n", l.lun, at.join(",")));
+                let id = l.cache_id.map_or_else(String::new, |i| format!(" {i}"));
+                t.push_str(&format!("at {target} {} {}{id}\n", l.lun, at.join(",")));
             }
         }
         t
+    }
+
+    /// The cache identities the list gives its LUNs (target name in lower case, LUN,
+    /// identity): none when two LUNs share one or one LUN has two (a list no numatgtd
+    /// made), or one is beyond any a process hands out, as two LUNs with one identity
+    /// would share cached blocks.
+    pub fn cache_ids(&self) -> Vec<(String, u64, u32)> {
+        let ids: Vec<(String, u64, u32)> = self
+            .luns
+            .iter()
+            .filter_map(|l| Some((l.target.to_ascii_lowercase(), l.lun, l.cache_id?)))
+            .collect();
+        let clash = ids.iter().enumerate().any(|(i, (t, l, id))| {
+            *id >= MAX_CACHE_ID
+                || ids[..i]
+                    .iter()
+                    .any(|(t2, l2, id2)| id2 == id || (t2 == t && l2 == l))
+        });
+        if clash {
+            tracing::warn!("the previous numatgtd's cache identities are inconsistent: not kept");
+            return Vec::new();
+        }
+        ids
     }
 
     /// Reads [`HotList::to_text`] back.
@@ -207,6 +239,7 @@ impl HotList {
                         lun,
                         blocks,
                         at: Vec::new(),
+                        cache_id: None,
                     });
                 }
                 Some("at") => {
@@ -220,7 +253,13 @@ impl HotList {
                         return Err(format!("at line of another LUN: {line:.60}"));
                     }
                     let mut at = Vec::with_capacity(last.blocks.len());
-                    for p in w.next().unwrap_or("").split(',').filter(|r| !r.is_empty()) {
+                    let places = w.next().unwrap_or("");
+                    // the cache identity (a list of an older numatgtd has none)
+                    last.cache_id = match w.next() {
+                        Some(i) => Some(i.parse().map_err(|_| format!("bad cache id {i:.20}"))?),
+                        None => None,
+                    };
+                    for p in places.split(',').filter(|r| !r.is_empty()) {
                         at.push(match p {
                             "-" => None,
                             _ => Some(
@@ -461,6 +500,37 @@ mod tests {
     }
 
     #[test]
+    fn cache_identities_are_kept_only_when_consistent() {
+        let lun = |target: &str, lun, cache_id| HotLun {
+            target: target.into(),
+            lun,
+            blocks: vec![1],
+            at: vec![None],
+            cache_id,
+        };
+        let mut h = HotList {
+            block_size: 65536,
+            luns: vec![
+                lun("iqn.A", 1, Some(4)),
+                lun("iqn.a", 2, Some(0)),
+                lun("iqn.b", 1, None),
+            ],
+        };
+        assert_eq!(
+            h.cache_ids(),
+            vec![("iqn.a".to_string(), 1, 4), ("iqn.a".to_string(), 2, 0)]
+        );
+        h.luns.push(lun("iqn.c", 1, Some(4)));
+        assert!(h.cache_ids().is_empty(), "one identity for two LUNs");
+        h.luns.pop();
+        h.luns.push(lun("IQN.a", 1, Some(7)));
+        assert!(h.cache_ids().is_empty(), "two identities for one LUN");
+        h.luns.pop();
+        h.luns.push(lun("iqn.d", 1, Some(u32::MAX)));
+        assert!(h.cache_ids().is_empty(), "an identity no process hands out");
+    }
+
+    #[test]
     fn a_hot_list_reads_back_in_its_order_with_runs() {
         let h = HotList {
             block_size: 65536,
@@ -478,19 +548,21 @@ mod tests {
                         None,
                         Some(place(9, 1, None)),
                     ],
+                    cache_id: Some(5),
                 },
                 HotLun {
                     target: "iqn.x".into(),
                     lun: 2,
                     blocks: vec![0],
                     at: Vec::new(),
+                    cache_id: None,
                 },
             ],
         };
         let t = h.to_text();
         assert!(t.contains(" 9+3,3+2,100+1,7+1\n"), "{t}");
         assert!(
-            t.contains(" 1 3.70,-,0.0~ff:8000000000000000,-,-,-,9.1\n"),
+            t.contains(" 1 3.70,-,0.0~ff:8000000000000000,-,-,-,9.1 5\n"),
             "{t}"
         );
         assert_eq!(HotList::from_text(&t).expect("read back"), h);

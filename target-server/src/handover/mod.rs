@@ -208,6 +208,8 @@ struct Takes {
     connections: bool,
     /// The cache's memory files ([`wire::CAN_KEEP_CACHE_MEMORY`]).
     cache_memory: bool,
+    /// Portals added at run time as such ([`wire::CAN_TAKE_ADDED_PORTALS`]).
+    added_portals: bool,
 }
 
 /// Runs `binary` in check mode with `offer`: what it takes once it answered `prepared`,
@@ -257,6 +259,7 @@ fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<Takes, Strin
             Ok(Takes {
                 connections: says(wire::CAN_MOVE_CONNECTIONS),
                 cache_memory: says(wire::CAN_KEEP_CACHE_MEMORY),
+                added_portals: says(wire::CAN_TAKE_ADDED_PORTALS),
             })
         }
         Ok(t) => Err(format!(
@@ -321,10 +324,18 @@ pub fn upgrade(
         tracing::info!("upgrade: the new numatgtd takes no connections: sessions log in again");
     }
 
-    // 2. quiesce and stop: from here on the daemon is gone
+    // 2. quiesce and stop: from here on the daemon is gone (its cache report first: the scan
+    // of the arenas' pages would lengthen the pause)
+    daemon.report();
     let paused = now_ms();
     let (tcp, metrics) = daemon.listeners();
     mgmt.stop_accepting();
+    // the portals added at run time stop accepting too: their connections wait as well
+    let added = ctx
+        .portals
+        .as_ref()
+        .map(|p| p.stop_accepting())
+        .unwrap_or_default();
     let q = daemon.quiesce(LOGOUT_WITHIN, moves, QUIESCE_WAIT);
     let moved = q.moved.len();
     let asked = q.connections.saturating_sub(moved);
@@ -379,6 +390,14 @@ pub fn upgrade(
     let mut fds: Vec<OwnedFd> = Vec::new();
     for l in tcp {
         offer.roles.push(Role::Tcp);
+        fds.push(l.into());
+    }
+    for l in added {
+        offer.roles.push(if takes.added_portals {
+            Role::AddedTcp
+        } else {
+            Role::Tcp
+        });
         fds.push(l.into());
     }
     if let Some(l) = mgmt.listener() {
@@ -518,8 +537,10 @@ fn receive(v: &str) -> Result<Incoming, String> {
     for (role, fd) in inc.offer.roles.clone().into_iter().zip(fds) {
         // the cache memory is not kept for the way back: a takeover that failed may have
         // used its free slots (the previous executable reads its blocks back instead)
-        if matches!(role, Role::Tcp | Role::Mgmt | Role::Metrics)
-            && let Ok(k) = fd.try_clone()
+        if matches!(
+            role,
+            Role::Tcp | Role::AddedTcp | Role::Mgmt | Role::Metrics
+        ) && let Ok(k) = fd.try_clone()
         {
             inc.kept.push((role, k));
         }
@@ -541,6 +562,7 @@ fn receive(v: &str) -> Result<Incoming, String> {
                 inc.inherited.moved.push((state, fd));
             }
             Role::Tcp => inc.inherited.tcp.push(fd.into()),
+            Role::AddedTcp => inc.inherited.added_tcp.push(fd.into()),
             Role::Metrics => inc.inherited.metrics = Some(fd.into()),
             Role::Mgmt => inc.mgmt = Some(UnixListener::from(fd)),
             Role::Reply => inc.reply = Some(UnixStream::from(fd)),
@@ -569,10 +591,11 @@ impl Incoming {
     pub fn answer_check(&self, r: &Result<(), String>) {
         let t = match r {
             Ok(()) => format!(
-                "prepared {} {} {}\n",
+                "prepared {} {} {} {}\n",
                 std::process::id(),
                 wire::CAN_MOVE_CONNECTIONS,
-                wire::CAN_KEEP_CACHE_MEMORY
+                wire::CAN_KEEP_CACHE_MEMORY,
+                wire::CAN_TAKE_ADDED_PORTALS
             ),
             Err(e) => format!("refused {}\n", one_line(e)),
         };

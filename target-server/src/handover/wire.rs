@@ -47,6 +47,9 @@ impl Mode {
 pub enum Role {
     /// A TCP portal's listening socket.
     Tcp,
+    /// The listening socket of a TCP portal added at run time (tgtadm `--mode portal`, a
+    /// reload): the new process serves it as one (it can be deleted).
+    AddedTcp,
     /// The management socket's listening socket.
     Mgmt,
     /// The metrics server's listening socket.
@@ -64,8 +67,9 @@ pub enum Role {
     CacheMemory,
 }
 
-const ROLES: [(Role, &str); 7] = [
+const ROLES: [(Role, &str); 8] = [
     (Role::Tcp, "tcp"),
+    (Role::AddedTcp, "tcp-added"),
     (Role::Mgmt, "mgmt"),
     (Role::Metrics, "metrics"),
     (Role::Reply, "reply"),
@@ -80,6 +84,9 @@ const ROLES: [(Role, &str); 7] = [
 pub const CAN_MOVE_CONNECTIONS: &str = "moves-connections";
 /// And the cache's memory files (`Role::CacheMemory`) with the blocks' places in them.
 pub const CAN_KEEP_CACHE_MEMORY: &str = "keeps-cache-memory";
+/// And portals added at run time as such (`Role::AddedTcp`); a binary that does not say so
+/// gets them as `Role::Tcp` (configured portals, fixed until a restart).
+pub const CAN_TAKE_ADDED_PORTALS: &str = "takes-added-portals";
 
 impl Role {
     fn word(self) -> &'static str {

@@ -2,7 +2,10 @@
 //! `--lld iser`, iSER): their listeners live on one small acceptor thread of their own
 //! (mio), which hands each accepted connection to an event thread exactly as the startup
 //! listeners do (`Shared::place`, then `Msg::Adopt` to the thread of the connection's node).
-//! Portals from the configuration stay with event thread 0 and cannot be deleted.
+//! Portals from the configuration stay with event thread 0 and cannot be deleted. A live
+//! upgrade stops this thread accepting and passes its TCP listening sockets on, and the
+//! next numatgtd's acceptor takes them ([`PortalAcceptor::adopt`]): still portals added at
+//! run time, deletable, and no connection refused in between.
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,6 +23,8 @@ const WAKER: Token = Token(usize::MAX);
 enum Cmd {
     Add(Box<dyn Listener>, SocketAddr),
     Remove(SocketAddr, Sender<bool>),
+    /// Stop accepting on every listener (their connections wait in the backlog).
+    Pause(Sender<()>),
 }
 
 /// Handle to the acceptor thread.
@@ -27,6 +32,8 @@ pub struct PortalAcceptor {
     tx: Mutex<Sender<Cmd>>,
     waker: Waker,
     shared: Arc<Shared>,
+    /// A second descriptor of each TCP listener the thread holds, for a live upgrade.
+    tcp: Mutex<Vec<std::net::TcpListener>>,
 }
 
 /// Why a portal could not be added or removed.
@@ -54,7 +61,69 @@ impl PortalAcceptor {
             tx: Mutex::new(tx),
             waker,
             shared,
+            tcp: Mutex::new(Vec::new()),
         }))
+    }
+
+    fn kept_tcp(&self) -> std::sync::MutexGuard<'_, Vec<std::net::TcpListener>> {
+        self.tcp.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Has the thread accept on `std_l` (bound, non-blocking), a portal added at run time:
+    /// the registry lists it.
+    fn listen_tcp(&self, std_l: std::net::TcpListener, local: SocketAddr) {
+        self.shared.registry.add_portal(Portal {
+            addr: local,
+            nop_interval: None,
+            nop_count: None,
+        });
+        match std_l.try_clone() {
+            Ok(k) => self.kept_tcp().push(k),
+            Err(e) => tracing::warn!(
+                "portal {local}: no second descriptor ({e}); an upgrade binds it again"
+            ),
+        }
+        self.send(Cmd::Add(crate::transport::tcp_listener(std_l), local));
+    }
+
+    /// Serves `l`, a portal the previous numatgtd added at run time and passed on in a live
+    /// upgrade: as if added here (tgtadm can delete it).
+    pub fn adopt(&self, l: std::net::TcpListener) {
+        let local = match l
+            .local_addr()
+            .and_then(|a| l.set_nonblocking(true).map(|()| a))
+        {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("a passed-on portal cannot be used: {e}");
+                return;
+            }
+        };
+        if self
+            .shared
+            .registry
+            .portals()
+            .iter()
+            .any(|p| p.addr == local)
+        {
+            tracing::warn!("portal {local}: passed on twice; the second is closed");
+            return;
+        }
+        self.listen_tcp(l, local);
+        tracing::info!(
+            "portal {local}: listening socket (added at run time) taken over from the previous numatgtd"
+        );
+    }
+
+    /// A live upgrade: the thread stops accepting (new connections wait in the listeners'
+    /// backlogs for the next numatgtd); returns a descriptor of each TCP listener, for it.
+    pub fn stop_accepting(&self) -> Vec<std::net::TcpListener> {
+        let (tx, rx) = channel();
+        self.send(Cmd::Pause(tx));
+        if rx.recv_timeout(std::time::Duration::from_secs(5)).is_err() {
+            tracing::warn!("the portal acceptor did not stop accepting within 5 s");
+        }
+        std::mem::take(&mut *self.kept_tcp())
     }
 
     fn send(&self, c: Cmd) {
@@ -78,12 +147,7 @@ impl PortalAcceptor {
         let local = std_l
             .local_addr()
             .map_err(|e| PortalError::Bind(e.to_string()))?;
-        reg.add_portal(Portal {
-            addr: local,
-            nop_interval: None,
-            nop_count: None,
-        });
-        self.send(Cmd::Add(crate::transport::tcp_listener(std_l), local));
+        self.listen_tcp(std_l, local);
         tracing::info!("numatgtd: listening on {local} (portal added by tgtadm)");
         Ok(())
     }
@@ -122,6 +186,8 @@ impl PortalAcceptor {
         let reg = &self.shared.registry;
         let listed = reg.portals().iter().any(|p| p.addr == addr);
         self.stop_listening(addr, listed)?;
+        self.kept_tcp()
+            .retain(|l| l.local_addr().is_ok_and(|a| a != addr));
         reg.remove_portal(addr);
         tracing::info!("portal {addr} removed by tgtadm");
         Ok(())
@@ -185,6 +251,13 @@ fn run(mut poll: Poll, rx: Receiver<Cmd>, shared: Arc<Shared>) {
                                     }
                                 }
                                 let _ = done.send(pos.is_some());
+                            }
+                            Cmd::Pause(done) => {
+                                for (l, _) in listeners.iter_mut().flatten() {
+                                    l.deregister(poll.registry());
+                                }
+                                listeners.clear();
+                                let _ = done.send(());
                             }
                         }
                     }
