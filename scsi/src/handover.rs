@@ -6,15 +6,22 @@
 //! carried identity gets its carried unit attentions instead of POWER ON OCCURRED, so the
 //! initiator of a moved session sees the logical unit as it was.
 //!
-//! Carried for disks only: a CD drive's medium, a tape's position and a changer's elements
-//! live in the server's objects, which start anew, so their sessions are told so (POWER ON
+//! For a removable medium (a removable disk's, a CD/DVD drive's disc) the medium state
+//! goes too: in or ejected, the media event not reported yet, and which moving nexuses
+//! prevent its removal (each prevents it again once it is added).
+//!
+//! Carried for disks and CD/DVD drives: a tape's position and a changer's elements live in
+//! the server's objects, which start anew, so their sessions are told so (POWER ON
 //! OCCURRED) as after a restart; a passthrough device keeps its own state.
 //!
-//! The bytes (big-endian): `"NTHO"`, u16 version 1, u32 length and the persistent
-//! reservation state as APTPL stores it (`pr::persist`, with its own checksum), u8 mode
-//! bits (WCE 1, D_SENSE 2, SWP 4), u32 count and the initiator ports seen, u32 count and
-//! for each moving nexus its port pair, u8 count and its unit attentions (codes of
-//! [`UA_CODES`]). Port pairs as in `pr::persist`.
+//! The bytes (big-endian): `"NTHO"`, u16 version (1, or 2 with the medium), u32 length and
+//! the persistent reservation state as APTPL stores it (`pr::persist`, with its own
+//! checksum), u8 mode bits (WCE 1, D_SENSE 2, SWP 4), u32 count and the initiator ports
+//! seen, u32 count and for each moving nexus its port pair, u8 count and its unit
+//! attentions (codes of [`UA_CODES`]); version 2 then: u8 medium bits (ejected 1), u8 the
+//! media event, u32 count and the port pairs of the moving nexuses that prevent removal.
+//! Port pairs as in `pr::persist`. A logical unit without a removable medium writes
+//! version 1, which every numatgtd with live upgrade reads.
 
 use std::sync::atomic::Ordering;
 
@@ -25,7 +32,9 @@ use crate::pr::persist::{Reader, put_pair};
 use crate::ua::{UaQueue, UnitAttention};
 
 const MAGIC: &[u8; 4] = b"NTHO";
+/// Without the medium section, and with it.
 const VERSION: u16 = 1;
+const VERSION_MEDIUM: u16 = 2;
 /// Most initiator ports or nexuses one state holds.
 const MAX_ENTRIES: usize = 1 << 16;
 
@@ -61,13 +70,15 @@ impl LogicalUnit {
     /// unit attentions of the nexuses in `moving` (those whose sessions move); `None` for
     /// device types whose state is not carried (see the module documentation).
     pub fn handover_state(&self, moving: &[crate::NexusId]) -> Option<Vec<u8>> {
-        if self.params.device_type != DeviceType::Disk {
+        if !matches!(self.params.device_type, DeviceType::Disk | DeviceType::Cd) {
             return None;
         }
+        let with_medium = self.removable();
         let g = self.shared.lock();
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_be_bytes());
+        let version = if with_medium { VERSION_MEDIUM } else { VERSION };
+        out.extend_from_slice(&version.to_be_bytes());
         let pr = crate::pr::persist::encode(&g.pr, g.seq);
         put_count(&mut out, pr.len());
         out.extend_from_slice(&pr);
@@ -82,14 +93,14 @@ impl LogicalUnit {
         for p in seen {
             put_pair(&mut out, p);
         }
-        let moving: Vec<_> = g
+        let entries: Vec<_> = g
             .nexuses
             .iter()
             .filter(|(id, _)| moving.contains(id))
             .map(|(_, e)| e)
             .collect();
-        put_count(&mut out, moving.len());
-        for e in moving {
+        put_count(&mut out, entries.len());
+        for e in entries {
             put_pair(&mut out, &e.ports);
             let uas: Vec<u8> =
                 e.ua.iter()
@@ -99,6 +110,21 @@ impl LogicalUnit {
             out.push(uas.len() as u8);
             out.extend_from_slice(&uas);
         }
+        if with_medium {
+            let (ejected, event) = self.medium.carried();
+            out.push(u8::from(ejected));
+            out.push(event);
+            let preventing: Vec<&PortPair> = g
+                .nexuses
+                .iter()
+                .filter(|(id, _)| moving.contains(id) && self.medium.prevents(**id))
+                .map(|(_, e)| &e.ports)
+                .collect();
+            put_count(&mut out, preventing.len());
+            for p in preventing {
+                put_pair(&mut out, p);
+            }
+        }
         Some(out)
     }
 
@@ -107,14 +133,14 @@ impl LogicalUnit {
     /// through a cluster are not taken (the server reads them where they are kept).
     /// Invalid bytes are refused and change nothing.
     pub fn resume_state(&self, bytes: &[u8]) -> Result<(), String> {
-        if self.params.device_type != DeviceType::Disk {
+        if !matches!(self.params.device_type, DeviceType::Disk | DeviceType::Cd) {
             return Err("this device type's state is not carried".into());
         }
         if bytes.len() < 6 || &bytes[..4] != MAGIC {
             return Err("not a logical unit's handover state".into());
         }
         let version = u16::from_be_bytes([bytes[4], bytes[5]]);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_MEDIUM {
             return Err(format!("handover state version {version} is not read here"));
         }
         let mut r = Reader::new(bytes, 6, 3);
@@ -141,6 +167,15 @@ impl LogicalUnit {
             }
             carried.push((p, q));
         }
+        let mut medium = None;
+        if version == VERSION_MEDIUM {
+            let [bits, event] = r.array::<2>().map_err(e)?;
+            let mut preventing = Vec::new();
+            for _ in 0..count(&mut r)? {
+                preventing.push(r.pair().map_err(e)?);
+            }
+            medium = Some((bits & 1 != 0, event, preventing));
+        }
         if !r.at_end() {
             return Err("bytes after the state".into());
         }
@@ -156,7 +191,15 @@ impl LogicalUnit {
             g.remember_port(p.clone());
             g.carry(p, q);
         }
+        // the medium as it was, where this logical unit has one to remove
+        let medium = medium.filter(|_| self.removable());
+        if let Some((_, _, preventing)) = &medium {
+            g.carried_preventing.extend(preventing.iter().cloned());
+        }
         drop(g);
+        if let Some((ejected, event, _)) = medium {
+            self.medium.resume(ejected, event);
+        }
         self.state.wce.store(mode & 1 != 0, Ordering::Relaxed);
         self.state.d_sense.store(mode & 2 != 0, Ordering::Relaxed);
         self.state.swp.store(mode & 4 != 0, Ordering::Relaxed);
@@ -210,6 +253,76 @@ mod tests {
 
     fn caching_page(lu: &LogicalUnit, n: &Nexus) -> Vec<u8> {
         run(lu, n, &[0x1A, 0x08, 0x08, 0, 255, 0], &[]).data
+    }
+
+    fn cd() -> LogicalUnit {
+        crate::test_util::lu_with(|p| {
+            p.device_type = DeviceType::Cd;
+            p.block_size = 2048;
+            p.num_blocks = 1000;
+        })
+    }
+
+    const PREVENT: [u8; 6] = [0x1E, 0, 0, 0, 1, 0];
+    const EJECT: [u8; 6] = [0x1B, 0, 0, 0, 0x02, 0];
+
+    #[test]
+    fn a_cd_goes_on_with_its_disc_in_and_its_removal_prevented() {
+        // x prevents the disc's removal, y does not; both sessions move
+        let a = cd();
+        let (x, y) = (nexus(1, "iqn.x", 1), nexus(2, "iqn.y", 2));
+        for n in [&x, &y] {
+            a.nexus_added(n);
+            while first_sense(&a, n).is_some_and(|s| s.0 == 6) {}
+        }
+        assert_eq!(run(&a, &x, &PREVENT, &[]).status, 0, "PREVENT");
+        let text = a.handover_state(&[x.id, y.id]).expect("a CD's state");
+        assert_eq!(text[4..6], [0, 2], "with the medium section");
+
+        let b = cd();
+        b.resume_state(&text).expect("resume");
+        let (x2, y2) = (nexus(7, "iqn.x", 1), nexus(8, "iqn.y", 2));
+        for n in [&x2, &y2] {
+            b.nexus_added(n);
+            assert_eq!(
+                first_sense(&b, n),
+                None,
+                "no unit attention, the disc is in"
+            );
+        }
+        let c = run(&b, &y2, &EJECT, &[]);
+        assert_eq!(
+            sense::parse_key_asc(&c.sense),
+            Some((5, 0x53, 0x02)),
+            "x's prevention goes on: MEDIUM REMOVAL PREVENTED"
+        );
+        // x's session ends: its prevention with it, and the disc can go
+        b.nexus_removed(x2.id);
+        assert_eq!(run(&b, &y2, &EJECT, &[]).status, 0, "EJECT");
+        let text = b.handover_state(&[y2.id]).expect("state");
+
+        let c3 = cd();
+        c3.resume_state(&text).expect("resume");
+        let y3 = nexus(9, "iqn.y", 2);
+        c3.nexus_added(&y3);
+        assert_eq!(
+            first_sense(&c3, &y3),
+            Some((2, 0x3A, 0x00)),
+            "the disc is still out: MEDIUM NOT PRESENT"
+        );
+    }
+
+    #[test]
+    fn a_disk_without_a_removable_medium_writes_the_first_version() {
+        let a = lu();
+        let x = nexus(1, "iqn.x", 1);
+        a.nexus_added(&x);
+        let text = a.handover_state(&[x.id]).expect("a disk's state");
+        assert_eq!(
+            text[4..6],
+            [0, 1],
+            "readable by every numatgtd with live upgrade"
+        );
     }
 
     #[test]
@@ -278,9 +391,24 @@ mod tests {
         let mut longer = good.clone();
         longer.push(0);
         assert!(b.resume_state(&longer).is_err());
-        let mut v2 = good.clone();
-        v2[5] = 2;
-        assert!(b.resume_state(&v2).unwrap_err().contains("version"));
+        let mut v3 = good.clone();
+        v3[5] = 3;
+        assert!(b.resume_state(&v3).unwrap_err().contains("version"));
+        // a CD's state (version 2, with the medium) too
+        let d = cd();
+        d.nexus_added(&x);
+        while first_sense(&d, &x).is_some_and(|s| s.0 == 6) {}
+        assert_eq!(run(&d, &x, &PREVENT, &[]).status, 0, "PREVENT");
+        let with_medium = d.handover_state(&[x.id]).expect("state");
+        for n in 0..with_medium.len() {
+            assert!(
+                cd().resume_state(&with_medium[..n]).is_err(),
+                "truncated at {n}"
+            );
+        }
+        let mut longer = with_medium.clone();
+        longer.push(0);
+        assert!(cd().resume_state(&longer).is_err());
         for i in 0..good.len() {
             let mut bad = good.clone();
             bad[i] ^= 0xff;

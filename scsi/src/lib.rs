@@ -657,6 +657,11 @@ impl LogicalUnit {
     /// initiator port had a nexus to this LU before.
     pub fn nexus_added(&self, nexus: &Nexus) {
         self.shared.nexus_added(nexus);
+        let mut g = self.shared.lock();
+        if !g.carried_preventing.is_empty() && g.carried_preventing.remove(&nexus.key()) {
+            drop(g);
+            self.medium.prevent_for(nexus.id);
+        }
     }
 
     /// The I_T nexus is gone (logout, session closed or reinstated): releases its SPC-2

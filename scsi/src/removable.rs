@@ -57,6 +57,30 @@ impl MediumState {
     pub fn reset(&self) {
         self.preventing().clear();
     }
+
+    /// `id` prevents medium removal (it did in the previous process: live upgrade).
+    pub fn prevent_for(&self, id: NexusId) {
+        self.preventing().insert(id);
+    }
+
+    /// Whether `id` prevents medium removal.
+    pub fn prevents(&self, id: NexusId) -> bool {
+        self.preventing().contains(&id)
+    }
+
+    /// (ejected, the media event not reported yet), for the next process.
+    pub fn carried(&self) -> (bool, u8) {
+        (
+            self.ejected.load(Ordering::Acquire),
+            self.media_event.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Goes on with [`MediumState::carried`] of the previous process.
+    pub fn resume(&self, ejected: bool, media_event: u8) {
+        self.ejected.store(ejected, Ordering::Release);
+        self.media_event.store(media_event, Ordering::Relaxed);
+    }
 }
 
 /// Whether `op` needs the medium. Commands about the LU, its reservations, mode pages,

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     /// The unit attentions of nexuses a previous process served (live upgrade), by
     /// identity: the nexus added next with that identity gets them instead of POWER ON.
     carried: HashMap<PortPair, UaQueue>,
+    /// The identities whose nexus prevented medium removal in the previous process: the
+    /// nexus added next with one prevents it again ([`crate::LogicalUnit::nexus_added`]).
+    pub carried_preventing: HashSet<PortPair>,
 }
 
 impl Shared {

@@ -420,3 +420,50 @@ fn the_disc_changes_from_tgtadm_as_in_tgtd() {
     let read = qemuio::read_all(&url, dir.path(), "two-read.iso").expect("read");
     assert!(read == image_two, "the new disc read back differs");
 }
+
+/// A live upgrade (`numatgtadm --upgrade`) carries the drive's state with the moved
+/// session: it sees no unit attention, its PREVENT ALLOW MEDIUM REMOVAL holds (the disc
+/// cannot be ejected), and an eject made after it allowed removal is carried too (the disc
+/// is still out after a second upgrade).
+#[test]
+fn a_cd_drive_goes_on_with_its_state_across_a_live_upgrade() {
+    require_numatgtd("cd");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disc = dir.path().join("disc.img");
+    tests::daemon::create_sparse(&disc, 4 << 20);
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    export_cd(&d, &disc);
+    let mut s = ScsiSession::open_target(&d, "iqn.2026-11.org.numatgt:cd-a", IQN);
+    const PREVENT: [u8; 6] = [0x1E, 0, 0, 0, 1, 0];
+    const ALLOW: [u8; 6] = [0x1E, 0, 0, 0, 0, 0];
+    const EJECT: [u8; 6] = [0x1B, 0, 0, 0, 0x02, 0];
+    let (st, sense, _) = s.command(&PREVENT, &[], 0);
+    assert_eq!(st, 0, "PREVENT: {:?}", key_asc(&sense));
+    let upgrade = || {
+        let r = d.admin_tool(&tests::mgmt::numatgtadm_bin(), &["--upgrade"]);
+        r.check("numatgtadm --upgrade");
+        assert!(r.stdout.contains("1 connections moved"), "{r}");
+    };
+    upgrade();
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, key_asc(&sense)),
+        (0, (0, 0, 0)),
+        "TEST UNIT READY after the upgrade: no unit attention, the disc is in"
+    );
+    let (st, sense, _) = s.command(&EJECT, &[], 0);
+    assert_eq!(
+        (st, key_asc(&sense)),
+        (2, (5, 0x53, 0x02)),
+        "the prevention holds: MEDIUM REMOVAL PREVENTED"
+    );
+    assert_eq!(s.command(&ALLOW, &[], 0).0, 0, "ALLOW");
+    assert_eq!(s.command(&EJECT, &[], 0).0, 0, "EJECT");
+    upgrade();
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, key_asc(&sense)),
+        (2, (2, 0x3A, 0x00)),
+        "the disc is still out: MEDIUM NOT PRESENT"
+    );
+}
