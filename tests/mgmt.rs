@@ -295,6 +295,17 @@ pub fn new_lun(d: &Daemon, tid: &str, lun: &str, path: &Path, extra: &[&str]) ->
     d.tgtadm(&[&base[..], &["--lun", lun, "-b", &path], extra].concat())
 }
 
+/// `numatgtadm --upgrade` of daemon `d` to the same executable, checked: it answered that
+/// `moved` connections went on in the new process.
+pub fn upgrade_moving(d: &Daemon, moved: usize) {
+    let r = d.admin_tool(&numatgtadm_bin(), &["--upgrade"]);
+    r.check("numatgtadm --upgrade");
+    assert!(
+        r.stdout.contains(&format!("{moved} connections moved")),
+        "{r}"
+    );
+}
+
 /// `tgtadm --op delete --mode logicalunit --tid TID --lun LUN`.
 pub fn delete_lun(d: &Daemon, tid: &str, lun: &str) -> tools::ToolRun {
     d.tgtadm(&[

@@ -10,18 +10,23 @@
 //! goes too: in or ejected, the media event not reported yet, and which moving nexuses
 //! prevent its removal (each prevents it again once it is added).
 //!
-//! Carried for disks and CD/DVD drives: a tape's position and a changer's elements live in
-//! the server's objects, which start anew, so their sessions are told so (POWER ON
-//! OCCURRED) as after a restart; a passthrough device keeps its own state.
+//! A tape drive's tape (by barcode), loaded or unloaded, its position and the drive's mode
+//! parameters go too; the position is taken up once the server has put the tape in again
+//! ([`LogicalUnit::tape_resume`]: where it cannot be, the moved sessions get POWER ON
+//! OCCURRED). A changer's elements are in its state file, which the next process reads.
+//! A passthrough device keeps its own state (its sessions get POWER ON OCCURRED).
 //!
 //! The bytes (big-endian): `"NTHO"`, u16 version (1, or 2 with the medium), u32 length and
 //! the persistent reservation state as APTPL stores it (`pr::persist`, with its own
 //! checksum), u8 mode bits (WCE 1, D_SENSE 2, SWP 4), u32 count and the initiator ports
 //! seen, u32 count and for each moving nexus its port pair, u8 count and its unit
 //! attentions (codes of [`UA_CODES`]); version 2 then: u8 medium bits (ejected 1), u8 the
-//! media event, u32 count and the port pairs of the moving nexuses that prevent removal.
-//! Port pairs as in `pr::persist`. A logical unit without a removable medium writes
-//! version 1, which every numatgtd with live upgrade reads.
+//! media event, u32 count and the port pairs of the moving nexuses that prevent removal;
+//! version 3 (a tape drive) then: u8 tape state (0 none, 1 loaded, 2 unloaded), u64 the
+//! position's header offset, u64 filemarks before it, u32 block length, u8 density, u8
+//! compression, u8 barcode length and the barcode. Port pairs as in `pr::persist`. A
+//! logical unit without a removable medium writes version 1, which every numatgtd with
+//! live upgrade reads.
 
 use std::sync::atomic::Ordering;
 
@@ -35,6 +40,8 @@ const MAGIC: &[u8; 4] = b"NTHO";
 /// Without the medium section, and with it.
 const VERSION: u16 = 1;
 const VERSION_MEDIUM: u16 = 2;
+/// And a tape drive's section.
+const VERSION_TAPE: u16 = 3;
 /// Most initiator ports or nexuses one state holds.
 const MAX_ENTRIES: usize = 1 << 16;
 
@@ -70,14 +77,20 @@ impl LogicalUnit {
     /// unit attentions of the nexuses in `moving` (those whose sessions move); `None` for
     /// device types whose state is not carried (see the module documentation).
     pub fn handover_state(&self, moving: &[crate::NexusId]) -> Option<Vec<u8>> {
-        if !matches!(self.params.device_type, DeviceType::Disk | DeviceType::Cd) {
-            return None;
-        }
-        let with_medium = self.removable();
+        let tape = match self.params.device_type {
+            DeviceType::Disk | DeviceType::Cd | DeviceType::Changer => None,
+            DeviceType::Tape => Some(self.tape_carry()),
+            DeviceType::Passthrough => return None,
+        };
+        let with_medium = self.removable() || tape.is_some();
         let g = self.shared.lock();
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(MAGIC);
-        let version = if with_medium { VERSION_MEDIUM } else { VERSION };
+        let version = match (&tape, with_medium) {
+            (Some(_), _) => VERSION_TAPE,
+            (None, true) => VERSION_MEDIUM,
+            (None, false) => VERSION,
+        };
         out.extend_from_slice(&version.to_be_bytes());
         let pr = crate::pr::persist::encode(&g.pr, g.seq);
         put_count(&mut out, pr.len());
@@ -125,6 +138,17 @@ impl LogicalUnit {
                 put_pair(&mut out, p);
             }
         }
+        if let Some(t) = tape {
+            out.push(t.state);
+            out.extend_from_slice(&t.offset.to_be_bytes());
+            out.extend_from_slice(&t.file.to_be_bytes());
+            out.extend_from_slice(&t.block_len.to_be_bytes());
+            out.push(t.density);
+            out.push(u8::from(t.compression));
+            let barcode = &t.barcode.as_bytes()[..t.barcode.len().min(255)];
+            out.push(barcode.len() as u8);
+            out.extend_from_slice(barcode);
+        }
         Some(out)
     }
 
@@ -133,15 +157,19 @@ impl LogicalUnit {
     /// through a cluster are not taken (the server reads them where they are kept).
     /// Invalid bytes are refused and change nothing.
     pub fn resume_state(&self, bytes: &[u8]) -> Result<(), String> {
-        if !matches!(self.params.device_type, DeviceType::Disk | DeviceType::Cd) {
+        if self.params.device_type == DeviceType::Passthrough {
             return Err("this device type's state is not carried".into());
         }
         if bytes.len() < 6 || &bytes[..4] != MAGIC {
             return Err("not a logical unit's handover state".into());
         }
         let version = u16::from_be_bytes([bytes[4], bytes[5]]);
-        if version != VERSION && version != VERSION_MEDIUM {
+        if !matches!(version, VERSION | VERSION_MEDIUM | VERSION_TAPE) {
             return Err(format!("handover state version {version} is not read here"));
+        }
+        let is_tape = self.params.device_type == DeviceType::Tape;
+        if is_tape != (version == VERSION_TAPE) {
+            return Err("the state of another device type".into());
         }
         let mut r = Reader::new(bytes, 6, 3);
         let e = |e: crate::pr::PrStateError| e.to_string();
@@ -168,13 +196,35 @@ impl LogicalUnit {
             carried.push((p, q));
         }
         let mut medium = None;
-        if version == VERSION_MEDIUM {
+        if version >= VERSION_MEDIUM {
             let [bits, event] = r.array::<2>().map_err(e)?;
             let mut preventing = Vec::new();
             for _ in 0..count(&mut r)? {
                 preventing.push(r.pair().map_err(e)?);
             }
             medium = Some((bits & 1 != 0, event, preventing));
+        }
+        let mut tape = None;
+        if version == VERSION_TAPE {
+            let [state] = r.array::<1>().map_err(e)?;
+            let offset = u64::from_be_bytes(r.array::<8>().map_err(e)?);
+            let file = u64::from_be_bytes(r.array::<8>().map_err(e)?);
+            let block_len = u32::from_be_bytes(r.array::<4>().map_err(e)?);
+            let [density, compression, n] = r.array::<3>().map_err(e)?;
+            let barcode = String::from_utf8(r.take(usize::from(n)).map_err(e)?.to_vec())
+                .map_err(|_| "a barcode that is not UTF-8".to_string())?;
+            if state > 2 || compression > 1 {
+                return Err(format!("tape state {state}, compression {compression}"));
+            }
+            tape = Some(crate::ssc::TapeCarry {
+                state,
+                barcode,
+                offset,
+                file,
+                block_len,
+                density,
+                compression: compression == 1,
+            });
         }
         if !r.at_end() {
             return Err("bytes after the state".into());
@@ -199,6 +249,9 @@ impl LogicalUnit {
         drop(g);
         if let Some((ejected, event, _)) = medium {
             self.medium.resume(ejected, event);
+        }
+        if let Some(t) = tape {
+            self.tape_carried(t);
         }
         self.state.wce.store(mode & 1 != 0, Ordering::Relaxed);
         self.state.d_sense.store(mode & 2 != 0, Ordering::Relaxed);
@@ -273,7 +326,11 @@ mod tests {
         let (x, y) = (nexus(1, "iqn.x", 1), nexus(2, "iqn.y", 2));
         for n in [&x, &y] {
             a.nexus_added(n);
-            while first_sense(&a, n).is_some_and(|s| s.0 == 6) {}
+            for _ in 0..3 {
+                if first_sense(&a, n).is_none() {
+                    break;
+                }
+            }
         }
         assert_eq!(run(&a, &x, &PREVENT, &[]).status, 0, "PREVENT");
         let text = a.handover_state(&[x.id, y.id]).expect("a CD's state");
@@ -391,13 +448,25 @@ mod tests {
         let mut longer = good.clone();
         longer.push(0);
         assert!(b.resume_state(&longer).is_err());
-        let mut v3 = good.clone();
-        v3[5] = 3;
-        assert!(b.resume_state(&v3).unwrap_err().contains("version"));
+        let mut v4 = good.clone();
+        v4[5] = 4;
+        assert!(b.resume_state(&v4).unwrap_err().contains("version"));
+        let mut tape = good.clone();
+        tape[5] = 3;
+        assert!(
+            b.resume_state(&tape)
+                .unwrap_err()
+                .contains("another device type"),
+            "a tape drive's state on a disk"
+        );
         // a CD's state (version 2, with the medium) too
         let d = cd();
         d.nexus_added(&x);
-        while first_sense(&d, &x).is_some_and(|s| s.0 == 6) {}
+        for _ in 0..3 {
+            if first_sense(&d, &x).is_none() {
+                break;
+            }
+        }
         assert_eq!(run(&d, &x, &PREVENT, &[]).status, 0, "PREVENT");
         let with_medium = d.handover_state(&[x.id]).expect("state");
         for n in 0..with_medium.len() {

@@ -88,6 +88,14 @@ impl Shared {
         self.carried.insert(p, q);
     }
 
+    /// The state carried from the previous process is not what this one has (a tape drive
+    /// that could not go on): each carried nexus learns so as a new one does.
+    pub fn carried_power_on(&mut self) {
+        for q in self.carried.values_mut() {
+            q.push(UnitAttention::PowerOnReset);
+        }
+    }
+
     /// The ids of the nexuses with identity `p`.
     pub fn ids_of(&self, p: &PortPair) -> Vec<NexusId> {
         let mut ids: Vec<NexusId> = self

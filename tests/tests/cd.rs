@@ -439,11 +439,7 @@ fn a_cd_drive_goes_on_with_its_state_across_a_live_upgrade() {
     const EJECT: [u8; 6] = [0x1B, 0, 0, 0, 0x02, 0];
     let (st, sense, _) = s.command(&PREVENT, &[], 0);
     assert_eq!(st, 0, "PREVENT: {:?}", key_asc(&sense));
-    let upgrade = || {
-        let r = d.admin_tool(&tests::mgmt::numatgtadm_bin(), &["--upgrade"]);
-        r.check("numatgtadm --upgrade");
-        assert!(r.stdout.contains("1 connections moved"), "{r}");
-    };
+    let upgrade = || tests::mgmt::upgrade_moving(&d, 1);
     upgrade();
     let (st, sense, _) = s.command(&[0; 6], &[], 0);
     assert_eq!(

@@ -56,6 +56,17 @@ fn vtl_dir(dir: &Path) -> PathBuf {
     path
 }
 
+/// The L700 example's files in a new temporary directory (kept while it lives) and its
+/// configuration's path; a test fails without numatgtd and tgt's tools.
+fn l700_files() -> (tempfile::TempDir, PathBuf) {
+    require_numatgtd("changer");
+    tools::require_tool("tgt-admin");
+    tools::require_tool("tgtimg");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = vtl_dir(dir.path());
+    (dir, conf)
+}
+
 /// tgt-admin -e of the example, then the two tapes put in slots 1000 and 1001 as its
 /// comment says.
 fn load_library(d: &Daemon, conf: &Path) {
@@ -155,11 +166,7 @@ fn show(d: &Daemon) -> String {
 
 #[test]
 fn debians_l700_library_moves_tapes_and_keeps_them_across_a_restart() {
-    require_numatgtd("changer");
-    tools::require_tool("tgt-admin");
-    tools::require_tool("tgtimg");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let conf = vtl_dir(dir.path());
+    let (dir, conf) = l700_files();
 
     // Debian's tgtd on the same files first (it does not write them): show, elements
     let t = Daemon::start_like_tgtd(TargetKind::Tgtd, &[]);
@@ -380,5 +387,53 @@ fn a_reload_keeps_the_library_and_the_tape_in_its_drive() {
         0,
         "LUN 4 has its tape: {sense:02x?}\n{}",
         d.log_tail(20)
+    );
+}
+
+/// A live upgrade (`numatgtadm --upgrade`) with a tape in a drive of the library, half
+/// written: the changer's and the drive's moved sessions see no unit attention, the
+/// elements are where they were, and the drive is at the same position with the same tape
+/// (the new process puts the tape in its drive again, then goes on where it was).
+#[test]
+fn a_library_and_its_drive_go_on_across_a_live_upgrade() {
+    let (_dir, conf) = l700_files();
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    load_library(&d, &conf);
+    let mut changer = session(&d, 4);
+    assert_eq!(move_medium(&mut changer, 1000, 500).0, 0, "MOVE MEDIUM");
+    // the drive of element 500 (LUN 3 in the example)
+    let mut drive = session(&d, 3);
+    for n in [700u32, 64] {
+        let cdb = [0x0A, 0, 0, (n >> 8) as u8, n as u8, 0];
+        let (st, sense, _) = drive.command(&cdb, &vec![n as u8; n as usize], 0);
+        assert_eq!(st, 0, "WRITE(6): {sense:02x?}");
+    }
+    let read_position = |s: &mut ScsiSession| {
+        let (st, sense, p) = s.command(&[0x34, 0, 0, 0, 0, 0, 0, 0, 0, 0], &[], 20);
+        assert_eq!(st, 0, "READ POSITION: {sense:02x?}");
+        u32::from_be_bytes([p[4], p[5], p[6], p[7]])
+    };
+    assert_eq!(read_position(&mut drive), 2);
+    let before = elements(&mut changer, 0);
+
+    tests::mgmt::upgrade_moving(&d, 2);
+    for (s, what) in [(&mut changer, "changer"), (&mut drive, "drive")] {
+        let (st, sense, _) = s.command(&[0; 6], &[], 0);
+        assert_eq!(
+            st,
+            0,
+            "the {what}: no unit attention after the upgrade: {}",
+            { format!("{:?}", asc(&sense)) }
+        );
+    }
+    assert_eq!(elements(&mut changer, 0), before, "the elements");
+    assert_eq!(read_position(&mut drive), 2, "the drive's position");
+    let (st, sense, _) = drive.command(&[0x0A, 0, 0, 0, 10, 0], &[9; 10], 0);
+    assert_eq!(st, 0, "WRITE(6) after the upgrade: {sense:02x?}");
+    assert_eq!(read_position(&mut drive), 3);
+    assert_eq!(
+        move_medium(&mut changer, 500, 1000).0,
+        0,
+        "MOVE MEDIUM back"
     );
 }

@@ -400,3 +400,54 @@ fn tgt_admin_exports_a_tape_drive_from_targets_conf() {
         (config::DeviceType::Tape, config::BsType::Ssc)
     );
 }
+
+/// A live upgrade (`numatgtadm --upgrade`) in the middle of writing a tape: the moved
+/// session sees no unit attention, READ POSITION gives the same object, the writing goes on
+/// where it stopped, and the tape reads back whole. A second upgrade with the tape
+/// unloaded keeps it unloaded (NOT READY until LOAD).
+#[test]
+fn a_tape_drive_goes_on_where_it_was_across_a_live_upgrade() {
+    require_numatgtd("tape");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tape = tgtimg_tape(dir.path(), "UPG001");
+    let d = Daemon::start_like_tgtd(TargetKind::Numatgtd, &[]);
+    export_tape(&d, &tape);
+    let mut s = ScsiSession::open_target(&d, INITIATOR, IQN);
+    let all = content();
+    write_all(&mut s, &all[..3]);
+    let before = position(&mut s);
+    assert_eq!(before.1, 3, "three records written");
+    let upgrade = || tests::mgmt::upgrade_moving(&d, 1);
+    upgrade();
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(st, 0, "TEST UNIT READY after the upgrade: {sense:02x?}");
+    assert_eq!(position(&mut s), before, "the same position");
+    write_all(&mut s, &all[3..]);
+    same(
+        &read_all(&mut s),
+        &all,
+        "the tape written across the upgrade",
+    );
+    // unloaded, it stays so
+    good(&mut s, &[0x1B, 0, 0, 0, 0, 0], &[], "UNLOAD");
+    upgrade();
+    let (st, sense, _) = s.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, sense.get(2).map(|k| k & 0x0F), sense.get(12).copied()),
+        (2, Some(2), Some(0x3A)),
+        "unloaded after the upgrade: NOT READY, MEDIUM NOT PRESENT ({sense:02x?})"
+    );
+    good(&mut s, &[0x1B, 0, 0, 0, 1, 0], &[], "LOAD");
+    for _ in 0..3 {
+        if s.command(&[0; 6], &[], 0).0 == 0 {
+            break;
+        }
+    }
+    same(&read_all(&mut s), &all, "the tape after LOAD");
+    assert!(
+        !d.log()
+            .contains("cannot go on where the previous numatgtd left it"),
+        "{}",
+        d.log_tail(30)
+    );
+}

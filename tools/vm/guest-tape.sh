@@ -8,7 +8,9 @@
 # POSITION) follows the blocks (numatgtd; tgtd 1.0.85 answers READ POSITION with zeros),
 # `mt eod` goes to the end of data (file 2; after tgtd's, st knows no file number),
 # `mt offline` unloads (the drive then reports no tape) and `mt load` loads it again
-# (numatgtd; tgtd 1.0.85 keeps the tape loaded). Logout.
+# (numatgtd; tgtd 1.0.85 keeps the tape loaded). With numatgtd started as tgtd, a live
+# upgrade (`numatgtadm --upgrade`) between the two tar writes: `mt tell` the same after
+# it, and both files still read back byte-exact. Logout.
 # Uses from guest-iscsi-tcp.sh: TARGET, PORTAL, C, fail, step; TAPE_IQN and TAPE_FILE are
 # set there (the YAML variant configures them before the target starts).
 
@@ -64,6 +66,21 @@ echo numatgt > "$TAPE_SRC/two/d.txt"
 mt -f "$NST" rewind || fail "tape: mt rewind"
 # two tape files: st writes a filemark when the non-rewinding device is closed after a write
 tar -cf "$NST" -C "$TAPE_SRC/one" . || fail "tape: tar write of the first file"
+if [ "$TARGET" = numatgtd ]; then
+  # a live upgrade between the two tape files (issue 29): the session moves to the new
+  # executable, and the drive goes on with the same tape at the same position
+  ADM=$(dirname "$NUMATGTD")/numatgtadm
+  [ -x "$ADM" ] || fail "tape: no numatgtadm beside numatgtd ($ADM)"
+  before=$(mt -f "$NST" tell 2>&1)
+  resets=$(dmesg | grep -c 'Power-on or device reset' || true)
+  out=$(timeout 120 "$ADM" $C --upgrade 2>&1) || fail "tape: numatgtadm --upgrade: $out"
+  echo "$out" | grep -q 'upgraded: numatgtd pid' || fail "tape: numatgtadm --upgrade: $out"
+  after=$(mt -f "$NST" tell 2>&1)
+  [ "$after" = "$before" ] || fail "tape: the position moved across the upgrade: $before, then $after"
+  resets2=$(dmesg | grep -c 'Power-on or device reset' || true)
+  [ "$resets2" = "$resets" ] || fail "tape: the kernel saw a power-on unit attention across the upgrade"
+  step "tape: live upgrade between the two tape files, still $after ($(echo "$out" | grep -o '[0-9]* connections moved'))"
+fi
 tar -cf "$NST" -C "$TAPE_SRC/two" . || fail "tape: tar write of the second file"
 if [ "$TARGET" != tgtd ]; then
   at=$(mt -f "$NST" tell 2>&1)

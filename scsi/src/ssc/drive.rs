@@ -241,6 +241,31 @@ impl Cartridge {
         self.cur.curr >= self.early_warning
     }
 
+    /// The position as the image holds it: its header's offset and the filemarks before it
+    /// (for a new process to go on from, [`Cartridge::go_to`]).
+    pub fn place(&self) -> (u64, u64) {
+        (self.cur.curr, self.file)
+    }
+
+    /// Positions at the header at `offset` with `file` filemarks before it, a place
+    /// [`Cartridge::place`] gave for this image; refused (nothing moves) when no record
+    /// header of this image is there.
+    pub fn go_to(&mut self, offset: u64, file: u64) -> Result<(), Sense> {
+        if offset < FIRST_RECORD || offset > self.capacity {
+            return Err(sense::FORMAT_CORRUPTED);
+        }
+        let h = read_header(self.io.as_mut(), offset).map_err(|_| sense::FORMAT_CORRUPTED)?;
+        if !h.consistent(offset) || h.blk_type == format::kind::BOT || h.blk_num == 0 {
+            return Err(sense::FORMAT_CORRUPTED);
+        }
+        if file >= h.blk_num {
+            return Err(sense::FORMAT_CORRUPTED);
+        }
+        self.cur = h;
+        self.file = file;
+        Ok(())
+    }
+
     /// Gives the image back (after a final sync).
     pub fn into_medium(mut self) -> (Box<dyn TapeMedium>, io::Result<()>) {
         let r = self.sync();

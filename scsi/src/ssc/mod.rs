@@ -99,10 +99,28 @@ pub(crate) struct Slot {
     unloaded: Option<Cartridge>,
 }
 
+/// A tape drive's state that goes to a new process (live upgrade, `crate::handover`): the
+/// tape in it (by barcode), loaded or unloaded, the position of a loaded one, and the mode
+/// parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TapeCarry {
+    /// 0: no tape; 1: loaded; 2: in the drive, unloaded (at its beginning).
+    pub state: u8,
+    pub barcode: String,
+    /// The loaded tape's position: its header's offset and the filemarks before it.
+    pub offset: u64,
+    pub file: u64,
+    pub block_len: u32,
+    pub density: u8,
+    pub compression: bool,
+}
+
 /// A tape drive's state in its logical unit.
 #[derive(Default)]
 pub(crate) struct TapeUnit {
     slot: Mutex<Slot>,
+    /// The previous process's tape and position, until [`LogicalUnit::tape_resume`].
+    pending: Mutex<Option<TapeCarry>>,
     /// Mode block descriptor BLOCK LENGTH: 0 = variable-block mode.
     block_len: AtomicU32,
     density: AtomicU8,
@@ -187,6 +205,97 @@ impl LogicalUnit {
             },
             None => TapeStatus::default(),
         }
+    }
+
+    /// What a new process goes on with ([`LogicalUnit::tape_resume`]).
+    pub fn tape_carry(&self) -> TapeCarry {
+        let t = &self.tape;
+        let s = t.slot();
+        let (state, c) = match (s.loaded.as_ref(), s.unloaded.as_ref()) {
+            (Some(c), _) => (1, Some(c)),
+            (None, Some(c)) => (2, Some(c)),
+            (None, None) => (0, None),
+        };
+        let (offset, file) = c.filter(|_| state == 1).map_or((0, 0), |c| c.place());
+        TapeCarry {
+            state,
+            barcode: c.map(|c| c.mam().barcode.clone()).unwrap_or_default(),
+            offset,
+            file,
+            block_len: t.block_len(),
+            density: t.density.load(Ordering::Relaxed),
+            compression: t.compression.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Keeps the previous process's state until the tape is in the drive again: the mode
+    /// parameters now, the tape's state and position at [`LogicalUnit::tape_resume`].
+    pub(crate) fn tape_carried(&self, c: TapeCarry) {
+        let t = &self.tape;
+        t.block_len.store(c.block_len, Ordering::Relaxed);
+        t.density.store(c.density, Ordering::Relaxed);
+        t.compression.store(c.compression, Ordering::Relaxed);
+        *t.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+
+    /// Once the server has put the tape in again (start, after its changer settled): the
+    /// drive goes on where the previous process left it — the same tape, loaded or
+    /// unloaded, at the same position. When it cannot (another tape, none, a position the
+    /// image does not have), it says why, and the sessions that moved get POWER ON
+    /// OCCURRED instead, so that no initiator goes on writing at a position it no longer
+    /// has. Without a carried state, nothing happens.
+    pub fn tape_resume(&self) -> Result<(), String> {
+        let Some(c) = self
+            .tape
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return Ok(());
+        };
+        let r = self.tape_go_on(&c);
+        if r.is_err() {
+            self.shared.lock().carried_power_on();
+        }
+        r
+    }
+
+    fn tape_go_on(&self, c: &TapeCarry) -> Result<(), String> {
+        let mut s = self.tape.slot();
+        let slot = &mut *s;
+        let here = slot.loaded.as_ref().or(slot.unloaded.as_ref());
+        match (c.state, here) {
+            (0, None) => return Ok(()),
+            (0, Some(_)) => return Err("a tape is in the drive, there was none".into()),
+            (_, None) => return Err(format!("tape {} is not in the drive", c.barcode)),
+            (_, Some(t)) if t.mam().barcode != c.barcode => {
+                return Err(format!(
+                    "tape {} is in the drive, {} was",
+                    t.mam().barcode,
+                    c.barcode
+                ));
+            }
+            _ => {}
+        }
+        if c.state == 2 {
+            if let Some(mut t) = slot.loaded.take() {
+                let r = t.rewind();
+                slot.unloaded = Some(t);
+                drop(s);
+                self.medium_unloaded();
+                r.map_err(|_| "cannot rewind the tape".to_string())?;
+            }
+            return Ok(());
+        }
+        if let Some(t) = slot.unloaded.take() {
+            slot.loaded = Some(t);
+        }
+        let Some(t) = slot.loaded.as_mut() else {
+            return Err("no tape loaded".into());
+        };
+        t.go_to(c.offset, c.file)
+            .map_err(|_| format!("tape {} has no record at offset {}", c.barcode, c.offset))
     }
 
     /// The mode parameters' block length (0: variable-block mode).

@@ -458,3 +458,76 @@ fn filemarks_without_immed_are_durable_before_good() {
     drop(lu.tape_remove());
     assert_eq!(n(), 3, "taking the tape out syncs it");
 }
+
+#[test]
+fn a_drive_goes_on_in_the_next_process_with_its_tape_and_position() {
+    use crate::{Nexus, NexusId};
+    // the nexus `run` uses (test_util::exec), as the session that moves
+    let nexus = |lu: &LogicalUnit| {
+        Nexus::iscsi(
+            NexusId(1),
+            "iqn.2026-11.test:unit",
+            1,
+            &lu.params().target_name,
+            1,
+        )
+    };
+    let a = drive(10, format::medium::DATA);
+    let x = nexus(&a);
+    a.nexus_added(&x);
+    for _ in 0..3 {
+        if run(&a, &[0; 6], &[]).status == 0 {
+            break;
+        }
+    }
+    write(&a, &[1u8; 300]);
+    write(&a, &[2u8; 50]);
+    filemarks(&a, 1);
+    write(&a, &[3u8; 70]);
+    let before = position(&a);
+    assert_eq!(before.1, 4);
+    let state = a.handover_state(&[x.id]).expect("a tape drive's state");
+    assert_eq!(state[4..6], [0, 3], "the tape section's version");
+    for n in 0..state.len() {
+        let b = lu_with(|p| p.device_type = DeviceType::Tape);
+        assert!(b.resume_state(&state[..n]).is_err(), "truncated at {n}");
+    }
+    let disk = lu_with(|_| {});
+    assert!(
+        disk.resume_state(&state).is_err(),
+        "a disk refuses a drive's state"
+    );
+    let medium = a.tape_remove().expect("the tape").medium;
+
+    // the same tape in the next process's drive: the same place, one filemark before it
+    let b = lu_with(|p| p.device_type = DeviceType::Tape);
+    b.resume_state(&state).expect("resume");
+    b.tape_insert(medium).expect("the tape again");
+    b.tape_resume().expect("goes on");
+    b.nexus_added(&nexus(&b));
+    assert_eq!(position(&b), before);
+    assert_eq!(b.tape_status().file, 1);
+    rewind(&b);
+    let c = space(&b, 1, 1);
+    ok(&c);
+    assert_eq!(position(&b).1, 3, "past the filemark");
+
+    // another tape: the carried session is told of a power on, and the drive is at BOT
+    let c = lu_with(|p| p.device_type = DeviceType::Tape);
+    c.resume_state(&state).expect("resume");
+    let other = format::new_image("B0000002", 10, format::medium::DATA, 1);
+    c.tape_insert(Box::new(MemTape {
+        bytes: other,
+        ..MemTape::default()
+    }))
+    .expect("another tape");
+    let e = c.tape_resume().expect_err("another tape");
+    assert!(e.contains("B0000002") && e.contains("A0000001"), "{e}");
+    c.nexus_added(&nexus(&c));
+    let tur = run(&c, &[0; 6], &[]);
+    assert_eq!(
+        crate::sense::parse_key_asc(&tur.sense),
+        Some((6, 0x29, 0x00)),
+        "POWER ON OCCURRED"
+    );
+}
