@@ -14,7 +14,8 @@
 //! parameters go too; the position is taken up once the server has put the tape in again
 //! ([`LogicalUnit::tape_resume`]: where it cannot be, the moved sessions get POWER ON
 //! OCCURRED). A changer's elements are in its state file, which the next process reads.
-//! A passthrough device keeps its own state (its sessions get POWER ON OCCURRED).
+//! A passthrough LU carries what the target keeps for it (reservations, unit attentions);
+//! the device keeps its own state.
 //!
 //! The bytes (big-endian): `"NTHO"`, u16 version (1, or 2 with the medium), u32 length and
 //! the persistent reservation state as APTPL stores it (`pr::persist`, with its own
@@ -74,13 +75,11 @@ fn count(r: &mut Reader<'_>) -> Result<usize, String> {
 
 impl LogicalUnit {
     /// The state a new executable goes on with ([`LogicalUnit::resume_state`]), with the
-    /// unit attentions of the nexuses in `moving` (those whose sessions move); `None` for
-    /// device types whose state is not carried (see the module documentation).
-    pub fn handover_state(&self, moving: &[crate::NexusId]) -> Option<Vec<u8>> {
+    /// unit attentions of the nexuses in `moving` (those whose sessions move).
+    pub fn handover_state(&self, moving: &[crate::NexusId]) -> Vec<u8> {
         let tape = match self.params.device_type {
-            DeviceType::Disk | DeviceType::Cd | DeviceType::Changer => None,
             DeviceType::Tape => Some(self.tape_carry()),
-            DeviceType::Passthrough => return None,
+            _ => None,
         };
         let with_medium = self.removable() || tape.is_some();
         let g = self.shared.lock();
@@ -149,7 +148,7 @@ impl LogicalUnit {
             out.push(barcode.len() as u8);
             out.extend_from_slice(barcode);
         }
-        Some(out)
+        out
     }
 
     /// Goes on with `bytes`, the same logical unit's [`LogicalUnit::handover_state`] in
@@ -157,9 +156,6 @@ impl LogicalUnit {
     /// through a cluster are not taken (the server reads them where they are kept).
     /// Invalid bytes are refused and change nothing.
     pub fn resume_state(&self, bytes: &[u8]) -> Result<(), String> {
-        if self.params.device_type == DeviceType::Passthrough {
-            return Err("this device type's state is not carried".into());
-        }
         if bytes.len() < 6 || &bytes[..4] != MAGIC {
             return Err("not a logical unit's handover state".into());
         }
@@ -333,7 +329,7 @@ mod tests {
             }
         }
         assert_eq!(run(&a, &x, &PREVENT, &[]).status, 0, "PREVENT");
-        let text = a.handover_state(&[x.id, y.id]).expect("a CD's state");
+        let text = a.handover_state(&[x.id, y.id]);
         assert_eq!(text[4..6], [0, 2], "with the medium section");
 
         let b = cd();
@@ -356,7 +352,7 @@ mod tests {
         // x's session ends: its prevention with it, and the disc can go
         b.nexus_removed(x2.id);
         assert_eq!(run(&b, &y2, &EJECT, &[]).status, 0, "EJECT");
-        let text = b.handover_state(&[y2.id]).expect("state");
+        let text = b.handover_state(&[y2.id]);
 
         let c3 = cd();
         c3.resume_state(&text).expect("resume");
@@ -370,11 +366,39 @@ mod tests {
     }
 
     #[test]
+    fn a_passthrough_lu_goes_on_with_what_the_target_keeps_for_it() {
+        // the target answers REPORT LUNS and the reservations itself; the rest is the
+        // device's, which keeps its own state
+        let pt = || crate::test_util::lu_with(|p| p.device_type = DeviceType::Passthrough);
+        // PERSISTENT RESERVE IN, READ KEYS: answered here, after the unit attentions
+        let read_keys = [0x5E, 0, 0, 0, 0, 0, 0, 0, 64, 0];
+        let a = pt();
+        let x = nexus(1, "iqn.x", 1);
+        a.nexus_added(&x);
+        assert_eq!(run(&a, &x, &read_keys, &[]).status, 2, "POWER ON first");
+        assert_eq!(run(&a, &x, &read_keys, &[]).status, 0);
+        assert_eq!(prout(&a, &x, 0, 0, 0, 0xB1), 0, "REGISTER");
+        assert_eq!(prout(&a, &x, 1, 1, 0xB1, 0), 0, "RESERVE");
+        let text = a.handover_state(&[x.id]);
+        assert_eq!(text[4..6], [0, 1]);
+        let b = pt();
+        b.resume_state(&text).expect("resume");
+        let x2 = nexus(5, "iqn.x", 1);
+        b.nexus_added(&x2);
+        assert_eq!(run(&b, &x2, &read_keys, &[]).status, 0, "no unit attention");
+        assert_eq!(
+            reservation_key(&b, &x2),
+            Some(0xB1),
+            "the reservation holds"
+        );
+    }
+
+    #[test]
     fn a_disk_without_a_removable_medium_writes_the_first_version() {
         let a = lu();
         let x = nexus(1, "iqn.x", 1);
         a.nexus_added(&x);
-        let text = a.handover_state(&[x.id]).expect("a disk's state");
+        let text = a.handover_state(&[x.id]);
         assert_eq!(
             text[4..6],
             [0, 1],
@@ -403,7 +427,7 @@ mod tests {
         let c = run(&a, &x, &[0x15, 0x10, 0, 0, page.len() as u8, 0], &page);
         assert_eq!(c.status, 0, "MODE SELECT: WCE off");
         // y now has MODE PARAMETERS CHANGED pending
-        let text = a.handover_state(&[x.id, y.id]).expect("a disk's state");
+        let text = a.handover_state(&[x.id, y.id]);
 
         let b = lu();
         b.resume_state(&text).expect("resume");
@@ -439,7 +463,7 @@ mod tests {
         let (x, y) = (nexus(1, "iqn.x", 1), nexus(2, "iqn.y", 2));
         a.nexus_added(&x);
         a.nexus_added(&y);
-        let good = a.handover_state(&[x.id, y.id]).expect("state");
+        let good = a.handover_state(&[x.id, y.id]);
         let b = lu();
         // every truncation, a flipped byte in each place, garbage, another version
         for n in 0..good.len() {
@@ -468,7 +492,7 @@ mod tests {
             }
         }
         assert_eq!(run(&d, &x, &PREVENT, &[]).status, 0, "PREVENT");
-        let with_medium = d.handover_state(&[x.id]).expect("state");
+        let with_medium = d.handover_state(&[x.id]);
         for n in 0..with_medium.len() {
             assert!(
                 cd().resume_state(&with_medium[..n]).is_err(),

@@ -19,7 +19,8 @@
 # tgtd 1.0.85 cannot export bsg on this kernel (the bsg node lost read/write and has no
 # poll: epoll refuses it, "tgt_event_add ... Cannot add fd, Operation not permitted"):
 # for TARGET=tgtd only, that half is skipped with a note; numatgtd must do both. Logout,
-# both targets deleted; then the same sg node from a targets.conf (bs-type sg, device-type
+# both targets deleted (numatgtd: after a live upgrade with both sessions moved, the first
+# TEST UNIT READY of each is GOOD and the data the same); then the same sg node from a targets.conf (bs-type sg, device-type
 # pt) loaded by Debian's tgt-admin -e serves scsi_debug's identity too; scsi_debug unloaded.
 # Uses from guest-iscsi-tcp.sh: TARGET, PORTAL, C, TC, LOG, fail, step.
 
@@ -223,6 +224,20 @@ if [ $PT_DO_BSG = 1 ]; then
   timeout 60 dd if="/dev/$PT_SG_SD" bs=1M skip=24 count=4 iflag=direct status=none | cmp -s - "$PT_B" ||
     pt_fail "the sg target does not read what was written through the bsg target"
   step "pt: each target reads what was written through the other"
+fi
+if [ "$TARGET" = numatgtd ]; then
+  # a live upgrade with the passthrough sessions logged in (issue 29): they move to the new
+  # executable with what the target keeps for each LU (unit attentions, reservations): the
+  # first TEST UNIT READY after it is GOOD, and the data reads the same
+  ADM=$(dirname "$NUMATGTD")/numatgtadm
+  out=$(timeout 120 "$ADM" $C --upgrade 2>&1) || pt_fail "numatgtadm --upgrade: $out"
+  echo "$out" | grep -q 'upgraded: numatgtd pid' || pt_fail "numatgtadm --upgrade: $out"
+  for sd in $PT_SG_SD $PT_BSG_SD; do
+    tur=$(sg_turs "/dev/$sd" 2>&1) || pt_fail "the first TEST UNIT READY of /dev/$sd after the upgrade: $tur"
+  done
+  timeout 60 dd if="/dev/$PT_SG_SD" bs=1M skip=8 count=4 iflag=direct status=none | cmp -s - "$PT_A" ||
+    pt_fail "after the upgrade the sg target does not read the same"
+  step "pt: live upgrade ($(echo "$out" | grep -o '[0-9]* connections moved')): TEST UNIT READY GOOD at once, the data the same"
 fi
 
 # 4. logout, targets deleted, scsi_debug unloaded

@@ -486,7 +486,7 @@ fn a_drive_goes_on_in_the_next_process_with_its_tape_and_position() {
     write(&a, &[3u8; 70]);
     let before = position(&a);
     assert_eq!(before.1, 4);
-    let state = a.handover_state(&[x.id]).expect("a tape drive's state");
+    let state = a.handover_state(&[x.id]);
     assert_eq!(state[4..6], [0, 3], "the tape section's version");
     for n in 0..state.len() {
         let b = lu_with(|p| p.device_type = DeviceType::Tape);

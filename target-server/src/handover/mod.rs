@@ -352,9 +352,8 @@ pub fn upgrade(
         let moving: Vec<scsi::NexusId> = q.moved.iter().filter_map(|m| m.nexus).collect();
         for t in ctx.registry.targets() {
             for (lun, l) in &t.lun_set().map {
-                if let Some(state) = l.scsi.handover_state(&moving) {
-                    offer.lus.push((t.iqn.clone(), *lun, state));
-                }
+                let state = l.scsi.handover_state(&moving);
+                offer.lus.push((t.iqn.clone(), *lun, state));
             }
         }
     }
