@@ -62,6 +62,9 @@ pub struct Inherited {
     pub hot: Option<crate::backend::warm::HotList>,
     /// The previous process's cache memory, adopted when the cache's layout is the same.
     pub cache_memory: Option<KeptMemory>,
+    /// The ownership records of the RBD LUNs the previous process owned
+    /// (`alua::owned_before_upgrade`).
+    pub alua_owned: Vec<String>,
 }
 
 /// A cache's memory files (one per node, in node order) and their shape, passed from one
@@ -117,6 +120,7 @@ impl Clone for Inherited {
             lu_states: self.lu_states.clone(),
             hot: self.hot.clone(),
             cache_memory: self.cache_memory.as_ref().and_then(KeptMemory::try_clone),
+            alua_owned: self.alua_owned.clone(),
         }
     }
 }
@@ -1282,6 +1286,7 @@ impl Daemon {
             (Some(h), Some(_)) => h.cache_ids(),
             _ => Vec::new(),
         };
+        crate::alua::owned_before_upgrade(std::mem::take(&mut inherited.alua_owned));
         let targets = open_targets(&rc.config, &rc.state_dir, &kept_ids)?;
 
         let data = DataPath::start(&rc, &topology, inherited.cache_memory.take())?;

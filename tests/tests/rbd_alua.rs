@@ -296,3 +296,57 @@ fn active_non_optimized_rbd_gateways_ship_io_to_the_owner() {
     );
     assert!(b.log().contains("gateway link up"), "{}", b.log_tail(30));
 }
+
+/// A live upgrade (`numatgtadm --upgrade`) of the gateway that owns the LUN without being
+/// its configured owner (it took the LUN with SET TARGET PORT GROUPS): the stop gives the
+/// image's lock back and the new executable takes it again at once (the ownership records
+/// go along), so it stays the owner — both gateways report it, its moved session sees no
+/// unit attention, and it reads what was written before, synchronized or only cached.
+#[test]
+fn an_upgraded_owner_keeps_its_rbd_lun() {
+    require_numatgtd("an_upgraded_owner_keeps_its_rbd_lun");
+    let c = Cluster::start();
+    c.create_image("shared", 64 << 20);
+    let a = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 1, 2, ""));
+    let b = Daemon::start_numatgtd_yaml(&|p| gateway_yaml(p, &c, 2, 1, ""));
+    let mut sa = ScsiSession::open(&a, "iqn.2026-11.test:rbd-upgrade-a");
+    let mut sb = ScsiSession::open(&b, "iqn.2026-11.test:rbd-upgrade-b");
+    let b_owns = vec![(1, 0x2, vec![1]), (2, 0x0, vec![2])];
+    take(&mut sb, 2, "B");
+    for s in [&mut sa, &mut sb] {
+        // the access state change each session is told of
+        let _ = s.command(&[0; 6], &[], 0);
+    }
+    assert_eq!(rtpg(&mut sb), b_owns);
+    write(&mut sb, lba(0), &pattern(7), "B");
+    sync(&mut sb, "B");
+    write(&mut sb, lba(1), &pattern(8), "B");
+
+    tests::mgmt::upgrade_moving(&b, 1);
+    assert!(
+        b.log()
+            .contains("owned by this gateway before the upgrade: taking the image's lock back"),
+        "{}",
+        b.log_tail(30)
+    );
+    let (st, sense, _) = sb.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (0, None),
+        "B's moved session: no unit attention, B still active/optimized"
+    );
+    assert_eq!(rtpg(&mut sb), b_owns, "B owns the LUN after its upgrade");
+    let (got, _) = read(&mut sb, lba(0), "B");
+    assert!(got == pattern(7), "the synchronized write");
+    let (got, _) = read(&mut sb, lba(1), "B");
+    assert!(got == pattern(8), "the write that was only cached");
+    // A went on following the record
+    std::thread::sleep(Duration::from_millis(600));
+    let (st, sense, _) = sa.command(&[0; 6], &[], 0);
+    assert_eq!(
+        (st, sense_of(&sense)),
+        (2, Some((2, 0x04, 0x0B))),
+        "A's session: still standby, no unit attention"
+    );
+    assert_eq!(rtpg(&mut sa), b_owns, "A reports B as the owner");
+}

@@ -40,6 +40,14 @@ pub(super) fn init(lun: &Lun, o: &RbdOwnership, configured: u16) {
     };
     let peers: Vec<u16> = o.alua.peers.iter().map(|p| p.group).collect();
     let mut m = Machine::arbitrated(o.alua.group, &peers, configured);
+    if super::take_owned_before(&o.record) {
+        tracing::info!(
+            lun = lun.number,
+            record = %o.record,
+            "owned by this gateway before the upgrade: taking the image's lock back"
+        );
+        m = m.owned_before_upgrade();
+    }
     Driver::new(o, None).run(lun, image, &mut m);
     o.park(m);
 }

@@ -234,6 +234,9 @@ struct Starting {
     configured: u16,
     /// The record as read first.
     record: Record,
+    /// This gateway owned the LUN before a live upgrade: it takes the lock back when it is
+    /// free, as the configured owner does.
+    owned_before: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -319,10 +322,21 @@ impl Machine {
             State::Starting(Starting {
                 configured,
                 record: Record::default(),
+                owned_before: false,
             }),
         );
         m.ask(Action::ReadRecord, Await::Record);
         m
+    }
+
+    /// This gateway owned the LUN in the executable it was upgraded from (whose stop gave
+    /// the lock back): at start it takes the lock again when nobody took it meanwhile,
+    /// rather than following the configured owner.
+    pub fn owned_before_upgrade(mut self) -> Machine {
+        if let State::Starting(s) = &mut self.state {
+            s.owned_before = true;
+        }
+        self
     }
 
     /// A LUN whose owner the administrator sets, as it is now: owned by this gateway
@@ -437,7 +451,7 @@ impl Machine {
             return;
         }
         match self.state {
-            State::Starting(s) if s.configured == self.me => {
+            State::Starting(s) if s.configured == self.me || s.owned_before => {
                 self.state = State::Starting(Starting { record: rec, ..s });
                 self.ask(Action::ReadLockOwners, Await::LockOwners);
             }

@@ -34,6 +34,43 @@ use scsi::AccessState;
 pub(crate) use ceph::for_lun as rbd_ownership_for;
 pub use machine::MoveCause;
 
+/// The ownership records (one per RBD image, `record.rs`) of the LUNs this gateway owns
+/// now: a live upgrade passes them on, so that the new executable takes those images' locks
+/// back at start ([`owned_before_upgrade`]) rather than follow the configured owner.
+pub(crate) fn owned_records(registry: &crate::registry::Registry) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in registry.targets() {
+        for l in t.lun_set().map.values() {
+            if let Some(o) = l.rbd_ownership.as_ref().filter(|o| o.owns())
+                && !out.contains(&o.record)
+            {
+                out.push(o.record.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The previous executable (a live upgrade) owned the images of these ownership records:
+/// the LUNs opened next take their locks back when they are free (each record once).
+pub(crate) fn owned_before_upgrade(records: Vec<String>) {
+    *OWNED_BEFORE.lock().unwrap_or_else(|p| p.into_inner()) = records;
+}
+
+static OWNED_BEFORE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether the previous executable owned the image of `record` (asked once: taken).
+fn take_owned_before(record: &str) -> bool {
+    let mut v = OWNED_BEFORE.lock().unwrap_or_else(|p| p.into_inner());
+    match v.iter().position(|r| r == record) {
+        Some(i) => {
+            v.swap_remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Starts what follows the other gateways for `targets`' RBD LUNs exported by several: the
 /// ownership threads (once the block cache exists) and the shared reservations' watches.
 pub(crate) fn start_all(targets: &[Arc<crate::registry::Target>], cache: Option<&Arc<BlockCache>>) {

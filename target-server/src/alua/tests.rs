@@ -1093,3 +1093,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_gateway_that_owned_the_lun_before_an_upgrade_takes_the_free_lock_back() {
+    // group 2 (the configured owner is 1) owned the LUN in the executable it was upgraded
+    // from, whose stop gave the lock back: the record still names it
+    let t = Instant::now();
+    let two_owns = Record {
+        owner: Some(2),
+        ..Record::default()
+    };
+    let mut m = Machine::arbitrated(2, &[1], 1).owned_before_upgrade();
+    assert_eq!(m.poll_action(t), Some(Action::ReadRecord));
+    m.handle_record(t, two_owns);
+    assert_eq!(m.poll_action(t), Some(Action::ReadLockOwners));
+    m.handle_lock_owners(t, LockOwners::Free);
+    assert_eq!(m.poll_action(t), Some(Action::AcquireLock));
+    m.handle_lock_acquired(t, true);
+    let mut seen = Vec::new();
+    while let Some(a) = m.poll_action(t) {
+        seen.push(a);
+    }
+    assert!(
+        seen.contains(&Action::SetLocal(LocalState::Owner)),
+        "owner again: {seen:?}"
+    );
+    assert!(m.owns(), "{seen:?}");
+
+    // another gateway took the lock meanwhile: this one follows
+    let mut m = Machine::arbitrated(2, &[1], 1).owned_before_upgrade();
+    m.poll_action(t);
+    m.handle_record(t, two_owns);
+    assert_eq!(m.poll_action(t), Some(Action::ReadLockOwners));
+    m.handle_lock_owners(t, LockOwners::Held(Holder(7)));
+    let mut seen = Vec::new();
+    while let Some(a) = m.poll_action(t) {
+        seen.push(a);
+    }
+    assert!(!m.owns(), "{seen:?}");
+    assert!(
+        seen.contains(&Action::SetLocal(LocalState::NonOwner { owner: 1 })),
+        "{seen:?}"
+    );
+
+    // without the upgrade, a gateway that is not the configured owner follows the record
+    // without looking at the lock
+    let mut m = Machine::arbitrated(2, &[1], 1);
+    m.poll_action(t);
+    m.handle_record(t, two_owns);
+    assert_ne!(m.poll_action(t), Some(Action::ReadLockOwners));
+    assert!(!m.owns());
+}

@@ -210,6 +210,8 @@ struct Takes {
     cache_memory: bool,
     /// Portals added at run time as such ([`wire::CAN_TAKE_ADDED_PORTALS`]).
     added_portals: bool,
+    /// The ownership of the RBD LUNs this gateway owns ([`wire::CAN_KEEP_ALUA_OWNERSHIP`]).
+    alua_ownership: bool,
 }
 
 /// Runs `binary` in check mode with `offer`: what it takes once it answered `prepared`,
@@ -260,6 +262,7 @@ fn check(binary: &Path, args: &[OsString], offer: &Offer) -> Result<Takes, Strin
                 connections: says(wire::CAN_MOVE_CONNECTIONS),
                 cache_memory: says(wire::CAN_KEEP_CACHE_MEMORY),
                 added_portals: says(wire::CAN_TAKE_ADDED_PORTALS),
+                alua_ownership: says(wire::CAN_KEEP_ALUA_OWNERSHIP),
             })
         }
         Ok(t) => Err(format!(
@@ -296,6 +299,7 @@ pub fn upgrade(
         moved: 0,
         conns: Vec::new(),
         lus: Vec::new(),
+        alua_owned: Vec::new(),
         hot: None,
         cache_layout: None,
         asked: 0,
@@ -356,6 +360,11 @@ pub fn upgrade(
                 offer.lus.push((t.iqn.clone(), *lun, state));
             }
         }
+    }
+    // the RBD LUNs this gateway owns: the new executable takes their locks back at start
+    // (the stop gives them back)
+    if takes.alua_ownership {
+        offer.alua_owned = crate::alua::owned_records(&ctx.registry);
     }
     let t_stop = Instant::now();
     // the cache's blocks, once written back, are listed for the new process to load again
@@ -511,6 +520,7 @@ fn receive(v: &str) -> Result<Incoming, String> {
         fallback: None,
     };
     inc.inherited.lu_states = inc.offer.lus.clone();
+    inc.inherited.alua_owned = inc.offer.alua_owned.clone();
     inc.inherited.hot = match inc
         .offer
         .hot
@@ -590,11 +600,12 @@ impl Incoming {
     pub fn answer_check(&self, r: &Result<(), String>) {
         let t = match r {
             Ok(()) => format!(
-                "prepared {} {} {} {}\n",
+                "prepared {} {} {} {} {}\n",
                 std::process::id(),
                 wire::CAN_MOVE_CONNECTIONS,
                 wire::CAN_KEEP_CACHE_MEMORY,
-                wire::CAN_TAKE_ADDED_PORTALS
+                wire::CAN_TAKE_ADDED_PORTALS,
+                wire::CAN_KEEP_ALUA_OWNERSHIP
             ),
             Err(e) => format!("refused {}\n", one_line(e)),
         };
@@ -713,6 +724,7 @@ mod tests {
             moved: 0,
             conns: Vec::new(),
             lus: Vec::new(),
+            alua_owned: Vec::new(),
             hot: None,
             cache_layout: None,
             asked: 0,

@@ -84,6 +84,9 @@ const ROLES: [(Role, &str); 8] = [
 pub const CAN_MOVE_CONNECTIONS: &str = "moves-connections";
 /// And the cache's memory files (`Role::CacheMemory`) with the blocks' places in them.
 pub const CAN_KEEP_CACHE_MEMORY: &str = "keeps-cache-memory";
+/// And the ownership of RBD LUNs this gateway owned (`alua-owned` lines): it takes their
+/// locks back at start.
+pub const CAN_KEEP_ALUA_OWNERSHIP: &str = "keeps-alua-ownership";
 /// And portals added at run time as such (`Role::AddedTcp`); a binary that does not say so
 /// gets them as `Role::Tcp` (configured portals, fixed until a restart).
 pub const CAN_TAKE_ADDED_PORTALS: &str = "takes-added-portals";
@@ -130,6 +133,9 @@ pub struct Offer {
     /// The state of each moved connection (`iscsi_proto::MovedConn`'s text), in the
     /// order of their `Role::Conn` descriptors.
     pub conns: Vec<String>,
+    /// The ownership records of the RBD LUNs the old executable owned (only to a binary
+    /// that says [`CAN_KEEP_ALUA_OWNERSHIP`]).
+    pub alua_owned: Vec<String>,
     /// Logical units' state (`scsi::LogicalUnit::handover_state`): target name, LUN, bytes.
     pub lus: Vec<(String, u64, Vec<u8>)>,
     /// The old process's cached blocks (`backend::warm::HotList`'s text), for a warm start.
@@ -207,6 +213,9 @@ impl Offer {
                 hex(state)
             ));
         }
+        for r in &self.alua_owned {
+            t.push_str(&format!("alua-owned {}\n", hex(r.as_bytes())));
+        }
         t.push_str("config\n");
         t.push_str(&self.config);
         t
@@ -245,6 +254,7 @@ impl Offer {
             moved: 0,
             conns: Vec::new(),
             lus: Vec::new(),
+            alua_owned: Vec::new(),
             hot: None,
             cache_layout: None,
             config: config.to_string(),
@@ -263,6 +273,11 @@ impl Offer {
                 "paused-at-ms" => offer.paused_at_ms = v.parse().map_err(|_| bad(line))?,
                 "note" => offer.note = v.to_string(),
                 "cache-layout" => offer.cache_layout = Some(v.to_string()),
+                "alua-owned" => offer.alua_owned.push(
+                    unhex(v)
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .ok_or_else(|| bad("alua-owned: not hexadecimal UTF-8"))?,
+                ),
                 "hot" => {
                     let h = offer.hot.get_or_insert_with(String::new);
                     h.push_str(v);
@@ -449,6 +464,7 @@ mod tests {
                 Role::Fallback,
                 Role::Conn,
                 Role::CacheMemory,
+                Role::AddedTcp,
             ],
             paused_at_ms: 1_800_000_000_000,
             note: "2 connections asked to log out".into(),
@@ -456,6 +472,7 @@ mod tests {
             moved: 1,
             conns: vec!["initiator iqn.x\ntarget iqn.y\n".into()],
             lus: vec![("iqn.y".into(), 1, vec![1, 2, 3])],
+            alua_owned: vec!["rbd_data.numatgt-alua.img 1".into()],
             hot: Some("block-size 65536\nlun 0x6979 1 5+3,1+1\nat 0x6979 1 3.7,-,-,4.0\n".into()),
             cache_layout: Some(
                 "block-size 65536 sector-size 512 group 8 partitions 16 blocks 256 nodes 1".into(),
