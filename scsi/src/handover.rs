@@ -35,6 +35,7 @@ use crate::LogicalUnit;
 use crate::mmc::DeviceType;
 use crate::nexus::PortPair;
 use crate::pr::persist::{Reader, put_pair};
+use crate::ssc::TapeIn;
 use crate::ua::{UaQueue, UnitAttention};
 
 const MAGIC: &[u8; 4] = b"NTHO";
@@ -138,9 +139,14 @@ impl LogicalUnit {
             }
         }
         if let Some(t) = tape {
-            out.push(t.state);
-            out.extend_from_slice(&t.offset.to_be_bytes());
-            out.extend_from_slice(&t.file.to_be_bytes());
+            let (state, offset, file) = match t.tape {
+                TapeIn::Empty => (0u8, 0, 0),
+                TapeIn::Loaded { offset, file } => (1, offset, file),
+                TapeIn::Unloaded => (2, 0, 0),
+            };
+            out.push(state);
+            out.extend_from_slice(&offset.to_be_bytes());
+            out.extend_from_slice(&file.to_be_bytes());
             out.extend_from_slice(&t.block_len.to_be_bytes());
             out.push(t.density);
             out.push(u8::from(t.compression));
@@ -209,14 +215,18 @@ impl LogicalUnit {
             let [density, compression, n] = r.array::<3>().map_err(e)?;
             let barcode = String::from_utf8(r.take(usize::from(n)).map_err(e)?.to_vec())
                 .map_err(|_| "a barcode that is not UTF-8".to_string())?;
-            if state > 2 || compression > 1 {
-                return Err(format!("tape state {state}, compression {compression}"));
+            let tape_in = match state {
+                0 => TapeIn::Empty,
+                1 => TapeIn::Loaded { offset, file },
+                2 => TapeIn::Unloaded,
+                _ => return Err(format!("tape state {state}")),
+            };
+            if compression > 1 {
+                return Err(format!("tape compression {compression}"));
             }
             tape = Some(crate::ssc::TapeCarry {
-                state,
+                tape: tape_in,
                 barcode,
-                offset,
-                file,
                 block_len,
                 density,
                 compression: compression == 1,

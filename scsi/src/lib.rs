@@ -656,10 +656,7 @@ impl LogicalUnit {
     /// RESET, OR BUS DEVICE RESET OCCURRED for it, or I_T NEXUS LOSS OCCURRED when its
     /// initiator port had a nexus to this LU before.
     pub fn nexus_added(&self, nexus: &Nexus) {
-        self.shared.nexus_added(nexus);
-        let mut g = self.shared.lock();
-        if !g.carried_preventing.is_empty() && g.carried_preventing.remove(&nexus.key()) {
-            drop(g);
+        if self.shared.nexus_added(nexus) {
             self.medium.prevent_for(nexus.id);
         }
     }

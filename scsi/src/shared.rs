@@ -42,8 +42,9 @@ pub(crate) struct Shared {
     /// The unit attentions of nexuses a previous process served (live upgrade), by
     /// identity: the nexus added next with that identity gets them instead of POWER ON.
     carried: HashMap<PortPair, UaQueue>,
-    /// The identities whose nexus prevented medium removal in the previous process: the
-    /// nexus added next with one prevents it again ([`crate::LogicalUnit::nexus_added`]).
+    /// The identities whose nexus prevented medium removal in the previous process (each
+    /// also in `carried`): the nexus added next with one prevents it again
+    /// ([`SharedState::nexus_added`]).
     pub carried_preventing: HashSet<PortPair>,
 }
 
@@ -167,14 +168,16 @@ impl SharedState {
     }
 
     /// Server-reported new nexus: POWER ON, RESET, OR BUS DEVICE RESET OCCURRED, or I_T
-    /// NEXUS LOSS OCCURRED for an initiator port seen before.
-    pub fn nexus_added(&self, n: &Nexus) {
+    /// NEXUS LOSS OCCURRED for an initiator port seen before. Returns whether the nexus
+    /// prevented medium removal in the previous process (live upgrade): it does again.
+    pub fn nexus_added(&self, n: &Nexus) -> bool {
         let mut g = self.lock();
         let ports = n.key();
         if let Some(q) = g.carried.remove(&ports) {
             // a nexus the previous process served goes on (live upgrade)
+            let preventing = g.carried_preventing.remove(&ports);
             g.nexuses.insert(n.id, NexusEntry { ports, ua: q });
-            return;
+            return preventing;
         }
         if g.seen.len() >= MAX_SEEN && !g.seen.contains(&ports) {
             g.seen.clear();
@@ -187,6 +190,7 @@ impl SharedState {
         let mut q = UaQueue::default();
         q.push(ua);
         g.nexuses.insert(n.id, NexusEntry { ports, ua: q });
+        false
     }
 
     /// I_T nexus loss: forgets the nexus and releases its SPC-2 reservation; persistent

@@ -104,15 +104,23 @@ pub(crate) struct Slot {
 /// parameters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TapeCarry {
-    /// 0: no tape; 1: loaded; 2: in the drive, unloaded (at its beginning).
-    pub state: u8,
+    pub tape: TapeIn,
+    /// The tape's barcode (empty: no tape).
     pub barcode: String,
-    /// The loaded tape's position: its header's offset and the filemarks before it.
-    pub offset: u64,
-    pub file: u64,
     pub block_len: u32,
     pub density: u8,
     pub compression: bool,
+}
+
+/// Whether a tape is in the drive, and where a loaded one is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TapeIn {
+    #[default]
+    Empty,
+    /// Loaded, positioned at the record header at `offset` with `file` filemarks before it.
+    Loaded { offset: u64, file: u64 },
+    /// In the drive, unloaded (at its beginning).
+    Unloaded,
 }
 
 /// A tape drive's state in its logical unit.
@@ -211,17 +219,17 @@ impl LogicalUnit {
     pub fn tape_carry(&self) -> TapeCarry {
         let t = &self.tape;
         let s = t.slot();
-        let (state, c) = match (s.loaded.as_ref(), s.unloaded.as_ref()) {
-            (Some(c), _) => (1, Some(c)),
-            (None, Some(c)) => (2, Some(c)),
-            (None, None) => (0, None),
+        let (tape, c) = match (s.loaded.as_ref(), s.unloaded.as_ref()) {
+            (Some(c), _) => {
+                let (offset, file) = c.place();
+                (TapeIn::Loaded { offset, file }, Some(c))
+            }
+            (None, Some(c)) => (TapeIn::Unloaded, Some(c)),
+            (None, None) => (TapeIn::Empty, None),
         };
-        let (offset, file) = c.filter(|_| state == 1).map_or((0, 0), |c| c.place());
         TapeCarry {
-            state,
+            tape,
             barcode: c.map(|c| c.mam().barcode.clone()).unwrap_or_default(),
-            offset,
-            file,
             block_len: t.block_len(),
             density: t.density.load(Ordering::Relaxed),
             compression: t.compression.load(Ordering::Relaxed),
@@ -265,9 +273,9 @@ impl LogicalUnit {
         let mut s = self.tape.slot();
         let slot = &mut *s;
         let here = slot.loaded.as_ref().or(slot.unloaded.as_ref());
-        match (c.state, here) {
-            (0, None) => return Ok(()),
-            (0, Some(_)) => return Err("a tape is in the drive, there was none".into()),
+        match (c.tape, here) {
+            (TapeIn::Empty, None) => return Ok(()),
+            (TapeIn::Empty, Some(_)) => return Err("a tape is in the drive, there was none".into()),
             (_, None) => return Err(format!("tape {} is not in the drive", c.barcode)),
             (_, Some(t)) if t.mam().barcode != c.barcode => {
                 return Err(format!(
@@ -278,24 +286,27 @@ impl LogicalUnit {
             }
             _ => {}
         }
-        if c.state == 2 {
-            if let Some(mut t) = slot.loaded.take() {
-                let r = t.rewind();
-                slot.unloaded = Some(t);
-                drop(s);
-                self.medium_unloaded();
-                r.map_err(|_| "cannot rewind the tape".to_string())?;
+        let (offset, file) = match c.tape {
+            TapeIn::Loaded { offset, file } => (offset, file),
+            _ => {
+                if let Some(mut t) = slot.loaded.take() {
+                    let r = t.rewind();
+                    slot.unloaded = Some(t);
+                    drop(s);
+                    self.medium_unloaded();
+                    r.map_err(|_| "cannot rewind the tape".to_string())?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+        };
         if let Some(t) = slot.unloaded.take() {
             slot.loaded = Some(t);
         }
         let Some(t) = slot.loaded.as_mut() else {
             return Err("no tape loaded".into());
         };
-        t.go_to(c.offset, c.file)
-            .map_err(|_| format!("tape {} has no record at offset {}", c.barcode, c.offset))
+        t.go_to(offset, file)
+            .map_err(|_| format!("tape {} has no record at offset {offset}", c.barcode))
     }
 
     /// The mode parameters' block length (0: variable-block mode).
