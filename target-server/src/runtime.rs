@@ -1216,28 +1216,6 @@ fn resume_lu_states(targets: &[Arc<Target>], states: &[(String, u64, Vec<u8>)]) 
     }
 }
 
-/// Tape drives go on with the previous numatgtd's tape and position, now that every tape
-/// is in its drive again (`scsi::LogicalUnit::tape_resume`; where one cannot, its moved
-/// sessions are told POWER ON OCCURRED, and the log says why).
-fn resume_tapes(registry: &Registry) {
-    for t in registry.targets() {
-        for (lun, l) in &t.lun_set().map {
-            if l.scsi.params().device_type != scsi::DeviceType::Tape {
-                continue;
-            }
-            match l.scsi.tape_resume() {
-                Ok(()) => {}
-                Err(e) => tracing::warn!(
-                    target = %t.iqn,
-                    lun,
-                    "the tape drive cannot go on where the previous numatgtd left it ({e}): \
-                     its sessions are told of a power on"
-                ),
-            }
-        }
-    }
-}
-
 /// The connections the previous numatgtd moved here: each to the event thread of its node,
 /// which goes on with it.
 fn resume_moved(shared: &Shared, moved: Vec<(iscsi_proto::MovedConn, std::os::fd::OwnedFd)>) {
@@ -1319,7 +1297,7 @@ impl Daemon {
             registry.keep_tsih(m.info.tsih);
         }
         crate::backend::changer::settle(&registry);
-        resume_tapes(&registry);
+        crate::backend::tape::resume_all(&registry);
         crate::alua::start_all(&registry.targets(), data.cache.as_ref());
         apply_access_settings(&registry, &rc.config);
         // the kept cache memory's blocks are cached again before any connection is served

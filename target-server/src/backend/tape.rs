@@ -173,3 +173,25 @@ pub fn load_deferred(targets: &[Arc<crate::registry::Target>]) {
         }
     }
 }
+
+/// Tape drives go on with the previous numatgtd's tape and position, now that every tape
+/// is in its drive again (`scsi::LogicalUnit::tape_resume`; where one cannot, its moved
+/// sessions are told POWER ON OCCURRED, and the log says why).
+pub fn resume_all(registry: &crate::registry::Registry) {
+    for t in registry.targets() {
+        for (lun, l) in &t.lun_set().map {
+            if l.scsi.params().device_type != scsi::DeviceType::Tape {
+                continue;
+            }
+            match l.scsi.tape_resume() {
+                Ok(()) => {}
+                Err(e) => tracing::warn!(
+                    target = %t.iqn,
+                    lun,
+                    "the tape drive cannot go on where the previous numatgtd left it ({e}): \
+                     its sessions are told of a power on"
+                ),
+            }
+        }
+    }
+}
