@@ -9,7 +9,7 @@ the modules each one names (`use crate::…`, `crate::…::` paths, `super::…`
      seam (rank 3) <- event_loop (rank 4). A module names only modules of its own rank or
      lower ones, never a layer above it;
   2. the base modules every layer may use (registry, serial_work, sgio, conn_id, range_locks, alloc_count, io_stats,
-     proto_stats) name none of the data-path modules;
+     proto_stats, qos) name none of the data-path modules;
   3. no import circle goes through the event loop, dispatch or the transports (Tarjan's
      strongly connected components over the whole module graph);
   4. the transports are reached through their seam only: no module outside
@@ -30,7 +30,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target-se
 
 RANK = {"backend::reply": 0, "backend::payload": 0, "dispatch": 2, "transport": 3, "event_loop": 4}
 BASE = {"registry", "serial_work", "sgio", "conn_id", "range_locks", "alloc_count", "io_stats", "proto_stats",
-        "upgrade_stats"}
+        "upgrade_stats", "qos"}
 # the seam: its submodules (one per transport) are internals
 SEAM = "transport"
 

@@ -1,14 +1,15 @@
 //! What a reload has to do: [`diff`] compares the running configuration with
 //! a newly read one and says which targets were added, removed, changed (and
 //! in what: LUNs added/removed/changed, ACLs, CHAP, iSCSI values) or left
-//! alone, which portals and accounts changed, and which global settings can
-//! only take effect after a restart. Targets are matched by name
-//! (case-insensitively, as iSCSI names compare).
+//! alone, which LUNs have new QoS limits (applied live: a QoS change alone
+//! changes no target or LUN), which portals and accounts changed, and which
+//! global settings can only take effect after a restart. Targets are matched
+//! by name (case-insensitively, as iSCSI names compare).
 
 use std::fmt;
 use std::net::SocketAddr;
 
-use crate::model::{Config, LunConfig, PortalConfig, TargetConfig};
+use crate::model::{Config, LunConfig, PortalConfig, Qos, TargetConfig};
 
 /// The difference between two configurations, for a reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,10 +18,15 @@ pub struct ConfigDiff {
     pub added: Vec<String>,
     /// Targets only in the old configuration (old order).
     pub removed: Vec<String>,
-    /// Targets in both whose definition or effective settings differ.
+    /// Targets in both whose definition or effective settings differ. QoS limits are not
+    /// part of this: see `qos_changed`.
     pub changed: Vec<TargetChange>,
-    /// Targets in both that are exactly the same: their sessions are untouched.
+    /// Targets in both that are the same but for QoS limits: their sessions are untouched.
     pub unchanged: Vec<String>,
+    /// (target name, LUN number) of each LUN in both configurations whose effective QoS
+    /// limits ([`LunConfig::effective_qos`]) differ, in the new configuration's order; also
+    /// for targets in `changed`. Applied to the running LUN, without closing sessions.
+    pub qos_changed: Vec<(String, u64)>,
     /// Portals to start listening on.
     pub portals_added: Vec<SocketAddr>,
     /// Portals to stop listening on.
@@ -61,12 +67,13 @@ pub struct TargetChange {
     pub luns_added: Vec<u64>,
     /// LUN numbers only in the old definition.
     pub luns_removed: Vec<u64>,
-    /// LUNs in both whose settings (or effective cache mode) differ.
+    /// LUNs in both whose settings (or effective cache mode) differ; QoS limits are not
+    /// compared (see [`ConfigDiff::qos_changed`]).
     pub luns_changed: Vec<u64>,
 }
 
 impl ConfigDiff {
-    /// True when nothing differs (every target is unchanged).
+    /// True when nothing differs (every target is unchanged, no LUN's QoS changed).
     pub fn is_empty(&self) -> bool {
         ConfigDiff {
             unchanged: Vec::new(),
@@ -92,7 +99,15 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         match find(old, &t.iqn) {
             None => d.added.push(t.iqn.clone()),
             Some(k) => {
-                let c = target_change(old, &old.targets[k], new, t);
+                let o = &old.targets[k];
+                for l in &t.luns {
+                    if let Some(ol) = o.lun(l.lun) {
+                        if ol.effective_qos(o) != l.effective_qos(t) {
+                            d.qos_changed.push((t.iqn.clone(), l.lun));
+                        }
+                    }
+                }
+                let c = target_change(old, o, new, t);
                 if c.fields.is_empty()
                     && c.luns_added.is_empty()
                     && c.luns_removed.is_empty()
@@ -225,6 +240,7 @@ fn target_change(oc: &Config, o: &TargetConfig, nc: &Config, n: &TargetConfig) -
     field("outgoing_user", o.outgoing_user != n.outgoing_user);
     field("alua", o.alua != n.alua);
     field("max_sessions", o.max_sessions != n.max_sessions);
+    // `qos` is no field: new limits are applied to the running LUNs (qos_changed)
     let users = n.incoming_users.iter().chain(&n.outgoing_user);
     field(
         "accounts",
@@ -249,13 +265,19 @@ fn target_change(oc: &Config, o: &TargetConfig, nc: &Config, n: &TargetConfig) -
     c
 }
 
+/// Same settings (but for QoS, applied live) and same effective cache mode.
 fn same_lun(oc: &Config, o: &LunConfig, nc: &Config, n: &LunConfig) -> bool {
-    o == n && o.cache_mode(&oc.cache) == n.cache_mode(&nc.cache)
+    let no_qos = |l: &LunConfig| LunConfig {
+        qos: Qos::default(),
+        ..l.clone()
+    };
+    no_qos(o) == no_qos(n) && o.cache_mode(&oc.cache) == n.cache_mode(&nc.cache)
 }
 
 impl fmt::Display for ConfigDiff {
     /// One line per change, e.g. `changed target iqn...: luns added [2]`,
-    /// `needs restart: cache.size_per_node`; `no changes` when empty.
+    /// `qos changed: iqn... lun 1`, `needs restart: cache.size_per_node`; `no changes`
+    /// when empty.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {
             return writeln!(f, "no changes");
@@ -278,6 +300,9 @@ impl fmt::Display for ConfigDiff {
                 }
             }
             writeln!(f, "changed target {}: {}", c.iqn, parts.join(", "))?;
+        }
+        for (iqn, lun) in &self.qos_changed {
+            writeln!(f, "qos changed: {iqn} lun {lun}")?;
         }
         for p in &self.portals_added {
             writeln!(f, "added portal {p}")?;
@@ -420,6 +445,71 @@ mod tests {
         let b = d.changed.iter().find(|c| c.iqn.ends_with(":b")).unwrap();
         assert_eq!(b.luns_changed, vec![1, 2]);
         assert!(d.needs_restart.is_empty());
+    }
+
+    #[test]
+    fn qos_changes_alone_change_no_target() {
+        let old = base();
+        let b = "iqn.2026-11.org.example:b";
+        // a LUN's own limits
+        let mut new = base();
+        new.targets[1].luns[1].qos.iops = Some(1000);
+        let d = diff(&old, &new);
+        assert!(d.changed.is_empty(), "{d:?}");
+        assert_eq!(d.unchanged.len(), 2);
+        assert_eq!(d.qos_changed, vec![(b.to_string(), 2)]);
+        assert!(!d.is_empty());
+        assert_eq!(d.to_string(), format!("qos changed: {b} lun 2\n"));
+        // the target's default reaches every LUN that does not set the field itself
+        let mut newer = new.clone();
+        newer.targets[1].qos.iops = Some(500);
+        newer.targets[1].qos.burst_ms = Some(250);
+        let d = diff(&new, &newer);
+        assert!(d.changed.is_empty(), "{d:?}");
+        assert_eq!(
+            d.qos_changed,
+            vec![(b.to_string(), 1), (b.to_string(), 2)],
+            "LUN 2 keeps its iops but gets the burst"
+        );
+        newer.targets[1].qos.burst_ms = None;
+        let d = diff(&new, &newer);
+        assert_eq!(d.qos_changed, vec![(b.to_string(), 1)], "LUN 2 sets iops");
+        // the same effective limits, said on the target instead of the LUN: no change
+        let mut moved = base();
+        moved.targets[1].qos.iops = Some(1000);
+        moved.targets[1].luns[0].qos.iops = Some(0);
+        let mut was = base();
+        was.targets[1].luns[1].qos.iops = Some(1000);
+        was.targets[1].luns[0].qos.iops = Some(0);
+        assert!(diff(&was, &moved).is_empty(), "{:?}", diff(&was, &moved));
+        // along with other changes: the target is changed and the QoS change listed too
+        let mut both = new.clone();
+        both.targets[1].luns[1].readonly = true;
+        both.targets[1].luns[1].qos.iops = Some(2000);
+        both.targets[1].luns.push(LunConfig {
+            qos: crate::Qos {
+                iops: Some(1),
+                ..Default::default()
+            },
+            ..LunConfig::new(3, "/d/b3".into())
+        });
+        let d = diff(&new, &both);
+        assert_eq!(d.changed.len(), 1);
+        assert_eq!(d.changed[0].luns_changed, vec![2]);
+        assert_eq!(d.changed[0].luns_added, vec![3]);
+        assert_eq!(
+            d.qos_changed,
+            vec![(b.to_string(), 2)],
+            "a new LUN is no QoS change"
+        );
+        let s = d.to_string();
+        assert!(s.contains(&format!("qos changed: {b} lun 2\n")), "{s}");
+        // names are matched case-insensitively; the new spelling is reported
+        let mut upper = new.clone();
+        upper.targets[1].iqn = b.to_ascii_uppercase();
+        upper.targets[1].luns[1].qos.iops = None;
+        let d = diff(&new, &upper);
+        assert_eq!(d.qos_changed, vec![(b.to_ascii_uppercase(), 2)]);
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod locate;
 mod model;
 mod names;
 mod net;
+mod qos;
 mod raw;
 mod size;
 pub mod targets_conf;
@@ -49,6 +50,7 @@ pub use model::{
 };
 pub use names::{MAX_NAME_LEN, validate_iscsi_name};
 pub use net::{ISCSI_PORT, parse_portal_addr};
+pub use qos::{DEFAULT_BURST_PERCENT, QOS_PARAMS, Qos, qos_params, set_qos_param};
 pub use size::{format_size, parse_size};
 pub use targets_conf::Imported;
 pub use validate::CHANGER_KEYS;

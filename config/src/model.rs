@@ -1,5 +1,5 @@
 //! The validated configuration model handed to the daemon: portals, NUMA and
-//! thread sizing, iSCSI negotiation defaults, targets with their ACLs and LUNs.
+//! thread sizing, iSCSI negotiation defaults, targets with their ACLs, LUNs and QoS limits.
 //! Owns the defaults and the small decisions the daemon asks of it (does this
 //! initiator pass a target's ACL, what are a target's effective iSCSI values,
 //! the `--demo` configuration). Values here have already passed validation
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 pub use crate::auth::{Account, DiscoveryAuth};
 pub use crate::kinds::{BsOflags, BsType, DeviceType, Driver, SenseFormat, TargetState};
 pub use crate::net::AddressRule;
+pub use crate::qos::Qos;
 
 /// Default portal when the file lists none: all IPv4 addresses, port 3260.
 pub const DEFAULT_PORTAL: &str = "0.0.0.0:3260";
@@ -856,6 +857,10 @@ pub struct TargetConfig {
     pub luns: Vec<LunConfig>,
     /// ALUA: this gateway's port group and its peers (`None`: one group, number 1).
     pub alua: Option<crate::AluaConfig>,
+    /// `qos:` the default QoS limits of the target's LUNs: a field a LUN leaves unset is
+    /// taken from here ([`LunConfig::effective_qos`]). Each LUN is limited on its own; the
+    /// target as a whole is not.
+    pub qos: Qos,
 }
 
 impl TargetConfig {
@@ -875,6 +880,7 @@ impl TargetConfig {
             max_sessions: None,
             luns: Vec::new(),
             alua: None,
+            qos: Qos::default(),
         }
     }
 
@@ -970,6 +976,9 @@ pub struct LunConfig {
     /// barcode=A0000001`, `element_type=4,address=500,tid=1,lun=1`, `media_home=DIR`),
     /// applied in order.
     pub changer: Vec<String>,
+    /// `qos:` this LUN's own QoS limits; an unset field is the target's
+    /// ([`LunConfig::effective_qos`]).
+    pub qos: Qos,
 }
 
 impl LunConfig {
@@ -1002,7 +1011,14 @@ impl LunConfig {
             optimal_xfer_len: None,
             alua_owner: None,
             changer: Vec::new(),
+            qos: Qos::default(),
         }
+    }
+
+    /// The QoS limits this LUN runs with: its own settings over those of `target` (its
+    /// target); a field unset in both (or 0) means no limit.
+    pub fn effective_qos(&self, target: &TargetConfig) -> Qos {
+        self.qos.over(&target.qos)
     }
 
     /// The cache mode this LUN runs with: its own `cache:` or the global mode — except a

@@ -287,6 +287,8 @@ pub(crate) struct RawTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sessions: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<crate::qos::RawQos>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub luns: Option<Vec<RawLun>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alua: Option<crate::alua::RawAlua>,
@@ -357,6 +359,8 @@ pub(crate) struct RawLun {
     pub optimal_xfer_len: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alua_owner: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<crate::qos::RawQos>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changer: Vec<String>,
 }
@@ -638,6 +642,7 @@ fn raw_lun(l: &LunConfig) -> RawLun {
         optimal_xfer_gran: l.optimal_xfer_gran.map(u64::from),
         optimal_xfer_len: l.optimal_xfer_len.map(u64::from),
         alua_owner: l.alua_owner.map(u64::from),
+        qos: crate::qos::RawQos::from_model(&l.qos),
         changer: l.changer.clone(),
     }
 }
@@ -711,6 +716,7 @@ fn raw_target(t: &TargetConfig) -> RawTarget {
             .then(|| list(t.incoming_users.iter().cloned())),
         outgoing_user: t.outgoing_user.clone(),
         max_sessions: t.max_sessions.map(u64::from),
+        qos: crate::qos::RawQos::from_model(&t.qos),
         luns: Some(t.luns.iter().map(raw_lun).collect()),
         alua: t.alua.as_ref().map(crate::alua::RawAlua::from_model),
     }

@@ -70,6 +70,15 @@ fn example_parses() {
     assert_eq!(t.luns[1].block_size, 4096);
     assert_eq!(t.luns[1].create_size, Some(64 << 20));
     assert!(t.luns[1].write_cache);
+    assert_eq!((t.qos.iops, t.qos.bps), (Some(20000), Some(200 << 20)));
+    let q = t.luns[0].effective_qos(t);
+    assert_eq!(
+        (q.iops, q.read_iops, q.bps),
+        (Some(0), Some(5000), Some(200 << 20))
+    );
+    assert_eq!((q.write_bps, q.burst_ms), (Some(50 << 20), Some(500)));
+    assert_eq!(q.burst_percent, Some(150));
+    assert_eq!(t.luns[1].effective_qos(t), t.qos);
     let r = &c.targets[1];
     assert_eq!(r.allow_initiators.len(), 2);
     assert!(r.allows("iqn.1993-08.org.debian:01:host1", ip("192.168.10.7")));
@@ -1061,6 +1070,13 @@ fn yamlish() -> impl Strategy<Value = String> {
         "DataPDUInOrder: No",
         "MaxConnections: 2",
         "MaxXmitDataSegmentLength: 512",
+        "qos:",
+        "iops: 1000",
+        "read_bps: 50M",
+        "write_bps: 1048577",
+        "burst: 0.5",
+        "burst: 2",
+        "burst_factor: 1.25",
         "{",
         "}",
         "[",

@@ -813,6 +813,11 @@ fn confish() -> impl Strategy<Value = String> {
         "default-driver iser",
         "bs-type rbd",
         "device-type cd",
+        "qos_iops 1000",
+        "qos_bps 50M",
+        "qos_burst 0.5",
+        "qos_burst_factor 1.25",
+        "params qos_read_iops=7",
         "include /nonexistent/*.conf",
         "#",
         "\\",
@@ -871,12 +876,17 @@ fn example_file_imports() {
     );
     assert_eq!(db.incoming_users, vec!["dbhost"]);
     assert_eq!(db.outgoing_user.as_deref(), Some("dbtarget"));
+    assert!(db.luns.iter().all(|l| {
+        let q = l.effective_qos(db);
+        (q.iops, q.burst_ms, q.burst_percent_or_default()) == (Some(5000), Some(2000), 200)
+    }));
     let s = c.target("iqn.2026-11.org.example:scratch").unwrap();
     assert_eq!(s.tid, Some(10));
     let l = &s.luns[0];
     assert_eq!((l.lun, l.block_size), (3, 4096));
     assert_eq!(l.scsi_id.as_deref(), Some("scratch-10-3"));
     assert!(l.thin_provisioning && l.bsoflags.direct);
+    assert_eq!(l.qos.write_bps, Some(100 << 20));
     assert_eq!(c.discovery_auth.incoming_users, vec!["discover"]);
     round_trips(c);
 }

@@ -59,6 +59,9 @@ pub struct CmdWindow<T> {
     depth: u32,
     /// Cap on MaxCmdSN − ExpCmdSN + 1 (a transport's receive credits).
     cap: Option<u32>,
+    /// Cap on the commands in flight and allowed together (the server holds the session's
+    /// commands back: QoS), from the next [`Self::update_max`] on.
+    narrowed: Option<u32>,
     /// `held[i]` is the command with CmdSN `exp + i` if it arrived.
     held: VecDeque<Option<T>>,
 }
@@ -73,6 +76,7 @@ impl<T> CmdWindow<T> {
             max: initial_cmd_sn.wrapping_add(depth - 1),
             depth,
             cap: None,
+            narrowed: None,
             held: VecDeque::new(),
         }
     }
@@ -85,6 +89,7 @@ impl<T> CmdWindow<T> {
             max,
             depth: depth.max(1),
             cap: None,
+            narrowed: None,
             held: VecDeque::new(),
         }
     }
@@ -104,6 +109,13 @@ impl<T> CmdWindow<T> {
     /// moves back).
     pub fn set_cap(&mut self, cap: Option<u32>) {
         self.cap = cap;
+    }
+
+    /// Allows at most `n` commands in flight and sendable together from the next
+    /// [`Self::update_max`] on (`None`: the depth alone). MaxCmdSN never moves back, so the
+    /// window narrows as the commands in flight end.
+    pub fn narrow(&mut self, n: Option<u32>) {
+        self.narrowed = n;
     }
 
     /// ExpCmdSN: the next CmdSN expected.
@@ -173,6 +185,9 @@ impl<T> CmdWindow<T> {
         if let Some(c) = self.cap {
             free = free.min(c);
         }
+        if let Some(n) = self.narrowed {
+            free = free.min(n.saturating_sub(active.min(u32::MAX as usize) as u32));
+        }
         let candidate = self.exp.wrapping_add(free).wrapping_sub(1);
         if sn_gt(candidate, self.max) {
             self.max = candidate;
@@ -236,6 +251,27 @@ mod tests {
         assert_eq!(w.max_cmd_sn(), 16);
         w.update_max(4); // never shrinks
         assert_eq!(w.max_cmd_sn(), 16);
+    }
+
+    #[test]
+    fn a_narrowed_window_opens_as_commands_end() {
+        let mut w: CmdWindow<u32> = CmdWindow::new(10, 32);
+        assert_eq!(w.max_cmd_sn(), 41);
+        // 32 sent and in flight; narrowed to 8: nothing more until fewer than 8 are left
+        for sn in 10..42 {
+            w.arrive(sn, sn).unwrap();
+            w.pop_ready();
+        }
+        w.narrow(Some(8));
+        w.update_max(32);
+        assert_eq!(w.max_cmd_sn(), 41, "never moves back");
+        w.update_max(10);
+        assert_eq!(w.max_cmd_sn(), 41);
+        w.update_max(5);
+        assert_eq!(w.max_cmd_sn(), 44, "3 more allowed with 5 in flight");
+        w.narrow(None);
+        w.update_max(5);
+        assert_eq!(w.max_cmd_sn(), 68, "the depth again");
     }
 
     #[test]

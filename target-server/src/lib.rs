@@ -25,6 +25,7 @@ pub(crate) mod metrics;
 pub mod mgmt;
 pub(crate) mod pr_shared;
 pub(crate) mod proto_stats;
+pub(crate) mod qos;
 pub(crate) mod range_locks;
 pub mod rdma_probe;
 pub(crate) mod registry;

@@ -54,6 +54,8 @@ pub struct Lun {
     pub locks: crate::range_locks::RangeLocks,
     /// I/O statistics (kept when the LUN is rebuilt by `--op update`).
     pub stats: Arc<crate::io_stats::LunStats>,
+    /// Its QoS limits and what they held back (kept when the LUN is rebuilt, like `stats`).
+    pub qos: Arc<crate::qos::LunQos>,
     /// The thread that runs a tape drive's commands in arrival order (`None` for other
     /// device types).
     pub serial: Option<crate::serial_work::SerialWork>,

@@ -76,12 +76,30 @@ pub fn reload(ctx: &Ctx, path: Option<&Path>) -> Result<String, String> {
         // in force at once: new connections, logins and management clients see them
         ctx.registry.limits.apply(&next.limits);
     }
+    apply_qos(ctx, &diff, &next);
     let portal_errors = apply_portals(ctx, &diff);
     let summary = summary(&path, &diff, closed, &portal_errors);
     loaded.config = next;
     loaded.path = Some(path);
     crate::saved::after_change(ctx);
     Ok(summary)
+}
+
+/// LUNs whose QoS limits alone changed take them at once: their sessions go on, their held
+/// commands keep their times, the next ones are charged at the new rates.
+fn apply_qos(ctx: &Ctx, diff: &config::ConfigDiff, next: &config::Config) {
+    for (iqn, number) in &diff.qos_changed {
+        let (Some(t), Some(tc)) = (ctx.registry.target(iqn), next.target(iqn)) else {
+            continue;
+        };
+        let (Some(lun), Some(lc)) = (t.lun_set().map.get(number).cloned(), tc.lun(*number)) else {
+            continue;
+        };
+        let q = lc.effective_qos(tc);
+        lun.qos.set(&q, crate::io_stats::now_ns());
+        tracing::info!(target = %t.iqn, lun = number, qos = %crate::mgmt::show::qos_text(&q),
+            "reload: QoS limits set");
+    }
 }
 
 /// The configuration `path` holds (its warnings logged), with what does not come from the

@@ -365,6 +365,12 @@ pub(crate) fn open_target(
             defer_media,
         };
         let lun = open_lun(&cfg.cache, &home, l, cache_id(l.lun), state_dir, None)?;
+        let qos = l.effective_qos(t);
+        if !qos.is_unlimited() {
+            lun.qos.set(&qos, crate::io_stats::now_ns());
+            tracing::info!(target = %t.iqn, lun = l.lun, qos = %crate::mgmt::show::qos_text(&qos),
+                "QoS limits set");
+        }
         luns.insert(l.lun, Arc::new(lun));
     }
     let target = Target::new(
@@ -462,6 +468,7 @@ pub(crate) fn open_lun(
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
         stats: Default::default(),
+        qos: Default::default(),
         serial,
         passthrough,
     };

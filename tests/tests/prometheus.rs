@@ -679,6 +679,8 @@ fn dashboard_matches_a_live_numatgtd() {
     let _g = load_lock();
     tools::require_tool("iscsi-perf");
     let (d, maddr) = daemon_with_metrics(&[LunSpec::new(1, 512, 64 * MIB)]);
+    // a QoS limit (far above what the load asks) so that the QoS row has its series
+    tests::mgmt::update_lun1(&d, "qos_iops=10000000").check("tgtadm qos_iops");
     let prom = Prometheus::start(&[ScrapeTarget::new("numatgt", maddr)]);
     prom.wait_up(Duration::from_secs(20));
     let _ = iscsi_perf(&d.url(1), 2);

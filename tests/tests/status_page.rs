@@ -671,6 +671,9 @@ fn status_page_shows_the_live_metrics() {
         "GET / is not the status page"
     );
 
+    // the writes are held to a QoS limit: the LUN's row shows it and what it holds back
+    tests::mgmt::update_lun1(&d, "qos_write_iops=300").check("tgtadm qos_write_iops=300");
+
     // live: random 4 KiB reads and 64 KiB writes, each in its own session
     let url = d.url(1);
     let mut reads = Load::start("iscsi-perf", &perf, &["-m", "4", "-b", "8", "-r", &url]);
@@ -768,6 +771,16 @@ fn status_page_shows_the_live_metrics() {
         "p50 {p50}, p99 {p99}"
     );
     assert!(lat(&format!("{p}avg-latency")) > 0.0);
+    assert_eq!(dom.num(&format!("{p}qos")), Some(1.0), "the LUN's QoS cell");
+    assert!(
+        dom.0.contains("write 300/s"),
+        "the write limit is not shown"
+    );
+    let held = dom.num(&format!("{p}qos-held")).unwrap_or(0.0);
+    assert!(
+        held > 0.0 && held * 1.5 <= growth("numatgt_lun_qos_throttled_commands_total"),
+        "held back {held}/s"
+    );
 
     // idle: the page's counters are exactly those of /metrics
     wait_sessions(maddr, 0.0, &d);

@@ -14,7 +14,9 @@
 # target by PID.
 # numatgtd (default) is started exactly as tgtd is (no configuration file) and configured
 # with the same tgtadm commands; the remount's reads must then be NUMA cache hits (SIGUSR1
-# cache report). numatgtd-yaml: the same targets from a YAML file instead.
+# cache report), and with the LUN's reads limited by tgtadm (`qos_read_iops=300`) fio at
+# QD32 through the kernel sees no error and no more than the limit, the kernel logs no
+# timeout. numatgtd-yaml: the same targets from a YAML file instead.
 # Env: TARGET=numatgtd (default) | numatgtd-yaml | tgtd
 #      NUMATGTD   path of the numatgtd binary as the guest sees it
 # Prints VM_ISCSI_TCP_OK on success.
@@ -173,6 +175,29 @@ if [ "$TARGET" = numatgtd ]; then
   grep 'LUN created' "$LOG" | head -n 1
   step "tgtadm-made LUN: $hits NUMA cache hits"
   [ "$hits" -gt 0 ] || fail "the tgtadm-made LUN was not served from the NUMA cache (hits=$hits)"
+
+  # QoS (issue 30): the LUN's reads limited with tgtadm while the kernel reads at QD32;
+  # fio must see no error and no more than the limit, the kernel no timeout or conn error
+  tgtadm $C --lld iscsi --op update --mode logicalunit --tid 1 --lun 1 --params qos_read_iops=300 \
+    || fail "tgtadm qos_read_iops=300"
+  dmesg -c > /dev/null
+  res=$(timeout -k 5 60 fio --name=qos "--filename=/dev/$DEV" --readonly --rw=randread --bs=4k \
+    --iodepth=32 --ioengine=libaio --direct=1 --time_based --runtime=8 --output-format=json \
+    2> /tmp/fio-qos.err | python3 -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]
+r = j["read"]
+print(f"errors={j['"'"'error'"'"']} iops={r['"'"'iops'"'"']:.0f} max_latency_ms={r['"'"'clat_ns'"'"']['"'"'max'"'"'] / 1e6:.0f}")
+') || fail "fio under QoS: $(tail -n 3 /tmp/fio-qos.err)"
+  step "QoS: qos_read_iops=300, 4 KiB random reads at QD32 for 8 s: $res"
+  case "$res" in errors=0\ *) ;; *) fail "fio under QoS reported errors: $res" ;; esac
+  iops=$(echo "$res" | sed -n 's/.* iops=\([0-9]*\).*/\1/p')
+  [ "${iops:-0}" -ge 150 ] && [ "${iops:-0}" -le 330 ] || fail "QoS: $iops IOPS at a 300 IOPS limit"
+  bad=$(dmesg | grep -c -i 'detected conn error\|timing out command\|I/O error\|abort' || true)
+  [ "$bad" = 0 ] || fail "QoS: the kernel logged $bad errors or timeouts: $(dmesg | tail -n 5)"
+  tgtadm $C --lld iscsi --op show --mode target | grep -q "QoS: qos_read_iops=300" || fail "tgtadm show: no QoS line"
+  tgtadm $C --lld iscsi --op update --mode logicalunit --tid 1 --lun 1 --params qos_read_iops=0 \
+    || fail "tgtadm qos_read_iops=0"
 fi
 df -h "$MNT"
 umount "$MNT" || fail "final umount"

@@ -1,7 +1,7 @@
 //! What the directives of targets.conf mean, following tgt-admin: global
 //! directives, `<target>` blocks (ACLs, CHAP accounts, iSCSI keys, tids) and
 //! the collection of their LUN directives (turned into LUNs by
-//! [`super::luns`]), producing the raw YAML structures so that the same
+//! [`super::luns`]), QoS defaults (`qos_*`, as tgtadm names them), producing the raw YAML structures so that the same
 //! validation applies. Records where every value came from ([`Locations`])
 //! and collects warnings for directives accepted without effect.
 
@@ -11,6 +11,7 @@ use super::locations::Locations;
 use super::syntax::{Loc, Node};
 use crate::alua::RawAlua;
 use crate::error::ConfigError;
+use crate::qos::RawQos;
 use crate::raw::{
     List, RawAccount, RawAllow, RawAuth, RawConfig, RawIscsi, RawTarget, Word, YesNo,
 };
@@ -134,6 +135,11 @@ pub(super) fn norm(name: &str) -> String {
 fn lun_key(name: &str) -> Option<&'static str> {
     let n = norm(name);
     LUN_KEYS.iter().copied().find(|k| norm(k) == n)
+}
+
+/// A QoS directive (`qos_iops`, ...: tgtadm's parameter names), canonical spelling.
+pub(super) fn qos_key(name: &str) -> Option<&'static str> {
+    crate::qos::param_name(name)
 }
 
 fn iscsi_key(name: &str) -> Option<&'static str> {
@@ -352,6 +358,7 @@ impl Interp {
                         _ => {
                             let msg = if lun_key(name).is_some()
                                 || iscsi_key(name).is_some()
+                                || qos_key(name).is_some()
                                 || TARGET_KEYS.contains(&norm(name).as_str())
                             {
                                 "belongs inside a <target> block".to_string()
@@ -448,6 +455,7 @@ impl Interp {
             incoming_users: None,
             outgoing_user: None,
             max_sessions: None,
+            qos: None,
             luns: None,
             alua: None,
         };
@@ -457,6 +465,7 @@ impl Interp {
         let mut iscsi = RawIscsi::default();
         let mut iscsi_seen: Vec<&'static str> = Vec::new();
         let mut defaults: Vec<Setting> = Vec::new();
+        let mut qos: Vec<Setting> = Vec::new();
         let mut stores: Vec<Store> = Vec::new();
         for n in children {
             match n {
@@ -491,7 +500,7 @@ impl Interp {
                                 name: cn,
                                 value,
                                 loc: cl,
-                            } => match lun_key(cn) {
+                            } => match lun_key(cn).or_else(|| qos_key(cn)) {
                                 Some(key) => {
                                     self.push_setting(&mut settings, key, cn, value, cl)?
                                 }
@@ -626,6 +635,9 @@ impl Interp {
                                 )?;
                             } else if let Some(key) = lun_key(dname) {
                                 self.push_setting(&mut defaults, key, dname, value, dloc)?;
+                            } else if let Some(key) = qos_key(dname) {
+                                // the target's own default, not copied into each LUN
+                                self.push_setting(&mut qos, key, dname, value, dloc)?;
                             } else {
                                 self.fail(err_at(dloc, dname, "unknown directive"))?;
                             }
@@ -644,6 +656,17 @@ impl Interp {
             t.iscsi = Some(iscsi);
         }
         t.incoming_users = (!incoming.is_empty()).then(|| list(incoming));
+        for set in &qos {
+            let raw = t.qos.get_or_insert_with(RawQos::default);
+            match raw.set_param(set.key, &set.value) {
+                Ok(Some(field)) => {
+                    self.locations
+                        .set(format!("{base}.qos.{field}"), &set.loc, &set.name)
+                }
+                Ok(None) => {}
+                Err(m) => self.fail(err_at(&set.loc, &set.name, m))?,
+            }
+        }
         let luns = self.luns(&base, tid, stores, &defaults)?;
         t.luns = Some(luns);
         Ok(t)

@@ -1,11 +1,13 @@
 //! The LUNs of one imported target, as tgt-admin makes them: numbering
 //! (backing-stores by path, then direct-stores, `lun` reservations), the
 //! precedence of container and target-level directives, and the meaning of
-//! each LUN directive, `params` (with `${tid}`/`${lun}`) and `mode_page`.
+//! each LUN directive (QoS `qos_*` included), `params` (with `${tid}`/`${lun}`, and
+//! `qos_*=` as tgtadm takes them) and `mode_page`.
 
 use std::collections::BTreeSet;
 
-use super::interp::{Interp, R, Setting, Store, err_at, flag, norm, number};
+use super::interp::{Interp, R, Setting, Store, err_at, flag, norm, number, qos_key};
+use crate::qos::RawQos;
 use crate::raw::{RawLun, Word, YesNo};
 
 /// Keys `params k=v,...` may set (tgtd's logical unit parameters).
@@ -238,6 +240,11 @@ impl Interp {
                 "la_lba" => l.la_lba = Some(num(value)?),
                 "optimal_xfer_gran" => l.optimal_xfer_gran = Some(num(value)?),
                 "optimal_xfer_len" => l.optimal_xfer_len = Some(num(value)?),
+                // QoS, as tgtadm's `--params qos_...=` means it
+                k if qos_key(k).is_some() => {
+                    let raw = l.qos.get_or_insert_with(RawQos::default);
+                    raw.set_param(k, value).map_err(bad)?;
+                }
                 _ => {}
             }
             Ok(())
@@ -271,6 +278,10 @@ impl Interp {
             "device-type" => at(self, "device_type"),
             "bs-type" => at(self, "bs_type"),
             "block-size" => at(self, "block_size"),
+            k if qos_key(k).is_some() => {
+                let field = k.strip_prefix("qos_").unwrap_or(k);
+                at(self, &format!("qos.{field}"));
+            }
             other => at(self, other),
         }
         Ok(())
@@ -324,7 +335,8 @@ impl Interp {
             };
             let v = v.trim().trim_matches('"');
             let n = norm(k.trim());
-            match PARAM_KEYS.iter().copied().find(|p| norm(p) == n) {
+            let known = PARAM_KEYS.iter().copied().find(|p| norm(p) == n);
+            match known.or_else(|| qos_key(k)) {
                 Some(key) => self.apply(l, lp, tid, lun, key, v, set)?,
                 None => {
                     let msg = format!("unknown parameter {:?}", k.trim());
@@ -381,6 +393,7 @@ fn new_lun(lun: u64, path: &str) -> RawLun {
         optimal_xfer_gran: None,
         optimal_xfer_len: None,
         alua_owner: None,
+        qos: None,
         changer: Vec::new(),
     }
 }

@@ -80,6 +80,15 @@ pub mod limits {
     pub const LOGIN_TIMEOUT: (u64, u64) = (1, 3600);
     /// `limits.max_mgmt_clients`.
     pub const MAX_MGMT_CLIENTS: (u64, u64) = (1, 1024);
+    /// `qos.iops`, `qos.read_iops`, `qos.write_iops`: commands per second (0 = no limit).
+    pub const QOS_IOPS: (u64, u64) = (0, 100_000_000);
+    /// `qos.bps`, `qos.read_bps`, `qos.write_bps`: bytes per second (0 = no limit), at
+    /// most 2^50 (1 PiB/s).
+    pub const QOS_BPS: (u64, u64) = (0, 1 << 50);
+    /// `qos.burst`, in milliseconds (written in seconds): at most an hour (0 = no burst).
+    pub const QOS_BURST_MS: (u64, u64) = (0, 3_600_000);
+    /// `qos.burst_factor`, in percent of the limits (written as a factor, 1.01 ..= 100).
+    pub const QOS_BURST_PERCENT: (u64, u64) = (101, 10_000);
 }
 
 pub(crate) struct Ctx<'a> {

@@ -1,11 +1,11 @@
-//! One target and its LUNs: names, ACLs, authentication bindings, LUN attributes.
+//! One target and its LUNs: names, ACLs, authentication bindings, LUN attributes, QoS.
 
 use super::network::{check_bursts, iscsi_override};
 use super::{Ctx, R, check_nonempty, ident, item_path, limits};
 use std::path::PathBuf;
 
 use crate::model::{
-    Account, AddressRule, BsOflags, BsType, DeviceType, Driver, IscsiParams, LunConfig,
+    Account, AddressRule, BsOflags, BsType, DeviceType, Driver, IscsiParams, LunConfig, Qos,
     SenseFormat, TargetConfig, TargetState,
 };
 use crate::names::validate_iscsi_name;
@@ -132,6 +132,10 @@ pub(super) fn target(
         .max_sessions
         .map(|v| ctx.range32(&format!("{path}.max_sessions"), v, limits::MAX_SESSIONS))
         .transpose()?;
+    let qos = match &rt.qos {
+        Some(rq) => rq.validate(|k, m| ctx.err(&format!("{path}.qos.{k}"), m))?,
+        None => Qos::default(),
+    };
     Ok(TargetConfig {
         iqn: rt.iqn,
         tid,
@@ -146,6 +150,7 @@ pub(super) fn target(
         max_sessions,
         luns,
         alua,
+        qos,
     })
 }
 
@@ -365,6 +370,10 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             Some(bytes)
         }
     };
+    let qos = match &rl.qos {
+        Some(rq) => rq.validate(|k, m| ctx.err(&format!("{p}.qos.{k}"), m))?,
+        None => Qos::default(),
+    };
     Ok(LunConfig {
         lun,
         path,
@@ -458,6 +467,7 @@ pub(super) fn lun(ctx: &Ctx<'_>, p: &str, rl: RawLun) -> R<LunConfig> {
             })
             .transpose()?,
         changer: rl.changer.clone(),
+        qos,
     })
 }
 

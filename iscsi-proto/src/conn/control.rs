@@ -610,6 +610,15 @@ impl<B: DataBuf> Connection<B> {
         self.maybe_finish_logout();
     }
 
+    /// Lets the initiator have at most `n` commands in flight and sendable together (`None`:
+    /// the session's depth alone): a server that holds this session's commands back (QoS)
+    /// narrows the window instead of holding more. MaxCmdSN never moves back: the window
+    /// narrows as commands end, and widens again on the next PDU sent once lifted.
+    pub fn narrow_window(&mut self, n: Option<u32>) {
+        self.window.narrow(n);
+        self.window.update_max(self.active);
+    }
+
     /// Whether task `itt` is still wanted: received, handed to the server and not ended by
     /// task management (a long server-side job, e.g. EXTENDED COPY, stops when it is not).
     pub fn task_wanted(&self, itt: u32) -> bool {

@@ -29,33 +29,54 @@ struct Env<'a> {
     turn_ns: u64,
 }
 
+impl<'a> Env<'a> {
+    fn of(
+        shared: &'a Arc<Shared>,
+        sink: &'a Arc<dyn CompletionSink>,
+        (node, turn_ns): (usize, u64),
+        id: ConnId,
+        sends_from_blocks: bool,
+    ) -> Self {
+        Env {
+            shared,
+            storage: StorageCtx {
+                workers: &shared.workers,
+                node,
+                cache: shared.cache.as_ref(),
+                router: shared.router.as_ref(),
+                sends_from_blocks,
+                state_dir: shared.registry.state_dir(),
+                tasks: Some(&**shared),
+                registry: Some(&shared.registry),
+            },
+            sink,
+            id,
+            node,
+            turn_ns,
+        }
+    }
+}
+
 impl EventThread {
-    /// Works through connection `s`'s protocol events.
+    /// Works through connection `s`'s held commands whose time came (as if they had just
+    /// arrived, their limits already charged), then its protocol events.
     pub(super) fn process_events(&mut self, s: usize) {
         let Some(id) = self.id(s) else { return };
         self.current = Some(s);
         let shared = Arc::clone(&self.shared);
-        let mut env = Env {
-            shared: &shared,
-            storage: StorageCtx {
-                workers: &shared.workers,
-                node: self.node,
-                cache: shared.cache.as_ref(),
-                router: shared.router.as_ref(),
-                sends_from_blocks: false,
-                state_dir: shared.registry.state_dir(),
-                tasks: Some(&*shared),
-                registry: Some(&shared.registry),
-            },
-            sink: &self.sink,
-            id,
-            node: self.node,
-            turn_ns: self.turn_ns,
-        };
+        let sends = self
+            .slots
+            .get(s)
+            .and_then(|o| o.as_ref())
+            .is_some_and(|sl| sl.link.sends_from_blocks());
+        let env = Env::of(&shared, &self.sink, (self.node, self.turn_ns), id, sends);
         let Some(slot) = self.slots.get_mut(s).and_then(|o| o.as_mut()) else {
             return;
         };
-        env.storage.sends_from_blocks = slot.link.sends_from_blocks();
+        for cmd in std::mem::take(&mut slot.released) {
+            slot.run(&env, cmd);
+        }
+        let mut task_management = false;
         while let Some(ev) = slot.conn.poll_event() {
             // the connection's log context for everything but the per-command path (entering
             // a span costs a lock in the log filter: not once per command)
@@ -65,7 +86,10 @@ impl EventThread {
                 Event::Resumed(info) => slot.resumed(&env, &info),
                 Event::Command(cmd) => slot.command(&env, cmd),
                 Event::DataFetch { itt } => slot.data_fetch(&env, itt),
-                Event::TaskMgmt(req) => slot.task_management(&env, &req),
+                Event::TaskMgmt(req) => {
+                    task_management = true;
+                    slot.task_management(&env, &req);
+                }
                 Event::LogoutRequested => slot.logout_requested(&env),
                 Event::LoggedOut => {
                     tracing::info!("logout");
@@ -96,6 +120,14 @@ impl EventThread {
         if slot.conn.is_closing() {
             // the protocol connection is done (logged out or closed): so is the slot
             slot.finish();
+        }
+        // commands over their LUN's limits wait on this thread
+        for (due, cmd, qos) in slot.to_hold.drain(..) {
+            self.throttle.hold(due, env.turn_ns, id, cmd, qos);
+            slot.held_back += 1;
+        }
+        if task_management && !self.throttle.is_empty() {
+            self.end_unwanted_held();
         }
     }
 }
@@ -196,8 +228,39 @@ impl Slot {
         );
     }
 
-    /// A SCSI command: executed by `dispatch`, answered now or when the backend is done.
-    fn command(&mut self, env: &Env<'_>, mut cmd: ScsiCommand) {
+    /// A SCSI command: held back when its LUN's limits say it may not start yet (see
+    /// `throttle`), else run.
+    fn command(&mut self, env: &Env<'_>, cmd: ScsiCommand) {
+        if let Session::Normal(session) = &mut self.session {
+            session.refresh_luns();
+            let limited = session
+                .luns
+                .1
+                .map
+                .get(&cmd.lun)
+                .filter(|l| l.qos.is_limited());
+            if let Some(lun) = limited.cloned()
+                && let Some((dir, bytes)) = super::throttle::charged_as(&cmd)
+            {
+                // each initiator's own limits, within the LUN's
+                let initiator =
+                    (lun.qos.per_initiator()).then(|| session.initiator_qos(&lun.qos, env.turn_ns));
+                let due = lun.qos.charge(dir, bytes, env.turn_ns, initiator);
+                if due > env.turn_ns {
+                    // the initiator keeps the rest: fewer commands in flight while held
+                    self.conn
+                        .narrow_window(Some(super::throttle::NARROWED_WINDOW));
+                    self.narrowed_since_ns = Some(env.turn_ns);
+                    self.to_hold.push((due, cmd, Arc::clone(&lun.qos)));
+                    return;
+                }
+            }
+        }
+        self.run(env, cmd);
+    }
+
+    /// A SCSI command executed by `dispatch`, answered now or when the backend is done.
+    fn run(&mut self, env: &Env<'_>, mut cmd: ScsiCommand) {
         let itt = cmd.itt;
         let Session::Normal(session) = &mut self.session else {
             // not reachable: the protocol layer refuses commands in discovery sessions

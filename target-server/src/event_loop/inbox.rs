@@ -256,6 +256,10 @@ impl EventThread {
                             }
                         }
                     }
+                    // held commands of the ended tasks leave now, before the count goes down
+                    if !self.throttle.is_empty() {
+                        self.end_unwanted_held();
+                    }
                     if let Some(e) = ended {
                         e.one_done();
                     }

@@ -33,6 +33,7 @@ mod commands;
 mod inbox;
 mod shared;
 mod slot;
+mod throttle;
 mod tokens;
 
 pub use commands::lose_moved_nexus;
@@ -77,6 +78,8 @@ pub struct EventThread {
     awaited: std::collections::HashMap<(ConnId, u32), Arc<crate::backend::reply::TasksEnded>>,
     /// Connections held for a move to the next numatgtd (`Msg::Quiesce`), not moved yet.
     moving: usize,
+    /// Commands held back by their LUN's QoS limits until their time.
+    throttle: throttle::Throttle,
 }
 
 impl EventThread {
@@ -108,6 +111,7 @@ impl EventThread {
             turn_ms: 0,
             turn_ns: 0,
             moving: 0,
+            throttle: Default::default(),
         }
     }
 
@@ -161,7 +165,11 @@ impl EventThread {
         loop {
             let spinning = spin_until.is_some_and(|t| Instant::now() < t);
             let timeout = if busy.is_empty() && !spinning {
-                TICK
+                // held commands: woken when the earliest is due
+                match self.throttle.wait(crate::io_stats::now_ns()) {
+                    Some(d) => d.min(TICK),
+                    None => TICK,
+                }
             } else {
                 Duration::ZERO
             };
@@ -211,6 +219,9 @@ impl EventThread {
                         busy.push(s);
                     }
                 }
+            }
+            if !self.throttle.is_empty() {
+                self.guarded("qos", Self::release_held);
             }
             if woke.duration_since(last_tick) >= TICK {
                 last_tick = woke;
@@ -522,6 +533,102 @@ impl EventThread {
         }
     }
 
+    /// Runs the held commands whose time came, each in its connection; a command whose
+    /// task ended meanwhile is answered for its task management (which waited for it).
+    fn release_held(&mut self) {
+        let now = crate::io_stats::now_ns();
+        let mut runs = std::mem::take(&mut self.touched);
+        runs.clear();
+        while let Some(h) = self.throttle.pop_due(now) {
+            let s = h.conn.slot;
+            if self.id(s) != Some(h.conn) {
+                continue; // the connection is gone: so is its command
+            }
+            h.qos.held(now.saturating_sub(h.since_ns));
+            if let Some(slot) = self.slots[s].as_mut() {
+                slot.held_back = slot.held_back.saturating_sub(1);
+                if !slot.conn.task_wanted(h.cmd.itt) {
+                    self.end_held(h);
+                    continue;
+                }
+            }
+            if let Some(slot) = self.slots[s].as_mut() {
+                slot.released.push(h.cmd);
+                if !runs.contains(&s) {
+                    runs.push(s);
+                }
+            }
+        }
+        for &s in &runs {
+            self.process_events(s);
+            self.flush(s);
+        }
+        self.touched = runs;
+    }
+
+    /// Held commands whose tasks were ended by task management (this connection's or
+    /// another's) leave at once: the task management response does not wait for their time.
+    fn end_unwanted_held(&mut self) {
+        let slots = &self.slots;
+        let generation = |c: ConnId| {
+            slots
+                .get(c.slot)
+                .and_then(|o| o.as_ref())
+                .map(|s| s.generation)
+        };
+        let gone = self.throttle.take_unwanted(|h| {
+            generation(h.conn) != Some(h.conn.generation)
+                || slots[h.conn.slot]
+                    .as_ref()
+                    .is_none_or(|s| !s.conn.task_wanted(h.cmd.itt))
+        });
+        let mut touched = Vec::new();
+        for h in gone {
+            let s = h.conn.slot;
+            if let Some(slot) = self.slots[s]
+                .as_mut()
+                .filter(|sl| sl.generation == h.conn.generation)
+            {
+                slot.held_back = slot.held_back.saturating_sub(1);
+                if !touched.contains(&s) {
+                    touched.push(s);
+                }
+            }
+            self.end_held(h);
+        }
+        for s in touched {
+            self.process_events(s);
+            self.flush(s);
+        }
+    }
+
+    /// A held command whose task ended: answered (the connection sends nothing for an
+    /// ended task, but counts it ended) and counted down where task management waits.
+    fn end_held(&mut self, h: throttle::Held) {
+        if let Some(e) = self.awaited.remove(&(h.conn, h.cmd.itt)) {
+            e.one_done();
+        }
+        if self.id(h.conn.slot) != Some(h.conn) {
+            return;
+        }
+        if let Some(slot) = self.slots[h.conn.slot].as_mut() {
+            // write data an RDMA READ put into cache slots for it: the slots go free
+            drop(slot.link.take_landing(h.cmd.itt));
+            let aborted = iscsi_proto::CommandResult {
+                status: scsi::status::TASK_ABORTED,
+                sense: Vec::new(),
+                data: None,
+                write_transfer_len: None,
+            };
+            slot.complete(
+                h.cmd.itt,
+                &crate::io_stats::IoTag::NONE,
+                aborted,
+                h.cmd.data_out,
+            );
+        }
+    }
+
     fn tick(&mut self) {
         self.retiring.retain_mut(|link| !link.drained());
         for l in &mut self.listeners {
@@ -544,6 +651,14 @@ impl EventThread {
             if let Some(slot) = self.slots[s].as_mut() {
                 self.current = Some(s);
                 slot.conn.on_tick(now);
+                if let Some(since) = slot.narrowed_since_ns
+                    && slot.held_back == 0
+                    && self.turn_ns.saturating_sub(since) >= throttle::NARROWED_FOR_MS * 1_000_000
+                {
+                    // nothing held for a while: the session's whole window again
+                    slot.narrowed_since_ns = None;
+                    slot.conn.narrow_window(None);
+                }
                 self.process_events(s);
                 self.flush(s);
             }

@@ -34,6 +34,16 @@ pub(super) struct Slot {
     pub events: Arc<crate::proto_stats::TargetEvents>,
     /// Held for a move to the next numatgtd (live upgrade): moved once quiet.
     pub moving: bool,
+    /// Commands over their LUN's QoS limits, to be held by the event thread (moved there
+    /// once its events are worked through): when each may start, the command, its limits.
+    pub to_hold: Vec<(u64, iscsi_proto::ScsiCommand, Arc<crate::qos::LunQos>)>,
+    /// This connection's commands the event thread holds back now.
+    pub held_back: usize,
+    /// Held commands whose time came, run before the connection's next events.
+    pub released: Vec<iscsi_proto::ScsiCommand>,
+    /// The command window was narrowed for held commands, last at this time
+    /// (`io_stats::now_ns`'s clock): widened again once none was held for a while.
+    pub narrowed_since_ns: Option<u64>,
     /// The log context of everything about this connection (`conn{id peer initiator
     /// target}`; initiator and target once logged in).
     pub span: tracing::Span,
@@ -55,6 +65,9 @@ pub(super) struct NormalSession {
     pub nexus: scsi::Nexus,
     /// The target's LUN table as last seen, with its generation.
     pub luns: (u64, Arc<LunSet>),
+    /// This nexus's per-initiator QoS limits of the LUNs that have them, by the LUN's
+    /// limits (looked up at the session's first command to the LUN).
+    pub qos: Vec<(Arc<crate::qos::LunQos>, Arc<crate::qos::Buckets>)>,
 }
 
 impl Session {
@@ -79,7 +92,26 @@ impl NormalSession {
             target,
             nexus,
             luns: (generation, set),
+            qos: Vec::new(),
         }
+    }
+
+    /// This nexus's per-initiator limits of the LUN whose limits are `lun`: found in the
+    /// session's list, else made and kept there.
+    pub fn initiator_qos(
+        &mut self,
+        lun: &Arc<crate::qos::LunQos>,
+        now_ns: u64,
+    ) -> &crate::qos::Buckets {
+        let i = match self.qos.iter().position(|(q, _)| Arc::ptr_eq(q, lun)) {
+            Some(i) => i,
+            None => {
+                self.qos
+                    .push((Arc::clone(lun), lun.initiator(self.nexus.id, now_ns)));
+                self.qos.len() - 1
+            }
+        };
+        &self.qos[i].1
     }
 
     /// Takes the target's LUN table again if it has changed since it was last seen (or
@@ -100,6 +132,9 @@ impl NormalSession {
             if l.scsi.nexus_removed(self.nexus.id) && l.shared_pr.is_some() {
                 shared.push(Arc::clone(l));
             }
+        }
+        for (q, _) in &self.qos {
+            q.forget_initiator(self.nexus.id);
         }
         shared
     }
@@ -138,6 +173,10 @@ impl Slot {
             more_input: None,
             window_drops: 0,
             moving: false,
+            to_hold: Vec::new(),
+            held_back: 0,
+            released: Vec::new(),
+            narrowed_since_ns: None,
             io: Default::default(),
             events,
             span,

@@ -369,6 +369,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     let mut alua = LunAlua::new();
     let mut pr = LunPr::new();
     let mut ship = LunShip::new();
+    let mut qos = LunQosFamilies::new();
     let bounds: Vec<f64> = BUCKET_BOUNDS_NS.iter().map(|&b| b as f64 * NS).collect();
     let mut targets = src.shared.registry.targets();
     targets.sort_by_key(|t| t.tid);
@@ -384,6 +385,7 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
             alua.add(l, lun);
             pr.add(l, lun);
             ship.add(l, lun);
+            qos.add(l, lun);
         }
     }
     io.push(out);
@@ -393,6 +395,56 @@ fn luns(src: &Source, out: &mut Vec<MetricFamily>) {
     alua.push(out);
     pr.push(out);
     ship.push(out);
+    qos.push(out);
+}
+
+/// A LUN's QoS: its limits (the LUNs that have some), the commands they held back and how
+/// long those waited (every LUN).
+struct LunQosFamilies {
+    limit: Family,
+    throttled: Family,
+    waited: Family,
+}
+
+impl LunQosFamilies {
+    fn new() -> LunQosFamilies {
+        LunQosFamilies {
+            limit: Family::gauge(
+                "numatgt_lun_qos_limit",
+                "QoS limit of the LUN by kind: iops, read_iops, write_iops (commands per second), bps, read_bps, write_bps (bytes per second), and initiator_iops … initiator_write_bps (each initiator's); 0 = no limit of that kind. Only LUNs with a limit have series.",
+            ),
+            throttled: Family::counter(
+                "numatgt_lun_qos_throttled_commands_total",
+                "Reads and writes of the LUN its QoS limits held back before they started.",
+            ),
+            waited: Family::counter(
+                "numatgt_lun_qos_wait_seconds_total",
+                "Time the held-back commands of the LUN waited for their QoS limits, in all.",
+            ),
+        }
+    }
+
+    fn add(&mut self, l: LunLabels<'_>, lun: &Lun) {
+        let q = lun.qos.limits();
+        if !q.is_unlimited() {
+            let (lun, initiator) = (q.lun_rates(), q.initiator_rates());
+            for (i, k) in crate::qos::QosKind::ALL.into_iter().enumerate() {
+                self.limit
+                    .add(&[l[0], l[1], ("kind", k.as_str())], lun[i] as f64);
+                let kind = ("kind", k.initiator_str());
+                self.limit.add(&[l[0], l[1], kind], initiator[i] as f64);
+            }
+        }
+        let (held, waited_ns) = lun.qos.held_so_far();
+        self.throttled.add(&l, held as f64);
+        self.waited.add(&l, waited_ns as f64 * NS);
+    }
+
+    fn push(self, out: &mut Vec<MetricFamily>) {
+        push(out, self.limit);
+        push(out, self.throttled);
+        push(out, self.waited);
+    }
 }
 
 /// A LUN's labels: target and LUN number.

@@ -74,6 +74,7 @@ fn lun_config(l: &Lun, alua: &config::AluaConfig) -> config::LunConfig {
         bsopts: (!meta.bsopts.is_empty()).then(|| meta.bsopts.clone()),
         bsoflags: config::BsOflags::parse(&meta.bsoflags).unwrap_or_default(),
         alua_owner: (!alua.peers.is_empty()).then_some(meta.alua_owner),
+        qos: l.qos.limits(),
         changer: if device_type == config::DeviceType::Changer {
             l.scsi.changer_library().to_params()
         } else {

@@ -82,6 +82,24 @@ fn lun_entry(out: &mut String, lun: &Lun, alua: &config::AluaConfig) {
             lun.scsi.access_state().name()
         );
     }
+    // numatgt: the LUN's QoS limits, when it has any, as tgtadm's `--params` set them
+    let q = lun.qos.limits();
+    if !q.is_unlimited() {
+        let _ = writeln!(out, "            QoS: {}", qos_text(&q));
+    }
+}
+
+/// QoS limits as tgtadm's `--params` say them (`none` when unlimited): `show` and the log.
+pub(crate) fn qos_text(q: &config::Qos) -> String {
+    let params: Vec<String> = config::qos_params(q)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if params.is_empty() {
+        "none".into()
+    } else {
+        params.join(",")
+    }
 }
 
 /// One target's block in `--op show --mode target`.

@@ -56,7 +56,12 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
     let lc = asked.lun_config(t.tid, number);
     let settings = loaded_cache_settings(ctx);
     cache_running_for(ctx, &t, &lc, &settings)?;
+    let qos = new_qos(p)?;
     let lun = Arc::new(open_new(ctx, &t, &asked, &lc, &settings)?);
+    if !qos.is_unlimited() {
+        lun.qos.set(&qos, crate::io_stats::now_ns());
+        tracing::info!(target = %t.iqn, lun = number, qos = %crate::mgmt::show::qos_text(&qos), "QoS limits set");
+    }
     add_to_target(&t, &lun)?;
     // an RBD LUN of several gateways: its ownership thread
     crate::alua::start(&t, &lun, ctx.cache.as_ref());
@@ -66,6 +71,25 @@ fn new(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         block_size = asked.block_size, direct = lun.store.is_direct(), sync = asked.oflags.sync,
         cache = lun.cache_mode.as_str(), "LUN created");
     Ok(String::new())
+}
+
+/// The QoS limits `--op new` asks for (`--params qos_iops=N,…`): a bad value refuses the
+/// request before anything is opened.
+fn new_qos(p: &Payload) -> Result<config::Qos, ErrCode> {
+    let mut q = config::Qos::default();
+    for (k, v) in p.pairs.iter().chain(&p.params) {
+        if k.starts_with("qos_") {
+            match config::set_qos_param(&mut q, k, v) {
+                Ok(true) => {}
+                Ok(false) => return Err(ErrCode::InvalidRequest),
+                Err(e) => {
+                    tracing::warn!("{k}={v}: {e}");
+                    return Err(ErrCode::InvalidRequest);
+                }
+            }
+        }
+    }
+    Ok(q)
 }
 
 /// What `--op new --mode logicalunit` asks for, checked key by key in tgtd's order.
@@ -421,6 +445,7 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         owner,
         wce,
         disc,
+        qos,
     } = asked;
     if let Some(to) = resize {
         params.num_blocks = resize_store(&t, &lun, to)?;
@@ -436,6 +461,10 @@ fn update(ctx: &Ctx, h: &ReqHeader, p: &Payload) -> Reply {
         params.write_cache = on;
         lun.scsi.set_write_cache(on);
         tracing::info!(target = %t.iqn, lun = lun.number, write_cache = on, "mode_page: write cache");
+    }
+    if let Some(q) = qos {
+        lun.qos.set(&q, crate::io_stats::now_ns());
+        tracing::info!(target = %t.iqn, lun = lun.number, qos = %crate::mgmt::show::qos_text(&q), "QoS limits set");
     }
     if lun.scsi.params().device_type == scsi::DeviceType::Tape {
         super::disc::tape_update(&t, &lun, disc.as_deref(), rebuild, params, meta)?;
@@ -466,6 +495,8 @@ struct Update {
     /// `path=`: a CD/DVD LUN's new disc, a tape drive's new tape (an image file), put in
     /// while the drive is offline.
     disc: Option<String>,
+    /// `qos_*=`: the LUN's QoS limits as they will be.
+    qos: Option<config::Qos>,
 }
 
 impl Update {
@@ -482,6 +513,7 @@ impl Update {
             owner: None,
             wce: None,
             disc: None,
+            qos: None,
         }
     }
 
@@ -496,8 +528,21 @@ impl Update {
             owner,
             wce,
             disc,
+            qos,
         } = self;
         match k {
+            // numatgt: QoS limits (`qos_iops=N`, …, `qos_burst=SECONDS`), applied live
+            k if k.starts_with("qos_") => {
+                let q = qos.get_or_insert_with(|| lun.qos.limits());
+                match config::set_qos_param(q, k, v) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(ErrCode::InvalidRequest),
+                    Err(e) => {
+                        tracing::warn!(lun = lun.number, "{k}={v}: {e}");
+                        return Err(ErrCode::InvalidRequest);
+                    }
+                }
+            }
             // numatgt: online resize. A file grows to SIZE (K/M/G/T suffixes); a block
             // device is re-measured after it was grown (`size=rescan`). Shrinking is refused.
             "size" if v == "rescan" => *resize = Some(None),
@@ -684,6 +729,7 @@ pub(super) fn replace_lun(
         locks: Default::default(),
         meta: std::sync::Mutex::new(meta),
         stats: Arc::clone(&lun.stats),
+        qos: Arc::clone(&lun.qos),
         serial,
         passthrough: lun.passthrough.clone(),
     });
