@@ -233,25 +233,22 @@ impl Slot {
     fn command(&mut self, env: &Env<'_>, cmd: ScsiCommand) {
         if let Session::Normal(session) = &mut self.session {
             session.refresh_luns();
-            let limited = session
-                .luns
-                .1
-                .map
-                .get(&cmd.lun)
-                .filter(|l| l.qos.is_limited());
-            if let Some(lun) = limited.cloned()
+            let limited = (session.luns.1.map.get(&cmd.lun))
+                .filter(|l| l.qos.is_limited())
+                .map(|l| Arc::clone(&l.qos));
+            if let Some(qos) = limited
                 && let Some((dir, bytes)) = super::throttle::charged_as(&cmd)
             {
                 // each initiator's own limits, within the LUN's
                 let initiator =
-                    (lun.qos.per_initiator()).then(|| session.initiator_qos(&lun.qos, env.turn_ns));
-                let due = lun.qos.charge(dir, bytes, env.turn_ns, initiator);
+                    (qos.per_initiator()).then(|| session.initiator_qos(&qos, env.turn_ns));
+                let due = qos.charge(dir, bytes, env.turn_ns, initiator);
                 if due > env.turn_ns {
                     // the initiator keeps the rest: fewer commands in flight while held
                     self.conn
                         .narrow_window(Some(super::throttle::NARROWED_WINDOW));
                     self.narrowed_since_ns = Some(env.turn_ns);
-                    self.to_hold.push((due, cmd, Arc::clone(&lun.qos)));
+                    self.to_hold.push((due, cmd, qos));
                     return;
                 }
             }

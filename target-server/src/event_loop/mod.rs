@@ -164,14 +164,13 @@ impl EventThread {
         let mut spin_until: Option<Instant> = None;
         loop {
             let spinning = spin_until.is_some_and(|t| Instant::now() < t);
-            let timeout = if busy.is_empty() && !spinning {
-                // held commands: woken when the earliest is due
-                match self.throttle.wait(crate::io_stats::now_ns()) {
-                    Some(d) => d.min(TICK),
-                    None => TICK,
-                }
-            } else {
+            let timeout = if !busy.is_empty() || spinning {
                 Duration::ZERO
+            } else if self.throttle.is_empty() {
+                TICK
+            } else {
+                // held commands: woken when the earliest is due (the clock read only then)
+                (self.throttle.wait(crate::io_stats::now_ns())).map_or(TICK, |d| d.min(TICK))
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -545,18 +544,17 @@ impl EventThread {
                 continue; // the connection is gone: so is its command
             }
             h.qos.held(now.saturating_sub(h.since_ns));
-            if let Some(slot) = self.slots[s].as_mut() {
-                slot.held_back = slot.held_back.saturating_sub(1);
-                if !slot.conn.task_wanted(h.cmd.itt) {
-                    self.end_held(h);
-                    continue;
-                }
+            let Some(slot) = self.slots[s].as_mut() else {
+                continue;
+            };
+            slot.held_back = slot.held_back.saturating_sub(1);
+            if !slot.conn.task_wanted(h.cmd.itt) {
+                self.end_held(h);
+                continue;
             }
-            if let Some(slot) = self.slots[s].as_mut() {
-                slot.released.push(h.cmd);
-                if !runs.contains(&s) {
-                    runs.push(s);
-                }
+            slot.released.push(h.cmd);
+            if !runs.contains(&s) {
+                runs.push(s);
             }
         }
         for &s in &runs {
@@ -570,17 +568,11 @@ impl EventThread {
     /// another's) leave at once: the task management response does not wait for their time.
     fn end_unwanted_held(&mut self) {
         let slots = &self.slots;
-        let generation = |c: ConnId| {
-            slots
-                .get(c.slot)
-                .and_then(|o| o.as_ref())
-                .map(|s| s.generation)
-        };
+        // its connection gone, or its task no longer wanted there
         let gone = self.throttle.take_unwanted(|h| {
-            generation(h.conn) != Some(h.conn.generation)
-                || slots[h.conn.slot]
-                    .as_ref()
-                    .is_none_or(|s| !s.conn.task_wanted(h.cmd.itt))
+            (slots.get(h.conn.slot).and_then(Option::as_ref))
+                .filter(|s| s.generation == h.conn.generation)
+                .is_none_or(|s| !s.conn.task_wanted(h.cmd.itt))
         });
         let mut touched = Vec::new();
         for h in gone {
